@@ -1,0 +1,27 @@
+//! Compiles the protos with the pure-Rust `protox` compiler (no system `protoc`) and generates
+//! prost messages plus tonic stubs; also writes the descriptor set that reflection serves.
+use std::{env, fs, path::PathBuf};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let protos = ["proto/toolgate/v1/toolgate.proto"];
+    println!("cargo:rerun-if-changed=proto");
+
+    // include_imports keeps google/protobuf/*.proto in the set, which reflection clients need.
+    let mut compiler = protox::Compiler::new(["proto"])?;
+    compiler.include_source_info(true).include_imports(true);
+    compiler.open_files(protos)?;
+    let fds = compiler.file_descriptor_set();
+
+    // `file_descriptor_set_path` is ignored by compile_fds, so the bytes are written by hand.
+    let out_dir = PathBuf::from(env::var("OUT_DIR")?);
+    fs::write(out_dir.join("toolgate_descriptor.bin"), compiler.encode_file_descriptor_set())?;
+
+    tonic_prost_build::configure()
+        .build_server(true)
+        .build_client(true)
+        // Decode failures (oversized or too deeply nested messages) must reach clients as
+        // INVALID_ARGUMENT, not INTERNAL, so the ToolGate service uses our codec wrapper.
+        .codec_path("crate::grpc::codec::ToolgateCodec")
+        .compile_fds(fds)?;
+    Ok(())
+}

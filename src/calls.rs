@@ -1,0 +1,297 @@
+//! Call intake: provider tool-call shapes in, normalized `ToolCall`s out, one per element.
+//! Pure and synchronous. Every element of the model's list yields exactly one `Received`, either
+//! runnable or carrying the soft error that answers it; nothing is silently dropped.
+
+mod anthropic;
+mod gemini;
+mod normalized;
+mod openai;
+
+use std::collections::HashSet;
+
+use serde_json::{Map, Value};
+
+use crate::json;
+
+/// Which provider family a call came in as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallShape {
+    OpenAiChat,
+    OpenAiResponses,
+    Anthropic,
+    Gemini,
+    Normalized,
+}
+
+/// One normalized tool call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCall {
+    /// Position in the model's list.
+    pub index: usize,
+    /// The model's id, or a generated one (see `id_generated`).
+    pub id: String,
+    /// True when the model sent no usable id and intake made one up.
+    pub id_generated: bool,
+    /// The requested tool name (empty when the element had none).
+    pub name: String,
+    /// Parsed arguments: always a JSON object for a runnable call, `Null` when unparsable.
+    pub arguments: Value,
+    /// The arguments' JSON text, when the model sent text.
+    pub raw_arguments: Option<String>,
+    pub shape: Option<CallShape>,
+}
+
+/// Why intake answered a call without running it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rejection {
+    InvalidCall,
+    InvalidArguments,
+    DuplicateId,
+}
+
+/// One element of the model's list after intake.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Received {
+    pub call: ToolCall,
+    /// `Some` when the call must not run; the message is what the model reads.
+    pub rejection: Option<(Rejection, String)>,
+}
+
+/// Limits intake enforces on each call.
+#[derive(Debug, Clone, Copy)]
+pub struct IntakeLimits {
+    /// Maximum nesting depth of parsed arguments.
+    pub max_json_depth: usize,
+}
+
+/// What one provider adapter read from an element, before batch-level rules apply.
+#[derive(Debug, Default)]
+struct Parsed {
+    shape: Option<CallShape>,
+    id: Option<String>,
+    name: Option<String>,
+    arguments: Arguments,
+    /// Set when the element carries a call marker but its structure is broken.
+    malformed: Option<String>,
+}
+
+/// The arguments as the provider sent them.
+#[derive(Debug, Default)]
+enum Arguments {
+    #[default]
+    Absent,
+    Text(String),
+    Json(Value),
+}
+
+impl Arguments {
+    fn from_member(value: Option<&Value>) -> Self {
+        match value {
+            None | Some(Value::Null) => Arguments::Absent,
+            Some(Value::String(text)) => Arguments::Text(text.clone()),
+            Some(other) => Arguments::Json(other.clone()),
+        }
+    }
+}
+
+/// Normalizes the elements of `DispatchBatchRequest.calls`, in order.
+pub fn intake(elements: &[Value], limits: IntakeLimits) -> Vec<Received> {
+    let parsed: Vec<Parsed> = elements.iter().map(parse_element).collect();
+    let explicit: HashSet<&str> = parsed.iter().filter_map(|p| p.id.as_deref()).collect();
+    let mut seen: HashSet<String> = HashSet::new();
+    let mut generated: HashSet<String> = HashSet::new();
+    let mut out = Vec::with_capacity(parsed.len());
+    for (index, p) in parsed.iter().enumerate() {
+        let (id, id_generated) = match &p.id {
+            Some(id) => (id.clone(), false),
+            None => (generate_id(index, &explicit, &generated), true),
+        };
+        if id_generated {
+            generated.insert(id.clone());
+        }
+        let duplicate = !id_generated && !seen.insert(id.clone());
+        out.push(finish(p, index, id, id_generated, duplicate, limits));
+    }
+    out
+}
+
+/// Extracts the call elements from a whole assistant message or a Responses output list.
+pub fn extract_calls(message: &Value) -> Result<Vec<Value>, String> {
+    let call_like = |items: &Vec<Value>| -> Vec<Value> {
+        items.iter().filter(|item| detect(item).is_some()).cloned().collect()
+    };
+    match message {
+        // A Responses output list (or Anthropic blocks / Gemini parts given bare).
+        Value::Array(items) => Ok(call_like(items)),
+        Value::Object(map) => {
+            if let Some(calls) = map.get("tool_calls") {
+                return match calls {
+                    Value::Array(items) => Ok(items.clone()),
+                    Value::Null => Ok(Vec::new()),
+                    other => Err(format!(
+                        "assistant_message.tool_calls must be an array, got {}",
+                        json::type_name(other)
+                    )),
+                };
+            }
+            for key in ["content", "parts", "output"] {
+                if let Some(Value::Array(items)) = map.get(key) {
+                    return Ok(call_like(items));
+                }
+            }
+            // An assistant message that asked for no tools (for example text content only).
+            if map.contains_key("role") {
+                return Ok(Vec::new());
+            }
+            Err(unrecognised_message())
+        }
+        _ => Err(unrecognised_message()),
+    }
+}
+
+fn unrecognised_message() -> String {
+    "assistant_message is not a recognised assistant message: expected an OpenAI chat message \
+     with tool_calls, an Anthropic message with content blocks, a Gemini content with parts, or \
+     an OpenAI Responses output list"
+        .to_owned()
+}
+
+/// Which adapter an element belongs to, from its marker keys alone.
+fn detect(element: &Value) -> Option<CallShape> {
+    let map = element.as_object()?;
+    let kind = map.get("type").and_then(Value::as_str);
+    if map.contains_key("functionCall") {
+        Some(CallShape::Gemini)
+    } else if kind == Some("tool_use") {
+        Some(CallShape::Anthropic)
+    } else if kind == Some("function_call") {
+        Some(CallShape::OpenAiResponses)
+    } else if map.contains_key("function") {
+        Some(CallShape::OpenAiChat)
+    } else if map.contains_key("name") {
+        Some(CallShape::Normalized)
+    } else {
+        None
+    }
+}
+
+fn parse_element(element: &Value) -> Parsed {
+    let Some(map) = element.as_object() else {
+        return Parsed::default();
+    };
+    let mut parsed = match detect(element) {
+        None => Parsed::default(),
+        Some(CallShape::Gemini) => gemini::parse(map),
+        Some(CallShape::Anthropic) => anthropic::parse(map),
+        Some(CallShape::OpenAiResponses) => openai::parse_responses(map),
+        Some(CallShape::OpenAiChat) => openai::parse_chat(map),
+        Some(CallShape::Normalized) => normalized::parse(map),
+    };
+    if parsed.id.is_none() && parsed.shape.is_none() {
+        parsed.id = string_member(map, "id");
+    }
+    parsed
+}
+
+/// A non-empty string member, or `None`.
+fn string_member(map: &Map<String, Value>, key: &str) -> Option<String> {
+    map.get(key)
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+}
+
+/// `call_<index>`, suffixed `_1`, `_2`, ... until it collides with no id in the batch.
+fn generate_id(index: usize, explicit: &HashSet<&str>, generated: &HashSet<String>) -> String {
+    let base = format!("call_{index}");
+    let mut candidate = base.clone();
+    let mut suffix = 0;
+    while explicit.contains(candidate.as_str()) || generated.contains(&candidate) {
+        suffix += 1;
+        candidate = format!("{base}_{suffix}");
+    }
+    candidate
+}
+
+fn finish(
+    p: &Parsed,
+    index: usize,
+    id: String,
+    id_generated: bool,
+    duplicate: bool,
+    limits: IntakeLimits,
+) -> Received {
+    let raw_arguments = match &p.arguments {
+        Arguments::Text(text) => Some(text.clone()),
+        _ => None,
+    };
+    let mut call = ToolCall {
+        index,
+        id,
+        id_generated,
+        name: p.name.clone().unwrap_or_default(),
+        arguments: Value::Null,
+        raw_arguments,
+        shape: p.shape,
+    };
+    let reject = |call: ToolCall, kind: Rejection, message: String| Received {
+        call,
+        rejection: Some((kind, message)),
+    };
+    let Some(_) = p.shape else {
+        let message = format!(
+            "element at index {index} is not a tool call: expected an OpenAI chat tool call, an \
+             OpenAI Responses function_call item, an Anthropic tool_use block, a Gemini \
+             functionCall part or {{\"id\", \"name\", \"arguments\"}}"
+        );
+        return reject(call, Rejection::InvalidCall, message);
+    };
+    if let Some(problem) = &p.malformed {
+        return reject(call, Rejection::InvalidCall, format!("tool call at index {index} {problem}"));
+    }
+    if call.name.is_empty() {
+        let message = format!("tool call at index {index} has no tool name");
+        return reject(call, Rejection::InvalidCall, message);
+    }
+    match parse_arguments(&p.arguments, limits) {
+        Ok(arguments) => call.arguments = arguments,
+        Err(message) => return reject(call, Rejection::InvalidArguments, message),
+    }
+    if duplicate {
+        let message = format!(
+            "duplicate tool call id '{}': an earlier call in this batch has the same id, so this \
+             call was not run",
+            call.id
+        );
+        return reject(call, Rejection::DuplicateId, message);
+    }
+    Received { call, rejection: None }
+}
+
+/// Strict parse: text must be one JSON object; absent, null or blank arguments mean `{}`.
+fn parse_arguments(arguments: &Arguments, limits: IntakeLimits) -> Result<Value, String> {
+    let value = match arguments {
+        Arguments::Absent => return Ok(Value::Object(Map::new())),
+        Arguments::Text(text) if text.trim().is_empty() => return Ok(Value::Object(Map::new())),
+        Arguments::Text(text) => serde_json::from_str::<Value>(text)
+            .map_err(|e| format!("arguments are not valid JSON: {e}"))?,
+        Arguments::Json(value) => value.clone(),
+    };
+    if !value.is_object() {
+        return Err(format!(
+            "arguments must be a JSON object, got {}",
+            json::type_name(&value)
+        ));
+    }
+    let depth = json::depth(&value);
+    if depth > limits.max_json_depth {
+        return Err(format!(
+            "arguments nest {depth} levels deep; the limit is {}",
+            limits.max_json_depth
+        ));
+    }
+    Ok(value)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,105 @@
+//! JSON helpers shared by the pipeline: canonical compact rendering, nesting depth, char-safe cuts.
+//! Canonical means object keys sorted by byte order at every level, whatever serde_json features
+//! other crates switch on, so `content` and digests never depend on insertion order.
+
+use serde_json::Value;
+
+/// Compact JSON with object keys sorted at every level; integers stay integers.
+pub fn canonical(value: &Value) -> String {
+    let mut out = String::new();
+    write_canonical(value, &mut out);
+    out
+}
+
+fn write_canonical(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+            out.push('{');
+            for (i, (key, member)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(key.clone()).to_string());
+                out.push(':');
+                write_canonical(member, out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(']');
+        }
+        scalar => out.push_str(&scalar.to_string()),
+    }
+}
+
+/// Nesting depth of arrays and objects: a scalar is 0, `{}` and `[]` are 1, `{"a":[1]}` is 2.
+pub fn depth(value: &Value) -> usize {
+    match value {
+        Value::Object(map) => 1 + map.values().map(depth).max().unwrap_or(0),
+        Value::Array(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// The JSON type of a value as a model would name it ("an object", "a string", ...).
+pub fn type_name(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Cuts `text` to at most `max` characters (not bytes), appending `…` when it was cut.
+pub fn truncate_chars(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        None => text.to_owned(),
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[track_caller]
+    fn check(value: Value, expected: &str) {
+        assert_eq!(canonical(&value), expected);
+    }
+
+    #[test]
+    fn canonical_sorts_keys_recursively_and_keeps_integers() {
+        check(json!({"z": 1, "y": {"b": 2, "a": 1}}), r#"{"y":{"a":1,"b":2},"z":1}"#);
+        check(json!([3, 1.5, "a\"b", null, true]), r#"[3,1.5,"a\"b",null,true]"#);
+        check(json!({"text": "21°C", "slash": "a/b"}), r#"{"slash":"a/b","text":"21°C"}"#);
+        check(json!(21.0), "21.0");
+        check(json!({}), "{}");
+    }
+
+    #[test]
+    fn depth_counts_containers() {
+        assert_eq!(depth(&json!(1)), 0);
+        assert_eq!(depth(&json!({})), 1);
+        assert_eq!(depth(&json!({"a": [1, {"b": []}]})), 4);
+    }
+
+    #[test]
+    fn truncate_counts_characters_not_bytes() {
+        assert_eq!(truncate_chars("héllo", 3), "hél…");
+        assert_eq!(truncate_chars("héllo", 5), "héllo");
+        assert_eq!(truncate_chars("", 0), "");
+    }
+}

@@ -1,0 +1,3 @@
+//! toolgate: a gRPC tool-execution service for LLM agents.
+pub mod calls;
+pub mod json;
