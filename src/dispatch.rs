@@ -1,0 +1,194 @@
+//! Batch dispatch: answers every call of a batch exactly once, in the model's order.
+//! Invariant: `run` returns one `CallResult` per received call, at the call's index, stamped with
+//! the call's id, whatever the tools do; a tool can only produce soft errors.
+
+mod call;
+mod cancel;
+mod events;
+mod messages;
+mod result;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Map, Value};
+use tracing::{Instrument, field};
+
+use crate::calls::Received;
+use crate::session::Sessions;
+use crate::tools::ToolRegistry;
+
+pub use cancel::Cancel;
+pub use events::{Event, NoObserver, Observer};
+pub use messages::{MessageFormat, tool_messages};
+pub use result::{CallResult, ErrorClass, content_of};
+
+/// One batch of received calls and how to run it.
+#[derive(Debug, Clone)]
+pub struct Batch {
+    /// A validated session id; empty means a fresh session for this batch only.
+    pub session_id: String,
+    pub calls: Vec<Received>,
+    pub options: BatchOptions,
+    pub turn: u32,
+}
+
+/// Per-batch settings, already resolved against server defaults.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchOptions {
+    pub message_format: MessageFormat,
+    /// Deadline for each call.
+    pub call_timeout: Duration,
+}
+
+/// How a batch ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Completed,
+    FailedFast,
+    Cancelled,
+    LoopDetected,
+    RecoveryExhausted,
+}
+
+/// Everything a batch produced.
+#[derive(Debug, Clone)]
+pub struct BatchReport {
+    pub session_id: String,
+    /// One per call, in the model's order.
+    pub results: Vec<CallResult>,
+    /// Tool messages in the requested format.
+    pub messages: Vec<Map<String, Value>>,
+    pub outcome: Outcome,
+    pub outcome_reason: String,
+    pub duration: Duration,
+}
+
+impl BatchReport {
+    /// Number of results with success false.
+    pub fn errors(&self) -> usize {
+        self.results.iter().filter(|r| !r.success).count()
+    }
+
+    pub fn all_succeeded(&self) -> bool {
+        self.errors() == 0
+    }
+}
+
+/// Runs batches against a registry of tools.
+#[derive(Clone)]
+pub struct Dispatcher {
+    registry: Arc<ToolRegistry>,
+    sessions: Arc<Sessions>,
+}
+
+impl Dispatcher {
+    pub fn new(registry: Arc<ToolRegistry>, sessions: Arc<Sessions>) -> Self {
+        Dispatcher { registry, sessions }
+    }
+
+    pub fn registry(&self) -> &ToolRegistry {
+        &self.registry
+    }
+
+    /// Runs the batch sequentially. Cancellation ends it early: the running call is answered
+    /// CANCELLED and calls that never started are SKIPPED.
+    pub async fn run(&self, batch: Batch, observer: &dyn Observer, cancel: &Cancel) -> BatchReport {
+        let started = Instant::now();
+        let session = self.sessions.open(&batch.session_id);
+        let span = tracing::info_span!(
+            "batch",
+            session = %session.id,
+            calls = batch.calls.len(),
+            turn = batch.turn,
+            outcome = field::Empty,
+            duration_ms = field::Empty,
+        );
+        let work = async {
+            // Every call is announced before anything executes, including calls that will not run.
+            for received in &batch.calls {
+                let call = &received.call;
+                observer
+                    .on_event(Event::CallReceived {
+                        index: call.index,
+                        id: call.id.clone(),
+                        name: call.name.clone(),
+                        arguments: call.arguments.clone(),
+                    })
+                    .await;
+            }
+            let mut results = Vec::with_capacity(batch.calls.len());
+            let mut outcome = Outcome::Completed;
+            let mut outcome_reason = String::new();
+            for received in &batch.calls {
+                let call = &received.call;
+                if outcome != Outcome::Completed {
+                    results.push(skipped(call, outcome));
+                    continue;
+                }
+                if cancel.is_cancelled() {
+                    outcome = Outcome::Cancelled;
+                    outcome_reason = cancel.reason();
+                    results.push(skipped(call, outcome));
+                    continue;
+                }
+                let result = match (&received.rejection, self.registry.get(&call.name)) {
+                    (Some((rejection, message)), _) => {
+                        CallResult::refused(call, (*rejection).into(), message.clone())
+                    }
+                    // Unknown names are answered here and never dispatched.
+                    (None, None) => CallResult::refused(
+                        call,
+                        ErrorClass::UnknownTool,
+                        format!("tool '{}' is not available", call.name),
+                    ),
+                    (None, Some(registered)) => {
+                        let ctx = call::CallScope {
+                            session: &session,
+                            options: &batch.options,
+                            observer,
+                            cancel,
+                        };
+                        call::execute(call, registered, &ctx).await
+                    }
+                };
+                if result.error_class == ErrorClass::Cancelled {
+                    outcome = Outcome::Cancelled;
+                    outcome_reason = cancel.reason();
+                }
+                results.push(result);
+            }
+            (results, outcome, outcome_reason)
+        };
+        let (results, outcome, outcome_reason) = work.instrument(span.clone()).await;
+        self.sessions.release(&session);
+        let duration = started.elapsed();
+        span.record("outcome", field::debug(outcome));
+        span.record("duration_ms", duration.as_millis());
+        let messages = tool_messages(&results, batch.options.message_format);
+        BatchReport {
+            session_id: session.id.clone(),
+            results,
+            messages,
+            outcome,
+            outcome_reason,
+            duration,
+        }
+    }
+}
+
+/// The answer for a call that never started because the batch had already ended.
+fn skipped(call: &crate::calls::ToolCall, outcome: Outcome) -> CallResult {
+    let why = match outcome {
+        Outcome::Cancelled => "the batch was cancelled",
+        Outcome::FailedFast => "an earlier call failed and on_error is FAIL_FAST",
+        Outcome::LoopDetected => "loop detection stopped the batch",
+        Outcome::RecoveryExhausted => "an earlier call exhausted its retries",
+        Outcome::Completed => "the batch ended",
+    };
+    CallResult::refused(
+        call,
+        ErrorClass::Skipped,
+        format!("call skipped: {why} before it started"),
+    )
+}

@@ -1,0 +1,52 @@
+//! Observer events of a batch and the `Observer` trait the gRPC stream implements.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::result::ErrorClass;
+use crate::tools::BoxFuture;
+
+/// Something that happened while a batch ran. Events of one call pair by (id, attempt).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// Once per call, before anything executes, also for calls that will not run.
+    CallReceived {
+        index: usize,
+        id: String,
+        name: String,
+        arguments: Value,
+    },
+    /// Before each attempt.
+    ToolPre {
+        index: usize,
+        id: String,
+        attempt: u32,
+        tool: String,
+    },
+    /// After each attempt, whatever its outcome.
+    ToolPost {
+        index: usize,
+        id: String,
+        attempt: u32,
+        tool: String,
+        error_class: ErrorClass,
+        duration: Duration,
+        cached: bool,
+    },
+}
+
+/// Receives a batch's events in order. Awaiting applies back-pressure to the batch.
+pub trait Observer: Send + Sync {
+    fn on_event(&self, event: Event) -> BoxFuture<'_, ()>;
+}
+
+/// An observer that drops every event (unary `Dispatch`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoObserver;
+
+impl Observer for NoObserver {
+    fn on_event(&self, _event: Event) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
+}

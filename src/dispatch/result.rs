@@ -1,0 +1,212 @@
+//! The answer to one call (`CallResult`), its error classes, and how `content` is derived.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::calls::{Rejection, ToolCall};
+use crate::json;
+use crate::tools::{ContentPart, ToolOutput};
+
+/// Why a call did not succeed; mirrors `toolgate.v1.ErrorClass`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    None,
+    InvalidCall,
+    InvalidArguments,
+    DuplicateId,
+    UnknownTool,
+    Blocked,
+    PermissionDenied,
+    CircuitOpen,
+    Timeout,
+    Cancelled,
+    ToolError,
+    Panic,
+    Transport,
+    LoopStopped,
+    Skipped,
+    Quarantined,
+}
+
+impl From<Rejection> for ErrorClass {
+    fn from(rejection: Rejection) -> Self {
+        match rejection {
+            Rejection::InvalidCall => ErrorClass::InvalidCall,
+            Rejection::InvalidArguments => ErrorClass::InvalidArguments,
+            Rejection::DuplicateId => ErrorClass::DuplicateId,
+        }
+    }
+}
+
+/// The answer to one call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallResult {
+    pub index: usize,
+    pub id: String,
+    pub id_generated: bool,
+    /// The tool the model asked for.
+    pub name: String,
+    /// The tool that ran; empty when none did.
+    pub tool: String,
+    pub success: bool,
+    pub arguments: Value,
+    pub result: Value,
+    /// Exactly what the tool message carries.
+    pub content: String,
+    /// Multipart output, when the tool returned parts.
+    pub parts: Vec<ContentPart>,
+    /// Empty on success.
+    pub error: String,
+    pub error_class: ErrorClass,
+    pub attempts: u32,
+    pub duration: Duration,
+    pub cached: bool,
+    pub truncated: bool,
+}
+
+impl CallResult {
+    /// A call answered without running: its content is the error text.
+    pub fn refused(call: &ToolCall, class: ErrorClass, message: String) -> Self {
+        CallResult {
+            index: call.index,
+            id: call.id.clone(),
+            id_generated: call.id_generated,
+            name: call.name.clone(),
+            tool: String::new(),
+            success: false,
+            arguments: call.arguments.clone(),
+            result: Value::Null,
+            content: message.clone(),
+            parts: Vec::new(),
+            error: message,
+            error_class: class,
+            attempts: 0,
+            duration: Duration::ZERO,
+            cached: false,
+            truncated: false,
+        }
+    }
+
+    /// A call that ran and returned output.
+    pub fn succeeded(call: &ToolCall, tool: &str, output: ToolOutput) -> Self {
+        let mut result = CallResult::refused(call, ErrorClass::None, String::new());
+        result.success = true;
+        result.tool = tool.to_owned();
+        result.set_output(output);
+        result
+    }
+
+    /// A call that ran and failed; output the tool produced anyway becomes result and content.
+    pub fn failed(
+        call: &ToolCall,
+        tool: &str,
+        class: ErrorClass,
+        message: String,
+        output: Option<ToolOutput>,
+    ) -> Self {
+        let mut result = CallResult::refused(call, class, message);
+        result.tool = tool.to_owned();
+        if let Some(output) = output {
+            result.set_output(output);
+        }
+        result
+    }
+
+    fn set_output(&mut self, output: ToolOutput) {
+        match output {
+            ToolOutput::Text(text) => {
+                self.content = text.clone();
+                self.result = Value::String(text);
+            }
+            ToolOutput::Json(value) => {
+                self.content = content_of(&value);
+                self.result = value;
+            }
+            ToolOutput::Parts(parts) => {
+                self.content = parts_text(&parts);
+                self.result = Value::Array(parts.iter().map(part_json).collect());
+                self.parts = parts;
+            }
+        }
+    }
+}
+
+/// A string result is used verbatim; any other JSON is canonical compact JSON.
+pub fn content_of(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        other => json::canonical(other),
+    }
+}
+
+/// Text parts joined by newlines; images appear as a marker so the model knows they exist.
+fn parts_text(parts: &[ContentPart]) -> String {
+    let pieces: Vec<String> = parts
+        .iter()
+        .map(|part| match part {
+            ContentPart::Text(text) => text.clone(),
+            ContentPart::Image { mime_type, .. } => format!("[image: {mime_type}]"),
+        })
+        .collect();
+    pieces.join("\n")
+}
+
+fn part_json(part: &ContentPart) -> Value {
+    match part {
+        ContentPart::Text(text) => json!({"type": "text", "text": text}),
+        ContentPart::Image { mime_type, data } => {
+            json!({"type": "image", "mime_type": mime_type, "data": data})
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call() -> ToolCall {
+        ToolCall {
+            index: 0,
+            id: "c1".into(),
+            id_generated: false,
+            name: "t".into(),
+            arguments: json!({}),
+            raw_arguments: None,
+            shape: None,
+        }
+    }
+
+    #[track_caller]
+    fn check(output: ToolOutput, result: Value, content: &str) {
+        let r = CallResult::succeeded(&call(), "t", output);
+        assert_eq!(r.result, result);
+        assert_eq!(r.content, content);
+        assert!(r.success);
+    }
+
+    #[test]
+    fn content_follows_the_result() {
+        check(ToolOutput::Text("hi".into()), json!("hi"), "hi");
+        check(ToolOutput::Json(json!("quoted")), json!("quoted"), "quoted");
+        check(ToolOutput::Json(json!({"b": 2, "a": 1})), json!({"a": 1, "b": 2}), r#"{"a":1,"b":2}"#);
+        check(ToolOutput::Json(json!(21)), json!(21), "21");
+        check(ToolOutput::Json(json!(null)), json!(null), "null");
+        check(
+            ToolOutput::Parts(vec![
+                ContentPart::Text("see".into()),
+                ContentPart::Image { mime_type: "image/png".into(), data: "AAA=".into() },
+            ]),
+            json!([{"type": "text", "text": "see"}, {"type": "image", "mime_type": "image/png", "data": "AAA="}]),
+            "see\n[image: image/png]",
+        );
+    }
+
+    #[test]
+    fn errors_carry_their_text_as_content_unless_output_came_too() {
+        let r = CallResult::failed(&call(), "t", ErrorClass::ToolError, "boom".into(), None);
+        assert_eq!((r.content.as_str(), r.error.as_str(), r.success), ("boom", "boom", false));
+        let r = CallResult::failed(&call(), "t", ErrorClass::ToolError, "boom".into(), Some(ToolOutput::Text("partial".into())));
+        assert_eq!((r.content.as_str(), r.error.as_str()), ("partial", "boom"));
+    }
+}

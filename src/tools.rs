@@ -1,0 +1,166 @@
+//! The `Tool` trait every tool implements, its output and error types, and the registry.
+//! A tool never sees gRPC types: it gets JSON input and a `ToolContext`, and returns `ToolOutput`.
+
+mod builtin;
+pub(crate) mod registry;
+mod scratch;
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+pub use builtin::{BUILTIN_NAMES, builtin_tools};
+pub use registry::{RegistryError, ToolRegistry, ToolSource};
+
+/// The boxed future a tool returns; `'a` lets it borrow the tool and its context.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A tool the pipeline can run. Implementations must be cheap to call concurrently.
+pub trait Tool: Send + Sync + 'static {
+    /// The unique name models call the tool by.
+    fn name(&self) -> &str;
+    /// What the tool does, for the model.
+    fn description(&self) -> &str;
+    /// JSON Schema of the input object.
+    fn input_schema(&self) -> Value;
+    /// Behaviour hints (read-only, destructive, idempotent, open-world).
+    fn annotations(&self) -> Annotations {
+        Annotations::default()
+    }
+    /// Whether a call with this input may run concurrently with other calls.
+    fn is_concurrency_safe(&self, _input: &Value) -> bool {
+        false
+    }
+    /// The resource this input touches; calls with the same key never run together.
+    fn resource_key(&self, _input: &Value) -> Option<String> {
+        None
+    }
+    /// Runs the tool. It should return promptly once `ctx.cancel` fires; its future may be dropped.
+    fn call<'a>(
+        &'a self,
+        input: Value,
+        ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>>;
+}
+
+/// Behaviour hints, as in MCP tool annotations.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Annotations {
+    pub read_only: bool,
+    pub destructive: bool,
+    pub idempotent: bool,
+    pub open_world: bool,
+}
+
+/// What a tool learns about the call it serves.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ToolContext {
+    pub session_id: String,
+    /// The model's call id.
+    pub call_id: String,
+    /// Position of the call in the model's list.
+    pub index: usize,
+    /// Fires when the call is cancelled or times out.
+    pub cancel: CancellationToken,
+    /// The session's private scratch directory; it exists when the tool runs.
+    pub scratch_dir: PathBuf,
+}
+
+impl ToolContext {
+    /// A context for running a tool outside the pipeline (tests, embedders).
+    pub fn new(session_id: &str, call_id: &str, index: usize, scratch_dir: PathBuf) -> Self {
+        ToolContext {
+            session_id: session_id.to_owned(),
+            call_id: call_id.to_owned(),
+            index,
+            cancel: CancellationToken::new(),
+            scratch_dir,
+        }
+    }
+}
+
+/// A successful tool return value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolOutput {
+    Text(String),
+    Json(Value),
+    /// Text and images, in order.
+    Parts(Vec<ContentPart>),
+}
+
+/// One piece of multipart output.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ContentPart {
+    Text(String),
+    /// Base64-encoded image bytes with their MIME type.
+    Image { mime_type: String, data: String },
+}
+
+/// What kind of failure a tool reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolErrorKind {
+    /// The tool ran and failed.
+    Failed,
+    /// The input was unusable (the model should fix its arguments).
+    InvalidInput,
+}
+
+/// A tool failure; its message is what the model reads.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{message}")]
+pub struct ToolError {
+    pub kind: ToolErrorKind,
+    pub message: String,
+    /// Whether trying again may succeed (read by recovery).
+    pub retryable: bool,
+    /// Output the tool produced before failing, if any.
+    pub output: Option<ToolOutput>,
+}
+
+impl ToolError {
+    /// The tool ran and failed with this message.
+    pub fn failed(message: impl Into<String>) -> Self {
+        ToolError {
+            kind: ToolErrorKind::Failed,
+            message: message.into(),
+            retryable: false,
+            output: None,
+        }
+    }
+
+    /// The input was unusable; the message says how to fix it.
+    pub fn invalid_input(message: impl Into<String>) -> Self {
+        ToolError {
+            kind: ToolErrorKind::InvalidInput,
+            ..ToolError::failed(message)
+        }
+    }
+
+    /// Marks the failure as worth retrying.
+    pub fn retryable(mut self) -> Self {
+        self.retryable = true;
+        self
+    }
+
+    /// Attaches output produced before the failure.
+    pub fn with_output(mut self, output: ToolOutput) -> Self {
+        self.output = Some(output);
+        self
+    }
+}
+
+/// Reads an optional string member of a tool input, or says what is wrong with it.
+pub(crate) fn input_str<'a>(input: &'a Value, key: &str) -> Result<Option<&'a str>, ToolError> {
+    match input.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(other) => Err(ToolError::invalid_input(format!(
+            "'{key}' must be a string, got {}",
+            crate::json::type_name(other)
+        ))),
+    }
+}

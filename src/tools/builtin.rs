@@ -1,0 +1,213 @@
+//! Built-in tools that are useful for real and for demos: echo, sleep, now, and the scratch tools.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Value, json};
+
+use super::scratch::{ScratchList, ScratchRead, ScratchWrite};
+use super::{Annotations, BoxFuture, Tool, ToolContext, ToolError, ToolOutput};
+
+/// Names of every built-in tool, for config validation.
+pub const BUILTIN_NAMES: &[&str] = &[
+    "echo",
+    "now",
+    "scratch_list",
+    "scratch_read",
+    "scratch_write",
+    "sleep",
+];
+
+/// The built-in tools minus the excluded names.
+pub fn builtin_tools(exclude: &[String]) -> Vec<Arc<dyn Tool>> {
+    let all: Vec<Arc<dyn Tool>> = vec![
+        Arc::new(Echo),
+        Arc::new(Sleep),
+        Arc::new(Now),
+        Arc::new(ScratchWrite),
+        Arc::new(ScratchRead),
+        Arc::new(ScratchList),
+    ];
+    all.into_iter()
+        .filter(|t| !exclude.iter().any(|e| e == t.name()))
+        .collect()
+}
+
+const READ_ONLY: Annotations = Annotations {
+    read_only: true,
+    destructive: false,
+    idempotent: true,
+    open_world: false,
+};
+
+/// Longest `sleep` accepted, so a model cannot park a call for hours.
+const MAX_SLEEP_MS: u64 = 3_600_000;
+
+struct Echo;
+
+impl Tool for Echo {
+    fn name(&self) -> &str {
+        "echo"
+    }
+    fn description(&self) -> &str {
+        "Returns its input unchanged."
+    }
+    fn input_schema(&self) -> Value {
+        json!({"type": "object", "additionalProperties": true})
+    }
+    fn annotations(&self) -> Annotations {
+        READ_ONLY
+    }
+    fn is_concurrency_safe(&self, _input: &Value) -> bool {
+        true
+    }
+    fn call<'a>(&'a self, input: Value, _ctx: &'a ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+        Box::pin(async move { Ok(ToolOutput::Json(input)) })
+    }
+}
+
+struct Sleep;
+
+impl Tool for Sleep {
+    fn name(&self) -> &str {
+        "sleep"
+    }
+    fn description(&self) -> &str {
+        "Waits the given number of milliseconds, then returns; stops at once when cancelled."
+    }
+    fn input_schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {"ms": {"type": "integer", "minimum": 0, "maximum": MAX_SLEEP_MS}},
+            "required": ["ms"],
+            "additionalProperties": false
+        })
+    }
+    fn annotations(&self) -> Annotations {
+        READ_ONLY
+    }
+    fn is_concurrency_safe(&self, _input: &Value) -> bool {
+        true
+    }
+    fn call<'a>(&'a self, input: Value, ctx: &'a ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+        Box::pin(async move {
+            let Some(ms) = input.get("ms").and_then(Value::as_u64).filter(|ms| *ms <= MAX_SLEEP_MS) else {
+                return Err(ToolError::invalid_input(format!(
+                    "'ms' must be an integer from 0 to {MAX_SLEEP_MS}"
+                )));
+            };
+            tokio::select! {
+                biased;
+                () = ctx.cancel.cancelled() => Err(ToolError::failed("sleep cancelled")),
+                () = tokio::time::sleep(Duration::from_millis(ms)) => Ok(ToolOutput::Json(json!({"slept_ms": ms}))),
+            }
+        })
+    }
+}
+
+struct Now;
+
+impl Tool for Now {
+    fn name(&self) -> &str {
+        "now"
+    }
+    fn description(&self) -> &str {
+        "Returns the current UTC time as RFC 3339 text and as Unix milliseconds."
+    }
+    fn input_schema(&self) -> Value {
+        json!({"type": "object", "properties": {}, "additionalProperties": false})
+    }
+    fn annotations(&self) -> Annotations {
+        Annotations {
+            idempotent: false,
+            ..READ_ONLY
+        }
+    }
+    fn is_concurrency_safe(&self, _input: &Value) -> bool {
+        true
+    }
+    fn call<'a>(&'a self, _input: Value, _ctx: &'a ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+        Box::pin(async move {
+            let since_epoch = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_err(|_| ToolError::failed("the system clock is before 1970"))?;
+            let unix_ms = u64::try_from(since_epoch.as_millis()).unwrap_or(u64::MAX);
+            Ok(ToolOutput::Json(json!({"utc": rfc3339(unix_ms), "unix_ms": unix_ms})))
+        })
+    }
+}
+
+/// Formats Unix milliseconds as `YYYY-MM-DDTHH:MM:SS.mmmZ` (proleptic Gregorian, UTC).
+fn rfc3339(unix_ms: u64) -> String {
+    let secs = unix_ms / 1000;
+    let days = i64::try_from(secs / 86_400).unwrap_or(i64::MAX);
+    let rem = secs % 86_400;
+    let (year, month, day) = civil_from_days(days);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        unix_ms % 1000
+    )
+}
+
+/// Days since 1970-01-01 to (year, month, day), after Howard Hinnant's `civil_from_days`.
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = u32::try_from(doy - (153 * mp + 2) / 5 + 1).unwrap_or(1);
+    let month = u32::try_from(if mp < 10 { mp + 3 } else { mp - 9 }).unwrap_or(1);
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx() -> ToolContext {
+        ToolContext::new("s", "c", 0, std::env::temp_dir())
+    }
+
+    #[test]
+    fn rfc3339_formats_known_instants() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00.000Z");
+        assert_eq!(rfc3339(1_795_910_401_234), "2026-11-29T00:00:01.234Z");
+    }
+
+    #[tokio::test]
+    async fn echo_returns_its_input() {
+        let out = Echo.call(json!({"a": [1, 2]}), &ctx()).await.unwrap();
+        assert_eq!(out, ToolOutput::Json(json!({"a": [1, 2]})));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn sleep_waits_and_stops_on_cancel() {
+        let ctx = ctx();
+        let out = Sleep.call(json!({"ms": 50}), &ctx).await.unwrap();
+        assert_eq!(out, ToolOutput::Json(json!({"slept_ms": 50})));
+        ctx.cancel.cancel();
+        let err = Sleep.call(json!({"ms": 60_000}), &ctx).await.unwrap_err();
+        assert_eq!(err.message, "sleep cancelled");
+        let err = Sleep.call(json!({"ms": -1}), &ctx).await.unwrap_err();
+        assert_eq!(err.kind, crate::tools::ToolErrorKind::InvalidInput);
+    }
+
+    #[test]
+    fn excluded_builtins_are_left_out() {
+        let names: Vec<String> = builtin_tools(&["sleep".into(), "now".into()])
+            .iter()
+            .map(|t| t.name().to_owned())
+            .collect();
+        assert_eq!(names, ["echo", "scratch_write", "scratch_read", "scratch_list"]);
+        let mut all: Vec<String> = builtin_tools(&[]).iter().map(|t| t.name().to_owned()).collect();
+        all.sort();
+        assert_eq!(all, BUILTIN_NAMES);
+    }
+}

@@ -1,0 +1,286 @@
+//! Scratch tools: write, read and list files confined to the session's scratch directory.
+//! Invariant: no input can name a path outside the directory, by `..`, an absolute path or a
+//! symlink; such a path is a soft error the model can fix.
+
+use std::io::ErrorKind;
+use std::path::{Component, Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use super::{Annotations, BoxFuture, Tool, ToolContext, ToolError, ToolOutput, input_str};
+
+/// Largest file the scratch tools write or read, in bytes.
+const MAX_FILE_BYTES: usize = 1024 * 1024;
+/// Most entries `scratch_list` returns.
+const MAX_LIST_ENTRIES: usize = 1000;
+
+pub(super) struct ScratchWrite;
+pub(super) struct ScratchRead;
+pub(super) struct ScratchList;
+
+impl Tool for ScratchWrite {
+    fn name(&self) -> &str {
+        "scratch_write"
+    }
+    fn description(&self) -> &str {
+        "Writes text to a file in the session's scratch directory, creating parent directories."
+    }
+    fn input_schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "relative path inside the scratch directory"},
+                "content": {"type": "string"}
+            },
+            "required": ["path", "content"],
+            "additionalProperties": false
+        })
+    }
+    fn annotations(&self) -> Annotations {
+        Annotations {
+            idempotent: true,
+            ..Annotations::default()
+        }
+    }
+    fn resource_key(&self, input: &Value) -> Option<String> {
+        input.get("path").and_then(Value::as_str).map(str::to_owned)
+    }
+    fn call<'a>(&'a self, input: Value, ctx: &'a ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+        Box::pin(async move {
+            let path = required_str(&input, "path")?;
+            let Some(content) = input_str(&input, "content")? else {
+                return Err(ToolError::invalid_input("'content' is required"));
+            };
+            if content.len() > MAX_FILE_BYTES {
+                return Err(ToolError::invalid_input(format!(
+                    "content is {} bytes; the limit is {MAX_FILE_BYTES}",
+                    content.len()
+                )));
+            }
+            let target = confine(&ctx.scratch_dir, path)?;
+            // Checked before creating parents: a symlinked directory must not lead outside,
+            // and create_dir_all would otherwise follow it.
+            confine_resolved(&ctx.scratch_dir, &target, path).await?;
+            if let Some(parent) = target.parent() {
+                tokio::fs::create_dir_all(parent).await.map_err(|e| io_error(path, &e))?;
+            }
+            tokio::fs::write(&target, content).await.map_err(|e| io_error(path, &e))?;
+            Ok(ToolOutput::Json(json!({"path": path, "bytes": content.len()})))
+        })
+    }
+}
+
+impl Tool for ScratchRead {
+    fn name(&self) -> &str {
+        "scratch_read"
+    }
+    fn description(&self) -> &str {
+        "Reads a text file from the session's scratch directory."
+    }
+    fn input_schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {"path": {"type": "string"}},
+            "required": ["path"],
+            "additionalProperties": false
+        })
+    }
+    fn annotations(&self) -> Annotations {
+        Annotations {
+            read_only: true,
+            idempotent: true,
+            ..Annotations::default()
+        }
+    }
+    fn is_concurrency_safe(&self, _input: &Value) -> bool {
+        true
+    }
+    fn resource_key(&self, input: &Value) -> Option<String> {
+        input.get("path").and_then(Value::as_str).map(str::to_owned)
+    }
+    fn call<'a>(&'a self, input: Value, ctx: &'a ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+        Box::pin(async move {
+            let path = required_str(&input, "path")?;
+            let target = confine(&ctx.scratch_dir, path)?;
+            confine_resolved(&ctx.scratch_dir, &target, path).await?;
+            let meta = tokio::fs::metadata(&target).await.map_err(|e| io_error(path, &e))?;
+            if meta.len() > MAX_FILE_BYTES as u64 {
+                return Err(ToolError::failed(format!(
+                    "'{path}' is {} bytes; the limit is {MAX_FILE_BYTES}",
+                    meta.len()
+                )));
+            }
+            let bytes = tokio::fs::read(&target).await.map_err(|e| io_error(path, &e))?;
+            let text = String::from_utf8(bytes)
+                .map_err(|_| ToolError::failed(format!("'{path}' is not UTF-8 text")))?;
+            Ok(ToolOutput::Text(text))
+        })
+    }
+}
+
+impl Tool for ScratchList {
+    fn name(&self) -> &str {
+        "scratch_list"
+    }
+    fn description(&self) -> &str {
+        "Lists the entries of a directory in the session's scratch directory (default: its root)."
+    }
+    fn input_schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {"path": {"type": "string"}},
+            "additionalProperties": false
+        })
+    }
+    fn annotations(&self) -> Annotations {
+        Annotations {
+            read_only: true,
+            idempotent: true,
+            ..Annotations::default()
+        }
+    }
+    fn is_concurrency_safe(&self, _input: &Value) -> bool {
+        true
+    }
+    fn call<'a>(&'a self, input: Value, ctx: &'a ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+        Box::pin(async move {
+            let path = input_str(&input, "path")?.unwrap_or("");
+            let target = if path.is_empty() || path == "." {
+                ctx.scratch_dir.clone()
+            } else {
+                confine(&ctx.scratch_dir, path)?
+            };
+            confine_resolved(&ctx.scratch_dir, &target, path).await?;
+            let mut dir = tokio::fs::read_dir(&target).await.map_err(|e| io_error(path, &e))?;
+            let mut entries = Vec::new();
+            while let Some(entry) = dir.next_entry().await.map_err(|e| io_error(path, &e))? {
+                let kind = match entry.file_type().await {
+                    Ok(t) if t.is_dir() => "dir",
+                    Ok(_) => "file",
+                    Err(_) => "unknown",
+                };
+                entries.push(json!({"name": entry.file_name().to_string_lossy(), "kind": kind}));
+                if entries.len() >= MAX_LIST_ENTRIES {
+                    break;
+                }
+            }
+            entries.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+            Ok(ToolOutput::Json(json!({"path": path, "entries": entries})))
+        })
+    }
+}
+
+fn required_str<'a>(input: &'a Value, key: &str) -> Result<&'a str, ToolError> {
+    match input_str(input, key)? {
+        Some(s) if !s.is_empty() => Ok(s),
+        _ => Err(ToolError::invalid_input(format!("'{key}' is required"))),
+    }
+}
+
+/// Joins a relative path onto the scratch directory, refusing anything that could leave it.
+fn confine(root: &Path, relative: &str) -> Result<PathBuf, ToolError> {
+    let escape = || {
+        ToolError::invalid_input(format!(
+            "path '{relative}' escapes the scratch directory: use a relative path without '..'"
+        ))
+    };
+    let mut out = root.to_path_buf();
+    for component in Path::new(relative).components() {
+        match component {
+            Component::Normal(part) => out.push(part),
+            Component::CurDir => {}
+            Component::ParentDir | Component::RootDir | Component::Prefix(_) => return Err(escape()),
+        }
+    }
+    if out == root {
+        return Err(ToolError::invalid_input(format!("path '{relative}' names no file")));
+    }
+    Ok(out)
+}
+
+/// Resolves symlinks of the deepest existing ancestor and checks it is still under the root.
+async fn confine_resolved(root: &Path, target: &Path, relative: &str) -> Result<(), ToolError> {
+    let root = tokio::fs::canonicalize(root)
+        .await
+        .map_err(|e| ToolError::failed(format!("scratch directory unavailable: {e}")))?;
+    let mut probe = target.to_path_buf();
+    loop {
+        match tokio::fs::canonicalize(&probe).await {
+            Ok(resolved) if resolved.starts_with(&root) => return Ok(()),
+            Ok(_) => {
+                return Err(ToolError::invalid_input(format!(
+                    "path '{relative}' escapes the scratch directory through a symlink"
+                )));
+            }
+            Err(e) if e.kind() == ErrorKind::NotFound && probe.pop() => {}
+            Err(e) => return Err(io_error(relative, &e)),
+        }
+    }
+}
+
+fn io_error(path: &str, error: &std::io::Error) -> ToolError {
+    match error.kind() {
+        ErrorKind::NotFound => ToolError::failed(format!("'{path}' does not exist")),
+        _ => ToolError::failed(format!("'{path}': {error}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> ToolContext {
+        let dir = std::env::temp_dir().join(format!("toolgate-scratch-test-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        ToolContext::new("s", "c", 0, dir)
+    }
+
+    #[tokio::test]
+    async fn write_read_list_round_trip() {
+        let ctx = scratch("roundtrip");
+        ScratchWrite.call(json!({"path": "a/b.txt", "content": "héllo"}), &ctx).await.unwrap();
+        let read = ScratchRead.call(json!({"path": "a/b.txt"}), &ctx).await.unwrap();
+        assert_eq!(read, ToolOutput::Text("héllo".into()));
+        let list = ScratchList.call(json!({}), &ctx).await.unwrap();
+        assert_eq!(list, ToolOutput::Json(json!({"path": "", "entries": [{"name": "a", "kind": "dir"}]})));
+        let _ = std::fs::remove_dir_all(&ctx.scratch_dir);
+    }
+
+    #[tokio::test]
+    async fn paths_that_escape_are_soft_errors() {
+        let ctx = scratch("escape");
+        for path in ["../x", "/etc/passwd", "a/../../x", ".", ""] {
+            let err = ScratchWrite.call(json!({"path": path, "content": "x"}), &ctx).await.unwrap_err();
+            assert_eq!(err.kind, crate::tools::ToolErrorKind::InvalidInput, "{path}: {err}");
+        }
+        let err = ScratchRead.call(json!({"path": "../../etc/passwd"}), &ctx).await.unwrap_err();
+        assert!(err.message.contains("escapes the scratch directory"), "{err}");
+        let _ = std::fs::remove_dir_all(&ctx.scratch_dir);
+    }
+
+    #[tokio::test]
+    async fn symlinks_out_of_the_directory_are_refused() {
+        let ctx = scratch("symlink");
+        std::os::unix::fs::symlink("/etc", ctx.scratch_dir.join("link")).unwrap();
+        let err = ScratchRead.call(json!({"path": "link/hostname"}), &ctx).await.unwrap_err();
+        assert!(err.message.contains("through a symlink"), "{err}");
+        let err = ScratchWrite.call(json!({"path": "link/new", "content": "x"}), &ctx).await.unwrap_err();
+        assert!(err.message.contains("through a symlink"), "{err}");
+        let err = ScratchWrite
+            .call(json!({"path": "link/toolgate-new-dir/f", "content": "x"}), &ctx)
+            .await
+            .unwrap_err();
+        assert!(err.message.contains("through a symlink"), "{err}");
+        assert!(!std::path::Path::new("/etc/toolgate-new-dir").exists());
+        let _ = std::fs::remove_dir_all(&ctx.scratch_dir);
+    }
+
+    #[tokio::test]
+    async fn missing_files_say_so() {
+        let ctx = scratch("missing");
+        let err = ScratchRead.call(json!({"path": "nope.txt"}), &ctx).await.unwrap_err();
+        assert_eq!(err.message, "'nope.txt' does not exist");
+        let _ = std::fs::remove_dir_all(&ctx.scratch_dir);
+    }
+}
