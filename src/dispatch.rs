@@ -29,6 +29,8 @@ pub struct Batch {
     /// A validated session id; empty means a fresh session for this batch only.
     pub session_id: String,
     pub calls: Vec<Received>,
+    /// The request context that input references read.
+    pub context: Map<String, Value>,
     pub options: BatchOptions,
     pub turn: u32,
 }
@@ -165,6 +167,15 @@ impl Dispatcher {
         let duration = started.elapsed();
         span.record("outcome", field::debug(outcome));
         span.record("duration_ms", duration.as_millis());
+        span.in_scope(|| {
+            tracing::info!(
+                outcome = ?outcome,
+                calls = results.len(),
+                errors = results.iter().filter(|r| !r.success).count(),
+                duration_ms = duration.as_millis(),
+                "batch finished"
+            );
+        });
         let messages = tool_messages(&results, batch.options.message_format);
         BatchReport {
             session_id: session.id.clone(),

@@ -48,15 +48,19 @@ impl Session {
 #[derive(Debug)]
 pub struct Sessions {
     base: PathBuf,
+    /// Whether the base directory is this server's own (removed on stop) or an operator's.
+    owns_base: bool,
     live: Mutex<HashMap<String, Arc<Session>>>,
     next_ephemeral: AtomicU64,
 }
 
 impl Sessions {
-    /// Sessions whose scratch directories live under `base`.
-    pub fn new(base: PathBuf) -> Self {
+    /// Sessions whose scratch directories live under `base`; `owns_base` means the base itself
+    /// is removed on stop (a per-server temp directory), otherwise only session directories are.
+    pub fn new(base: PathBuf, owns_base: bool) -> Self {
         Sessions {
             base,
+            owns_base,
             live: Mutex::new(HashMap::new()),
             next_ephemeral: AtomicU64::new(1),
         }
@@ -90,8 +94,13 @@ impl Sessions {
     /// Removes every scratch directory (server stop).
     pub fn remove_all(&self) {
         let mut live = self.live.lock().unwrap_or_else(|poison| poison.into_inner());
+        for session in live.values() {
+            remove_dir(&session.scratch_dir);
+        }
         live.clear();
-        remove_dir(&self.base);
+        if self.owns_base {
+            remove_dir(&self.base);
+        }
     }
 
     fn make(&self, id: String, ephemeral: bool) -> Session {
@@ -129,7 +138,7 @@ mod tests {
     #[test]
     fn scratch_directories_are_per_session_and_removed() {
         let base = std::env::temp_dir().join(format!("toolgate-sessions-test-{}", std::process::id()));
-        let sessions = Sessions::new(base.clone());
+        let sessions = Sessions::new(base.clone(), true);
         let named = sessions.open("alpha");
         assert!(Arc::ptr_eq(&named, &sessions.open("alpha")));
         let dir = named.scratch_dir();
@@ -144,5 +153,18 @@ mod tests {
         assert!(dir.exists(), "named sessions outlive a batch");
         sessions.remove_all();
         assert!(!base.exists());
+    }
+
+    #[test]
+    fn an_operator_base_directory_is_kept() {
+        let base = std::env::temp_dir().join(format!("toolgate-sessions-kept-{}", std::process::id()));
+        std::fs::create_dir_all(&base).unwrap();
+        std::fs::write(base.join("keep.txt"), "x").unwrap();
+        let sessions = Sessions::new(base.clone(), false);
+        let dir = sessions.open("beta").scratch_dir();
+        sessions.remove_all();
+        assert!(!dir.exists());
+        assert!(base.join("keep.txt").exists());
+        std::fs::remove_dir_all(&base).unwrap();
     }
 }

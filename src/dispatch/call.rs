@@ -82,6 +82,7 @@ pub(super) async fn execute(call: &ToolCall, registered: &Registered, scope: &Ca
         if result.error_class == ErrorClass::Panic {
             tracing::error!(error = %result.error, "tool panicked");
         }
+        tracing::debug!(outcome = ?result.error_class, duration_ms = duration.as_millis(), "call finished");
         result
     }
     .instrument(span)

@@ -1,0 +1,353 @@
+//! Typed configuration: the embedded default, a TOML file and `TOOLGATE_*` environment variables,
+//! merged in that order, then validated with every problem reported at once.
+
+mod duration;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use toml::Table;
+
+use crate::tools::BUILTIN_NAMES;
+
+/// The embedded default configuration, as shipped.
+pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
+
+/// Prefix of environment variables that override config keys.
+pub const ENV_PREFIX: &str = "TOOLGATE_";
+
+/// The whole configuration.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub limits: Limits,
+    pub dispatch: DispatchConfig,
+    pub sessions: SessionsConfig,
+    pub tools: ToolsConfig,
+    pub log: LogConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    pub listen: String,
+    pub max_message_bytes: usize,
+    pub max_concurrent_batches: usize,
+    #[serde(with = "duration")]
+    pub shutdown_grace: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    pub max_calls: u32,
+    pub max_calls_ceiling: u32,
+    pub max_json_depth: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DispatchConfig {
+    #[serde(with = "duration")]
+    pub call_timeout: Duration,
+    #[serde(with = "duration")]
+    pub max_call_timeout: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SessionsConfig {
+    /// Empty: a per-server directory under the system temp dir.
+    pub scratch_base: PathBuf,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ToolsConfig {
+    pub builtin: BuiltinConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BuiltinConfig {
+    pub enabled: bool,
+    pub exclude: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    pub level: String,
+    pub format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// Every problem found in a configuration, one per line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid configuration:\n  - {}", .problems.join("\n  - "))]
+pub struct ConfigError {
+    pub problems: Vec<String>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: "127.0.0.1:50051".to_owned(),
+            max_message_bytes: 4 * 1024 * 1024,
+            max_concurrent_batches: 256,
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_calls: 64,
+            max_calls_ceiling: 1024,
+            max_json_depth: 64,
+        }
+    }
+}
+
+impl Default for DispatchConfig {
+    fn default() -> Self {
+        DispatchConfig {
+            call_timeout: Duration::from_secs(60),
+            max_call_timeout: Duration::from_secs(3600),
+        }
+    }
+}
+
+impl Default for BuiltinConfig {
+    fn default() -> Self {
+        BuiltinConfig {
+            enabled: true,
+            exclude: Vec::new(),
+        }
+    }
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            level: "info".to_owned(),
+            format: LogFormat::Text,
+        }
+    }
+}
+
+impl Config {
+    /// Loads the embedded default, then `file` (if any), then `TOOLGATE_*` variables from `env`.
+    pub fn load(
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Config, ConfigError> {
+        let mut problems = Vec::new();
+        let mut table = parse_toml(DEFAULT_TOML, "embedded default", &mut problems);
+        if let Some(path) = file {
+            match std::fs::read_to_string(path) {
+                Ok(text) => {
+                    let overrides = parse_toml(&text, &path.display().to_string(), &mut problems);
+                    merge(&mut table, overrides);
+                }
+                Err(e) => problems.push(format!("{}: cannot read: {e}", path.display())),
+            }
+        }
+        apply_env(&mut table, env, &mut problems);
+        let config = from_table(table, &mut problems);
+        problems.extend(config.problems());
+        if problems.is_empty() {
+            Ok(config)
+        } else {
+            Err(ConfigError { problems })
+        }
+    }
+
+    /// Parses a TOML document on top of the embedded default, without the environment.
+    pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
+        let mut problems = Vec::new();
+        let mut table = parse_toml(DEFAULT_TOML, "embedded default", &mut problems);
+        merge(&mut table, parse_toml(text, "config", &mut problems));
+        let config = from_table(table, &mut problems);
+        problems.extend(config.problems());
+        if problems.is_empty() {
+            Ok(config)
+        } else {
+            Err(ConfigError { problems })
+        }
+    }
+
+    /// Checks the values against each other and the server's hard limits.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let problems = self.problems();
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigError { problems })
+        }
+    }
+
+    fn problems(&self) -> Vec<String> {
+        let mut p = Vec::new();
+        if self.server.listen.parse::<SocketAddr>().is_err() {
+            p.push(format!(
+                "server.listen: '{}' is not an address such as 127.0.0.1:50051",
+                self.server.listen
+            ));
+        }
+        if self.server.max_message_bytes < 1024 {
+            p.push("server.max_message_bytes: must be at least 1024".to_owned());
+        }
+        if self.server.max_concurrent_batches == 0 {
+            p.push("server.max_concurrent_batches: must be at least 1".to_owned());
+        }
+        let limits = &self.limits;
+        if limits.max_calls == 0 {
+            p.push("limits.max_calls: must be at least 1".to_owned());
+        }
+        if limits.max_calls > limits.max_calls_ceiling {
+            p.push(format!(
+                "limits.max_calls: {} is above limits.max_calls_ceiling ({})",
+                limits.max_calls, limits.max_calls_ceiling
+            ));
+        }
+        // Protobuf decoding stops at 100 nested messages; deeper JSON could never arrive anyway.
+        if !(1..=100).contains(&limits.max_json_depth) {
+            p.push("limits.max_json_depth: must be from 1 to 100".to_owned());
+        }
+        if self.dispatch.call_timeout.is_zero() {
+            p.push("dispatch.call_timeout: must be longer than zero".to_owned());
+        }
+        if self.dispatch.call_timeout > self.dispatch.max_call_timeout {
+            p.push("dispatch.call_timeout: is above dispatch.max_call_timeout".to_owned());
+        }
+        for name in &self.tools.builtin.exclude {
+            if !BUILTIN_NAMES.contains(&name.as_str()) {
+                p.push(format!(
+                    "tools.builtin.exclude: '{name}' is not a built-in tool (built-ins: {})",
+                    BUILTIN_NAMES.join(", ")
+                ));
+            }
+        }
+        if tracing_subscriber::EnvFilter::try_new(&self.log.level).is_err() {
+            p.push(format!("log.level: '{}' is not a valid log filter", self.log.level));
+        }
+        p
+    }
+}
+
+fn parse_toml(text: &str, origin: &str, problems: &mut Vec<String>) -> Table {
+    match text.parse::<Table>() {
+        Ok(table) => table,
+        Err(e) => {
+            problems.push(format!("{origin}: {}", e.to_string().trim_end()));
+            Table::new()
+        }
+    }
+}
+
+/// Deep-merges `overrides` into `base`: tables merge key by key, anything else replaces.
+fn merge(base: &mut Table, overrides: Table) {
+    for (key, value) in overrides {
+        match (base.get_mut(&key), value) {
+            (Some(toml::Value::Table(into)), toml::Value::Table(from)) => merge(into, from),
+            (_, value) => {
+                base.insert(key, value);
+            }
+        }
+    }
+}
+
+/// `TOOLGATE_SECTION__KEY=value` sets `section.key`; the value is read as a TOML value when it
+/// parses as one (`100`, `true`, `["a"]`) and as a string otherwise. `TOOLGATE_LISTEN` is short
+/// for `TOOLGATE_SERVER__LISTEN`. Variables without `__` are not config keys and are ignored.
+fn apply_env(table: &mut Table, env: impl IntoIterator<Item = (String, String)>, problems: &mut Vec<String>) {
+    let mut vars: Vec<(String, String)> = env
+        .into_iter()
+        .filter(|(k, _)| k.starts_with(ENV_PREFIX))
+        .collect();
+    vars.sort();
+    for (name, raw) in vars {
+        let rest = &name[ENV_PREFIX.len()..];
+        let path: Vec<String> = if rest == "LISTEN" {
+            vec!["server".into(), "listen".into()]
+        } else if rest.contains("__") {
+            rest.split("__").map(str::to_lowercase).collect()
+        } else {
+            continue;
+        };
+        if path.iter().any(String::is_empty) {
+            problems.push(format!("{name}: malformed variable name"));
+            continue;
+        }
+        let value = format!("v = {raw}")
+            .parse::<Table>()
+            .ok()
+            .and_then(|mut t| t.remove("v"))
+            .unwrap_or(toml::Value::String(raw));
+        if let Err(part) = set_path(table, &path, value) {
+            problems.push(format!("{name}: '{part}' is not a section"));
+        }
+    }
+}
+
+/// Sets `path` in nested tables, creating them; fails with the segment that is not a table.
+fn set_path(table: &mut Table, path: &[String], value: toml::Value) -> Result<(), String> {
+    match path {
+        [] => Ok(()),
+        [last] => {
+            table.insert(last.clone(), value);
+            Ok(())
+        }
+        [first, rest @ ..] => {
+            let entry = table
+                .entry(first.clone())
+                .or_insert_with(|| toml::Value::Table(Table::new()));
+            match entry {
+                toml::Value::Table(next) => set_path(next, rest, value),
+                _ => Err(first.clone()),
+            }
+        }
+    }
+}
+
+/// Deserializes each section on its own so one bad section does not hide problems in another.
+fn from_table(mut table: Table, problems: &mut Vec<String>) -> Config {
+    let mut config = Config::default();
+    section(&mut table, "server", &mut config.server, problems);
+    section(&mut table, "limits", &mut config.limits, problems);
+    section(&mut table, "dispatch", &mut config.dispatch, problems);
+    section(&mut table, "sessions", &mut config.sessions, problems);
+    section(&mut table, "tools", &mut config.tools, problems);
+    section(&mut table, "log", &mut config.log, problems);
+    for unknown in table.keys() {
+        problems.push(format!(
+            "unknown section '{unknown}' (known: server, limits, dispatch, sessions, tools, log)"
+        ));
+    }
+    config
+}
+
+fn section<T: DeserializeOwned>(table: &mut Table, name: &str, into: &mut T, problems: &mut Vec<String>) {
+    let Some(value) = table.remove(name) else {
+        return;
+    };
+    match value.try_into::<T>() {
+        Ok(parsed) => *into = parsed,
+        Err(e) => problems.push(format!("[{name}]: {}", e.message().trim_end())),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,83 @@
+//! Config loading tests: defaults, precedence, and reporting every problem at once.
+
+use super::*;
+
+fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+}
+
+#[test]
+fn embedded_default_matches_the_rust_defaults() {
+    assert_eq!(Config::load(None, env(&[])).unwrap(), Config::default());
+    assert_eq!(Config::from_toml("").unwrap(), Config::default());
+}
+
+#[test]
+fn a_file_overrides_only_what_it_names() {
+    let config = Config::from_toml(
+        "[limits]\nmax_calls = 10\n[dispatch]\ncall_timeout = \"1500ms\"\n[tools.builtin]\nexclude = [\"sleep\"]",
+    )
+    .unwrap();
+    assert_eq!(config.limits.max_calls, 10);
+    assert_eq!(config.limits.max_calls_ceiling, 1024);
+    assert_eq!(config.dispatch.call_timeout, Duration::from_millis(1500));
+    assert_eq!(config.tools.builtin.exclude, ["sleep"]);
+    assert!(config.tools.builtin.enabled);
+}
+
+#[test]
+fn environment_overrides_the_file() {
+    let dir = std::env::temp_dir().join(format!("toolgate-config-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("c.toml");
+    std::fs::write(&file, "[server]\nlisten = \"127.0.0.1:7000\"\n[limits]\nmax_calls = 5").unwrap();
+    let config = Config::load(
+        Some(&file),
+        env(&[
+            ("TOOLGATE_LISTEN", "127.0.0.1:0"),
+            ("TOOLGATE_LIMITS__MAX_CALLS", "7"),
+            ("TOOLGATE_TOOLS__BUILTIN__ENABLED", "false"),
+            ("TOOLGATE_LOG__FORMAT", "json"),
+            ("TOOLGATE_UNRELATED", "ignored"),
+            ("PATH", "/bin"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(config.server.listen, "127.0.0.1:0");
+    assert_eq!(config.limits.max_calls, 7);
+    assert!(!config.tools.builtin.enabled);
+    assert_eq!(config.log.format, LogFormat::Json);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn every_problem_is_listed() {
+    let err = Config::from_toml(
+        "[server]\nlisten = \"nowhere\"\n[limits]\nmax_calls = 0\nmax_json_depth = 500\n\
+         [dispatch]\ncall_timeout = \"soon\"\n[tools.builtin]\nexclude = [\"nope\"]\n[bogus]\nx = 1",
+    )
+    .unwrap_err();
+    let text = err.to_string();
+    for expected in [
+        "server.listen: 'nowhere'",
+        "limits.max_calls: must be at least 1",
+        "limits.max_json_depth: must be from 1 to 100",
+        "[dispatch]: 'soon' is not a duration",
+        "tools.builtin.exclude: 'nope' is not a built-in tool",
+        "unknown section 'bogus'",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
+    assert_eq!(err.problems.len(), 6, "{text}");
+}
+
+#[test]
+fn unknown_keys_and_wrong_types_are_problems() {
+    let err = Config::from_toml("[server]\nlisten = 5\n[limits]\nmax_cals = 3").unwrap_err();
+    assert_eq!(err.problems.len(), 2, "{err}");
+    assert!(err.problems[1].contains("unknown field `max_cals`"), "{err}");
+    let err = Config::from_toml("not toml = = 1").unwrap_err();
+    assert!(err.problems[0].starts_with("config: "), "{err}");
+    let err = Config::load(Some(Path::new("/nonexistent/toolgate.toml")), env(&[])).unwrap_err();
+    assert!(err.problems[0].contains("cannot read"), "{err}");
+}

@@ -1,0 +1,13 @@
+//! The only module that speaks the public API: service adapter, conversions, status mapping,
+//! codec and the server with health, reflection and graceful shutdown.
+
+pub mod codec;
+pub mod convert;
+pub(crate) mod server;
+mod service;
+mod status;
+
+pub use server::{ServeError, serve};
+pub(crate) use service::ServiceState;
+pub(crate) use convert::RequestRules;
+pub use status::RequestError;

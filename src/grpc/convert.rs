@@ -1,0 +1,379 @@
+//! Translation between the wire types of `toolgate.v1` and the domain types, in both directions.
+//! Requests are parsed once here ("parse, don't validate"); nothing past this file sees prost.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use prost_types::value::Kind;
+use serde_json::{Map, Number, Value};
+
+use super::status::RequestError;
+use crate::calls::{self, IntakeLimits};
+use crate::config::{DispatchConfig, Limits};
+use crate::dispatch::{Batch, BatchOptions, BatchReport, CallResult, ErrorClass, Event, MessageFormat, Outcome};
+use crate::pb;
+use crate::session::validate_session_id;
+use crate::tools::registry::Registered;
+use crate::tools::{ContentPart, ToolSource};
+
+/// Largest integer magnitude a protobuf double carries exactly (2^53).
+const MAX_EXACT_INTEGER: f64 = 9_007_199_254_740_992.0;
+
+/// Server settings a request is checked against.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestRules {
+    pub limits: Limits,
+    pub dispatch: DispatchConfig,
+}
+
+/// Parses and checks a dispatch request; nothing has run when this fails.
+pub fn batch_from_request(
+    request: pb::DispatchBatchRequest,
+    rules: &RequestRules,
+) -> Result<Batch, RequestError> {
+    if !request.session_id.is_empty() {
+        validate_session_id(&request.session_id).map_err(RequestError::Invalid)?;
+    }
+    let options = request.options.unwrap_or_default();
+    let (batch_options, max_calls) = options_from(&options, rules)?;
+    let depth = rules.limits.max_json_depth;
+    let elements = match (request.calls.is_empty(), &request.assistant_message) {
+        (false, Some(_)) => {
+            return Err(RequestError::Invalid(
+                "set either calls or assistant_message, not both".to_owned(),
+            ));
+        }
+        (_, None) => request
+            .calls
+            .iter()
+            .enumerate()
+            .map(|(i, v)| json_from_value(v, depth, &format!("calls[{i}]")))
+            .collect::<Result<Vec<_>, _>>()?,
+        (true, Some(message)) => {
+            let message = json_from_value(message, depth, "assistant_message")?;
+            calls::extract_calls(&message).map_err(RequestError::Invalid)?
+        }
+    };
+    if elements.len() > max_calls as usize {
+        return Err(RequestError::TooManyCalls {
+            count: elements.len(),
+            limit: max_calls,
+        });
+    }
+    let context = match &request.context {
+        Some(context) => json_from_struct(context, depth, "context")?,
+        None => Map::new(),
+    };
+    let received = calls::intake(&elements, IntakeLimits { max_json_depth: depth });
+    Ok(Batch {
+        session_id: request.session_id,
+        calls: received,
+        context,
+        options: batch_options,
+        turn: request.turn,
+    })
+}
+
+fn options_from(options: &pb::DispatchOptions, rules: &RequestRules) -> Result<(BatchOptions, u32), RequestError> {
+    use pb::dispatch_options::{MessageFormat as Format, Mode, OnError};
+    let unknown = |field: &str, value: i32| RequestError::Invalid(format!("options.{field} {value} is not a known value"));
+    match Mode::try_from(options.mode).map_err(|_| unknown("mode", options.mode))? {
+        Mode::Sequential => {}
+        Mode::Parallel => {
+            return Err(RequestError::Unsupported(
+                "options.mode PARALLEL is not supported yet; use SEQUENTIAL".to_owned(),
+            ));
+        }
+    }
+    match OnError::try_from(options.on_error).map_err(|_| unknown("on_error", options.on_error))? {
+        OnError::Continue => {}
+        OnError::FailFast => {
+            return Err(RequestError::Unsupported(
+                "options.on_error FAIL_FAST is not supported yet; use CONTINUE".to_owned(),
+            ));
+        }
+    }
+    let message_format = match Format::try_from(options.message_format)
+        .map_err(|_| unknown("message_format", options.message_format))?
+    {
+        Format::OpenaiChat => MessageFormat::OpenAiChat,
+        Format::Anthropic => MessageFormat::Anthropic,
+        Format::OpenaiResponses => MessageFormat::OpenAiResponses,
+        Format::Gemini => MessageFormat::Gemini,
+    };
+    let max_calls = match options.max_calls {
+        0 => rules.limits.max_calls,
+        n if n > rules.limits.max_calls_ceiling => {
+            return Err(RequestError::Invalid(format!(
+                "options.max_calls {n} is above this server's ceiling of {}",
+                rules.limits.max_calls_ceiling
+            )));
+        }
+        n => n,
+    };
+    let call_timeout = match &options.call_timeout {
+        None => rules.dispatch.call_timeout,
+        Some(d) if d.seconds == 0 && d.nanos == 0 => rules.dispatch.call_timeout,
+        Some(d) => {
+            let timeout = Duration::try_from(*d).map_err(|_| {
+                RequestError::Invalid("options.call_timeout must be a positive duration".to_owned())
+            })?;
+            if timeout > rules.dispatch.max_call_timeout {
+                return Err(RequestError::Invalid(format!(
+                    "options.call_timeout {}s is above this server's maximum of {}s",
+                    timeout.as_secs(),
+                    rules.dispatch.max_call_timeout.as_secs()
+                )));
+            }
+            timeout
+        }
+    };
+    Ok((BatchOptions { message_format, call_timeout }, max_calls))
+}
+
+/// A protobuf `Value` as JSON. Integral numbers within ±2^53 become JSON integers.
+pub fn json_from_value(value: &prost_types::Value, max_depth: usize, path: &str) -> Result<Value, RequestError> {
+    convert_value(value, max_depth, 0, path)
+}
+
+fn json_from_struct(
+    value: &prost_types::Struct,
+    max_depth: usize,
+    path: &str,
+) -> Result<Map<String, Value>, RequestError> {
+    match convert_struct(value, max_depth, 1, path)? {
+        Value::Object(map) => Ok(map),
+        _ => Ok(Map::new()),
+    }
+}
+
+fn convert_value(value: &prost_types::Value, max_depth: usize, depth: usize, path: &str) -> Result<Value, RequestError> {
+    let too_deep = || RequestError::Invalid(format!("{path} nests deeper than {max_depth} levels"));
+    Ok(match &value.kind {
+        None | Some(Kind::NullValue(_)) => Value::Null,
+        Some(Kind::BoolValue(b)) => Value::Bool(*b),
+        Some(Kind::StringValue(s)) => Value::String(s.clone()),
+        Some(Kind::NumberValue(n)) => json_number(*n)
+            .ok_or_else(|| RequestError::Invalid(format!("{path} holds a number that is not finite")))?,
+        Some(Kind::StructValue(s)) => convert_struct(s, max_depth, depth + 1, path)?,
+        Some(Kind::ListValue(list)) => {
+            if depth + 1 > max_depth {
+                return Err(too_deep());
+            }
+            let items = list
+                .values
+                .iter()
+                .map(|v| convert_value(v, max_depth, depth + 1, path))
+                .collect::<Result<Vec<_>, _>>()?;
+            Value::Array(items)
+        }
+    })
+}
+
+fn convert_struct(value: &prost_types::Struct, max_depth: usize, depth: usize, path: &str) -> Result<Value, RequestError> {
+    if depth > max_depth {
+        return Err(RequestError::Invalid(format!("{path} nests deeper than {max_depth} levels")));
+    }
+    let mut map = Map::new();
+    for (key, member) in &value.fields {
+        map.insert(key.clone(), convert_value(member, max_depth, depth, path)?);
+    }
+    Ok(Value::Object(map))
+}
+
+fn json_number(n: f64) -> Option<Value> {
+    if !n.is_finite() {
+        return None;
+    }
+    if n.fract() == 0.0 && n.abs() <= MAX_EXACT_INTEGER {
+        // Exact: |n| <= 2^53 fits an i64 without rounding.
+        #[allow(clippy::cast_possible_truncation)]
+        return Some(Value::Number(Number::from(n as i64)));
+    }
+    Number::from_f64(n).map(Value::Number)
+}
+
+/// A protobuf `Value` as JSON for clients (no depth limit beyond protobuf's own).
+pub fn to_json(value: &prost_types::Value) -> Value {
+    convert_value(value, usize::MAX, 0, "value").unwrap_or(Value::Null)
+}
+
+/// JSON as a protobuf `Value` (numbers become doubles).
+pub fn value_from_json(value: &Value) -> prost_types::Value {
+    let kind = match value {
+        Value::Null => Kind::NullValue(0),
+        Value::Bool(b) => Kind::BoolValue(*b),
+        Value::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or(0.0)),
+        Value::String(s) => Kind::StringValue(s.clone()),
+        Value::Array(items) => Kind::ListValue(prost_types::ListValue {
+            values: items.iter().map(value_from_json).collect(),
+        }),
+        Value::Object(map) => Kind::StructValue(struct_from_json(map)),
+    };
+    prost_types::Value { kind: Some(kind) }
+}
+
+pub fn struct_from_json(map: &Map<String, Value>) -> prost_types::Struct {
+    prost_types::Struct {
+        fields: map.iter().map(|(k, v)| (k.clone(), value_from_json(v))).collect(),
+    }
+}
+
+pub fn duration(d: Duration) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),
+    }
+}
+
+pub fn error_class(class: ErrorClass) -> pb::ErrorClass {
+    match class {
+        ErrorClass::None => pb::ErrorClass::None,
+        ErrorClass::InvalidCall => pb::ErrorClass::InvalidCall,
+        ErrorClass::InvalidArguments => pb::ErrorClass::InvalidArguments,
+        ErrorClass::DuplicateId => pb::ErrorClass::DuplicateId,
+        ErrorClass::UnknownTool => pb::ErrorClass::UnknownTool,
+        ErrorClass::Blocked => pb::ErrorClass::Blocked,
+        ErrorClass::PermissionDenied => pb::ErrorClass::PermissionDenied,
+        ErrorClass::CircuitOpen => pb::ErrorClass::CircuitOpen,
+        ErrorClass::Timeout => pb::ErrorClass::Timeout,
+        ErrorClass::Cancelled => pb::ErrorClass::Cancelled,
+        ErrorClass::ToolError => pb::ErrorClass::ToolError,
+        ErrorClass::Panic => pb::ErrorClass::Panic,
+        ErrorClass::Transport => pb::ErrorClass::Transport,
+        ErrorClass::LoopStopped => pb::ErrorClass::LoopStopped,
+        ErrorClass::Skipped => pb::ErrorClass::Skipped,
+        ErrorClass::Quarantined => pb::ErrorClass::Quarantined,
+    }
+}
+
+fn index(i: usize) -> u32 {
+    u32::try_from(i).unwrap_or(u32::MAX)
+}
+
+pub fn call_result(r: &CallResult) -> pb::CallResult {
+    pb::CallResult {
+        index: index(r.index),
+        id: r.id.clone(),
+        name: r.name.clone(),
+        tool: r.tool.clone(),
+        success: r.success,
+        arguments: Some(value_from_json(&r.arguments)),
+        result: Some(value_from_json(&r.result)),
+        content: r.content.clone(),
+        error: r.error.clone(),
+        error_class: error_class(r.error_class).into(),
+        attempts: r.attempts,
+        duration: Some(duration(r.duration)),
+        cached: r.cached,
+        truncated: r.truncated,
+        parts: r.parts.iter().map(content_part).collect(),
+    }
+}
+
+fn content_part(part: &ContentPart) -> pb::ContentPart {
+    let part = match part {
+        ContentPart::Text(text) => pb::content_part::Part::Text(text.clone()),
+        ContentPart::Image { mime_type, data } => pb::content_part::Part::Image(pb::Image {
+            mime_type: mime_type.clone(),
+            data: data.clone(),
+        }),
+    };
+    pb::ContentPart { part: Some(part) }
+}
+
+pub fn batch_result(report: &BatchReport) -> pb::BatchResult {
+    use pb::batch_result::Outcome as PbOutcome;
+    let results: Vec<pb::CallResult> = report.results.iter().map(call_result).collect();
+    // Keyed by the unique ids: a repeated id keeps the first call's result.
+    let mut by_id = HashMap::with_capacity(results.len());
+    for r in &results {
+        by_id.entry(r.id.clone()).or_insert_with(|| r.clone());
+    }
+    let outcome = match report.outcome {
+        Outcome::Completed => PbOutcome::Completed,
+        Outcome::FailedFast => PbOutcome::FailedFast,
+        Outcome::Cancelled => PbOutcome::Cancelled,
+        Outcome::LoopDetected => PbOutcome::LoopDetected,
+        Outcome::RecoveryExhausted => PbOutcome::RecoveryExhausted,
+    };
+    pb::BatchResult {
+        count: index(results.len()),
+        errors: index(report.errors()),
+        all_succeeded: report.all_succeeded(),
+        messages: report.messages.iter().map(struct_from_json).collect(),
+        by_id,
+        results,
+        outcome: outcome.into(),
+        outcome_reason: report.outcome_reason.clone(),
+        duration: Some(duration(report.duration)),
+        session_id: report.session_id.clone(),
+    }
+}
+
+pub fn event(event: Event) -> pb::DispatchEvent {
+    use pb::dispatch_event::Event as E;
+    let inner = match event {
+        Event::CallReceived { index: i, id, name, arguments } => E::CallReceived(pb::CallReceived {
+            index: index(i),
+            id,
+            name,
+            arguments: Some(value_from_json(&arguments)),
+        }),
+        Event::ToolPre { index: i, id, attempt, tool } => E::ToolPre(pb::ToolPre {
+            id,
+            attempt,
+            tool,
+            index: index(i),
+        }),
+        Event::ToolPost { index: i, id, attempt, tool, error_class: class, duration: d, cached } => {
+            E::ToolPost(pb::ToolPost {
+                id,
+                attempt,
+                tool,
+                is_error: class != ErrorClass::None,
+                error_class: error_class(class).into(),
+                duration: Some(duration(d)),
+                cached,
+                index: index(i),
+            })
+        }
+    };
+    pb::DispatchEvent { event: Some(inner) }
+}
+
+pub fn result_event(report: &BatchReport) -> pb::DispatchEvent {
+    pb::DispatchEvent {
+        event: Some(pb::dispatch_event::Event::Result(batch_result(report))),
+    }
+}
+
+pub fn tool_definition(registered: &Registered) -> pb::ToolDefinition {
+    use pb::tool_definition::Source;
+    let tool = &registered.tool;
+    let schema = match tool.input_schema() {
+        Value::Object(map) => struct_from_json(&map),
+        _ => prost_types::Struct::default(),
+    };
+    let a = tool.annotations();
+    let source = match registered.source {
+        ToolSource::Builtin => Source::Builtin,
+        ToolSource::Embedded => Source::Embedded,
+    };
+    pb::ToolDefinition {
+        name: tool.name().to_owned(),
+        description: tool.description().to_owned(),
+        input_schema: Some(schema),
+        annotations: Some(pb::ToolAnnotations {
+            read_only: a.read_only,
+            destructive: a.destructive,
+            idempotent: a.idempotent,
+            open_world: a.open_world,
+        }),
+        concurrency_safe: tool.is_concurrency_safe(&Value::Object(Map::new())),
+        source: source.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,114 @@
+//! The gRPC server: ToolGate plus health and reflection (v1 and v1alpha), served until a
+//! shutdown trigger, then drained: health NOT_SERVING, new batches refused, in-flight batches
+//! given a grace period, then cancelled.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Server;
+use tonic_health::ServingStatus;
+use tonic_health::server::HealthReporter;
+
+use super::service::{ServiceState, ToolGateService};
+use crate::pb;
+use crate::pb::tool_gate_server::ToolGateServer;
+
+/// How long open connections (for example health watches) may linger once draining is done.
+const CONNECTION_LINGER: Duration = Duration::from_secs(5);
+/// How long cancelled batches get to write their final result.
+const CANCEL_SETTLE: Duration = Duration::from_secs(5);
+
+/// Transport-level settings of the server.
+#[derive(Debug, Clone, Copy)]
+pub struct ServeSettings {
+    pub max_message_bytes: usize,
+    pub shutdown_grace: Duration,
+}
+
+/// The server could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("reflection service could not be built: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
+    #[error("transport failed: {0}")]
+    Transport(#[from] tonic::transport::Error),
+}
+
+/// Serves on `listener` until `trigger` fires, then shuts down gracefully.
+pub async fn serve(
+    listener: TcpListener,
+    state: Arc<ServiceState>,
+    settings: ServeSettings,
+    trigger: CancellationToken,
+) -> Result<(), ServeError> {
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health.set_serving::<ToolGateServer<ToolGateService>>().await;
+    let reflection_v1 = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+    // grpcurl 1.8 and other older clients speak only v1alpha.
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()?;
+    let toolgate = ToolGateServer::new(ToolGateService::new(state.clone()))
+        .max_decoding_message_size(settings.max_message_bytes);
+
+    let stop_transport = CancellationToken::new();
+    let drainer = tokio::spawn(drain(
+        state,
+        health,
+        settings.shutdown_grace,
+        trigger,
+        stop_transport.clone(),
+    ));
+    let serving = Server::builder()
+        .add_service(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(toolgate)
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), stop_transport.clone().cancelled_owned());
+    let lingering = async {
+        stop_transport.cancelled().await;
+        tokio::time::sleep(CONNECTION_LINGER).await;
+    };
+    let result = tokio::select! {
+        result = serving => result.map_err(ServeError::from),
+        () = lingering => {
+            tracing::warn!("connections still open after shutdown; closing them");
+            Ok(())
+        }
+    };
+    drainer.abort();
+    result
+}
+
+/// Waits for the trigger, then drains in-flight batches and stops the transport.
+async fn drain(
+    state: Arc<ServiceState>,
+    health: HealthReporter,
+    grace: Duration,
+    trigger: CancellationToken,
+    stop_transport: CancellationToken,
+) {
+    trigger.cancelled().await;
+    tracing::info!(running = state.tracker.len(), "shutdown started");
+    health.set_not_serving::<ToolGateServer<ToolGateService>>().await;
+    health.set_service_status("", ServingStatus::NotServing).await;
+    // From here on, new batches are refused with UNAVAILABLE.
+    state.tracker.close();
+    if tokio::time::timeout(grace, state.tracker.wait()).await.is_err() {
+        tracing::warn!(
+            grace_ms = grace.as_millis(),
+            running = state.tracker.len(),
+            "grace period over; cancelling running batches"
+        );
+        state.shutdown.cancel("the server is shutting down");
+        let _ = tokio::time::timeout(CANCEL_SETTLE, state.tracker.wait()).await;
+    }
+    stop_transport.cancel();
+}

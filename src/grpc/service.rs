@@ -1,0 +1,182 @@
+//! The `ToolGate` gRPC service: a thin adapter from the public API to the dispatcher.
+//! It admits a request (shutdown, load, parsing), runs the batch, and converts the report.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::task::TaskTracker;
+use tonic::metadata::MetadataMap;
+use tonic::{Request, Response, Status};
+
+use super::convert::{self, RequestRules};
+use super::status::RequestError;
+use crate::dispatch::{Batch, Cancel, Dispatcher, Event, NoObserver, Observer};
+use crate::pb;
+use crate::pb::tool_gate_server::ToolGate;
+use crate::tools::BoxFuture;
+
+/// Events buffered per stream before the batch waits for the client to read.
+const EVENT_BUFFER: usize = 64;
+
+/// State shared by every request of one server.
+pub struct ServiceState {
+    pub dispatcher: Dispatcher,
+    pub rules: RequestRules,
+    /// Every running batch, so shutdown can wait for them.
+    pub tracker: TaskTracker,
+    /// Parent of every batch's cancel; fired when the shutdown grace period ends.
+    pub shutdown: Cancel,
+    pub batch_permits: Arc<Semaphore>,
+    pub max_batches: usize,
+}
+
+/// The `toolgate.v1.ToolGate` implementation.
+#[derive(Clone)]
+pub struct ToolGateService {
+    state: Arc<ServiceState>,
+}
+
+impl ToolGateService {
+    pub fn new(state: Arc<ServiceState>) -> Self {
+        ToolGateService { state }
+    }
+
+    /// Refuses the request while draining or overloaded, then parses it.
+    fn admit(&self, request: pb::DispatchBatchRequest) -> Result<(Batch, OwnedSemaphorePermit), RequestError> {
+        if self.state.tracker.is_closed() {
+            return Err(RequestError::ShuttingDown);
+        }
+        let permit = self
+            .state
+            .batch_permits
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| RequestError::Overloaded(self.state.max_batches))?;
+        let batch = convert::batch_from_request(request, &self.state.rules)?;
+        Ok((batch, permit))
+    }
+}
+
+/// Forwards batch events to the response stream.
+struct StreamObserver {
+    tx: mpsc::Sender<Result<pb::DispatchEvent, Status>>,
+}
+
+impl Observer for StreamObserver {
+    fn on_event(&self, event: Event) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            // A closed stream means the client left; the watcher cancels the batch.
+            let _ = self.tx.send(Ok(convert::event(event))).await;
+        })
+    }
+}
+
+#[tonic::async_trait]
+impl ToolGate for ToolGateService {
+    type DispatchBatchStream = ReceiverStream<Result<pb::DispatchEvent, Status>>;
+
+    async fn dispatch_batch(
+        &self,
+        request: Request<pb::DispatchBatchRequest>,
+    ) -> Result<Response<Self::DispatchBatchStream>, Status> {
+        let deadline = grpc_timeout(request.metadata());
+        let (batch, permit) = self.admit(request.into_inner())?;
+        let (tx, rx) = mpsc::channel(EVENT_BUFFER);
+        let cancel = self.state.shutdown.child();
+        let dispatcher = self.state.dispatcher.clone();
+        self.state.tracker.spawn(async move {
+            let _permit = permit;
+            let observer = StreamObserver { tx: tx.clone() };
+            let watcher = watch_client(&tx, &cancel, deadline);
+            let report = tokio::select! {
+                report = dispatcher.run(batch, &observer, &cancel) => report,
+                never = watcher => match never {},
+            };
+            let _ = tx.send(Ok(convert::result_event(&report))).await;
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn dispatch(
+        &self,
+        request: Request<pb::DispatchBatchRequest>,
+    ) -> Result<Response<pb::BatchResult>, Status> {
+        let (batch, _permit) = self.admit(request.into_inner())?;
+        let cancel = self.state.shutdown.child();
+        // tonic drops this future when the client goes or its deadline passes; the guard then
+        // fires the batch's cancel so tool tokens fire too.
+        let _guard = cancel.token().clone().drop_guard();
+        let run = self.state.dispatcher.run(batch, &NoObserver, &cancel);
+        let report = self.state.tracker.track_future(run).await;
+        Ok(Response::new(convert::batch_result(&report)))
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Request<pb::ListToolsRequest>,
+    ) -> Result<Response<pb::ListToolsResponse>, Status> {
+        let tools = self
+            .state
+            .dispatcher
+            .registry()
+            .iter()
+            .map(convert::tool_definition)
+            .collect();
+        Ok(Response::new(pb::ListToolsResponse { tools }))
+    }
+}
+
+/// Cancels the batch when the client drops the stream or its deadline passes; never returns.
+async fn watch_client(
+    tx: &mpsc::Sender<Result<pb::DispatchEvent, Status>>,
+    cancel: &Cancel,
+    deadline: Option<Duration>,
+) -> Infallible {
+    let expired = async {
+        match deadline {
+            Some(after) => tokio::time::sleep(after).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        () = tx.closed() => cancel.cancel("the client went away"),
+        () = expired => cancel.cancel("the request deadline passed"),
+    }
+    std::future::pending().await
+}
+
+/// The client's `grpc-timeout` header (`<digits><unit>`, units H M S m u n), if any.
+fn grpc_timeout(metadata: &MetadataMap) -> Option<Duration> {
+    let text = metadata.get("grpc-timeout")?.to_str().ok()?;
+    let (digits, unit) = text.split_at(text.len().checked_sub(1)?);
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n.saturating_mul(3600)),
+        "M" => Duration::from_secs(n.saturating_mul(60)),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_timeout_header_is_parsed() {
+        let mut m = MetadataMap::new();
+        assert_eq!(grpc_timeout(&m), None);
+        m.insert("grpc-timeout", "250m".parse().unwrap());
+        assert_eq!(grpc_timeout(&m), Some(Duration::from_millis(250)));
+        m.insert("grpc-timeout", "3S".parse().unwrap());
+        assert_eq!(grpc_timeout(&m), Some(Duration::from_secs(3)));
+        m.insert("grpc-timeout", "bad".parse().unwrap());
+        assert_eq!(grpc_timeout(&m), None);
+    }
+}

@@ -1,0 +1,34 @@
+//! Request-level errors and their mapping to gRPC status codes, in one exhaustive match.
+//! A tool that ran and failed is never here: that is a `CallResult`.
+
+use tonic::{Code, Status};
+
+/// Why a request could not be carried out.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    /// The request is malformed; the text says which field and why.
+    #[error("{0}")]
+    Invalid(String),
+    #[error("the batch has {count} calls; the limit is {limit}")]
+    TooManyCalls { count: usize, limit: u32 },
+    /// A known option this server does not implement yet.
+    #[error("{0}")]
+    Unsupported(String),
+    #[error("too many batches are running ({0} at once); retry later")]
+    Overloaded(usize),
+    #[error("the server is shutting down")]
+    ShuttingDown,
+}
+
+impl From<RequestError> for Status {
+    fn from(error: RequestError) -> Self {
+        let code = match &error {
+            RequestError::Invalid(_) | RequestError::TooManyCalls { .. } | RequestError::Unsupported(_) => {
+                Code::InvalidArgument
+            }
+            RequestError::Overloaded(_) => Code::ResourceExhausted,
+            RequestError::ShuttingDown => Code::Unavailable,
+        };
+        Status::new(code, error.to_string())
+    }
+}
