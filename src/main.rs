@@ -115,7 +115,7 @@ async fn wait_for_signal() {
         let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(term) => term,
             Err(e) => {
-                tracing::warn!(error = %e, "SIGTERM handler unavailable; only SIGINT stops the server");
+                tracing::warn!(error = %e, "sigterm handler unavailable; only ctrl-c stops the server");
                 let _ = ctrl_c.await;
                 return;
             }

@@ -97,10 +97,11 @@ async fn drain(
 ) {
     trigger.cancelled().await;
     tracing::info!(running = state.tracker.len(), "shutdown started");
+    // From here on, new batches are refused with UNAVAILABLE; health flips after, so a client
+    // that sees NOT_SERVING can rely on the refusal.
+    state.tracker.close();
     health.set_not_serving::<ToolGateServer<ToolGateService>>().await;
     health.set_service_status("", ServingStatus::NotServing).await;
-    // From here on, new batches are refused with UNAVAILABLE.
-    state.tracker.close();
     if tokio::time::timeout(grace, state.tracker.wait()).await.is_err() {
         tracing::warn!(
             grace_ms = grace.as_millis(),

@@ -1,0 +1,11 @@
+//! End-to-end tests: a real toolgate server on 127.0.0.1:0 and the generated client (plus real
+//! grpcurl and a Python client in `peers`). One binary so the crate links once.
+
+mod dispatch;
+mod intake;
+mod limits;
+mod messages;
+mod peers;
+mod server;
+mod support;
+mod tidy;
