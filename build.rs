@@ -14,7 +14,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // `file_descriptor_set_path` is ignored by compile_fds, so the bytes are written by hand.
     let out_dir = PathBuf::from(env::var("OUT_DIR")?);
-    fs::write(out_dir.join("toolgate_descriptor.bin"), compiler.encode_file_descriptor_set())?;
+    fs::write(
+        out_dir.join("toolgate_descriptor.bin"),
+        compiler.encode_file_descriptor_set(),
+    )?;
 
     tonic_prost_build::configure()
         .build_server(true)

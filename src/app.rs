@@ -82,12 +82,13 @@ impl Server {
 
     /// Starts on `127.0.0.1:0` (any free port): the usual choice for tests.
     pub async fn start_local(self) -> Result<RunningServer, StartError> {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .map_err(|source| StartError::Bind {
-                addr: "127.0.0.1:0".to_owned(),
-                source,
-            })?;
+        let listener =
+            TcpListener::bind("127.0.0.1:0")
+                .await
+                .map_err(|source| StartError::Bind {
+                    addr: "127.0.0.1:0".to_owned(),
+                    source,
+                })?;
         self.start_on(listener).await
     }
 
@@ -125,7 +126,11 @@ impl Server {
             result
         });
         tracing::info!(%addr, "listening");
-        Ok(RunningServer { addr, trigger, task })
+        Ok(RunningServer {
+            addr,
+            trigger,
+            task,
+        })
     }
 
     fn registry(&self) -> Result<ToolRegistry, RegistryError> {
@@ -146,7 +151,8 @@ fn sessions(config: &Config) -> Sessions {
     let configured = &config.sessions.scratch_base;
     if configured.as_os_str().is_empty() {
         let serial = SERVER_SERIAL.fetch_add(1, Ordering::Relaxed);
-        let base: PathBuf = std::env::temp_dir().join(format!("toolgate-{}-{serial}", std::process::id()));
+        let base: PathBuf =
+            std::env::temp_dir().join(format!("toolgate-{}-{serial}", std::process::id()));
         Sessions::new(base, true)
     } else {
         Sessions::new(configured.clone(), false)

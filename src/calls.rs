@@ -118,7 +118,11 @@ pub fn intake(elements: &[Value], limits: IntakeLimits) -> Vec<Received> {
 /// Extracts the call elements from a whole assistant message or a Responses output list.
 pub fn extract_calls(message: &Value) -> Result<Vec<Value>, String> {
     let call_like = |items: &Vec<Value>| -> Vec<Value> {
-        items.iter().filter(|item| detect(item).is_some()).cloned().collect()
+        items
+            .iter()
+            .filter(|item| detect(item).is_some())
+            .cloned()
+            .collect()
     };
     match message {
         // A Responses output list (or Anthropic blocks / Gemini parts given bare).
@@ -247,7 +251,11 @@ fn finish(
         return reject(call, Rejection::InvalidCall, message);
     };
     if let Some(problem) = &p.malformed {
-        return reject(call, Rejection::InvalidCall, format!("tool call at index {index} {problem}"));
+        return reject(
+            call,
+            Rejection::InvalidCall,
+            format!("tool call at index {index} {problem}"),
+        );
     }
     if call.name.is_empty() {
         let message = format!("tool call at index {index} has no tool name");
@@ -265,7 +273,10 @@ fn finish(
         );
         return reject(call, Rejection::DuplicateId, message);
     }
-    Received { call, rejection: None }
+    Received {
+        call,
+        rejection: None,
+    }
 }
 
 /// Strict parse: text must be one JSON object; absent, null or blank arguments mean `{}`.

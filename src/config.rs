@@ -241,7 +241,10 @@ impl Config {
             }
         }
         if tracing_subscriber::EnvFilter::try_new(&self.log.level).is_err() {
-            p.push(format!("log.level: '{}' is not a valid log filter", self.log.level));
+            p.push(format!(
+                "log.level: '{}' is not a valid log filter",
+                self.log.level
+            ));
         }
         p
     }
@@ -272,7 +275,11 @@ fn merge(base: &mut Table, overrides: Table) {
 /// `TOOLGATE_SECTION__KEY=value` sets `section.key`; the value is read as a TOML value when it
 /// parses as one (`100`, `true`, `["a"]`) and as a string otherwise. `TOOLGATE_LISTEN` is short
 /// for `TOOLGATE_SERVER__LISTEN`. Variables without `__` are not config keys and are ignored.
-fn apply_env(table: &mut Table, env: impl IntoIterator<Item = (String, String)>, problems: &mut Vec<String>) {
+fn apply_env(
+    table: &mut Table,
+    env: impl IntoIterator<Item = (String, String)>,
+    problems: &mut Vec<String>,
+) {
     let mut vars: Vec<(String, String)> = env
         .into_iter()
         .filter(|(k, _)| k.starts_with(ENV_PREFIX))
@@ -339,7 +346,12 @@ fn from_table(mut table: Table, problems: &mut Vec<String>) -> Config {
     config
 }
 
-fn section<T: DeserializeOwned>(table: &mut Table, name: &str, into: &mut T, problems: &mut Vec<String>) {
+fn section<T: DeserializeOwned>(
+    table: &mut Table,
+    name: &str,
+    into: &mut T,
+    problems: &mut Vec<String>,
+) {
     let Some(value) = table.remove(name) else {
         return;
     };

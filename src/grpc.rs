@@ -7,7 +7,7 @@ pub(crate) mod server;
 mod service;
 mod status;
 
+pub(crate) use convert::RequestRules;
 pub use server::{ServeError, serve};
 pub(crate) use service::ServiceState;
-pub(crate) use convert::RequestRules;
 pub use status::RequestError;

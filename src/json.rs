@@ -82,9 +82,18 @@ mod tests {
 
     #[test]
     fn canonical_sorts_keys_recursively_and_keeps_integers() {
-        check(json!({"z": 1, "y": {"b": 2, "a": 1}}), r#"{"y":{"a":1,"b":2},"z":1}"#);
-        check(json!([3, 1.5, "a\"b", null, true]), r#"[3,1.5,"a\"b",null,true]"#);
-        check(json!({"text": "21°C", "slash": "a/b"}), r#"{"slash":"a/b","text":"21°C"}"#);
+        check(
+            json!({"z": 1, "y": {"b": 2, "a": 1}}),
+            r#"{"y":{"a":1,"b":2},"z":1}"#,
+        );
+        check(
+            json!([3, 1.5, "a\"b", null, true]),
+            r#"[3,1.5,"a\"b",null,true]"#,
+        );
+        check(
+            json!({"text": "21°C", "slash": "a/b"}),
+            r#"{"slash":"a/b","text":"21°C"}"#,
+        );
         check(json!(21.0), "21.0");
         check(json!({}), "{}");
     }

@@ -112,7 +112,9 @@ async fn wait_for_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        let mut term = match tokio::signal::unix::signal(
+            tokio::signal::unix::SignalKind::terminate(),
+        ) {
             Ok(term) => term,
             Err(e) => {
                 tracing::warn!(error = %e, "sigterm handler unavailable; only ctrl-c stops the server");

@@ -78,7 +78,10 @@ impl Sessions {
             let id = format!("batch-{n}");
             return Arc::new(self.make(id, true));
         }
-        let mut live = self.live.lock().unwrap_or_else(|poison| poison.into_inner());
+        let mut live = self
+            .live
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
         live.entry(id.to_owned())
             .or_insert_with(|| Arc::new(self.make(id.to_owned(), false)))
             .clone()
@@ -93,7 +96,10 @@ impl Sessions {
 
     /// Removes every scratch directory (server stop).
     pub fn remove_all(&self) {
-        let mut live = self.live.lock().unwrap_or_else(|poison| poison.into_inner());
+        let mut live = self
+            .live
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
         for session in live.values() {
             remove_dir(&session.scratch_dir);
         }
@@ -117,7 +123,9 @@ fn remove_dir(path: &Path) {
     match std::fs::remove_dir_all(path) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(error) => tracing::warn!(path = %path.display(), %error, "scratch directory not removed"),
+        Err(error) => {
+            tracing::warn!(path = %path.display(), %error, "scratch directory not removed")
+        }
     }
 }
 
@@ -137,7 +145,8 @@ mod tests {
 
     #[test]
     fn scratch_directories_are_per_session_and_removed() {
-        let base = std::env::temp_dir().join(format!("toolgate-sessions-test-{}", std::process::id()));
+        let base =
+            std::env::temp_dir().join(format!("toolgate-sessions-test-{}", std::process::id()));
         let sessions = Sessions::new(base.clone(), true);
         let named = sessions.open("alpha");
         assert!(Arc::ptr_eq(&named, &sessions.open("alpha")));
@@ -157,7 +166,8 @@ mod tests {
 
     #[test]
     fn an_operator_base_directory_is_kept() {
-        let base = std::env::temp_dir().join(format!("toolgate-sessions-kept-{}", std::process::id()));
+        let base =
+            std::env::temp_dir().join(format!("toolgate-sessions-kept-{}", std::process::id()));
         std::fs::create_dir_all(&base).unwrap();
         std::fs::write(base.join("keep.txt"), "x").unwrap();
         let sessions = Sessions::new(base.clone(), false);

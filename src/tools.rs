@@ -97,7 +97,10 @@ pub enum ToolOutput {
 pub enum ContentPart {
     Text(String),
     /// Base64-encoded image bytes with their MIME type.
-    Image { mime_type: String, data: String },
+    Image {
+        mime_type: String,
+        data: String,
+    },
 }
 
 /// What kind of failure a tool reports.

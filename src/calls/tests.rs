@@ -15,13 +15,24 @@ fn check(elements: Value, expected: &[Expected<'_>]) {
         panic!("elements must be an array")
     };
     let got = intake(&elements, LIMITS);
-    assert_eq!(got.len(), expected.len(), "one result per element: {got:#?}");
+    assert_eq!(
+        got.len(),
+        expected.len(),
+        "one result per element: {got:#?}"
+    );
     for (i, (received, (id, name, arguments, rejection))) in got.iter().zip(expected).enumerate() {
         assert_eq!(received.call.index, i);
         assert_eq!(received.call.id, *id, "id of element {i}");
         assert_eq!(received.call.name, *name, "name of element {i}");
-        assert_eq!(&received.call.arguments, arguments, "arguments of element {i}");
-        assert_eq!(received.rejection.as_ref().map(|r| r.0), *rejection, "element {i}: {received:?}");
+        assert_eq!(
+            &received.call.arguments, arguments,
+            "arguments of element {i}"
+        );
+        assert_eq!(
+            received.rejection.as_ref().map(|r| r.0),
+            *rejection,
+            "element {i}: {received:?}"
+        );
     }
 }
 
@@ -71,7 +82,10 @@ fn gemini_args_are_the_arguments_and_id_is_optional() {
     check(
         json!([{"functionCall": {"name": "t", "args": {"a": 1}, "id": "g1"}},
                {"functionCall": {"name": "u", "args": {"b": 2}}}]),
-        &[("g1", "t", json!({"a": 1}), None), ("call_1", "u", json!({"b": 2}), None)],
+        &[
+            ("g1", "t", json!({"a": 1}), None),
+            ("call_1", "u", json!({"b": 2}), None),
+        ],
     );
 }
 
@@ -108,9 +122,15 @@ fn absent_null_or_blank_arguments_are_an_empty_object() {
 #[test]
 fn malformed_arguments_text_does_not_run_and_says_where() {
     let element = json!({"id": "c1", "function": {"name": "t", "arguments": "{\"city\": \"Par"}});
-    check(json!([element.clone()]), &[("c1", "t", Value::Null, Some(Rejection::InvalidArguments))]);
+    check(
+        json!([element.clone()]),
+        &[("c1", "t", Value::Null, Some(Rejection::InvalidArguments))],
+    );
     let message = message_of(element);
-    assert!(message.starts_with("arguments are not valid JSON: "), "{message}");
+    assert!(
+        message.starts_with("arguments are not valid JSON: "),
+        "{message}"
+    );
     assert!(message.contains("line 1 column"), "{message}");
 }
 
@@ -123,9 +143,15 @@ fn trailing_garbage_is_not_valid_json() {
 #[test]
 fn non_object_arguments_are_rejected_with_their_type() {
     let element = json!({"id": "c1", "function": {"name": "t", "arguments": "[1,2]"}});
-    assert_eq!(message_of(element), "arguments must be a JSON object, got an array");
+    assert_eq!(
+        message_of(element),
+        "arguments must be a JSON object, got an array"
+    );
     let element = json!({"id": "c1", "name": "t", "arguments": 42});
-    assert_eq!(message_of(element), "arguments must be a JSON object, got a number");
+    assert_eq!(
+        message_of(element),
+        "arguments must be a JSON object, got a number"
+    );
 }
 
 #[test]
@@ -135,7 +161,10 @@ fn arguments_deeper_than_the_limit_are_rejected() {
         deep = json!({ "a": deep });
     }
     let element = json!({"id": "c1", "name": "t", "arguments": deep});
-    assert_eq!(message_of(element), "arguments nest 70 levels deep; the limit is 64");
+    assert_eq!(
+        message_of(element),
+        "arguments nest 70 levels deep; the limit is 64"
+    );
 }
 
 #[test]
@@ -160,7 +189,11 @@ fn missing_ids_are_generated_deterministically_without_collisions() {
 fn generated_id_skips_an_explicit_id_later_in_the_batch() {
     check(
         json!([{"name": "t"}, {"id": "call_0", "name": "t"}, {"id": "call_0_1", "name": "t"}]),
-        &[("call_0_2", "t", json!({}), None), ("call_0", "t", json!({}), None), ("call_0_1", "t", json!({}), None)],
+        &[
+            ("call_0_2", "t", json!({}), None),
+            ("call_0", "t", json!({}), None),
+            ("call_0_1", "t", json!({}), None),
+        ],
     );
 }
 
@@ -175,9 +208,18 @@ fn repeated_id_first_runs_later_ones_are_duplicates() {
             ("x", "d", json!({}), Some(Rejection::DuplicateId)),
         ],
     );
-    let got = intake(&[json!({"id": "x", "name": "a"}), json!({"id": "x", "name": "b"})], LIMITS);
+    let got = intake(
+        &[
+            json!({"id": "x", "name": "a"}),
+            json!({"id": "x", "name": "b"}),
+        ],
+        LIMITS,
+    );
     let message = got[1].rejection.clone().unwrap().1;
-    assert!(message.starts_with("duplicate tool call id 'x'"), "{message}");
+    assert!(
+        message.starts_with("duplicate tool call id 'x'"),
+        "{message}"
+    );
 }
 
 #[test]
@@ -207,7 +249,10 @@ fn a_call_without_a_name_is_invalid() {
             ("d", "", Value::Null, Some(Rejection::InvalidCall)),
         ],
     );
-    assert_eq!(message_of(json!({"id": "a", "name": ""})), "tool call at index 0 has no tool name");
+    assert_eq!(
+        message_of(json!({"id": "a", "name": ""})),
+        "tool call at index 0 has no tool name"
+    );
     assert_eq!(
         message_of(json!({"functionCall": 1})),
         "tool call at index 0 has a 'functionCall' member that is not an object"
@@ -220,7 +265,11 @@ fn mixed_shapes_in_one_batch_keep_their_order() {
         json!([{"type": "tool_use", "id": "t1", "name": "a", "input": {}},
                {"id": "c2", "function": {"name": "b", "arguments": "{}"}},
                {"functionCall": {"name": "c", "args": {}}}]),
-        &[("t1", "a", json!({}), None), ("c2", "b", json!({}), None), ("call_2", "c", json!({}), None)],
+        &[
+            ("t1", "a", json!({}), None),
+            ("c2", "b", json!({}), None),
+            ("call_2", "c", json!({}), None),
+        ],
     );
 }
 
@@ -263,7 +312,10 @@ fn assistant_messages_of_every_provider_yield_their_calls() {
         json!({"output": [{"type": "function_call", "call_id": "call_b", "name": "b", "arguments": "{}"}]}),
         &["call_b"],
     );
-    check_extract(json!({"role": "assistant", "content": "no tools needed"}), &[]);
+    check_extract(
+        json!({"role": "assistant", "content": "no tools needed"}),
+        &[],
+    );
 }
 
 #[test]
@@ -272,12 +324,19 @@ fn a_malformed_call_inside_an_assistant_message_is_answered_not_dropped() {
         {"type": "tool_use", "id": "toolu_1", "input": {}}]}))
     .unwrap();
     let got = intake(&elements, LIMITS);
-    assert_eq!(got[0].rejection.as_ref().map(|r| r.0), Some(Rejection::InvalidCall));
+    assert_eq!(
+        got[0].rejection.as_ref().map(|r| r.0),
+        Some(Rejection::InvalidCall)
+    );
 }
 
 #[test]
 fn unrecognised_assistant_messages_are_errors() {
     assert!(extract_calls(&json!("hello")).is_err());
     assert!(extract_calls(&json!({"foo": 1})).is_err());
-    assert!(extract_calls(&json!({"tool_calls": "x"})).unwrap_err().contains("must be an array"));
+    assert!(
+        extract_calls(&json!({"tool_calls": "x"}))
+            .unwrap_err()
+            .contains("must be an array")
+    );
 }

@@ -3,7 +3,10 @@
 use super::*;
 
 fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-    pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
 }
 
 #[test]
@@ -30,7 +33,11 @@ fn environment_overrides_the_file() {
     let dir = std::env::temp_dir().join(format!("toolgate-config-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("c.toml");
-    std::fs::write(&file, "[server]\nlisten = \"127.0.0.1:7000\"\n[limits]\nmax_calls = 5").unwrap();
+    std::fs::write(
+        &file,
+        "[server]\nlisten = \"127.0.0.1:7000\"\n[limits]\nmax_calls = 5",
+    )
+    .unwrap();
     let config = Config::load(
         Some(&file),
         env(&[
@@ -75,7 +82,10 @@ fn every_problem_is_listed() {
 fn unknown_keys_and_wrong_types_are_problems() {
     let err = Config::from_toml("[server]\nlisten = 5\n[limits]\nmax_cals = 3").unwrap_err();
     assert_eq!(err.problems.len(), 2, "{err}");
-    assert!(err.problems[1].contains("unknown field `max_cals`"), "{err}");
+    assert!(
+        err.problems[1].contains("unknown field `max_cals`"),
+        "{err}"
+    );
     let err = Config::from_toml("not toml = = 1").unwrap_err();
     assert!(err.problems[0].starts_with("config: "), "{err}");
     let err = Config::load(Some(Path::new("/nonexistent/toolgate.toml")), env(&[])).unwrap_err();

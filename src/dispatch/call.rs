@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 use futures::FutureExt;
 use tracing::{Instrument, field};
 
+use super::BatchOptions;
 use super::cancel::Cancel;
 use super::events::{Event, Observer};
 use super::result::{CallResult, ErrorClass};
-use super::BatchOptions;
 use crate::calls::ToolCall;
 use crate::session::Session;
 use crate::tools::registry::Registered;
@@ -35,7 +35,11 @@ enum Attempt {
 }
 
 /// Runs a call to a registered tool and answers it.
-pub(super) async fn execute(call: &ToolCall, registered: &Registered, scope: &CallScope<'_>) -> CallResult {
+pub(super) async fn execute(
+    call: &ToolCall,
+    registered: &Registered,
+    scope: &CallScope<'_>,
+) -> CallResult {
     let tool_name = registered.tool.name().to_owned();
     let span = tracing::info_span!(
         "call",
@@ -99,7 +103,8 @@ async fn run_attempt(call: &ToolCall, registered: &Registered, scope: &CallScope
         scratch_dir: scope.session.scratch_dir(),
     };
     let timeout = scope.options.call_timeout;
-    let running = AssertUnwindSafe(registered.tool.call(call.arguments.clone(), &ctx)).catch_unwind();
+    let running =
+        AssertUnwindSafe(registered.tool.call(call.arguments.clone(), &ctx)).catch_unwind();
     let attempt = tokio::select! {
         biased;
         () = scope.cancel.cancelled() => Attempt::Cancelled,
@@ -170,7 +175,11 @@ pub(crate) fn readable(d: Duration) -> String {
         return format!("{text}s");
     }
     let (m, s) = (d.as_secs() / 60, d.as_secs() % 60);
-    if s == 0 { format!("{m}m") } else { format!("{m}m{s}s") }
+    if s == 0 {
+        format!("{m}m")
+    } else {
+        format!("{m}m{s}s")
+    }
 }
 
 #[cfg(test)]

@@ -48,7 +48,10 @@ pub fn tool_messages(results: &[CallResult], format: MessageFormat) -> Vec<Map<S
 
 /// A `tool_result` block; multipart output with images keeps the images as image blocks.
 fn anthropic_block(r: &CallResult) -> Value {
-    let has_image = r.parts.iter().any(|p| matches!(p, ContentPart::Image { .. }));
+    let has_image = r
+        .parts
+        .iter()
+        .any(|p| matches!(p, ContentPart::Image { .. }));
     let content = if has_image {
         let blocks: Vec<Value> = r
             .parts
@@ -102,13 +105,20 @@ mod tests {
         };
         vec![
             CallResult::succeeded(&call(0, "a", false), "t", ToolOutput::Json(json!({"x": 1}))),
-            CallResult::refused(&call(1, "call_1", true), ErrorClass::UnknownTool, "tool 't' is not available".into()),
+            CallResult::refused(
+                &call(1, "call_1", true),
+                ErrorClass::UnknownTool,
+                "tool 't' is not available".into(),
+            ),
         ]
     }
 
     #[track_caller]
     fn check(format: MessageFormat, expected: Value) {
-        let got: Vec<Value> = tool_messages(&results(), format).into_iter().map(Value::Object).collect();
+        let got: Vec<Value> = tool_messages(&results(), format)
+            .into_iter()
+            .map(Value::Object)
+            .collect();
         assert_eq!(Value::Array(got), expected);
     }
 
@@ -141,13 +151,25 @@ mod tests {
     #[test]
     fn anthropic_keeps_images_as_blocks() {
         let call = ToolCall {
-            index: 0, id: "a".into(), id_generated: false, name: "t".into(),
-            arguments: json!({}), raw_arguments: None, shape: None,
+            index: 0,
+            id: "a".into(),
+            id_generated: false,
+            name: "t".into(),
+            arguments: json!({}),
+            raw_arguments: None,
+            shape: None,
         };
-        let r = CallResult::succeeded(&call, "t", ToolOutput::Parts(vec![
-            ContentPart::Text("chart".into()),
-            ContentPart::Image { mime_type: "image/png".into(), data: "AAA=".into() },
-        ]));
+        let r = CallResult::succeeded(
+            &call,
+            "t",
+            ToolOutput::Parts(vec![
+                ContentPart::Text("chart".into()),
+                ContentPart::Image {
+                    mime_type: "image/png".into(),
+                    data: "AAA=".into(),
+                },
+            ]),
+        );
         let got = tool_messages(&[r], MessageFormat::Anthropic);
         assert_eq!(
             got[0]["content"][0]["content"],
@@ -158,7 +180,12 @@ mod tests {
 
     #[test]
     fn an_empty_batch_has_no_messages() {
-        for format in [MessageFormat::OpenAiChat, MessageFormat::Anthropic, MessageFormat::Gemini, MessageFormat::OpenAiResponses] {
+        for format in [
+            MessageFormat::OpenAiChat,
+            MessageFormat::Anthropic,
+            MessageFormat::Gemini,
+            MessageFormat::OpenAiResponses,
+        ] {
             assert!(tool_messages(&[], format).is_empty());
         }
     }

@@ -189,13 +189,20 @@ mod tests {
     fn content_follows_the_result() {
         check(ToolOutput::Text("hi".into()), json!("hi"), "hi");
         check(ToolOutput::Json(json!("quoted")), json!("quoted"), "quoted");
-        check(ToolOutput::Json(json!({"b": 2, "a": 1})), json!({"a": 1, "b": 2}), r#"{"a":1,"b":2}"#);
+        check(
+            ToolOutput::Json(json!({"b": 2, "a": 1})),
+            json!({"a": 1, "b": 2}),
+            r#"{"a":1,"b":2}"#,
+        );
         check(ToolOutput::Json(json!(21)), json!(21), "21");
         check(ToolOutput::Json(json!(null)), json!(null), "null");
         check(
             ToolOutput::Parts(vec![
                 ContentPart::Text("see".into()),
-                ContentPart::Image { mime_type: "image/png".into(), data: "AAA=".into() },
+                ContentPart::Image {
+                    mime_type: "image/png".into(),
+                    data: "AAA=".into(),
+                },
             ]),
             json!([{"type": "text", "text": "see"}, {"type": "image", "mime_type": "image/png", "data": "AAA="}]),
             "see\n[image: image/png]",
@@ -205,8 +212,17 @@ mod tests {
     #[test]
     fn errors_carry_their_text_as_content_unless_output_came_too() {
         let r = CallResult::failed(&call(), "t", ErrorClass::ToolError, "boom".into(), None);
-        assert_eq!((r.content.as_str(), r.error.as_str(), r.success), ("boom", "boom", false));
-        let r = CallResult::failed(&call(), "t", ErrorClass::ToolError, "boom".into(), Some(ToolOutput::Text("partial".into())));
+        assert_eq!(
+            (r.content.as_str(), r.error.as_str(), r.success),
+            ("boom", "boom", false)
+        );
+        let r = CallResult::failed(
+            &call(),
+            "t",
+            ErrorClass::ToolError,
+            "boom".into(),
+            Some(ToolOutput::Text("partial".into())),
+        );
         assert_eq!((r.content.as_str(), r.error.as_str()), ("partial", "boom"));
     }
 }

@@ -10,7 +10,9 @@ use serde_json::{Map, Number, Value};
 use super::status::RequestError;
 use crate::calls::{self, IntakeLimits};
 use crate::config::{DispatchConfig, Limits};
-use crate::dispatch::{Batch, BatchOptions, BatchReport, CallResult, ErrorClass, Event, MessageFormat, Outcome};
+use crate::dispatch::{
+    Batch, BatchOptions, BatchReport, CallResult, ErrorClass, Event, MessageFormat, Outcome,
+};
 use crate::pb;
 use crate::session::validate_session_id;
 use crate::tools::registry::Registered;
@@ -64,7 +66,12 @@ pub fn batch_from_request(
         Some(context) => json_from_struct(context, depth, "context")?,
         None => Map::new(),
     };
-    let received = calls::intake(&elements, IntakeLimits { max_json_depth: depth });
+    let received = calls::intake(
+        &elements,
+        IntakeLimits {
+            max_json_depth: depth,
+        },
+    );
     Ok(Batch {
         session_id: request.session_id,
         calls: received,
@@ -74,9 +81,14 @@ pub fn batch_from_request(
     })
 }
 
-fn options_from(options: &pb::DispatchOptions, rules: &RequestRules) -> Result<(BatchOptions, u32), RequestError> {
+fn options_from(
+    options: &pb::DispatchOptions,
+    rules: &RequestRules,
+) -> Result<(BatchOptions, u32), RequestError> {
     use pb::dispatch_options::{MessageFormat as Format, Mode, OnError};
-    let unknown = |field: &str, value: i32| RequestError::Invalid(format!("options.{field} {value} is not a known value"));
+    let unknown = |field: &str, value: i32| {
+        RequestError::Invalid(format!("options.{field} {value} is not a known value"))
+    };
     match Mode::try_from(options.mode).map_err(|_| unknown("mode", options.mode))? {
         Mode::Sequential => {}
         Mode::Parallel => {
@@ -128,11 +140,21 @@ fn options_from(options: &pb::DispatchOptions, rules: &RequestRules) -> Result<(
             timeout
         }
     };
-    Ok((BatchOptions { message_format, call_timeout }, max_calls))
+    Ok((
+        BatchOptions {
+            message_format,
+            call_timeout,
+        },
+        max_calls,
+    ))
 }
 
 /// A protobuf `Value` as JSON. Integral numbers within ±2^53 become JSON integers.
-pub fn json_from_value(value: &prost_types::Value, max_depth: usize, path: &str) -> Result<Value, RequestError> {
+pub fn json_from_value(
+    value: &prost_types::Value,
+    max_depth: usize,
+    path: &str,
+) -> Result<Value, RequestError> {
     convert_value(value, max_depth, 0, path)
 }
 
@@ -147,14 +169,20 @@ fn json_from_struct(
     }
 }
 
-fn convert_value(value: &prost_types::Value, max_depth: usize, depth: usize, path: &str) -> Result<Value, RequestError> {
+fn convert_value(
+    value: &prost_types::Value,
+    max_depth: usize,
+    depth: usize,
+    path: &str,
+) -> Result<Value, RequestError> {
     let too_deep = || RequestError::Invalid(format!("{path} nests deeper than {max_depth} levels"));
     Ok(match &value.kind {
         None | Some(Kind::NullValue(_)) => Value::Null,
         Some(Kind::BoolValue(b)) => Value::Bool(*b),
         Some(Kind::StringValue(s)) => Value::String(s.clone()),
-        Some(Kind::NumberValue(n)) => json_number(*n)
-            .ok_or_else(|| RequestError::Invalid(format!("{path} holds a number that is not finite")))?,
+        Some(Kind::NumberValue(n)) => json_number(*n).ok_or_else(|| {
+            RequestError::Invalid(format!("{path} holds a number that is not finite"))
+        })?,
         Some(Kind::StructValue(s)) => convert_struct(s, max_depth, depth + 1, path)?,
         Some(Kind::ListValue(list)) => {
             if depth + 1 > max_depth {
@@ -170,9 +198,16 @@ fn convert_value(value: &prost_types::Value, max_depth: usize, depth: usize, pat
     })
 }
 
-fn convert_struct(value: &prost_types::Struct, max_depth: usize, depth: usize, path: &str) -> Result<Value, RequestError> {
+fn convert_struct(
+    value: &prost_types::Struct,
+    max_depth: usize,
+    depth: usize,
+    path: &str,
+) -> Result<Value, RequestError> {
     if depth > max_depth {
-        return Err(RequestError::Invalid(format!("{path} nests deeper than {max_depth} levels")));
+        return Err(RequestError::Invalid(format!(
+            "{path} nests deeper than {max_depth} levels"
+        )));
     }
     let mut map = Map::new();
     for (key, member) in &value.fields {
@@ -215,7 +250,10 @@ pub fn value_from_json(value: &Value) -> prost_types::Value {
 
 pub fn struct_from_json(map: &Map<String, Value>) -> prost_types::Struct {
     prost_types::Struct {
-        fields: map.iter().map(|(k, v)| (k.clone(), value_from_json(v))).collect(),
+        fields: map
+            .iter()
+            .map(|(k, v)| (k.clone(), value_from_json(v)))
+            .collect(),
     }
 }
 
@@ -314,30 +352,46 @@ pub fn batch_result(report: &BatchReport) -> pb::BatchResult {
 pub fn event(event: Event) -> pb::DispatchEvent {
     use pb::dispatch_event::Event as E;
     let inner = match event {
-        Event::CallReceived { index: i, id, name, arguments } => E::CallReceived(pb::CallReceived {
+        Event::CallReceived {
+            index: i,
+            id,
+            name,
+            arguments,
+        } => E::CallReceived(pb::CallReceived {
             index: index(i),
             id,
             name,
             arguments: Some(value_from_json(&arguments)),
         }),
-        Event::ToolPre { index: i, id, attempt, tool } => E::ToolPre(pb::ToolPre {
+        Event::ToolPre {
+            index: i,
+            id,
+            attempt,
+            tool,
+        } => E::ToolPre(pb::ToolPre {
             id,
             attempt,
             tool,
             index: index(i),
         }),
-        Event::ToolPost { index: i, id, attempt, tool, error_class: class, duration: d, cached } => {
-            E::ToolPost(pb::ToolPost {
-                id,
-                attempt,
-                tool,
-                is_error: class != ErrorClass::None,
-                error_class: error_class(class).into(),
-                duration: Some(duration(d)),
-                cached,
-                index: index(i),
-            })
-        }
+        Event::ToolPost {
+            index: i,
+            id,
+            attempt,
+            tool,
+            error_class: class,
+            duration: d,
+            cached,
+        } => E::ToolPost(pb::ToolPost {
+            id,
+            attempt,
+            tool,
+            is_error: class != ErrorClass::None,
+            error_class: error_class(class).into(),
+            duration: Some(duration(d)),
+            cached,
+            index: index(i),
+        }),
     };
     pb::DispatchEvent { event: Some(inner) }
 }

@@ -45,7 +45,9 @@ pub async fn serve(
     trigger: CancellationToken,
 ) -> Result<(), ServeError> {
     let (health, health_service) = tonic_health::server::health_reporter();
-    health.set_serving::<ToolGateServer<ToolGateService>>().await;
+    health
+        .set_serving::<ToolGateServer<ToolGateService>>()
+        .await;
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -71,7 +73,10 @@ pub async fn serve(
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(toolgate)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), stop_transport.clone().cancelled_owned());
+        .serve_with_incoming_shutdown(
+            TcpListenerStream::new(listener),
+            stop_transport.clone().cancelled_owned(),
+        );
     let lingering = async {
         stop_transport.cancelled().await;
         tokio::time::sleep(CONNECTION_LINGER).await;
@@ -100,9 +105,16 @@ async fn drain(
     // From here on, new batches are refused with UNAVAILABLE; health flips after, so a client
     // that sees NOT_SERVING can rely on the refusal.
     state.tracker.close();
-    health.set_not_serving::<ToolGateServer<ToolGateService>>().await;
-    health.set_service_status("", ServingStatus::NotServing).await;
-    if tokio::time::timeout(grace, state.tracker.wait()).await.is_err() {
+    health
+        .set_not_serving::<ToolGateServer<ToolGateService>>()
+        .await;
+    health
+        .set_service_status("", ServingStatus::NotServing)
+        .await;
+    if tokio::time::timeout(grace, state.tracker.wait())
+        .await
+        .is_err()
+    {
         tracing::warn!(
             grace_ms = grace.as_millis(),
             running = state.tracker.len(),

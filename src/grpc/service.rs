@@ -45,7 +45,10 @@ impl ToolGateService {
     }
 
     /// Refuses the request while draining or overloaded, then parses it.
-    fn admit(&self, request: pb::DispatchBatchRequest) -> Result<(Batch, OwnedSemaphorePermit), RequestError> {
+    fn admit(
+        &self,
+        request: pb::DispatchBatchRequest,
+    ) -> Result<(Batch, OwnedSemaphorePermit), RequestError> {
         if self.state.tracker.is_closed() {
             return Err(RequestError::ShuttingDown);
         }

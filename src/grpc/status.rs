@@ -23,9 +23,9 @@ pub enum RequestError {
 impl From<RequestError> for Status {
     fn from(error: RequestError) -> Self {
         let code = match &error {
-            RequestError::Invalid(_) | RequestError::TooManyCalls { .. } | RequestError::Unsupported(_) => {
-                Code::InvalidArgument
-            }
+            RequestError::Invalid(_)
+            | RequestError::TooManyCalls { .. }
+            | RequestError::Unsupported(_) => Code::InvalidArgument,
             RequestError::Overloaded(_) => Code::ResourceExhausted,
             RequestError::ShuttingDown => Code::Unavailable,
         };

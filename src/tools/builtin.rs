@@ -61,7 +61,11 @@ impl Tool for Echo {
     fn is_concurrency_safe(&self, _input: &Value) -> bool {
         true
     }
-    fn call<'a>(&'a self, input: Value, _ctx: &'a ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+    fn call<'a>(
+        &'a self,
+        input: Value,
+        _ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(async move { Ok(ToolOutput::Json(input)) })
     }
 }
@@ -89,9 +93,17 @@ impl Tool for Sleep {
     fn is_concurrency_safe(&self, _input: &Value) -> bool {
         true
     }
-    fn call<'a>(&'a self, input: Value, ctx: &'a ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+    fn call<'a>(
+        &'a self,
+        input: Value,
+        ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(async move {
-            let Some(ms) = input.get("ms").and_then(Value::as_u64).filter(|ms| *ms <= MAX_SLEEP_MS) else {
+            let Some(ms) = input
+                .get("ms")
+                .and_then(Value::as_u64)
+                .filter(|ms| *ms <= MAX_SLEEP_MS)
+            else {
                 return Err(ToolError::invalid_input(format!(
                     "'ms' must be an integer from 0 to {MAX_SLEEP_MS}"
                 )));
@@ -126,13 +138,19 @@ impl Tool for Now {
     fn is_concurrency_safe(&self, _input: &Value) -> bool {
         true
     }
-    fn call<'a>(&'a self, _input: Value, _ctx: &'a ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+    fn call<'a>(
+        &'a self,
+        _input: Value,
+        _ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(async move {
             let since_epoch = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_err(|_| ToolError::failed("the system clock is before 1970"))?;
             let unix_ms = u64::try_from(since_epoch.as_millis()).unwrap_or(u64::MAX);
-            Ok(ToolOutput::Json(json!({"utc": rfc3339(unix_ms), "unix_ms": unix_ms})))
+            Ok(ToolOutput::Json(
+                json!({"utc": rfc3339(unix_ms), "unix_ms": unix_ms}),
+            ))
         })
     }
 }
@@ -205,8 +223,14 @@ mod tests {
             .iter()
             .map(|t| t.name().to_owned())
             .collect();
-        assert_eq!(names, ["echo", "scratch_write", "scratch_read", "scratch_list"]);
-        let mut all: Vec<String> = builtin_tools(&[]).iter().map(|t| t.name().to_owned()).collect();
+        assert_eq!(
+            names,
+            ["echo", "scratch_write", "scratch_read", "scratch_list"]
+        );
+        let mut all: Vec<String> = builtin_tools(&[])
+            .iter()
+            .map(|t| t.name().to_owned())
+            .collect();
         all.sort();
         assert_eq!(all, BUILTIN_NAMES);
     }

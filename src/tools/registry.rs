@@ -24,9 +24,7 @@ pub struct Registered {
 pub enum RegistryError {
     #[error("tool '{0}' is registered twice")]
     DuplicateName(String),
-    #[error(
-        "tool name '{0}' is invalid: use 1 to 64 ASCII letters, digits, '_', '-' or '.'"
-    )]
+    #[error("tool name '{0}' is invalid: use 1 to 64 ASCII letters, digits, '_', '-' or '.'")]
     InvalidName(String),
 }
 
@@ -38,7 +36,11 @@ pub struct ToolRegistry {
 
 impl ToolRegistry {
     /// Adds a tool; names are unique and limited to what every provider accepts.
-    pub fn register(&mut self, tool: Arc<dyn Tool>, source: ToolSource) -> Result<(), RegistryError> {
+    pub fn register(
+        &mut self,
+        tool: Arc<dyn Tool>,
+        source: ToolSource,
+    ) -> Result<(), RegistryError> {
         let name = tool.name().to_owned();
         if !valid_name(&name) {
             return Err(RegistryError::InvalidName(name));
@@ -86,13 +88,26 @@ mod tests {
         for tool in builtin_tools(&[]) {
             registry.register(tool, ToolSource::Builtin).unwrap();
         }
-        let echo = builtin_tools(&[]).into_iter().find(|t| t.name() == "echo").unwrap();
+        let echo = builtin_tools(&[])
+            .into_iter()
+            .find(|t| t.name() == "echo")
+            .unwrap();
         assert_eq!(
             registry.register(echo, ToolSource::Embedded),
             Err(RegistryError::DuplicateName("echo".into()))
         );
         let names: Vec<&str> = registry.iter().map(|r| r.tool.name()).collect();
-        assert_eq!(names, ["echo", "now", "scratch_list", "scratch_read", "scratch_write", "sleep"]);
+        assert_eq!(
+            names,
+            [
+                "echo",
+                "now",
+                "scratch_list",
+                "scratch_read",
+                "scratch_write",
+                "sleep"
+            ]
+        );
         assert!(valid_name("server.tool-1_x"));
         assert!(!valid_name(""));
         assert!(!valid_name("has space"));

@@ -45,7 +45,11 @@ impl Tool for ScratchWrite {
     fn resource_key(&self, input: &Value) -> Option<String> {
         input.get("path").and_then(Value::as_str).map(str::to_owned)
     }
-    fn call<'a>(&'a self, input: Value, ctx: &'a ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+    fn call<'a>(
+        &'a self,
+        input: Value,
+        ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(async move {
             let path = required_str(&input, "path")?;
             let Some(content) = input_str(&input, "content")? else {
@@ -62,10 +66,16 @@ impl Tool for ScratchWrite {
             // and create_dir_all would otherwise follow it.
             confine_resolved(&ctx.scratch_dir, &target, path).await?;
             if let Some(parent) = target.parent() {
-                tokio::fs::create_dir_all(parent).await.map_err(|e| io_error(path, &e))?;
+                tokio::fs::create_dir_all(parent)
+                    .await
+                    .map_err(|e| io_error(path, &e))?;
             }
-            tokio::fs::write(&target, content).await.map_err(|e| io_error(path, &e))?;
-            Ok(ToolOutput::Json(json!({"path": path, "bytes": content.len()})))
+            tokio::fs::write(&target, content)
+                .await
+                .map_err(|e| io_error(path, &e))?;
+            Ok(ToolOutput::Json(
+                json!({"path": path, "bytes": content.len()}),
+            ))
         })
     }
 }
@@ -98,19 +108,27 @@ impl Tool for ScratchRead {
     fn resource_key(&self, input: &Value) -> Option<String> {
         input.get("path").and_then(Value::as_str).map(str::to_owned)
     }
-    fn call<'a>(&'a self, input: Value, ctx: &'a ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+    fn call<'a>(
+        &'a self,
+        input: Value,
+        ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(async move {
             let path = required_str(&input, "path")?;
             let target = confine(&ctx.scratch_dir, path)?;
             confine_resolved(&ctx.scratch_dir, &target, path).await?;
-            let meta = tokio::fs::metadata(&target).await.map_err(|e| io_error(path, &e))?;
+            let meta = tokio::fs::metadata(&target)
+                .await
+                .map_err(|e| io_error(path, &e))?;
             if meta.len() > MAX_FILE_BYTES as u64 {
                 return Err(ToolError::failed(format!(
                     "'{path}' is {} bytes; the limit is {MAX_FILE_BYTES}",
                     meta.len()
                 )));
             }
-            let bytes = tokio::fs::read(&target).await.map_err(|e| io_error(path, &e))?;
+            let bytes = tokio::fs::read(&target)
+                .await
+                .map_err(|e| io_error(path, &e))?;
             let text = String::from_utf8(bytes)
                 .map_err(|_| ToolError::failed(format!("'{path}' is not UTF-8 text")))?;
             Ok(ToolOutput::Text(text))
@@ -142,7 +160,11 @@ impl Tool for ScratchList {
     fn is_concurrency_safe(&self, _input: &Value) -> bool {
         true
     }
-    fn call<'a>(&'a self, input: Value, ctx: &'a ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+    fn call<'a>(
+        &'a self,
+        input: Value,
+        ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(async move {
             let path = input_str(&input, "path")?.unwrap_or("");
             let target = if path.is_empty() || path == "." {
@@ -151,7 +173,9 @@ impl Tool for ScratchList {
                 confine(&ctx.scratch_dir, path)?
             };
             confine_resolved(&ctx.scratch_dir, &target, path).await?;
-            let mut dir = tokio::fs::read_dir(&target).await.map_err(|e| io_error(path, &e))?;
+            let mut dir = tokio::fs::read_dir(&target)
+                .await
+                .map_err(|e| io_error(path, &e))?;
             let mut entries = Vec::new();
             while let Some(entry) = dir.next_entry().await.map_err(|e| io_error(path, &e))? {
                 let kind = match entry.file_type().await {
@@ -189,11 +213,15 @@ fn confine(root: &Path, relative: &str) -> Result<PathBuf, ToolError> {
         match component {
             Component::Normal(part) => out.push(part),
             Component::CurDir => {}
-            Component::ParentDir | Component::RootDir | Component::Prefix(_) => return Err(escape()),
+            Component::ParentDir | Component::RootDir | Component::Prefix(_) => {
+                return Err(escape());
+            }
         }
     }
     if out == root {
-        return Err(ToolError::invalid_input(format!("path '{relative}' names no file")));
+        return Err(ToolError::invalid_input(format!(
+            "path '{relative}' names no file"
+        )));
     }
     Ok(out)
 }
@@ -230,7 +258,10 @@ mod tests {
     use super::*;
 
     fn scratch(name: &str) -> ToolContext {
-        let dir = std::env::temp_dir().join(format!("toolgate-scratch-test-{name}-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!(
+            "toolgate-scratch-test-{name}-{}",
+            std::process::id()
+        ));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         ToolContext::new("s", "c", 0, dir)
@@ -239,11 +270,20 @@ mod tests {
     #[tokio::test]
     async fn write_read_list_round_trip() {
         let ctx = scratch("roundtrip");
-        ScratchWrite.call(json!({"path": "a/b.txt", "content": "héllo"}), &ctx).await.unwrap();
-        let read = ScratchRead.call(json!({"path": "a/b.txt"}), &ctx).await.unwrap();
+        ScratchWrite
+            .call(json!({"path": "a/b.txt", "content": "héllo"}), &ctx)
+            .await
+            .unwrap();
+        let read = ScratchRead
+            .call(json!({"path": "a/b.txt"}), &ctx)
+            .await
+            .unwrap();
         assert_eq!(read, ToolOutput::Text("héllo".into()));
         let list = ScratchList.call(json!({}), &ctx).await.unwrap();
-        assert_eq!(list, ToolOutput::Json(json!({"path": "", "entries": [{"name": "a", "kind": "dir"}]})));
+        assert_eq!(
+            list,
+            ToolOutput::Json(json!({"path": "", "entries": [{"name": "a", "kind": "dir"}]}))
+        );
         let _ = std::fs::remove_dir_all(&ctx.scratch_dir);
     }
 
@@ -251,11 +291,24 @@ mod tests {
     async fn paths_that_escape_are_soft_errors() {
         let ctx = scratch("escape");
         for path in ["../x", "/etc/passwd", "a/../../x", ".", ""] {
-            let err = ScratchWrite.call(json!({"path": path, "content": "x"}), &ctx).await.unwrap_err();
-            assert_eq!(err.kind, crate::tools::ToolErrorKind::InvalidInput, "{path}: {err}");
+            let err = ScratchWrite
+                .call(json!({"path": path, "content": "x"}), &ctx)
+                .await
+                .unwrap_err();
+            assert_eq!(
+                err.kind,
+                crate::tools::ToolErrorKind::InvalidInput,
+                "{path}: {err}"
+            );
         }
-        let err = ScratchRead.call(json!({"path": "../../etc/passwd"}), &ctx).await.unwrap_err();
-        assert!(err.message.contains("escapes the scratch directory"), "{err}");
+        let err = ScratchRead
+            .call(json!({"path": "../../etc/passwd"}), &ctx)
+            .await
+            .unwrap_err();
+        assert!(
+            err.message.contains("escapes the scratch directory"),
+            "{err}"
+        );
         let _ = std::fs::remove_dir_all(&ctx.scratch_dir);
     }
 
@@ -263,12 +316,21 @@ mod tests {
     async fn symlinks_out_of_the_directory_are_refused() {
         let ctx = scratch("symlink");
         std::os::unix::fs::symlink("/etc", ctx.scratch_dir.join("link")).unwrap();
-        let err = ScratchRead.call(json!({"path": "link/hostname"}), &ctx).await.unwrap_err();
-        assert!(err.message.contains("through a symlink"), "{err}");
-        let err = ScratchWrite.call(json!({"path": "link/new", "content": "x"}), &ctx).await.unwrap_err();
+        let err = ScratchRead
+            .call(json!({"path": "link/hostname"}), &ctx)
+            .await
+            .unwrap_err();
         assert!(err.message.contains("through a symlink"), "{err}");
         let err = ScratchWrite
-            .call(json!({"path": "link/toolgate-new-dir/f", "content": "x"}), &ctx)
+            .call(json!({"path": "link/new", "content": "x"}), &ctx)
+            .await
+            .unwrap_err();
+        assert!(err.message.contains("through a symlink"), "{err}");
+        let err = ScratchWrite
+            .call(
+                json!({"path": "link/toolgate-new-dir/f", "content": "x"}),
+                &ctx,
+            )
             .await
             .unwrap_err();
         assert!(err.message.contains("through a symlink"), "{err}");
@@ -279,7 +341,10 @@ mod tests {
     #[tokio::test]
     async fn missing_files_say_so() {
         let ctx = scratch("missing");
-        let err = ScratchRead.call(json!({"path": "nope.txt"}), &ctx).await.unwrap_err();
+        let err = ScratchRead
+            .call(json!({"path": "nope.txt"}), &ctx)
+            .await
+            .unwrap_err();
         assert_eq!(err.message, "'nope.txt' does not exist");
         let _ = std::fs::remove_dir_all(&ctx.scratch_dir);
     }

@@ -30,7 +30,15 @@ async fn every_call_is_received_before_any_runs_and_pre_post_pair_in_order() {
         .collect();
     assert_eq!(
         kinds,
-        ["received:a", "received:b", "received:c", "pre:a:1", "post:a:1", "pre:c:1", "post:c:1"]
+        [
+            "received:a",
+            "received:b",
+            "received:c",
+            "pre:a:1",
+            "post:a:1",
+            "pre:c:1",
+            "post:c:1"
+        ]
     );
     let ids: Vec<&str> = result.results.iter().map(|r| r.id.as_str()).collect();
     assert_eq!(ids, ["a", "b", "c"]);
@@ -40,7 +48,11 @@ async fn every_call_is_received_before_any_runs_and_pre_post_pair_in_order() {
 #[tokio::test]
 async fn an_unknown_tool_is_answered_and_never_dispatched() {
     let ts = start().await;
-    let result = dispatch(&ts, request(json!([{"id": "x", "name": "get_weather", "arguments": {}}]))).await;
+    let result = dispatch(
+        &ts,
+        request(json!([{"id": "x", "name": "get_weather", "arguments": {}}])),
+    )
+    .await;
     let r = &result.results[0];
     assert_eq!(class(r), ErrorClass::UnknownTool);
     assert_eq!(r.error, "tool 'get_weather' is not available");
@@ -70,13 +82,19 @@ async fn a_panicking_tool_is_a_soft_error_and_the_server_lives_on() {
 #[tokio::test]
 async fn a_tool_error_is_a_result_not_a_status() {
     let ts = start().await;
-    let (events, result) = dispatch_stream(&ts, request(json!([{"id": "f", "name": "fail"}]))).await;
+    let (events, result) =
+        dispatch_stream(&ts, request(json!([{"id": "f", "name": "fail"}]))).await;
     let r = &result.results[0];
     assert!(!r.success);
     assert_eq!(class(r), ErrorClass::ToolError);
-    assert_eq!((r.error.as_str(), r.content.as_str()), ("disk on fire", "disk on fire"));
+    assert_eq!(
+        (r.error.as_str(), r.content.as_str()),
+        ("disk on fire", "disk on fire")
+    );
     assert_eq!(result.errors, 1);
-    let Some(Event::ToolPost(post)) = events.last() else { panic!("post last: {events:?}") };
+    let Some(Event::ToolPost(post)) = events.last() else {
+        panic!("post last: {events:?}")
+    };
     assert!(post.is_error);
     assert_eq!(post.error_class, ErrorClass::ToolError as i32);
 }
@@ -88,7 +106,9 @@ async fn multipart_output_keeps_text_and_images() {
     let r = &result.results[0];
     assert_eq!(r.content, "a red dot\n[image: image/png]");
     assert_eq!(r.parts.len(), 2);
-    let Some(pb::content_part::Part::Image(image)) = &r.parts[1].part else { panic!("image part") };
+    let Some(pb::content_part::Part::Image(image)) = &r.parts[1].part else {
+        panic!("image part")
+    };
     assert_eq!(image.mime_type, "image/png");
     assert_eq!(json_of(&r.result)[1]["type"], json!("image"));
 }
@@ -98,7 +118,10 @@ async fn a_call_past_its_deadline_times_out_with_a_readable_message() {
     let ts = start().await;
     let mut req = request(json!([{"id": "s", "name": "sleep", "arguments": {"ms": 10000}}]));
     req.options = Some(pb::DispatchOptions {
-        call_timeout: Some(prost_types::Duration { seconds: 0, nanos: 200_000_000 }),
+        call_timeout: Some(prost_types::Duration {
+            seconds: 0,
+            nanos: 200_000_000,
+        }),
         ..Default::default()
     });
     let result = dispatch(&ts, req).await;
@@ -106,23 +129,34 @@ async fn a_call_past_its_deadline_times_out_with_a_readable_message() {
     assert_eq!(class(r), ErrorClass::Timeout);
     assert_eq!(r.error, "Tool 'sleep' timed out after 200ms");
     let d = r.duration.unwrap();
-    assert!(d.seconds == 0 && d.nanos >= 200_000_000, "the real elapsed time: {d:?}");
+    assert!(
+        d.seconds == 0 && d.nanos >= 200_000_000,
+        "the real elapsed time: {d:?}"
+    );
 }
 
 #[tokio::test]
 async fn scratch_files_persist_within_a_named_session_only() {
     let ts = start().await;
-    let mut write = request(json!([{"id": "w", "name": "scratch_write", "arguments": {"path": "notes/a.txt", "content": "hello"}}]));
+    let mut write = request(
+        json!([{"id": "w", "name": "scratch_write", "arguments": {"path": "notes/a.txt", "content": "hello"}}]),
+    );
     write.session_id = "s-1".into();
     assert!(dispatch(&ts, write).await.all_succeeded);
-    let mut read = request(json!([{"id": "r", "name": "scratch_read", "arguments": {"path": "notes/a.txt"}},
-                                  {"id": "e", "name": "scratch_read", "arguments": {"path": "../../etc/passwd"}}]));
+    let mut read = request(
+        json!([{"id": "r", "name": "scratch_read", "arguments": {"path": "notes/a.txt"}},
+                                  {"id": "e", "name": "scratch_read", "arguments": {"path": "../../etc/passwd"}}]),
+    );
     read.session_id = "s-1".into();
     let result = dispatch(&ts, read.clone()).await;
     assert_eq!(result.results[0].content, "hello");
     assert_eq!(result.session_id, "s-1");
     assert_eq!(class(&result.results[1]), ErrorClass::InvalidArguments);
-    assert!(result.results[1].error.contains("escapes the scratch directory"));
+    assert!(
+        result.results[1]
+            .error
+            .contains("escapes the scratch directory")
+    );
     read.session_id = "s-2".into();
     let other = dispatch(&ts, read).await;
     assert_eq!(other.results[0].error, "'notes/a.txt' does not exist");
@@ -131,30 +165,72 @@ async fn scratch_files_persist_within_a_named_session_only() {
 #[tokio::test]
 async fn list_tools_describes_every_tool_with_its_source() {
     let ts = start().await;
-    let tools = ts.client.clone().list_tools(pb::ListToolsRequest {}).await.unwrap().into_inner().tools;
+    let tools = ts
+        .client
+        .clone()
+        .list_tools(pb::ListToolsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .tools;
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
     assert_eq!(
         names,
-        ["echo", "explode", "fail", "now", "picture", "scratch_list", "scratch_read", "scratch_write", "sleep", "wait_cancel"]
+        [
+            "echo",
+            "explode",
+            "fail",
+            "now",
+            "picture",
+            "scratch_list",
+            "scratch_read",
+            "scratch_write",
+            "sleep",
+            "wait_cancel"
+        ]
     );
     let sleep = tools.iter().find(|t| t.name == "sleep").unwrap();
     assert_eq!(sleep.source, pb::tool_definition::Source::Builtin as i32);
     assert!(sleep.concurrency_safe);
     assert!(sleep.annotations.unwrap().read_only);
-    let schema = prost_types::Value { kind: Some(prost_types::value::Kind::StructValue(sleep.input_schema.clone().unwrap())) };
-    assert_eq!(toolgate::grpc::convert::to_json(&schema)["required"], json!(["ms"]));
+    let schema = prost_types::Value {
+        kind: Some(prost_types::value::Kind::StructValue(
+            sleep.input_schema.clone().unwrap(),
+        )),
+    };
+    assert_eq!(
+        toolgate::grpc::convert::to_json(&schema)["required"],
+        json!(["ms"])
+    );
     let fail = tools.iter().find(|t| t.name == "fail").unwrap();
     assert_eq!(fail.source, pb::tool_definition::Source::Embedded as i32);
 }
 
 #[tokio::test]
 async fn builtins_can_be_switched_off() {
-    let config = toolgate::config::Config::from_toml("[tools.builtin]\nexclude = [\"sleep\", \"now\"]").unwrap();
+    let config =
+        toolgate::config::Config::from_toml("[tools.builtin]\nexclude = [\"sleep\", \"now\"]")
+            .unwrap();
     let ts = start_with(config).await;
-    let result = dispatch(&ts, request(json!([{"id": "s", "name": "sleep", "arguments": {"ms": 1}}]))).await;
+    let result = dispatch(
+        &ts,
+        request(json!([{"id": "s", "name": "sleep", "arguments": {"ms": 1}}])),
+    )
+    .await;
     assert_eq!(class(&result.results[0]), ErrorClass::UnknownTool);
     let config = toolgate::config::Config::from_toml("[tools.builtin]\nenabled = false").unwrap();
     let ts = start_with(config).await;
-    let tools = ts.client.clone().list_tools(pb::ListToolsRequest {}).await.unwrap().into_inner().tools;
-    assert!(tools.iter().all(|t| t.source == pb::tool_definition::Source::Embedded as i32));
+    let tools = ts
+        .client
+        .clone()
+        .list_tools(pb::ListToolsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .tools;
+    assert!(
+        tools
+            .iter()
+            .all(|t| t.source == pb::tool_definition::Source::Embedded as i32)
+    );
 }

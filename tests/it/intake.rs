@@ -25,8 +25,21 @@ async fn every_provider_shape_runs_with_its_own_id_and_arguments() {
     assert!(result.all_succeeded, "{result:#?}");
     let ids: Vec<&str> = result.results.iter().map(|r| r.id.as_str()).collect();
     assert_eq!(ids, ["chat_1", "resp_1", "toolu_1", "gem_1", "norm_1"]);
-    let shapes: Vec<serde_json::Value> = result.results.iter().map(|r| json_of(&r.result)["shape"].clone()).collect();
-    assert_eq!(shapes, [json!("chat"), json!("responses"), json!("anthropic"), json!("gemini"), json!("normalized")]);
+    let shapes: Vec<serde_json::Value> = result
+        .results
+        .iter()
+        .map(|r| json_of(&r.result)["shape"].clone())
+        .collect();
+    assert_eq!(
+        shapes,
+        [
+            json!("chat"),
+            json!("responses"),
+            json!("anthropic"),
+            json!("gemini"),
+            json!("normalized")
+        ]
+    );
     // A JSON integer sent as text reaches the tool as an integer.
     assert_eq!(result.results[0].content, r#"{"n":2,"shape":"chat"}"#);
     for (i, r) in result.results.iter().enumerate() {
@@ -39,7 +52,11 @@ async fn every_provider_shape_runs_with_its_own_id_and_arguments() {
 #[tokio::test]
 async fn integers_from_protobuf_numbers_stay_integers() {
     let ts = start().await;
-    let result = dispatch(&ts, request(json!([{"id": "a", "name": "echo", "arguments": {"a": 2, "b": 2.5}}]))).await;
+    let result = dispatch(
+        &ts,
+        request(json!([{"id": "a", "name": "echo", "arguments": {"a": 2, "b": 2.5}}])),
+    )
+    .await;
     assert_eq!(result.results[0].content, r#"{"a":2,"b":2.5}"#);
 }
 
@@ -54,13 +71,20 @@ async fn malformed_arguments_are_answered_without_running() {
     let r = &result.results[0];
     assert!(!r.success);
     assert_eq!(class(r), ErrorClass::InvalidArguments);
-    assert!(r.error.starts_with("arguments are not valid JSON: "), "{}", r.error);
+    assert!(
+        r.error.starts_with("arguments are not valid JSON: "),
+        "{}",
+        r.error
+    );
     assert!(r.error.contains("line 1 column"), "{}", r.error);
     assert_eq!(r.content, r.error);
     assert_eq!(r.attempts, 0);
     // Received, but never executed.
     assert_eq!(events.len(), 1, "{events:?}");
-    assert!(matches!(events[0], pb::dispatch_event::Event::CallReceived(_)));
+    assert!(matches!(
+        events[0],
+        pb::dispatch_event::Event::CallReceived(_)
+    ));
 }
 
 #[tokio::test]
@@ -84,14 +108,21 @@ async fn missing_ids_are_generated_and_duplicates_do_not_run() {
     // by_id holds the unique ids; the repeated id keeps its first (executed) call.
     assert_eq!(result.by_id.len(), 3);
     assert_eq!(json_of(&result.by_id["dup"].result), json!({"n": 2}));
-    let pres = events.iter().filter(|e| matches!(e, pb::dispatch_event::Event::ToolPre(_))).count();
+    let pres = events
+        .iter()
+        .filter(|e| matches!(e, pb::dispatch_event::Event::ToolPre(_)))
+        .count();
     assert_eq!(pres, 3, "the duplicate never runs");
 }
 
 #[tokio::test]
 async fn unrecognisable_elements_are_answered_in_place() {
     let ts = start().await;
-    let result = dispatch(&ts, request(json!(["junk", {"id": "a", "name": "echo"}, {"id": "b", "weird": true}]))).await;
+    let result = dispatch(
+        &ts,
+        request(json!(["junk", {"id": "a", "name": "echo"}, {"id": "b", "weird": true}])),
+    )
+    .await;
     assert_eq!(result.count, 3);
     assert_eq!(class(&result.results[0]), ErrorClass::InvalidCall);
     assert!(result.results[1].success);
@@ -150,5 +181,11 @@ async fn an_unrecognised_assistant_message_is_invalid_argument() {
     };
     let status = ts.client.clone().dispatch(req).await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::InvalidArgument);
-    assert!(status.message().contains("not a recognised assistant message"), "{}", status.message());
+    assert!(
+        status
+            .message()
+            .contains("not a recognised assistant message"),
+        "{}",
+        status.message()
+    );
 }

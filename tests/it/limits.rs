@@ -10,12 +10,22 @@ use crate::support::*;
 #[tokio::test]
 async fn a_batch_over_max_calls_is_refused_before_anything_runs() {
     let ts = start().await;
-    let calls: Vec<serde_json::Value> = (0..65).map(|i| json!({"id": format!("c{i}"), "name": "echo"})).collect();
-    let status = ts.client.clone().dispatch(request(json!(calls))).await.unwrap_err();
+    let calls: Vec<serde_json::Value> = (0..65)
+        .map(|i| json!({"id": format!("c{i}"), "name": "echo"}))
+        .collect();
+    let status = ts
+        .client
+        .clone()
+        .dispatch(request(json!(calls)))
+        .await
+        .unwrap_err();
     assert_eq!(status.code(), Code::InvalidArgument);
     assert_eq!(status.message(), "the batch has 65 calls; the limit is 64");
     let mut req = request(json!([{"name": "echo"}, {"name": "echo"}, {"name": "echo"}]));
-    req.options = Some(pb::DispatchOptions { max_calls: 2, ..Default::default() });
+    req.options = Some(pb::DispatchOptions {
+        max_calls: 2,
+        ..Default::default()
+    });
     let status = ts.client.clone().dispatch_batch(req).await.unwrap_err();
     assert_eq!(status.message(), "the batch has 3 calls; the limit is 2");
 }
@@ -24,14 +34,28 @@ async fn a_batch_over_max_calls_is_refused_before_anything_runs() {
 async fn unimplemented_options_are_named_in_the_error() {
     let ts = start().await;
     let mut req = request(json!([{"name": "echo"}]));
-    req.options = Some(pb::DispatchOptions { mode: pb::dispatch_options::Mode::Parallel.into(), ..Default::default() });
+    req.options = Some(pb::DispatchOptions {
+        mode: pb::dispatch_options::Mode::Parallel.into(),
+        ..Default::default()
+    });
     let status = ts.client.clone().dispatch(req).await.unwrap_err();
     assert_eq!(status.code(), Code::InvalidArgument);
-    assert!(status.message().contains("options.mode PARALLEL"), "{}", status.message());
+    assert!(
+        status.message().contains("options.mode PARALLEL"),
+        "{}",
+        status.message()
+    );
     let mut req = request(json!([{"name": "echo"}]));
-    req.options = Some(pb::DispatchOptions { on_error: pb::dispatch_options::OnError::FailFast.into(), ..Default::default() });
+    req.options = Some(pb::DispatchOptions {
+        on_error: pb::dispatch_options::OnError::FailFast.into(),
+        ..Default::default()
+    });
     let status = ts.client.clone().dispatch(req).await.unwrap_err();
-    assert!(status.message().contains("options.on_error FAIL_FAST"), "{}", status.message());
+    assert!(
+        status.message().contains("options.on_error FAIL_FAST"),
+        "{}",
+        status.message()
+    );
 }
 
 #[tokio::test]
@@ -42,11 +66,17 @@ async fn an_oversized_message_is_refused_and_the_server_keeps_serving() {
     let status = ts
         .client
         .clone()
-        .dispatch(request(json!([{"name": "echo", "arguments": {"big": big}}])))
+        .dispatch(request(
+            json!([{"name": "echo", "arguments": {"big": big}}]),
+        ))
         .await
         .unwrap_err();
     assert_eq!(status.code(), Code::OutOfRange, "{status:?}");
-    assert!(dispatch(&ts, request(json!([{"name": "echo"}]))).await.all_succeeded);
+    assert!(
+        dispatch(&ts, request(json!([{"name": "echo"}])))
+            .await
+            .all_succeeded
+    );
 }
 
 fn deep(levels: usize) -> serde_json::Value {
@@ -78,16 +108,27 @@ async fn nesting_past_the_depth_limit_is_invalid_argument() {
         .await
         .unwrap_err();
     assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
-    assert!(dispatch(&ts, request(json!([{"name": "echo"}]))).await.all_succeeded);
+    assert!(
+        dispatch(&ts, request(json!([{"name": "echo"}])))
+            .await
+            .all_succeeded
+    );
 }
 
 #[tokio::test]
 async fn deeply_nested_argument_text_is_a_soft_error() {
     let ts = start().await;
     let text = deep(70).to_string();
-    let result = dispatch(&ts, request(json!([{"id": "d", "function": {"name": "echo", "arguments": text}}]))).await;
+    let result = dispatch(
+        &ts,
+        request(json!([{"id": "d", "function": {"name": "echo", "arguments": text}}])),
+    )
+    .await;
     assert_eq!(class(&result.results[0]), pb::ErrorClass::InvalidArguments);
-    assert_eq!(result.results[0].error, "arguments nest 70 levels deep; the limit is 64");
+    assert_eq!(
+        result.results[0].error,
+        "arguments nest 70 levels deep; the limit is 64"
+    );
 }
 
 #[tokio::test]
@@ -103,7 +144,12 @@ async fn batches_beyond_the_concurrency_limit_are_resource_exhausted() {
         .into_inner();
     // Wait until the first batch is running.
     let _received = tokio_stream::StreamExt::next(&mut first).await;
-    let status = ts.client.clone().dispatch(request(json!([{"name": "echo"}]))).await.unwrap_err();
+    let status = ts
+        .client
+        .clone()
+        .dispatch(request(json!([{"name": "echo"}])))
+        .await
+        .unwrap_err();
     assert_eq!(status.code(), Code::ResourceExhausted);
     drop(first);
 }
@@ -115,5 +161,11 @@ async fn invalid_session_ids_are_refused() {
     req.session_id = "../../tmp".into();
     let status = ts.client.clone().dispatch(req).await.unwrap_err();
     assert_eq!(status.code(), Code::InvalidArgument);
-    assert!(status.message().starts_with("session_id '../../tmp' is invalid"), "{}", status.message());
+    assert!(
+        status
+            .message()
+            .starts_with("session_id '../../tmp' is invalid"),
+        "{}",
+        status.message()
+    );
 }

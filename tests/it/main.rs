@@ -1,5 +1,7 @@
 //! End-to-end tests: a real toolgate server on 127.0.0.1:0 and the generated client (plus real
 //! grpcurl and a Python client in `peers`). One binary so the crate links once.
+// Test harness helpers assert by panicking, like the tests they serve.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod dispatch;
 mod intake;

@@ -72,7 +72,10 @@ async fn gemini_messages_echo_ids_only_when_the_model_sent_them() {
 #[tokio::test]
 async fn anthropic_messages_carry_images_as_blocks() {
     let ts = start().await;
-    let req = with_format(request(json!([{"type": "tool_use", "id": "t", "name": "picture", "input": {}}])), MessageFormat::Anthropic);
+    let req = with_format(
+        request(json!([{"type": "tool_use", "id": "t", "name": "picture", "input": {}}])),
+        MessageFormat::Anthropic,
+    );
     let result = dispatch(&ts, req).await;
     assert_eq!(
         messages_json(&result)[0]["content"][0]["content"],

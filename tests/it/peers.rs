@@ -1,3 +1,193 @@
 //! Real third-party peers against the real binary: grpcurl (the repository's demo script) and a
 //! Python client with stubs generated from the repository's protos. `scripts/test` installs both
 //! into `.testenv/`; set TOOLGATE_TESTENV to use another folder.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+const REPO: &str = env!("CARGO_MANIFEST_DIR");
+
+/// The folder `scripts/test` installs grpcurl and the Python packages into.
+fn testenv() -> PathBuf {
+    let dir = std::env::var_os("TOOLGATE_TESTENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(REPO).join(".testenv"));
+    let python = dir.join("venv/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run scripts/test once, which installs grpcurl and the Python packages",
+        python.display()
+    );
+    dir
+}
+
+/// The `toolgate` binary serving on a free port; killed on drop.
+struct Binary {
+    child: Child,
+    addr: String,
+    stderr: Option<std::process::ChildStderr>,
+}
+
+impl Binary {
+    fn start(extra: &[&str]) -> Binary {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(extra)
+            .env_remove("TOOLGATE_CONFIG")
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("toolgate starts");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let addr = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_owned();
+        let stderr = child.stderr.take();
+        Binary {
+            child,
+            addr,
+            stderr,
+        }
+    }
+
+    /// Sends SIGTERM and returns the exit status and what the server logged.
+    fn terminate(mut self) -> (std::process::ExitStatus, String) {
+        let pid = self.child.id().to_string();
+        assert!(
+            Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+        let status = self.child.wait().unwrap();
+        let mut log = String::new();
+        std::io::Read::read_to_string(&mut self.stderr.take().unwrap(), &mut log).unwrap();
+        (status, log)
+    }
+}
+
+impl Drop for Binary {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn run(command: &mut Command) -> String {
+    let output = command.output().expect("command runs");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "{command:?} failed:\n{stdout}\n{stderr}"
+    );
+    stdout
+}
+
+#[track_caller]
+fn assert_contains(output: &str, expected: &[&str]) {
+    for needle in expected {
+        assert!(output.contains(needle), "missing {needle:?} in:\n{output}");
+    }
+}
+
+#[test]
+fn the_grpcurl_demo_runs_against_the_binary() {
+    let env = testenv();
+    let server = Binary::start(&[]);
+    let output = run(Command::new("bash")
+        .arg(Path::new(REPO).join("examples/grpcurl/demo.sh"))
+        .arg(&server.addr)
+        .env("GRPCURL", env.join("venv/bin/grpcurl")));
+    assert_contains(
+        &output,
+        &[
+            "toolgate.v1.ToolGate",
+            "grpc.health.v1.Health",
+            "rpc DispatchBatch ( .toolgate.v1.DispatchBatchRequest ) returns ( stream .toolgate.v1.DispatchEvent )",
+            "repeated .google.protobuf.Value calls = 2;",
+            // Dispatch: the OpenAI batch, integers kept, the unknown tool answered in place.
+            r#""tool_call_id": "call_weather_1""#,
+            r#""content": "{\"city\":\"Paris\",\"days\":2}""#,
+            r#""errorClass": "UNKNOWN_TOOL""#,
+            "tool 'get_weather' is not available",
+            // DispatchBatch: events, then Anthropic tool messages.
+            r#""callReceived""#,
+            r#""toolPre""#,
+            r#""toolPost""#,
+            r#""tool_use_id": "toolu_02""#,
+            r#""content": "buy milk""#,
+        ],
+    );
+}
+
+#[test]
+fn the_python_client_example_runs_against_the_binary() {
+    let env = testenv();
+    let server = Binary::start(&[]);
+    let output = run(Command::new(env.join("venv/bin/python"))
+        .arg(Path::new(REPO).join("examples/python/dispatch_batch.py"))
+        .args(["--addr", &server.addr]));
+    assert_contains(
+        &output,
+        &[
+            "event call_received: id=call_3",
+            "event tool_post: id=call_2 attempt=1",
+            "outcome: COMPLETED; 3 calls, 1 errors",
+            r#"{"content": "{\"city\":\"Berlin\",\"units\":\"metric\"}", "role": "tool", "tool_call_id": "call_1"}"#,
+            r#"{"content": "tool 'lookup_stock' is not available", "role": "tool", "tool_call_id": "call_3"}"#,
+        ],
+    );
+}
+
+#[test]
+fn sigterm_stops_the_binary_gracefully() {
+    let server = Binary::start(&[]);
+    let (status, log) = server.terminate();
+    assert!(status.success(), "exit status {status:?}\n{log}");
+    assert_contains(&log, &["shutdown started", "stopped"]);
+}
+
+#[test]
+fn a_bad_config_exits_non_zero_listing_every_problem() {
+    let dir = std::env::temp_dir().join(format!("toolgate-peers-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("bad.toml");
+    std::fs::write(
+        &file,
+        "[server]\nlisten = \"nowhere\"\n[limits]\nmax_calls = 0\n",
+    )
+    .unwrap();
+    for args in [
+        vec!["check-config", file.to_str().unwrap()],
+        vec!["--config", file.to_str().unwrap()],
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(!output.status.success(), "{args:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_contains(
+            &stderr,
+            &[
+                "server.listen: 'nowhere'",
+                "limits.max_calls: must be at least 1",
+            ],
+        );
+    }
+    let output = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["check-config", &format!("{REPO}/config/default.toml")])
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use serde_json::json;
 use tokio_stream::StreamExt;
+use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
-use tonic_health::pb::HealthCheckRequest;
 use toolgate::config::Config;
 use toolgate::pb;
 use toolgate::pb::dispatch_event::Event;
@@ -16,7 +16,9 @@ use crate::support::*;
 
 async fn health(ts: &TestServer, service: &str) -> ServingStatus {
     let response = HealthClient::new(ts.channel.clone())
-        .check(HealthCheckRequest { service: service.into() })
+        .check(HealthCheckRequest {
+            service: service.into(),
+        })
         .await
         .expect("health answers");
     ServingStatus::try_from(response.into_inner().status).expect("known status")
@@ -35,7 +37,13 @@ async fn eventually(what: &str, mut condition: impl AsyncFnMut() -> bool) {
 
 /// Opens a stream and reads until the first `tool_pre`, so the batch is known to be running.
 async fn running(ts: &TestServer, calls: serde_json::Value) -> tonic::Streaming<pb::DispatchEvent> {
-    let mut stream = ts.client.clone().dispatch_batch(request(calls)).await.unwrap().into_inner();
+    let mut stream = ts
+        .client
+        .clone()
+        .dispatch_batch(request(calls))
+        .await
+        .unwrap()
+        .into_inner();
     while let Some(message) = stream.next().await {
         if let Some(Event::ToolPre(_)) = message.unwrap().event {
             return stream;
@@ -59,7 +67,10 @@ async fn rest(mut stream: tonic::Streaming<pb::DispatchEvent>) -> (Vec<Event>, p
 async fn health_is_serving_for_the_server_and_the_service() {
     let ts = start().await;
     assert_eq!(health(&ts, "").await, ServingStatus::Serving);
-    assert_eq!(health(&ts, "toolgate.v1.ToolGate").await, ServingStatus::Serving);
+    assert_eq!(
+        health(&ts, "toolgate.v1.ToolGate").await,
+        ServingStatus::Serving
+    );
 }
 
 #[tokio::test]
@@ -68,30 +79,52 @@ async fn reflection_lists_services_in_v1_and_v1alpha() {
     let ts = start().await;
     let request = v1::ServerReflectionRequest {
         host: String::new(),
-        message_request: Some(v1::server_reflection_request::MessageRequest::ListServices(String::new())),
+        message_request: Some(v1::server_reflection_request::MessageRequest::ListServices(
+            String::new(),
+        )),
     };
     let mut client = v1::server_reflection_client::ServerReflectionClient::new(ts.channel.clone());
-    let mut responses = client.server_reflection_info(tokio_stream::iter([request])).await.unwrap().into_inner();
+    let mut responses = client
+        .server_reflection_info(tokio_stream::iter([request]))
+        .await
+        .unwrap()
+        .into_inner();
     let Some(v1::server_reflection_response::MessageResponse::ListServicesResponse(list)) =
         responses.next().await.unwrap().unwrap().message_response
     else {
         panic!("list services response")
     };
     let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
-    assert!(names.contains(&"toolgate.v1.ToolGate".to_owned()), "{names:?}");
-    assert!(names.contains(&"grpc.health.v1.Health".to_owned()), "{names:?}");
+    assert!(
+        names.contains(&"toolgate.v1.ToolGate".to_owned()),
+        "{names:?}"
+    );
+    assert!(
+        names.contains(&"grpc.health.v1.Health".to_owned()),
+        "{names:?}"
+    );
 
     let request = v1alpha::ServerReflectionRequest {
         host: String::new(),
-        message_request: Some(v1alpha::server_reflection_request::MessageRequest::FileContainingSymbol(
-            "toolgate.v1.ToolGate".into(),
-        )),
+        message_request: Some(
+            v1alpha::server_reflection_request::MessageRequest::FileContainingSymbol(
+                "toolgate.v1.ToolGate".into(),
+            ),
+        ),
     };
-    let mut client = v1alpha::server_reflection_client::ServerReflectionClient::new(ts.channel.clone());
-    let mut responses = client.server_reflection_info(tokio_stream::iter([request])).await.unwrap().into_inner();
+    let mut client =
+        v1alpha::server_reflection_client::ServerReflectionClient::new(ts.channel.clone());
+    let mut responses = client
+        .server_reflection_info(tokio_stream::iter([request]))
+        .await
+        .unwrap()
+        .into_inner();
     let response = responses.next().await.unwrap().unwrap().message_response;
     assert!(
-        matches!(response, Some(v1alpha::server_reflection_response::MessageResponse::FileDescriptorResponse(_))),
+        matches!(
+            response,
+            Some(v1alpha::server_reflection_response::MessageResponse::FileDescriptorResponse(_))
+        ),
         "{response:?}"
     );
 }
@@ -101,9 +134,17 @@ async fn shutdown_lets_in_flight_batches_finish_and_refuses_new_ones() {
     let ts = start().await;
     let stream = running(&ts, json!([{"id": "s", "name": "sleep", "arguments": {"ms": 300}}, {"id": "e", "name": "echo"}])).await;
     ts.server.shutdown_handle().shutdown();
-    eventually("health goes NOT_SERVING", async || health(&ts, "toolgate.v1.ToolGate").await == ServingStatus::NotServing).await;
+    eventually("health goes NOT_SERVING", async || {
+        health(&ts, "toolgate.v1.ToolGate").await == ServingStatus::NotServing
+    })
+    .await;
     assert_eq!(health(&ts, "").await, ServingStatus::NotServing);
-    let status = ts.client.clone().dispatch(request(json!([{"name": "echo"}]))).await.unwrap_err();
+    let status = ts
+        .client
+        .clone()
+        .dispatch(request(json!([{"name": "echo"}])))
+        .await
+        .unwrap_err();
     assert_eq!(status.code(), tonic::Code::Unavailable);
     assert_eq!(status.message(), "the server is shutting down");
     let (_events, result) = rest(stream).await;
@@ -116,7 +157,11 @@ async fn shutdown_lets_in_flight_batches_finish_and_refuses_new_ones() {
 async fn shutdown_cancels_batches_still_running_after_the_grace_period() {
     let config = Config::from_toml("[server]\nshutdown_grace = \"100ms\"").unwrap();
     let ts = start_with(config).await;
-    let stream = running(&ts, json!([{"id": "w", "name": "wait_cancel"}, {"id": "e", "name": "echo"}])).await;
+    let stream = running(
+        &ts,
+        json!([{"id": "w", "name": "wait_cancel"}, {"id": "e", "name": "echo"}]),
+    )
+    .await;
     ts.server.shutdown_handle().shutdown();
     let (events, result) = rest(stream).await;
     assert_eq!(result.outcome, pb::batch_result::Outcome::Cancelled as i32);
@@ -124,9 +169,17 @@ async fn shutdown_cancels_batches_still_running_after_the_grace_period() {
     assert_eq!(result.results.len(), 2, "every call is still answered");
     assert_eq!(class(&result.results[0]), pb::ErrorClass::Cancelled);
     assert_eq!(class(&result.results[1]), pb::ErrorClass::Skipped);
-    let Some(Event::ToolPost(post)) = events.last() else { panic!("terminal tool_post: {events:?}") };
-    assert_eq!((post.id.as_str(), post.error_class), ("w", pb::ErrorClass::Cancelled as i32));
-    assert!(ts.saw_cancel.load(Ordering::SeqCst), "the tool's token fired");
+    let Some(Event::ToolPost(post)) = events.last() else {
+        panic!("terminal tool_post: {events:?}")
+    };
+    assert_eq!(
+        (post.id.as_str(), post.error_class),
+        ("w", pb::ErrorClass::Cancelled as i32)
+    );
+    assert!(
+        ts.saw_cancel.load(Ordering::SeqCst),
+        "the tool's token fired"
+    );
     ts.server.wait().await.unwrap();
 }
 
@@ -136,9 +189,16 @@ async fn a_client_dropping_the_stream_cancels_the_running_tool() {
     let stream = running(&ts, json!([{"id": "w", "name": "wait_cancel"}])).await;
     drop(stream);
     let flag = ts.saw_cancel.clone();
-    eventually("the tool sees its cancellation", async || flag.load(Ordering::SeqCst)).await;
+    eventually("the tool sees its cancellation", async || {
+        flag.load(Ordering::SeqCst)
+    })
+    .await;
     // The server is fine and serves the next batch.
-    assert!(dispatch(&ts, request(json!([{"name": "echo"}]))).await.all_succeeded);
+    assert!(
+        dispatch(&ts, request(json!([{"name": "echo"}])))
+            .await
+            .all_succeeded
+    );
 }
 
 #[tokio::test]
@@ -157,5 +217,8 @@ async fn a_grpc_deadline_cancels_a_streaming_batch() {
         }
     }
     let flag = ts.saw_cancel.clone();
-    eventually("the deadline cancels the tool", async || flag.load(Ordering::SeqCst)).await;
+    eventually("the deadline cancels the tool", async || {
+        flag.load(Ordering::SeqCst)
+    })
+    .await;
 }

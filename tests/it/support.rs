@@ -32,7 +32,9 @@ pub async fn start_with(config: Config) -> TestServer {
         .tool(Fail)
         .tool(Explode)
         .tool(Picture)
-        .tool(WaitCancel { saw_cancel: saw_cancel.clone() })
+        .tool(WaitCancel {
+            saw_cancel: saw_cancel.clone(),
+        })
         .start_local()
         .await
         .expect("server starts");
@@ -56,14 +58,19 @@ pub async fn connect(addr: std::net::SocketAddr) -> Channel {
 
 /// A request with these calls (any JSON shapes) and default options.
 pub fn request(calls: Value) -> pb::DispatchBatchRequest {
-    let Value::Array(calls) = calls else { panic!("calls must be an array") };
+    let Value::Array(calls) = calls else {
+        panic!("calls must be an array")
+    };
     pb::DispatchBatchRequest {
         calls: calls.iter().map(value_from_json).collect(),
         ..Default::default()
     }
 }
 
-pub fn with_format(mut req: pb::DispatchBatchRequest, format: pb::dispatch_options::MessageFormat) -> pb::DispatchBatchRequest {
+pub fn with_format(
+    mut req: pb::DispatchBatchRequest,
+    format: pb::dispatch_options::MessageFormat,
+) -> pb::DispatchBatchRequest {
     let mut options = req.options.unwrap_or_default();
     options.message_format = format.into();
     req.options = Some(options);
@@ -72,12 +79,26 @@ pub fn with_format(mut req: pb::DispatchBatchRequest, format: pb::dispatch_optio
 
 /// Runs `Dispatch` and returns the result.
 pub async fn dispatch(ts: &TestServer, req: pb::DispatchBatchRequest) -> pb::BatchResult {
-    ts.client.clone().dispatch(req).await.expect("dispatch succeeds").into_inner()
+    ts.client
+        .clone()
+        .dispatch(req)
+        .await
+        .expect("dispatch succeeds")
+        .into_inner()
 }
 
 /// Runs `DispatchBatch`, returning every event before the result, and the result.
-pub async fn dispatch_stream(ts: &TestServer, req: pb::DispatchBatchRequest) -> (Vec<pb::dispatch_event::Event>, pb::BatchResult) {
-    let mut stream = ts.client.clone().dispatch_batch(req).await.expect("stream opens").into_inner();
+pub async fn dispatch_stream(
+    ts: &TestServer,
+    req: pb::DispatchBatchRequest,
+) -> (Vec<pb::dispatch_event::Event>, pb::BatchResult) {
+    let mut stream = ts
+        .client
+        .clone()
+        .dispatch_batch(req)
+        .await
+        .expect("stream opens")
+        .into_inner();
     let mut events = Vec::new();
     let mut result = None;
     while let Some(message) = stream.next().await {
@@ -100,7 +121,11 @@ pub fn messages_json(result: &pb::BatchResult) -> Value {
         result
             .messages
             .iter()
-            .map(|m| to_json(&prost_types::Value { kind: Some(prost_types::value::Kind::StructValue(m.clone())) }))
+            .map(|m| {
+                to_json(&prost_types::Value {
+                    kind: Some(prost_types::value::Kind::StructValue(m.clone())),
+                })
+            })
             .collect(),
     )
 }
@@ -122,7 +147,11 @@ impl Tool for Fail {
     fn input_schema(&self) -> Value {
         json!({"type": "object"})
     }
-    fn call<'a>(&'a self, _input: Value, _ctx: &'a ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+    fn call<'a>(
+        &'a self,
+        _input: Value,
+        _ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(async { Err(ToolError::failed("disk on fire")) })
     }
 }
@@ -140,7 +169,11 @@ impl Tool for Explode {
     fn input_schema(&self) -> Value {
         json!({"type": "object"})
     }
-    fn call<'a>(&'a self, input: Value, _ctx: &'a ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+    fn call<'a>(
+        &'a self,
+        input: Value,
+        _ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(async move {
             let message = input["message"].as_str().unwrap_or("boom").to_owned();
             panic!("{message}");
@@ -161,11 +194,18 @@ impl Tool for Picture {
     fn input_schema(&self) -> Value {
         json!({"type": "object"})
     }
-    fn call<'a>(&'a self, _input: Value, _ctx: &'a ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+    fn call<'a>(
+        &'a self,
+        _input: Value,
+        _ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(async {
             Ok(ToolOutput::Parts(vec![
                 ContentPart::Text("a red dot".into()),
-                ContentPart::Image { mime_type: "image/png".into(), data: "iVBORw0KGgo=".into() },
+                ContentPart::Image {
+                    mime_type: "image/png".into(),
+                    data: "iVBORw0KGgo=".into(),
+                },
             ]))
         })
     }
@@ -186,7 +226,11 @@ impl Tool for WaitCancel {
     fn input_schema(&self) -> Value {
         json!({"type": "object"})
     }
-    fn call<'a>(&'a self, _input: Value, ctx: &'a ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+    fn call<'a>(
+        &'a self,
+        _input: Value,
+        ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         let token = ctx.cancel.clone();
         let flag = self.saw_cancel.clone();
         // Watch the token from a detached task: the tool's own future is dropped on cancel.

@@ -30,7 +30,10 @@ fn sources() -> Vec<(String, String)> {
 #[test]
 fn every_source_file_opens_with_a_module_doc_line() {
     for (path, text) in sources() {
-        assert!(text.starts_with("//!"), "{path} must start with a //! line saying what it is for");
+        assert!(
+            text.starts_with("//!"),
+            "{path} must start with a //! line saying what it is for"
+        );
     }
 }
 
@@ -42,7 +45,10 @@ fn grpc_types_stay_in_the_grpc_boundary() {
             continue;
         }
         for needle in ["tonic::", "prost::", "prost_types::", "crate::pb"] {
-            assert!(!text.contains(needle), "{path} uses {needle}; only the gRPC boundary may");
+            assert!(
+                !text.contains(needle),
+                "{path} uses {needle}; only the gRPC boundary may"
+            );
         }
     }
 }
@@ -53,13 +59,19 @@ fn log_messages_are_lowercase() {
         for macro_name in ["info!(", "warn!(", "error!(", "debug!("] {
             for (i, _) in text.match_indices(macro_name) {
                 let call = &text[i..];
-                let Some(start) = call.find('"') else { continue };
+                let Some(start) = call.find('"') else {
+                    continue;
+                };
                 let end = call.find(");").unwrap_or(call.len());
                 if start > end {
                     continue;
                 }
                 let first = call[start + 1..].chars().next().unwrap_or('a');
-                assert!(!first.is_uppercase(), "{path}: log message must start lowercase: {}", &call[..end.min(120)]);
+                assert!(
+                    !first.is_uppercase(),
+                    "{path}: log message must start lowercase: {}",
+                    &call[..end.min(120)]
+                );
             }
         }
     }

@@ -12,7 +12,9 @@ fn rules() -> RequestRules {
 }
 
 fn number(n: f64) -> prost_types::Value {
-    prost_types::Value { kind: Some(Kind::NumberValue(n)) }
+    prost_types::Value {
+        kind: Some(Kind::NumberValue(n)),
+    }
 }
 
 #[test]
@@ -20,10 +22,19 @@ fn integral_numbers_become_integers_within_two_to_the_53() {
     assert_eq!(json_from_value(&number(2.0), 64, "x").unwrap(), json!(2));
     assert_eq!(json_from_value(&number(-7.0), 64, "x").unwrap(), json!(-7));
     assert_eq!(json_from_value(&number(2.5), 64, "x").unwrap(), json!(2.5));
-    assert_eq!(json_from_value(&number(9_007_199_254_740_992.0), 64, "x").unwrap(), json!(9_007_199_254_740_992_i64));
-    assert_eq!(json_from_value(&number(1e20), 64, "x").unwrap(), json!(1e20));
+    assert_eq!(
+        json_from_value(&number(9_007_199_254_740_992.0), 64, "x").unwrap(),
+        json!(9_007_199_254_740_992_i64)
+    );
+    assert_eq!(
+        json_from_value(&number(1e20), 64, "x").unwrap(),
+        json!(1e20)
+    );
     assert!(json_from_value(&number(f64::NAN), 64, "x").is_err());
-    assert_eq!(json_from_value(&number(2.0), 64, "x").unwrap().to_string(), "2");
+    assert_eq!(
+        json_from_value(&number(2.0), 64, "x").unwrap().to_string(),
+        "2"
+    );
 }
 
 #[test]
@@ -45,7 +56,10 @@ fn nested(levels: usize) -> prost_types::Value {
 fn nesting_past_the_limit_is_invalid_argument() {
     assert!(json_from_value(&nested(64), 64, "calls[0]").is_ok());
     let err = json_from_value(&nested(65), 64, "calls[0]").unwrap_err();
-    assert_eq!(err, RequestError::Invalid("calls[0] nests deeper than 64 levels".into()));
+    assert_eq!(
+        err,
+        RequestError::Invalid("calls[0] nests deeper than 64 levels".into())
+    );
 }
 
 fn request(calls: Vec<serde_json::Value>) -> pb::DispatchBatchRequest {
@@ -59,51 +73,115 @@ fn request(calls: Vec<serde_json::Value>) -> pb::DispatchBatchRequest {
 fn too_many_calls_names_count_and_limit() {
     let calls = vec![json!({"name": "echo"}); 65];
     let err = batch_from_request(request(calls.clone()), &rules()).unwrap_err();
-    assert_eq!(err, RequestError::TooManyCalls { count: 65, limit: 64 });
+    assert_eq!(
+        err,
+        RequestError::TooManyCalls {
+            count: 65,
+            limit: 64
+        }
+    );
     assert_eq!(err.to_string(), "the batch has 65 calls; the limit is 64");
     let mut req = request(calls);
-    req.options = Some(pb::DispatchOptions { max_calls: 100, ..Default::default() });
+    req.options = Some(pb::DispatchOptions {
+        max_calls: 100,
+        ..Default::default()
+    });
     assert!(batch_from_request(req, &rules()).is_ok());
     let mut req = request(vec![]);
-    req.options = Some(pb::DispatchOptions { max_calls: 5000, ..Default::default() });
+    req.options = Some(pb::DispatchOptions {
+        max_calls: 5000,
+        ..Default::default()
+    });
     assert!(batch_from_request(req, &rules()).is_err());
 }
 
 #[test]
 fn unimplemented_options_are_rejected_by_name() {
     let mut req = request(vec![]);
-    req.options = Some(pb::DispatchOptions { mode: 1, ..Default::default() });
-    assert!(batch_from_request(req, &rules()).unwrap_err().to_string().contains("PARALLEL"));
+    req.options = Some(pb::DispatchOptions {
+        mode: 1,
+        ..Default::default()
+    });
+    assert!(
+        batch_from_request(req, &rules())
+            .unwrap_err()
+            .to_string()
+            .contains("PARALLEL")
+    );
     let mut req = request(vec![]);
-    req.options = Some(pb::DispatchOptions { on_error: 1, ..Default::default() });
-    assert!(batch_from_request(req, &rules()).unwrap_err().to_string().contains("FAIL_FAST"));
+    req.options = Some(pb::DispatchOptions {
+        on_error: 1,
+        ..Default::default()
+    });
+    assert!(
+        batch_from_request(req, &rules())
+            .unwrap_err()
+            .to_string()
+            .contains("FAIL_FAST")
+    );
     let mut req = request(vec![]);
-    req.options = Some(pb::DispatchOptions { message_format: 9, ..Default::default() });
-    assert!(batch_from_request(req, &rules()).unwrap_err().to_string().contains("message_format 9"));
+    req.options = Some(pb::DispatchOptions {
+        message_format: 9,
+        ..Default::default()
+    });
+    assert!(
+        batch_from_request(req, &rules())
+            .unwrap_err()
+            .to_string()
+            .contains("message_format 9")
+    );
 }
 
 #[test]
 fn calls_and_assistant_message_are_exclusive_and_session_ids_checked() {
     let mut req = request(vec![json!({"name": "echo"})]);
-    req.assistant_message = Some(value_from_json(&json!({"role": "assistant", "tool_calls": []})));
-    assert!(batch_from_request(req, &rules()).unwrap_err().to_string().contains("not both"));
+    req.assistant_message = Some(value_from_json(
+        &json!({"role": "assistant", "tool_calls": []}),
+    ));
+    assert!(
+        batch_from_request(req, &rules())
+            .unwrap_err()
+            .to_string()
+            .contains("not both")
+    );
     let mut req = request(vec![]);
     req.session_id = "../etc".into();
-    assert!(matches!(batch_from_request(req, &rules()), Err(RequestError::Invalid(_))));
+    assert!(matches!(
+        batch_from_request(req, &rules()),
+        Err(RequestError::Invalid(_))
+    ));
 }
 
 #[test]
 fn call_timeout_defaults_and_is_bounded() {
     let mut req = request(vec![]);
     req.options = Some(pb::DispatchOptions {
-        call_timeout: Some(prost_types::Duration { seconds: 0, nanos: 250_000_000 }),
+        call_timeout: Some(prost_types::Duration {
+            seconds: 0,
+            nanos: 250_000_000,
+        }),
         ..Default::default()
     });
-    assert_eq!(batch_from_request(req, &rules()).unwrap().options.call_timeout, Duration::from_millis(250));
-    assert_eq!(batch_from_request(request(vec![]), &rules()).unwrap().options.call_timeout, Duration::from_secs(60));
+    assert_eq!(
+        batch_from_request(req, &rules())
+            .unwrap()
+            .options
+            .call_timeout,
+        Duration::from_millis(250)
+    );
+    assert_eq!(
+        batch_from_request(request(vec![]), &rules())
+            .unwrap()
+            .options
+            .call_timeout,
+        Duration::from_secs(60)
+    );
     let mut req = request(vec![]);
     req.options = Some(pb::DispatchOptions {
-        call_timeout: Some(prost_types::Duration { seconds: -1, nanos: 0 }),
+        call_timeout: Some(prost_types::Duration {
+            seconds: -1,
+            nanos: 0,
+        }),
         ..Default::default()
     });
     assert!(batch_from_request(req, &rules()).is_err());
