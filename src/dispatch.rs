@@ -9,9 +9,10 @@ mod messages;
 mod result;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Map, Value};
+use tokio::time::Instant;
 use tracing::{Instrument, field};
 
 use crate::calls::Received;
@@ -98,6 +99,11 @@ impl Dispatcher {
     pub async fn run(&self, batch: Batch, observer: &dyn Observer, cancel: &Cancel) -> BatchReport {
         let started = Instant::now();
         let session = self.sessions.open(&batch.session_id);
+        // Released on every exit, including when the caller drops this future mid-batch.
+        let _release = Release {
+            sessions: &self.sessions,
+            session: &session,
+        };
         let span = tracing::info_span!(
             "batch",
             session = %session.id,
@@ -163,7 +169,6 @@ impl Dispatcher {
             (results, outcome, outcome_reason)
         };
         let (results, outcome, outcome_reason) = work.instrument(span.clone()).await;
-        self.sessions.release(&session);
         let duration = started.elapsed();
         span.record("outcome", field::debug(outcome));
         span.record("duration_ms", duration.as_millis());
@@ -188,6 +193,18 @@ impl Dispatcher {
     }
 }
 
+/// Ends a batch's use of its session when dropped.
+struct Release<'a> {
+    sessions: &'a Sessions,
+    session: &'a crate::session::Session,
+}
+
+impl Drop for Release<'_> {
+    fn drop(&mut self) {
+        self.sessions.release(self.session);
+    }
+}
+
 /// The answer for a call that never started because the batch had already ended.
 fn skipped(call: &crate::calls::ToolCall, outcome: Outcome) -> CallResult {
     let why = match outcome {
@@ -203,3 +220,6 @@ fn skipped(call: &crate::calls::ToolCall, outcome: Outcome) -> CallResult {
         format!("call skipped: {why} before it started"),
     )
 }
+
+#[cfg(test)]
+mod tests;

@@ -4,7 +4,9 @@
 //! model's call id whatever the tool returned.
 
 use std::panic::AssertUnwindSafe;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use futures::FutureExt;
 use tracing::{Instrument, field};
