@@ -8,9 +8,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::calls::{IntakeLimits, intake};
-use crate::tools::{
-    BoxFuture, Tool, ToolContext, ToolError, ToolOutput, ToolSource, builtin_tools,
-};
+use crate::tools::{BoxFuture, FnTool, ToolContext, ToolError, ToolSource, builtin_tools};
 
 #[derive(Default)]
 struct Recorder {
@@ -41,39 +39,23 @@ impl Recorder {
     }
 }
 
-/// Writes a file into its scratch directory, then waits forever.
-struct WriteThenHang;
-
-impl Tool for WriteThenHang {
-    fn name(&self) -> &str {
-        "write_then_hang"
-    }
-    fn description(&self) -> &str {
-        "test tool"
-    }
-    fn input_schema(&self) -> Value {
-        json!({"type": "object"})
-    }
-    fn call<'a>(
-        &'a self,
-        _input: Value,
-        ctx: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
-        Box::pin(async move {
-            std::fs::write(ctx.scratch_dir.join("f"), "x")
-                .map_err(|e| ToolError::failed(e.to_string()))?;
-            std::future::pending().await
-        })
-    }
-}
-
 fn dispatcher(name: &str) -> (Dispatcher, std::path::PathBuf) {
     let mut registry = ToolRegistry::default();
     for tool in builtin_tools(&[]) {
         registry.register(tool, ToolSource::Builtin).unwrap();
     }
+    // Writes a file into its scratch directory, then waits forever.
+    let write_then_hang = FnTool::new(
+        "write_then_hang",
+        "test tool",
+        |_input, ctx: ToolContext| async move {
+            std::fs::write(ctx.scratch_dir.join("f"), "x")
+                .map_err(|e| ToolError::failed(e.to_string()))?;
+            std::future::pending().await
+        },
+    );
     registry
-        .register(Arc::new(WriteThenHang), ToolSource::Embedded)
+        .register(Arc::new(write_then_hang), ToolSource::Embedded)
         .unwrap();
     let base = std::env::temp_dir().join(format!(
         "toolgate-dispatch-test-{name}-{}",

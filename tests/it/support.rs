@@ -4,14 +4,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio_stream::StreamExt;
 use tonic::transport::Channel;
 use toolgate::config::Config;
 use toolgate::grpc::convert::{to_json, value_from_json};
 use toolgate::pb;
 use toolgate::pb::tool_gate_client::ToolGateClient;
-use toolgate::tools::{BoxFuture, ContentPart, Tool, ToolContext, ToolError, ToolOutput};
+use toolgate::tools::{ContentPart, FnTool, ToolContext, ToolError, ToolOutput};
 use toolgate::{RunningServer, Server};
 
 pub struct TestServer {
@@ -28,13 +28,7 @@ pub async fn start() -> TestServer {
 
 pub async fn start_with(config: Config) -> TestServer {
     let saw_cancel = Arc::new(AtomicBool::new(false));
-    let server = Server::new(config)
-        .tool(Fail)
-        .tool(Explode)
-        .tool(Picture)
-        .tool(WaitCancel {
-            saw_cancel: saw_cancel.clone(),
-        })
+    let server = test_tools(Server::new(config), saw_cancel.clone())
         .start_local()
         .await
         .expect("server starts");
@@ -134,110 +128,45 @@ pub fn class(r: &pb::CallResult) -> pb::ErrorClass {
     pb::ErrorClass::try_from(r.error_class).expect("known class")
 }
 
-/// Always fails with a tool error.
-struct Fail;
-
-impl Tool for Fail {
-    fn name(&self) -> &str {
-        "fail"
-    }
-    fn description(&self) -> &str {
-        "fails"
-    }
-    fn input_schema(&self) -> Value {
-        json!({"type": "object"})
-    }
-    fn call<'a>(
-        &'a self,
-        _input: Value,
-        _ctx: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
-        Box::pin(async { Err(ToolError::failed("disk on fire")) })
-    }
-}
-
-/// Panics with the input's `message`.
-struct Explode;
-
-impl Tool for Explode {
-    fn name(&self) -> &str {
-        "explode"
-    }
-    fn description(&self) -> &str {
-        "panics"
-    }
-    fn input_schema(&self) -> Value {
-        json!({"type": "object"})
-    }
-    fn call<'a>(
-        &'a self,
-        input: Value,
-        _ctx: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
-        Box::pin(async move {
-            let message = input["message"].as_str().unwrap_or("boom").to_owned();
-            panic!("{message}");
-        })
-    }
-}
-
-/// Returns text and an image.
-struct Picture;
-
-impl Tool for Picture {
-    fn name(&self) -> &str {
-        "picture"
-    }
-    fn description(&self) -> &str {
-        "returns a caption and a 1x1 PNG"
-    }
-    fn input_schema(&self) -> Value {
-        json!({"type": "object"})
-    }
-    fn call<'a>(
-        &'a self,
-        _input: Value,
-        _ctx: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
-        Box::pin(async {
-            Ok(ToolOutput::Parts(vec![
-                ContentPart::Text("a red dot".into()),
-                ContentPart::Image {
-                    mime_type: "image/png".into(),
-                    data: "iVBORw0KGgo=".into(),
-                },
-            ]))
-        })
-    }
-}
-
-/// Waits until cancelled, recording that its token fired.
-struct WaitCancel {
-    saw_cancel: Arc<AtomicBool>,
-}
-
-impl Tool for WaitCancel {
-    fn name(&self) -> &str {
-        "wait_cancel"
-    }
-    fn description(&self) -> &str {
-        "waits for cancellation"
-    }
-    fn input_schema(&self) -> Value {
-        json!({"type": "object"})
-    }
-    fn call<'a>(
-        &'a self,
-        _input: Value,
-        ctx: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
-        let token = ctx.cancel.clone();
-        let flag = self.saw_cancel.clone();
-        // Watch the token from a detached task: the tool's own future is dropped on cancel.
-        tokio::spawn(async move {
-            token.cancelled().await;
-            flag.store(true, Ordering::SeqCst);
-        });
-        Box::pin(std::future::pending())
-    }
+/// The test tools: `fail` (tool error), `explode` (panics with `message`), `picture` (text and an
+/// image), `wait_cancel` (waits until cancelled, recording that its token fired).
+fn test_tools(server: Server, saw_cancel: Arc<AtomicBool>) -> Server {
+    server
+        .tool(FnTool::new("fail", "fails", |_input, _ctx| async {
+            Err(ToolError::failed("disk on fire"))
+        }))
+        .tool(FnTool::new(
+            "explode",
+            "panics",
+            |input: Value, _ctx| async move {
+                let message = input["message"].as_str().unwrap_or("boom").to_owned();
+                panic!("{message}")
+            },
+        ))
+        .tool(FnTool::new(
+            "picture",
+            "returns a caption and a 1x1 PNG",
+            |_input, _ctx| async {
+                Ok(ToolOutput::Parts(vec![
+                    ContentPart::Text("a red dot".into()),
+                    ContentPart::Image {
+                        mime_type: "image/png".into(),
+                        data: "iVBORw0KGgo=".into(),
+                    },
+                ]))
+            },
+        ))
+        .tool(FnTool::new(
+            "wait_cancel",
+            "waits for cancellation",
+            move |_input, ctx: ToolContext| {
+                // The driver drops this future on cancel, so the token is watched from a detached task.
+                let flag = saw_cancel.clone();
+                tokio::spawn(async move {
+                    ctx.cancel.cancelled().await;
+                    flag.store(true, Ordering::SeqCst);
+                });
+                std::future::pending()
+            },
+        ))
 }
