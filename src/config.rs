@@ -165,13 +165,7 @@ impl Config {
             }
         }
         apply_env(&mut table, env, &mut problems);
-        let config = from_table(table, &mut problems);
-        problems.extend(config.problems());
-        if problems.is_empty() {
-            Ok(config)
-        } else {
-            Err(ConfigError { problems })
-        }
+        finish(table, problems)
     }
 
     /// Parses a TOML document on top of the embedded default, without the environment.
@@ -179,13 +173,7 @@ impl Config {
         let mut problems = Vec::new();
         let mut table = parse_toml(DEFAULT_TOML, "embedded default", &mut problems);
         merge(&mut table, parse_toml(text, "config", &mut problems));
-        let config = from_table(table, &mut problems);
-        problems.extend(config.problems());
-        if problems.is_empty() {
-            Ok(config)
-        } else {
-            Err(ConfigError { problems })
-        }
+        finish(table, problems)
     }
 
     /// Checks the values against each other and the server's hard limits.
@@ -247,6 +235,17 @@ impl Config {
             ));
         }
         p
+    }
+}
+
+/// Types the merged table and checks it, adding to the problems found while merging.
+fn finish(table: Table, mut problems: Vec<String>) -> Result<Config, ConfigError> {
+    let config = from_table(table, &mut problems);
+    problems.extend(config.problems());
+    if problems.is_empty() {
+        Ok(config)
+    } else {
+        Err(ConfigError { problems })
     }
 }
 
