@@ -41,6 +41,21 @@ fn write_canonical(value: &Value, out: &mut String) {
     }
 }
 
+/// FNV-1a 64 over bytes: a stable hash (unlike `DefaultHasher`) for digests and loop detection.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in bytes {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash
+}
+
+/// 16 hex digits of FNV-1a 64 over the canonical JSON: independent of key order.
+pub fn digest(value: &Value) -> String {
+    format!("{:016x}", fnv1a(canonical(value).as_bytes()))
+}
+
 /// Nesting depth of arrays and objects: a scalar is 0, `{}` and `[]` are 1, `{"a":[1]}` is 2.
 pub fn depth(value: &Value) -> usize {
     match value {
@@ -96,6 +111,16 @@ mod tests {
         );
         check(json!(21.0), "21.0");
         check(json!({}), "{}");
+    }
+
+    #[test]
+    fn digest_is_fnv1a_of_canonical_json() {
+        assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(digest(&json!({"b": 1, "a": [1, 2]})), digest(&json!({"a": [1, 2], "b": 1})));
+        assert_ne!(digest(&json!([1, 2])), digest(&json!([2, 1])));
+        assert_eq!(digest(&json!({})).len(), 16);
+        assert_eq!(digest(&json!({"p": 1})), format!("{:016x}", fnv1a(br#"{"p":1}"#)));
     }
 
     #[test]

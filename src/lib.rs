@@ -24,6 +24,7 @@ pub mod dispatch;
 pub mod grpc;
 pub mod json;
 pub mod pb;
+pub mod safety;
 pub mod session;
 pub mod telemetry;
 pub mod tools;

@@ -1,0 +1,253 @@
+//! Loop detection as a plain state machine over a session's recent operations.
+//! An operation is (tool, canonical input, result hash); the hash is FNV-1a, stable everywhere.
+//! Unlike the reference, the stop applies to the call about to repeat the looping operation (not
+//! to whatever call comes next), and the warning is reported once per pattern.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+
+/// Thresholds for one tool (already resolved from global and per-tool config).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Thresholds {
+    /// Repeats at which the pattern is reported (0 = never).
+    pub warn_after: u32,
+    /// Repeats at which the next identical call is refused (0 = never).
+    pub stop_after: u32,
+}
+
+/// One recorded operation.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Operation {
+    pub tool: String,
+    /// Canonical JSON of the input.
+    pub input: String,
+    pub result: u64,
+}
+
+/// The pre-check's verdict for a call about to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Check {
+    Pass,
+    /// The call would repeat an operation already seen `repeats` times.
+    Stop { repeats: u32, pattern: String },
+}
+
+/// A recording crossed the warning threshold for the first time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Warning {
+    pub repeats: u32,
+    pub pattern: String,
+}
+
+/// A session's sliding window of operations.
+#[derive(Debug, Clone)]
+pub struct LoopDetector {
+    capacity: usize,
+    window: VecDeque<Operation>,
+    counts: HashMap<Operation, u32>,
+    /// The latest result seen for each (tool, input) still in the window: the prediction.
+    latest: HashMap<(String, String), (u64, u32)>,
+    warned: HashSet<Operation>,
+}
+
+/// How a pattern is shown: `tool(input)`, with long inputs cut.
+pub fn pattern(tool: &str, input: &str) -> String {
+    format!("{tool}({})", crate::json::truncate_chars(input, 200))
+}
+
+impl LoopDetector {
+    /// A detector remembering the last `capacity` operations.
+    pub fn new(capacity: usize) -> Self {
+        LoopDetector {
+            capacity: capacity.max(1),
+            window: VecDeque::new(),
+            counts: HashMap::new(),
+            latest: HashMap::new(),
+            warned: HashSet::new(),
+        }
+    }
+
+    /// Pure read: would running (tool, input) repeat an operation at or past the stop threshold?
+    /// The operation is predicted from the latest result this exact call produced.
+    pub fn check(&self, tool: &str, input: &str, thresholds: Thresholds) -> Check {
+        if thresholds.stop_after == 0 {
+            return Check::Pass;
+        }
+        let key = (tool.to_owned(), input.to_owned());
+        let Some((result, _)) = self.latest.get(&key) else {
+            return Check::Pass;
+        };
+        let op = Operation {
+            tool: tool.to_owned(),
+            input: input.to_owned(),
+            result: *result,
+        };
+        let repeats = self.counts.get(&op).copied().unwrap_or(0);
+        if repeats >= thresholds.stop_after {
+            Check::Stop {
+                repeats,
+                pattern: pattern(tool, input),
+            }
+        } else {
+            Check::Pass
+        }
+    }
+
+    /// Records an executed (or refused) attempt; reports the warning once per pattern.
+    pub fn record(&mut self, op: Operation, thresholds: Thresholds) -> Option<Warning> {
+        if self.window.len() >= self.capacity {
+            if let Some(old) = self.window.pop_front() {
+                self.forget(&old);
+            }
+        }
+        let count = self.counts.entry(op.clone()).or_insert(0);
+        *count += 1;
+        let repeats = *count;
+        let key = (op.tool.clone(), op.input.clone());
+        let entry = self.latest.entry(key).or_insert((op.result, 0));
+        entry.0 = op.result;
+        entry.1 += 1;
+        self.window.push_back(op.clone());
+        let warn = thresholds.warn_after > 0 && repeats >= thresholds.warn_after;
+        if warn && self.warned.insert(op.clone()) {
+            return Some(Warning {
+                repeats,
+                pattern: pattern(&op.tool, &op.input),
+            });
+        }
+        None
+    }
+
+    /// Forgets every operation of (tool, input): a stop uses the pattern up.
+    pub fn clear(&mut self, tool: &str, input: &str) {
+        let matches = |op: &Operation| op.tool == tool && op.input == input;
+        self.window.retain(|op| !matches(op));
+        self.counts.retain(|op, _| !matches(op));
+        self.warned.retain(|op| !matches(op));
+        self.latest.remove(&(tool.to_owned(), input.to_owned()));
+    }
+
+    pub fn len(&self) -> usize {
+        self.window.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.window.is_empty()
+    }
+
+    fn forget(&mut self, old: &Operation) {
+        if let Some(count) = self.counts.get_mut(old) {
+            *count -= 1;
+            if *count == 0 {
+                self.counts.remove(old);
+                self.warned.remove(old);
+            }
+        }
+        let key = (old.tool.clone(), old.input.clone());
+        if let Some(entry) = self.latest.get_mut(&key) {
+            entry.1 -= 1;
+            if entry.1 == 0 {
+                self.latest.remove(&key);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DEFAULT: Thresholds = Thresholds { warn_after: 3, stop_after: 10 };
+
+    fn op(tool: &str, input: &str, result: u64) -> Operation {
+        Operation { tool: tool.into(), input: input.into(), result }
+    }
+
+    #[test]
+    fn the_eleventh_identical_call_is_stopped_and_only_that_call() {
+        let mut d = LoopDetector::new(100);
+        for i in 1..=10 {
+            assert_eq!(d.check("read", "{\"p\":1}", DEFAULT), Check::Pass, "call {i}");
+            d.record(op("read", "{\"p\":1}", 7), DEFAULT);
+        }
+        assert_eq!(
+            d.check("read", "{\"p\":1}", DEFAULT),
+            Check::Stop { repeats: 10, pattern: "read({\"p\":1})".into() }
+        );
+        // A different call is not punished for the loop.
+        assert_eq!(d.check("read", "{\"p\":2}", DEFAULT), Check::Pass);
+        assert_eq!(d.check("write", "{\"p\":1}", DEFAULT), Check::Pass);
+    }
+
+    #[test]
+    fn the_warning_fires_once_per_pattern_at_the_threshold() {
+        let mut d = LoopDetector::new(100);
+        let warnings: Vec<Option<u32>> = (0..5)
+            .map(|_| d.record(op("t", "{}", 1), DEFAULT).map(|w| w.repeats))
+            .collect();
+        assert_eq!(warnings, [None, None, Some(3), None, None]);
+        // Another pattern warns on its own.
+        d.record(op("t", "{}", 2), DEFAULT);
+        d.record(op("t", "{}", 2), DEFAULT);
+        assert_eq!(d.record(op("t", "{}", 2), DEFAULT).map(|w| w.repeats), Some(3));
+    }
+
+    #[test]
+    fn a_changing_result_is_progress_not_a_loop() {
+        let mut d = LoopDetector::new(100);
+        for i in 0..20 {
+            assert_eq!(d.check("poll", "{}", DEFAULT), Check::Pass);
+            d.record(op("poll", "{}", i), DEFAULT);
+        }
+    }
+
+    #[test]
+    fn the_prediction_follows_the_latest_result() {
+        let mut d = LoopDetector::new(100);
+        for _ in 0..10 {
+            d.record(op("t", "{}", 1), DEFAULT);
+        }
+        // The call now returns something new: the next call is predicted to repeat that.
+        d.record(op("t", "{}", 2), DEFAULT);
+        assert_eq!(d.check("t", "{}", DEFAULT), Check::Pass);
+    }
+
+    #[test]
+    fn clearing_a_pattern_lets_the_next_batch_proceed() {
+        let mut d = LoopDetector::new(100);
+        for _ in 0..10 {
+            d.record(op("t", "{}", 1), DEFAULT);
+        }
+        d.record(op("u", "{}", 1), DEFAULT);
+        d.clear("t", "{}");
+        assert_eq!(d.check("t", "{}", DEFAULT), Check::Pass);
+        assert_eq!(d.len(), 1);
+        for _ in 0..2 {
+            assert_eq!(d.record(op("t", "{}", 1), DEFAULT), None);
+        }
+        assert!(d.record(op("t", "{}", 1), DEFAULT).is_some(), "warns again after a clear");
+    }
+
+    #[test]
+    fn old_operations_slide_out_of_the_window() {
+        let mut d = LoopDetector::new(5);
+        for _ in 0..3 {
+            d.record(op("t", "{}", 1), Thresholds { warn_after: 0, stop_after: 3 });
+        }
+        assert!(matches!(d.check("t", "{}", Thresholds { warn_after: 0, stop_after: 3 }), Check::Stop { .. }));
+        for i in 0..5 {
+            d.record(op("other", "{}", i), DEFAULT);
+        }
+        assert_eq!(d.len(), 5);
+        assert_eq!(d.check("t", "{}", Thresholds { warn_after: 0, stop_after: 3 }), Check::Pass);
+    }
+
+    #[test]
+    fn zero_thresholds_switch_warning_and_stopping_off() {
+        let off = Thresholds { warn_after: 0, stop_after: 0 };
+        let mut d = LoopDetector::new(100);
+        for _ in 0..50 {
+            assert_eq!(d.record(op("t", "{}", 1), off), None);
+        }
+        assert_eq!(d.check("t", "{}", off), Check::Pass);
+    }
+}
