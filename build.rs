@@ -3,7 +3,10 @@
 use std::{env, fs, path::PathBuf};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let protos = ["proto/toolgate/v1/toolgate.proto"];
+    let protos = [
+        "proto/toolgate/v1/toolgate.proto",
+        "proto/toolgate/v1/hooks.proto",
+    ];
     println!("cargo:rerun-if-changed=proto");
 
     // include_imports keeps google/protobuf/*.proto in the set, which reflection clients need.

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
@@ -13,20 +14,28 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::{Config, ConfigError};
-use crate::dispatch::{Cancel, Dispatcher};
+use crate::config::{Config, ConfigError, FailureModeConfig, RuleAction};
+use crate::dispatch::{Cancel, Dispatcher, Pipeline};
+use crate::grpc::hook_client::GrpcHook;
 use crate::grpc::server::ServeSettings;
 use crate::grpc::{RequestRules, ServeError, ServiceState};
-use crate::session::Sessions;
+use crate::safety::breaker::BreakerConfig;
+use crate::safety::health::Health;
+use crate::safety::hooks::{Action, CommandHook, Condition, FailureMode, Hook, Hooks, RuleHook};
+use crate::safety::policy::Policy;
+use crate::safety::recovery::{DefaultReflector, Reflector};
+use crate::session::{SessionLimits, Sessions};
 use crate::tools::{RegistryError, Tool, ToolRegistry, ToolSource, builtin_tools};
 
 /// Distinguishes the default scratch bases of servers in one process.
 static SERVER_SERIAL: AtomicU64 = AtomicU64::new(1);
 
-/// A toolgate server to be started: its config plus in-process tools.
+/// A toolgate server to be started: its config plus in-process tools, hooks and reflector.
 pub struct Server {
     config: Config,
     tools: Vec<Arc<dyn Tool>>,
+    hooks: Vec<Arc<dyn Hook>>,
+    reflector: Arc<dyn Reflector>,
 }
 
 /// Why a server could not start.
@@ -36,6 +45,8 @@ pub enum StartError {
     Config(#[from] ConfigError),
     #[error(transparent)]
     Registry(#[from] RegistryError),
+    #[error("{0}")]
+    Hooks(String),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: String,
@@ -62,12 +73,26 @@ impl Server {
         Server {
             config,
             tools: Vec::new(),
+            hooks: Vec::new(),
+            reflector: Arc::new(DefaultReflector),
         }
     }
 
     /// Adds an in-process tool (listed with source EMBEDDED).
     pub fn tool(mut self, tool: impl Tool) -> Self {
         self.tools.push(Arc::new(tool));
+        self
+    }
+
+    /// Adds an in-process hook, consulted after the configured ones.
+    pub fn hook(mut self, hook: impl Hook + 'static) -> Self {
+        self.hooks.push(Arc::new(hook));
+        self
+    }
+
+    /// Replaces the built-in reflector that judges failed attempts.
+    pub fn reflector(mut self, reflector: impl Reflector + 'static) -> Self {
+        self.reflector = Arc::new(reflector);
         self
     }
 
@@ -101,7 +126,8 @@ impl Server {
         })?;
         let registry = self.registry()?;
         let sessions = Arc::new(sessions(&self.config));
-        let dispatcher = Dispatcher::new(Arc::new(registry), sessions.clone());
+        let pipeline = self.pipeline()?;
+        let dispatcher = Dispatcher::new(Arc::new(registry), sessions.clone(), pipeline);
         let max_batches = self.config.server.max_concurrent_batches;
         let state = Arc::new(ServiceState {
             dispatcher,
@@ -120,8 +146,13 @@ impl Server {
         };
         let trigger = CancellationToken::new();
         let serve = crate::grpc::serve(listener, state, settings, trigger.clone());
+        let sweeper = tokio::spawn(sweep_sessions(
+            sessions.clone(),
+            self.config.sessions.idle_ttl,
+        ));
         let task = tokio::spawn(async move {
             let result = serve.await;
+            sweeper.abort();
             sessions.remove_all();
             result
         });
@@ -130,6 +161,23 @@ impl Server {
             addr,
             trigger,
             task,
+        })
+    }
+
+    fn pipeline(&self) -> Result<Pipeline, StartError> {
+        let c = &self.config;
+        let health = Arc::new(Health::new(BreakerConfig {
+            failure_threshold: c.breaker.failure_threshold,
+            cooldown: c.breaker.cooldown,
+            probe_lease: c.breaker.probe_lease,
+        }));
+        let mut hooks = configured_hooks(c).map_err(StartError::Hooks)?;
+        hooks.extend(self.hooks.iter().cloned());
+        Ok(Pipeline {
+            hooks: Hooks::new(hooks),
+            health,
+            policy: Arc::new(Policy::from_config(c)),
+            reflector: self.reflector.clone(),
         })
     }
 
@@ -147,15 +195,108 @@ impl Server {
     }
 }
 
+/// Hooks from the config, in the documented order: rules, command hooks, gRPC hooks.
+fn configured_hooks(config: &Config) -> Result<Vec<Arc<dyn Hook>>, String> {
+    let mode = |m: FailureModeConfig| match m {
+        FailureModeConfig::FailOpen => FailureMode::FailOpen,
+        FailureModeConfig::FailClosed => FailureMode::FailClosed,
+    };
+    let mut hooks: Vec<Arc<dyn Hook>> = Vec::new();
+    for (i, rule) in config.hooks.rules.iter().enumerate() {
+        let mut conditions = Vec::new();
+        for c in &rule.when {
+            let pointer = c.pointer.clone();
+            let condition = match (&c.equals, &c.regex, c.exists) {
+                (Some(value), None, None) => Condition::Equals {
+                    pointer,
+                    value: value.clone(),
+                },
+                (None, Some(re), None) => Condition::Matches {
+                    pointer,
+                    regex: regex::Regex::new(re).map_err(|e| format!("hooks.rules[{i}]: {e}"))?,
+                },
+                (None, None, Some(exists)) => Condition::Exists { pointer, exists },
+                _ => {
+                    return Err(format!(
+                        "hooks.rules[{i}]: each condition needs exactly one test"
+                    ));
+                }
+            };
+            conditions.push(condition);
+        }
+        let action = match rule.action {
+            RuleAction::Allow => Action::Allow,
+            RuleAction::Block => Action::Block,
+            RuleAction::Ask => Action::Ask,
+        };
+        let id = rule.id.clone().unwrap_or_else(|| format!("rules[{i}]"));
+        hooks.push(Arc::new(RuleHook::new(
+            id,
+            rule.tools.clone(),
+            conditions,
+            action,
+            rule.reason.clone(),
+        )));
+    }
+    for (i, h) in config.hooks.command.iter().enumerate() {
+        let name = h.name.clone().unwrap_or_else(|| format!("command[{i}]"));
+        let hook = CommandHook::new(
+            name,
+            &h.command,
+            h.tools.clone(),
+            h.timeout,
+            mode(h.failure_mode),
+        )
+        .ok_or_else(|| format!("hooks.command[{i}]: name a program to run"))?;
+        hooks.push(Arc::new(hook));
+    }
+    for (i, h) in config.hooks.grpc.iter().enumerate() {
+        let name = h.name.clone().unwrap_or_else(|| format!("grpc[{i}]"));
+        let hook = GrpcHook::new(
+            name,
+            &h.endpoint,
+            h.tools.clone(),
+            h.timeout,
+            mode(h.failure_mode),
+        )?;
+        hooks.push(Arc::new(hook));
+    }
+    Ok(hooks)
+}
+
 fn sessions(config: &Config) -> Sessions {
+    let limits = SessionLimits {
+        idle_ttl: config.sessions.idle_ttl,
+        max_sessions: config.sessions.max_sessions,
+        loop_window: config.loop_detection.window,
+        memory_entries: if config.memory.enabled {
+            config.memory.max_entries
+        } else {
+            0
+        },
+    };
     let configured = &config.sessions.scratch_base;
     if configured.as_os_str().is_empty() {
         let serial = SERVER_SERIAL.fetch_add(1, Ordering::Relaxed);
         let base: PathBuf =
             std::env::temp_dir().join(format!("toolgate-{}-{serial}", std::process::id()));
-        Sessions::new(base, true)
+        Sessions::new(base, true, limits)
     } else {
-        Sessions::new(configured.clone(), false)
+        Sessions::new(configured.clone(), false, limits)
+    }
+}
+
+/// Drops idle sessions, checking four times per TTL (at most once a minute, at least every 10 ms).
+async fn sweep_sessions(sessions: Arc<Sessions>, idle_ttl: Duration) {
+    let every = (idle_ttl / 4).clamp(Duration::from_millis(10), Duration::from_secs(60));
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let expired = sessions.sweep(tokio::time::Instant::now());
+        if expired > 0 {
+            tracing::debug!(expired, "idle sessions dropped");
+        }
     }
 }
 

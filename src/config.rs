@@ -3,6 +3,7 @@
 
 mod duration;
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -26,6 +27,12 @@ pub struct Config {
     pub limits: Limits,
     pub dispatch: DispatchConfig,
     pub sessions: SessionsConfig,
+    pub memory: MemoryConfig,
+    pub loop_detection: LoopDetectionConfig,
+    pub breaker: BreakerSection,
+    pub retry: RetrySection,
+    pub per_tool: BTreeMap<String, PerTool>,
+    pub hooks: HooksConfig,
     pub tools: ToolsConfig,
     pub log: LogConfig,
 }
@@ -57,11 +64,175 @@ pub struct DispatchConfig {
     pub max_call_timeout: Duration,
 }
 
-#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SessionsConfig {
     /// Empty: a per-server directory under the system temp dir.
     pub scratch_base: PathBuf,
+    #[serde(with = "duration")]
+    pub idle_ttl: Duration,
+    pub max_sessions: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MemoryConfig {
+    pub enabled: bool,
+    pub max_entries: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LoopDetectionConfig {
+    pub enabled: bool,
+    pub window: usize,
+    pub warn_after: u32,
+    pub stop_after: u32,
+    pub append_warning: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BreakerSection {
+    pub failure_threshold: u32,
+    #[serde(with = "duration")]
+    pub cooldown: Duration,
+    #[serde(with = "duration")]
+    pub probe_lease: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetrySection {
+    pub max_retries: u32,
+    #[serde(with = "duration")]
+    pub base_delay: Duration,
+    #[serde(with = "duration")]
+    pub max_delay: Duration,
+    pub jitter: bool,
+}
+
+/// Pre- and post-tool hooks, consulted in this order: rules, then command hooks, then gRPC hooks.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HooksConfig {
+    pub rules: Vec<RuleConfig>,
+    pub command: Vec<CommandHookConfig>,
+    pub grpc: Vec<GrpcHookConfig>,
+}
+
+/// `[[hooks.rules]]`: when the tool matches and every condition holds, take the action.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuleConfig {
+    /// Shown as the gate decision's source; default `rules[<n>]`.
+    #[serde(default)]
+    pub id: Option<String>,
+    /// Tool-name glob (`*`, `?`).
+    #[serde(default = "any_tool")]
+    pub tools: String,
+    pub action: RuleAction,
+    #[serde(default)]
+    pub reason: String,
+    #[serde(default)]
+    pub when: Vec<ConditionConfig>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RuleAction {
+    Allow,
+    Block,
+    Ask,
+}
+
+/// One condition: a JSON pointer into the input and exactly one test.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConditionConfig {
+    pub pointer: String,
+    #[serde(default)]
+    pub equals: Option<serde_json::Value>,
+    #[serde(default)]
+    pub regex: Option<String>,
+    #[serde(default)]
+    pub exists: Option<bool>,
+}
+
+/// `[[hooks.command]]`: a program run per call with the call as JSON on stdin.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommandHookConfig {
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Program and arguments (no shell).
+    pub command: Vec<String>,
+    #[serde(default = "any_tool")]
+    pub tools: String,
+    #[serde(default = "command_timeout", with = "duration")]
+    pub timeout: Duration,
+    #[serde(default)]
+    pub failure_mode: FailureModeConfig,
+}
+
+/// `[[hooks.grpc]]`: a remote `toolgate.v1.ToolHooks` service.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GrpcHookConfig {
+    #[serde(default)]
+    pub name: Option<String>,
+    /// `http://host:port`.
+    pub endpoint: String,
+    #[serde(default = "any_tool")]
+    pub tools: String,
+    #[serde(default = "grpc_timeout", with = "duration")]
+    pub timeout: Duration,
+    #[serde(default)]
+    pub failure_mode: FailureModeConfig,
+}
+
+/// What a hook that fails (crashes, times out, is unreachable) means for the call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureModeConfig {
+    FailOpen,
+    #[default]
+    FailClosed,
+}
+
+fn any_tool() -> String {
+    "*".to_owned()
+}
+
+fn command_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+
+fn grpc_timeout() -> Duration {
+    Duration::from_secs(2)
+}
+
+/// Overrides for one tool, under `[per_tool.<name>]`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PerTool {
+    pub retry: PerToolRetry,
+    pub loop_detection: PerToolLoop,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PerToolRetry {
+    pub enabled: Option<bool>,
+    pub max_retries: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PerToolLoop {
+    pub warn_after: Option<u32>,
+    pub stop_after: Option<u32>,
+    pub exempt: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Deserialize)]
@@ -125,6 +296,58 @@ impl Default for DispatchConfig {
         DispatchConfig {
             call_timeout: Duration::from_secs(60),
             max_call_timeout: Duration::from_secs(3600),
+        }
+    }
+}
+
+impl Default for SessionsConfig {
+    fn default() -> Self {
+        SessionsConfig {
+            scratch_base: PathBuf::new(),
+            idle_ttl: Duration::from_secs(30 * 60),
+            max_sessions: 10_000,
+        }
+    }
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        MemoryConfig {
+            enabled: true,
+            max_entries: 100,
+        }
+    }
+}
+
+impl Default for LoopDetectionConfig {
+    fn default() -> Self {
+        LoopDetectionConfig {
+            enabled: true,
+            window: 100,
+            warn_after: 3,
+            stop_after: 10,
+            append_warning: true,
+        }
+    }
+}
+
+impl Default for BreakerSection {
+    fn default() -> Self {
+        BreakerSection {
+            failure_threshold: 3,
+            cooldown: Duration::from_secs(30),
+            probe_lease: Duration::from_secs(30),
+        }
+    }
+}
+
+impl Default for RetrySection {
+    fn default() -> Self {
+        RetrySection {
+            max_retries: 3,
+            base_delay: Duration::from_millis(100),
+            max_delay: Duration::from_secs(30),
+            jitter: false,
         }
     }
 }
@@ -220,6 +443,19 @@ impl Config {
         if self.dispatch.call_timeout > self.dispatch.max_call_timeout {
             p.push("dispatch.call_timeout: is above dispatch.max_call_timeout".to_owned());
         }
+        if self.sessions.max_sessions == 0 {
+            p.push("sessions.max_sessions: must be at least 1".to_owned());
+        }
+        if self.sessions.idle_ttl.is_zero() {
+            p.push("sessions.idle_ttl: must be longer than zero".to_owned());
+        }
+        if self.loop_detection.window == 0 {
+            p.push("loop_detection.window: must be at least 1".to_owned());
+        }
+        if self.retry.base_delay > self.retry.max_delay {
+            p.push("retry.base_delay: is above retry.max_delay".to_owned());
+        }
+        p.extend(self.hooks.problems());
         for name in &self.tools.builtin.exclude {
             if !BUILTIN_NAMES.contains(&name.as_str()) {
                 p.push(format!(
@@ -246,6 +482,49 @@ fn finish(table: Table, mut problems: Vec<String>) -> Result<Config, ConfigError
         Ok(config)
     } else {
         Err(ConfigError { problems })
+    }
+}
+
+impl HooksConfig {
+    fn problems(&self) -> Vec<String> {
+        let mut p = Vec::new();
+        for (i, rule) in self.rules.iter().enumerate() {
+            for (j, c) in rule.when.iter().enumerate() {
+                let at = format!("hooks.rules[{i}].when[{j}]");
+                let tests = [c.equals.is_some(), c.regex.is_some(), c.exists.is_some()];
+                if tests.iter().filter(|t| **t).count() != 1 {
+                    p.push(format!("{at}: set exactly one of equals, regex, exists"));
+                }
+                if !c.pointer.is_empty() && !c.pointer.starts_with('/') {
+                    p.push(format!(
+                        "{at}: pointer '{}' must be empty or start with '/'",
+                        c.pointer
+                    ));
+                }
+                if let Some(Err(e)) = c.regex.as_deref().map(regex::Regex::new) {
+                    p.push(format!("{at}: regex does not compile: {e}"));
+                }
+            }
+        }
+        for (i, hook) in self.command.iter().enumerate() {
+            if hook.command.first().is_none_or(String::is_empty) {
+                p.push(format!("hooks.command[{i}].command: name a program to run"));
+            }
+        }
+        for (i, hook) in self.grpc.iter().enumerate() {
+            let authority = hook
+                .endpoint
+                .strip_prefix("http://")
+                .or_else(|| hook.endpoint.strip_prefix("https://"))
+                .unwrap_or("");
+            if authority.is_empty() || authority.contains(char::is_whitespace) {
+                p.push(format!(
+                    "hooks.grpc[{i}].endpoint: '{}' is not a URL such as http://127.0.0.1:7000",
+                    hook.endpoint
+                ));
+            }
+        }
+        p
     }
 }
 
@@ -335,11 +614,23 @@ fn from_table(mut table: Table, problems: &mut Vec<String>) -> Config {
     section(&mut table, "limits", &mut config.limits, problems);
     section(&mut table, "dispatch", &mut config.dispatch, problems);
     section(&mut table, "sessions", &mut config.sessions, problems);
+    section(&mut table, "memory", &mut config.memory, problems);
+    section(
+        &mut table,
+        "loop_detection",
+        &mut config.loop_detection,
+        problems,
+    );
+    section(&mut table, "breaker", &mut config.breaker, problems);
+    section(&mut table, "retry", &mut config.retry, problems);
+    section(&mut table, "per_tool", &mut config.per_tool, problems);
+    section(&mut table, "hooks", &mut config.hooks, problems);
     section(&mut table, "tools", &mut config.tools, problems);
     section(&mut table, "log", &mut config.log, problems);
     for unknown in table.keys() {
         problems.push(format!(
-            "unknown section '{unknown}' (known: server, limits, dispatch, sessions, tools, log)"
+            "unknown section '{unknown}' (known: server, limits, dispatch, sessions, memory, \
+             loop_detection, breaker, retry, per_tool, hooks, tools, log)"
         ));
     }
     config

@@ -16,9 +16,16 @@ use tokio::time::Instant;
 use tracing::{Instrument, field};
 
 use crate::calls::Received;
-use crate::session::Sessions;
+use crate::json;
+use crate::safety::detector::{Check, Operation};
+use crate::safety::health::Health;
+use crate::safety::hooks::Hooks;
+use crate::safety::policy::Policy;
+use crate::safety::recovery::{DefaultReflector, Reflector};
+use crate::session::{Session, Sessions};
 use crate::tools::ToolRegistry;
 
+pub use call::readable;
 pub use cancel::Cancel;
 pub use events::{Event, NoObserver, Observer};
 pub use messages::{MessageFormat, tool_messages};
@@ -78,20 +85,54 @@ impl BatchReport {
     }
 }
 
+/// The safety pipeline's parts, shared by every call of a server.
+#[derive(Clone)]
+pub struct Pipeline {
+    pub hooks: Hooks,
+    pub health: Arc<Health>,
+    pub policy: Arc<Policy>,
+    pub reflector: Arc<dyn Reflector>,
+}
+
+impl Pipeline {
+    /// A pipeline with no hooks, default policy and the built-in reflector.
+    pub fn new(health: Arc<Health>, policy: Policy) -> Self {
+        Pipeline {
+            hooks: Hooks::default(),
+            health,
+            policy: Arc::new(policy),
+            reflector: Arc::new(DefaultReflector),
+        }
+    }
+}
+
 /// Runs batches against a registry of tools.
 #[derive(Clone)]
 pub struct Dispatcher {
     registry: Arc<ToolRegistry>,
     sessions: Arc<Sessions>,
+    pipeline: Pipeline,
 }
 
 impl Dispatcher {
-    pub fn new(registry: Arc<ToolRegistry>, sessions: Arc<Sessions>) -> Self {
-        Dispatcher { registry, sessions }
+    pub fn new(registry: Arc<ToolRegistry>, sessions: Arc<Sessions>, pipeline: Pipeline) -> Self {
+        Dispatcher {
+            registry,
+            sessions,
+            pipeline,
+        }
     }
 
     pub fn registry(&self) -> &ToolRegistry {
         &self.registry
+    }
+
+    pub fn sessions(&self) -> &Sessions {
+        &self.sessions
+    }
+
+    pub fn health(&self) -> &Health {
+        &self.pipeline.health
     }
 
     /// Runs the batch sequentially. Cancellation ends it early: the running call is answered
@@ -140,30 +181,29 @@ impl Dispatcher {
                     results.push(skipped(call, outcome));
                     continue;
                 }
-                let result = match (&received.rejection, self.registry.get(&call.name)) {
-                    (Some((rejection, message)), _) => {
-                        CallResult::refused(call, (*rejection).into(), message.clone())
-                    }
+                let answered = match (&received.rejection, self.registry.get(&call.name)) {
+                    (Some((rejection, message)), _) => call::Answered {
+                        result: CallResult::refused(call, (*rejection).into(), message.clone()),
+                        hard: None,
+                    },
                     // Unknown names are answered here and never dispatched.
-                    (None, None) => CallResult::refused(
-                        call,
-                        ErrorClass::UnknownTool,
-                        format!("tool '{}' is not available", call.name),
-                    ),
+                    (None, None) => self.unknown_tool(call, &session),
                     (None, Some(registered)) => {
-                        let ctx = call::CallScope {
+                        let scope = call::CallScope {
                             session: &session,
                             options: &batch.options,
                             observer,
                             cancel,
+                            pipeline: &self.pipeline,
                         };
-                        call::execute(call, registered, &ctx).await
+                        call::execute(call, registered, &scope).await
                     }
                 };
-                if result.error_class == ErrorClass::Cancelled {
-                    outcome = Outcome::Cancelled;
-                    outcome_reason = cancel.reason();
+                if let Some((hard, reason)) = answered.hard {
+                    outcome = hard;
+                    outcome_reason = reason;
                 }
+                let result = answered.result;
                 results.push(result);
             }
             (results, outcome, outcome_reason)
@@ -193,10 +233,41 @@ impl Dispatcher {
     }
 }
 
+impl Dispatcher {
+    /// `tool 'x' is not available`; recorded for loop detection so a model hammering a missing
+    /// tool is stopped too.
+    fn unknown_tool(&self, call: &crate::calls::ToolCall, session: &Session) -> call::Answered {
+        let input = json::canonical(&call.arguments);
+        if let Some(th) = self.pipeline.policy.loop_thresholds(&call.name) {
+            let check = session.detector().check(&call.name, &input, th);
+            if let Check::Stop { repeats, pattern } = check {
+                session.detector().clear(&call.name, &input);
+                let reason = format!("Loop detected: {pattern} repeated {repeats} times");
+                let message = format!("dispatch refused before execution: {reason}");
+                return call::Answered {
+                    result: CallResult::refused(call, ErrorClass::LoopStopped, message),
+                    hard: Some((Outcome::LoopDetected, reason)),
+                };
+            }
+        }
+        let message = format!("tool '{}' is not available", call.name);
+        let result = CallResult::refused(call, ErrorClass::UnknownTool, message);
+        if let Some(th) = self.pipeline.policy.loop_thresholds(&call.name) {
+            let op = Operation {
+                tool: call.name.clone(),
+                input,
+                result: call::result_hash(&result),
+            };
+            let _ = session.detector().record(op, th);
+        }
+        call::Answered { result, hard: None }
+    }
+}
+
 /// Ends a batch's use of its session when dropped.
 struct Release<'a> {
     sessions: &'a Sessions,
-    session: &'a crate::session::Session,
+    session: &'a Session,
 }
 
 impl Drop for Release<'_> {

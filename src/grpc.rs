@@ -3,6 +3,7 @@
 
 pub mod codec;
 pub mod convert;
+pub mod hook_client;
 pub(crate) mod server;
 mod service;
 mod status;

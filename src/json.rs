@@ -117,10 +117,16 @@ mod tests {
     fn digest_is_fnv1a_of_canonical_json() {
         assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
         assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
-        assert_eq!(digest(&json!({"b": 1, "a": [1, 2]})), digest(&json!({"a": [1, 2], "b": 1})));
+        assert_eq!(
+            digest(&json!({"b": 1, "a": [1, 2]})),
+            digest(&json!({"a": [1, 2], "b": 1}))
+        );
         assert_ne!(digest(&json!([1, 2])), digest(&json!([2, 1])));
         assert_eq!(digest(&json!({})).len(), 16);
-        assert_eq!(digest(&json!({"p": 1})), format!("{:016x}", fnv1a(br#"{"p":1}"#)));
+        assert_eq!(
+            digest(&json!({"p": 1})),
+            format!("{:016x}", fnv1a(br#"{"p":1}"#))
+        );
     }
 
     #[test]

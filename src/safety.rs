@@ -5,3 +5,6 @@ pub mod backoff;
 pub mod breaker;
 pub mod detector;
 pub mod health;
+pub mod hooks;
+pub mod policy;
+pub mod recovery;

@@ -1,14 +1,24 @@
-//! Sessions: per-session state keyed by a validated id; today that is the scratch directory.
+//! Sessions: per-session state keyed by a validated id: the loop-detection window, the memory of
+//! successful calls, and the scratch directory. Bounded by an idle TTL and a maximum count (least
+//! recently used evicted first); a session in use by a batch is never evicted or removed.
 //! Invariant: a session's scratch directory is `<base>/toolgate-<id>/` and no id can name a path
 //! outside the base, because ids are restricted to `[A-Za-z0-9._-]` and may not be `.` or `..`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::safety::detector::LoopDetector;
 
 /// Longest session id accepted.
 pub const MAX_SESSION_ID_LEN: usize = 128;
+
+/// Characters of input and of result kept per memory entry.
+pub const MEMORY_FIELD_CHARS: usize = 500;
 
 /// Checks a client-supplied session id; the error says what is allowed.
 pub fn validate_session_id(id: &str) -> Result<(), String> {
@@ -24,13 +34,44 @@ pub fn validate_session_id(id: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Bounds and sizes of session state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionLimits {
+    /// A session unused for this long is dropped.
+    pub idle_ttl: Duration,
+    /// Most live named sessions; opening one more evicts the least recently used idle one.
+    pub max_sessions: usize,
+    /// Operations remembered for loop detection.
+    pub loop_window: usize,
+    /// Memory entries kept per session (oldest dropped first); 0 switches memory off.
+    pub memory_entries: usize,
+}
+
+impl Default for SessionLimits {
+    fn default() -> Self {
+        SessionLimits {
+            idle_ttl: Duration::from_secs(30 * 60),
+            max_sessions: 10_000,
+            loop_window: 100,
+            memory_entries: 100,
+        }
+    }
+}
+
 /// One session's state.
 #[derive(Debug)]
 pub struct Session {
     pub id: String,
     scratch_dir: PathBuf,
-    /// A session made for one batch; its directory goes when the batch ends.
+    /// A session made for one batch; everything goes when the batch ends.
     ephemeral: bool,
+    detector: Mutex<LoopDetector>,
+    memory: Mutex<VecDeque<String>>,
+    memory_entries: usize,
+    last_used: Mutex<Instant>,
+    in_use: AtomicUsize,
+    /// Ended or evicted while in use: the directory goes when the last batch releases it.
+    ended: AtomicBool,
 }
 
 impl Session {
@@ -42,6 +83,46 @@ impl Session {
         }
         self.scratch_dir.clone()
     }
+
+    /// The loop-detection window (lock poisoning cannot fail a call: the state is kept).
+    pub fn detector(&self) -> MutexGuard<'_, LoopDetector> {
+        self.detector.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Remembers a successful call as `tool={name}; input={…}; result={…}`.
+    pub fn remember(&self, tool: &str, input: &str, result: &str) {
+        if self.memory_entries == 0 {
+            return;
+        }
+        let entry = format!(
+            "tool={tool}; input={}; result={}",
+            crate::json::truncate_chars(input, MEMORY_FIELD_CHARS),
+            crate::json::truncate_chars(result, MEMORY_FIELD_CHARS)
+        );
+        let mut memory = self.memory.lock().unwrap_or_else(|p| p.into_inner());
+        if memory.len() >= self.memory_entries {
+            memory.pop_front();
+        }
+        memory.push_back(entry);
+    }
+
+    /// Memory entries, oldest first.
+    pub fn memory(&self) -> Vec<String> {
+        let memory = self.memory.lock().unwrap_or_else(|p| p.into_inner());
+        memory.iter().cloned().collect()
+    }
+
+    fn touch(&self, now: Instant) {
+        *self.last_used.lock().unwrap_or_else(|p| p.into_inner()) = now;
+    }
+
+    fn idle_since(&self) -> Instant {
+        *self.last_used.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn busy(&self) -> bool {
+        self.in_use.load(Ordering::SeqCst) > 0
+    }
 }
 
 /// All live sessions of one server.
@@ -50,6 +131,7 @@ pub struct Sessions {
     base: PathBuf,
     /// Whether the base directory is this server's own (removed on stop) or an operator's.
     owns_base: bool,
+    limits: SessionLimits,
     live: Mutex<HashMap<String, Arc<Session>>>,
     next_ephemeral: AtomicU64,
 }
@@ -57,10 +139,11 @@ pub struct Sessions {
 impl Sessions {
     /// Sessions whose scratch directories live under `base`; `owns_base` means the base itself
     /// is removed on stop (a per-server temp directory), otherwise only session directories are.
-    pub fn new(base: PathBuf, owns_base: bool) -> Self {
+    pub fn new(base: PathBuf, owns_base: bool, limits: SessionLimits) -> Self {
         Sessions {
             base,
             owns_base,
+            limits,
             live: Mutex::new(HashMap::new()),
             next_ephemeral: AtomicU64::new(1),
         }
@@ -70,36 +153,84 @@ impl Sessions {
         &self.base
     }
 
-    /// The named session (created on first use), or a fresh ephemeral one for an empty id.
-    /// The id must have passed `validate_session_id`.
+    /// Opens the named session for a batch (created on first use), or a fresh ephemeral one for
+    /// an empty id. The id must have passed `validate_session_id`. Pair with `release`.
     pub fn open(&self, id: &str) -> Arc<Session> {
+        let now = Instant::now();
         if id.is_empty() {
             let n = self.next_ephemeral.fetch_add(1, Ordering::Relaxed);
-            let id = format!("batch-{n}");
-            return Arc::new(self.make(id, true));
+            let session = Arc::new(self.make(format!("batch-{n}"), true, now));
+            session.in_use.fetch_add(1, Ordering::SeqCst);
+            return session;
         }
-        let mut live = self
-            .live
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner());
-        live.entry(id.to_owned())
-            .or_insert_with(|| Arc::new(self.make(id.to_owned(), false)))
-            .clone()
+        let mut live = self.lock();
+        if !live.contains_key(id) && live.len() >= self.limits.max_sessions {
+            evict_least_recent(&mut live);
+        }
+        let session = live
+            .entry(id.to_owned())
+            .or_insert_with(|| Arc::new(self.make(id.to_owned(), false, now)))
+            .clone();
+        session.in_use.fetch_add(1, Ordering::SeqCst);
+        session.touch(now);
+        session
     }
 
-    /// Ends a batch in `session`: an ephemeral session's directory is removed.
+    /// A batch is done with `session`.
     pub fn release(&self, session: &Session) {
-        if session.ephemeral {
+        session.touch(Instant::now());
+        let remaining = session
+            .in_use
+            .fetch_sub(1, Ordering::SeqCst)
+            .saturating_sub(1);
+        if remaining == 0 && (session.ephemeral || session.ended.load(Ordering::SeqCst)) {
             remove_dir(&session.scratch_dir);
         }
     }
 
+    /// The live named session, if any (not an ephemeral one).
+    pub fn get(&self, id: &str) -> Option<Arc<Session>> {
+        self.lock().get(id).cloned()
+    }
+
+    /// Drops a session; true if it was live. A batch still using it keeps its state until it ends.
+    pub fn end(&self, id: &str) -> bool {
+        let Some(session) = self.lock().remove(id) else {
+            return false;
+        };
+        retire(&session);
+        true
+    }
+
+    /// Drops sessions idle for longer than the TTL; returns how many.
+    pub fn sweep(&self, now: Instant) -> usize {
+        let ttl = self.limits.idle_ttl;
+        let mut live = self.lock();
+        let expired: Vec<String> = live
+            .iter()
+            .filter(|(_, s)| !s.busy() && now.saturating_duration_since(s.idle_since()) >= ttl)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in &expired {
+            if let Some(session) = live.remove(id) {
+                tracing::debug!(session = %id, "session expired");
+                retire(&session);
+            }
+        }
+        expired.len()
+    }
+
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+
     /// Removes every scratch directory (server stop).
     pub fn remove_all(&self) {
-        let mut live = self
-            .live
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner());
+        let mut live = self.lock();
         for session in live.values() {
             remove_dir(&session.scratch_dir);
         }
@@ -109,13 +240,46 @@ impl Sessions {
         }
     }
 
-    fn make(&self, id: String, ephemeral: bool) -> Session {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Arc<Session>>> {
+        self.live.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn make(&self, id: String, ephemeral: bool, now: Instant) -> Session {
         let scratch_dir = self.base.join(format!("toolgate-{id}"));
         Session {
             id,
             scratch_dir,
             ephemeral,
+            detector: Mutex::new(LoopDetector::new(self.limits.loop_window)),
+            memory: Mutex::new(VecDeque::new()),
+            memory_entries: self.limits.memory_entries,
+            last_used: Mutex::new(now),
+            in_use: AtomicUsize::new(0),
+            ended: AtomicBool::new(false),
         }
+    }
+}
+
+/// Evicts the least recently used session that no batch is using.
+fn evict_least_recent(live: &mut HashMap<String, Arc<Session>>) {
+    let oldest = live
+        .iter()
+        .filter(|(_, s)| !s.busy())
+        .min_by_key(|(_, s)| s.idle_since())
+        .map(|(id, _)| id.clone());
+    if let Some(id) = oldest
+        && let Some(session) = live.remove(&id)
+    {
+        tracing::debug!(session = %id, "session evicted");
+        retire(&session);
+    }
+}
+
+/// A session left the map: its directory goes now, or when its last batch releases it.
+fn retire(session: &Session) {
+    session.ended.store(true, Ordering::SeqCst);
+    if !session.busy() {
+        remove_dir(&session.scratch_dir);
     }
 }
 
@@ -130,51 +294,4 @@ fn remove_dir(path: &Path) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn session_ids_cannot_name_paths() {
-        for ok in ["abc", "user-1_x.y", &"a".repeat(128)] {
-            assert!(validate_session_id(ok).is_ok(), "{ok}");
-        }
-        for bad in [".", "..", "a/b", "../x", "a b", "é", &"a".repeat(129)] {
-            assert!(validate_session_id(bad).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn scratch_directories_are_per_session_and_removed() {
-        let base =
-            std::env::temp_dir().join(format!("toolgate-sessions-test-{}", std::process::id()));
-        let sessions = Sessions::new(base.clone(), true);
-        let named = sessions.open("alpha");
-        assert!(Arc::ptr_eq(&named, &sessions.open("alpha")));
-        let dir = named.scratch_dir();
-        assert_eq!(dir, base.join("toolgate-alpha"));
-        assert!(dir.is_dir());
-        let once = sessions.open("");
-        let once_dir = once.scratch_dir();
-        assert_ne!(once.id, sessions.open("").id);
-        sessions.release(&once);
-        assert!(!once_dir.exists());
-        sessions.release(&named);
-        assert!(dir.exists(), "named sessions outlive a batch");
-        sessions.remove_all();
-        assert!(!base.exists());
-    }
-
-    #[test]
-    fn an_operator_base_directory_is_kept() {
-        let base =
-            std::env::temp_dir().join(format!("toolgate-sessions-kept-{}", std::process::id()));
-        std::fs::create_dir_all(&base).unwrap();
-        std::fs::write(base.join("keep.txt"), "x").unwrap();
-        let sessions = Sessions::new(base.clone(), false);
-        let dir = sessions.open("beta").scratch_dir();
-        sessions.remove_all();
-        assert!(!dir.exists());
-        assert!(base.join("keep.txt").exists());
-        std::fs::remove_dir_all(&base).unwrap();
-    }
-}
+mod tests;

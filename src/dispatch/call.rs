@@ -1,21 +1,30 @@
-//! The per-call driver: runs one call's attempt with panic isolation, a deadline and
-//! cancellation, and emits its `tool_pre` / `tool_post` pair.
+//! The per-call driver: every attempt of a call runs the pipeline in exactly this order, written
+//! once here and used by every dispatch mode:
+//! tool_pre → pre-tool hooks → loop pre-check → breaker gate → cancel-or-run → stamp the id →
+//! loop record → tool_post → post-tool hooks → health → memory → recovery (a retry loops back).
 //! Invariant: every `tool_pre` is followed by exactly one `tool_post`, and the result carries the
 //! model's call id whatever the tool returned.
 
 use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use futures::FutureExt;
+use serde_json::Value;
+use tokio::time::Instant;
 use tracing::{Instrument, field};
 
-use super::BatchOptions;
 use super::cancel::Cancel;
 use super::events::{Event, Observer};
 use super::result::{CallResult, ErrorClass};
+use super::{BatchOptions, Outcome, Pipeline};
 use crate::calls::ToolCall;
+use crate::json;
+use crate::safety::backoff::RETRY_CEILING;
+use crate::safety::breaker::{Admission, Transition};
+use crate::safety::detector::{Check, Operation};
+use crate::safety::health::HealthOutcome;
+use crate::safety::hooks::{Gate, PostToolUse, PreToolUse};
+use crate::safety::recovery::{Failure, Verdict};
 use crate::session::Session;
 use crate::tools::registry::Registered;
 use crate::tools::{ToolContext, ToolError, ToolErrorKind, ToolOutput};
@@ -26,77 +35,386 @@ pub(super) struct CallScope<'a> {
     pub options: &'a BatchOptions,
     pub observer: &'a dyn Observer,
     pub cancel: &'a Cancel,
+    pub pipeline: &'a Pipeline,
 }
 
-/// How one attempt ended.
-enum Attempt {
+/// How a call ended: a result, and whether it ends the batch.
+pub(super) struct Answered {
+    pub result: CallResult,
+    /// A hard error: the batch ends with this outcome and reason.
+    pub hard: Option<(Outcome, String)>,
+}
+
+/// How one execution ended.
+enum Execution {
     Returned(Result<ToolOutput, ToolError>),
     Panicked(String),
     TimedOut(Duration),
     Cancelled,
 }
 
-/// Runs a call to a registered tool and answers it.
+/// Runs a call to a registered tool, attempt after attempt, and answers it.
 pub(super) async fn execute(
     call: &ToolCall,
     registered: &Registered,
     scope: &CallScope<'_>,
-) -> CallResult {
-    let tool_name = registered.tool.name().to_owned();
+) -> Answered {
+    let tool = registered.tool.name().to_owned();
     let span = tracing::info_span!(
         "call",
         call.id = %call.id,
-        tool = %tool_name,
+        tool = %tool,
         index = call.index,
         outcome = field::Empty,
+        attempts = field::Empty,
         duration_ms = field::Empty,
     );
-    async {
-        let attempt = 1;
-        scope
-            .observer
-            .on_event(Event::ToolPre {
+    let started = Instant::now();
+    let answered = attempts(call, registered, &tool, scope)
+        .instrument(span.clone())
+        .await;
+    let r = &answered.result;
+    span.record("outcome", field::debug(r.error_class));
+    span.record("attempts", r.attempts);
+    span.record("duration_ms", started.elapsed().as_millis());
+    span.in_scope(
+        || tracing::debug!(outcome = ?r.error_class, attempts = r.attempts, "call finished"),
+    );
+    answered
+}
+
+/// The attempt loop. Each step says why it sits where it is.
+async fn attempts(
+    call: &ToolCall,
+    registered: &Registered,
+    tool: &str,
+    scope: &CallScope<'_>,
+) -> Answered {
+    let p = scope.pipeline;
+    let mut input = call.arguments.clone();
+    let mut attempt: u32 = 0;
+    // A loop warning raised by any attempt rides on the call's final result.
+    let mut loop_note: Option<String> = None;
+    loop {
+        attempt += 1;
+        let step = Step {
+            call,
+            tool,
+            attempt,
+            scope,
+        };
+
+        // 1. Observers first: every later decision of this attempt happens inside its pre/post frame.
+        step.emit(Event::ToolPre {
+            index: call.index,
+            id: call.id.clone(),
+            attempt,
+            tool: tool.to_owned(),
+        })
+        .await;
+
+        // 2. Hooks before anything else decides: a policy refusal must not touch loop counts of
+        //    executions or the breaker, and a modified input is what detection and the tool see.
+        let hook_call = PreToolUse {
+            session_id: &scope.session.id,
+            call_id: &call.id,
+            index: call.index,
+            tool,
+            input: &input,
+            attempt,
+        };
+        let (gate, records) = p.hooks.pre_tool_use(&hook_call).await;
+        let digest = json::digest(&input);
+        for record in records {
+            step.emit(Event::GateDecision {
                 index: call.index,
                 id: call.id.clone(),
                 attempt,
-                tool: tool_name.clone(),
+                tool: tool.to_owned(),
+                record,
+                args_digest: digest.clone(),
             })
             .await;
+        }
+        // A refused call still goes through the loop pre-check, so hammering a blocked tool stops.
+        let refusal = match gate {
+            Gate::Proceed(next) => {
+                input = next;
+                None
+            }
+            Gate::Refuse(message) => Some(message),
+        };
+        let canonical_input = json::canonical(&input);
+
+        // 3. Loop pre-check: refuses only the call that would repeat a looping operation.
+        let thresholds = p.policy.loop_thresholds(tool);
+        if let Some(th) = thresholds {
+            let check = scope.session.detector().check(tool, &canonical_input, th);
+            if let Check::Stop { repeats, pattern } = check {
+                scope.session.detector().clear(tool, &canonical_input);
+                step.emit(Event::LoopDetected {
+                    index: call.index,
+                    id: call.id.clone(),
+                    attempt,
+                    tool: tool.to_owned(),
+                    stop: true,
+                    pattern: pattern.clone(),
+                    repeats,
+                })
+                .await;
+                let reason = format!("Loop detected: {pattern} repeated {repeats} times");
+                let message = format!("dispatch refused before execution: {reason}");
+                let mut result =
+                    CallResult::failed(call, tool, ErrorClass::LoopStopped, message, None);
+                result.attempts = attempt - 1;
+                step.post(&result).await;
+                return Answered {
+                    result,
+                    hard: Some((Outcome::LoopDetected, reason)),
+                };
+            }
+        }
+        if let Some(message) = refusal {
+            let result = step.refused(ErrorClass::Blocked, message, &canonical_input);
+            return step.finish_soft(result).await;
+        }
+
+        // 4. Breaker gate, keyed by the tool that runs (the same key health records under).
+        let (admission, transition) = p.health.admit(tool, Instant::now());
+        step.breaker_changed(transition).await;
+        if admission == Admission::Refused {
+            let message = "tool temporarily unavailable: circuit breaker open".to_owned();
+            let result = step.refused(ErrorClass::CircuitOpen, message, &canonical_input);
+            return step.finish_soft(result).await;
+        }
+        let probe = admission == Admission::Probe;
+
+        // 5. Cancel-or-run, biased to cancel.
         let started = Instant::now();
-        let outcome = run_attempt(call, registered, scope).await;
+        let execution = run_once(call, registered, &input, scope).await;
         let duration = started.elapsed();
-        let mut result = answer(call, &tool_name, outcome);
-        // The model's id is stamped last, whatever the tool or a layer put there.
+        let retryable = matches!(&execution, Execution::Returned(Err(e)) if e.retryable);
+
+        // 6. Stamp the model's id, whatever the tool or a layer put there.
+        let mut result = answer(call, tool, execution);
         result.id.clone_from(&call.id);
         result.attempts = attempt;
         result.duration = duration;
-        scope
-            .observer
-            .on_event(Event::ToolPost {
+
+        if result.error_class == ErrorClass::Cancelled {
+            // A cancelled attempt says nothing about the tool; a probe frees its slot at once.
+            let transition = p
+                .health
+                .record(tool, HealthOutcome::Neutral, probe, Instant::now());
+            step.post(&result).await;
+            step.breaker_changed(transition).await;
+            return Answered {
+                result,
+                hard: Some((Outcome::Cancelled, scope.cancel.reason())),
+            };
+        }
+
+        // 7. Detection records before observers see the result, so they see the state that includes it.
+        if let Some(th) = thresholds {
+            let op = Operation {
+                tool: tool.to_owned(),
+                input: canonical_input.clone(),
+                result: result_hash(&result),
+            };
+            let warning = scope.session.detector().record(op, th);
+            if let Some(w) = warning {
+                step.emit(Event::LoopDetected {
+                    index: call.index,
+                    id: call.id.clone(),
+                    attempt,
+                    tool: tool.to_owned(),
+                    stop: false,
+                    pattern: w.pattern.clone(),
+                    repeats: w.repeats,
+                })
+                .await;
+                if p.policy.append_loop_warning {
+                    loop_note = Some(loop_warning(&w.pattern, w.repeats, th.stop_after));
+                }
+            }
+        }
+
+        if let Some(line) = &loop_note {
+            result.content.push_str(line);
+        }
+
+        // 8. Observers.
+        step.post(&result).await;
+
+        // 9. Post-tool hooks: notified of every executed attempt.
+        p.hooks
+            .post_tool_use(&PostToolUse {
+                session_id: &scope.session.id,
+                call_id: &call.id,
                 index: call.index,
-                id: call.id.clone(),
+                tool,
+                input: &input,
                 attempt,
-                tool: tool_name.clone(),
-                error_class: result.error_class,
-                duration,
-                cached: result.cached,
+                content: &result.content,
+                is_error: !result.success,
+                error_class: result.error_class.name(),
+                duration_ms: u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
             })
             .await;
-        let span = tracing::Span::current();
-        span.record("outcome", field::debug(result.error_class));
-        span.record("duration_ms", duration.as_millis());
-        if result.error_class == ErrorClass::Panic {
-            tracing::error!(error = %result.error, "tool panicked");
+
+        // 10. Health: only outcomes that say something about the tool count.
+        let transition = p
+            .health
+            .record(tool, health_outcome(&result), probe, Instant::now());
+        step.breaker_changed(transition).await;
+
+        // 11. Memory: successful calls only; it can never fail the call.
+        if result.success && p.policy.memory_enabled {
+            scope
+                .session
+                .remember(tool, &canonical_input, &result.content);
         }
-        tracing::debug!(outcome = ?result.error_class, duration_ms = duration.as_millis(), "call finished");
+        if result.success {
+            return Answered { result, hard: None };
+        }
+
+        // 12. Recovery.
+        let failure = Failure {
+            tool,
+            annotations: registered.tool.annotations(),
+            input: &input,
+            class: result.error_class,
+            message: &result.error,
+            retryable,
+            attempt,
+            retry_enabled: p.policy.retry_enabled(tool),
+        };
+        let (reason, correction) = match p.reflector.reflect(&failure).await {
+            Verdict::GiveUp { .. } => return Answered { result, hard: None },
+            Verdict::Retry { reason, correction } => (reason, correction),
+        };
+        // The hard ceiling is checked before sleeping: no wait is wasted on a call that cannot run.
+        if attempt > RETRY_CEILING {
+            let why = format!(
+                "tool '{tool}' failed {attempt} times (the last: {}); no call is retried more than {RETRY_CEILING} times",
+                json::truncate_chars(&result.error, 200)
+            );
+            return Answered {
+                result,
+                hard: Some((Outcome::RecoveryExhausted, why)),
+            };
+        }
+        if attempt > p.policy.max_retries(tool) {
+            return Answered { result, hard: None };
+        }
+        let delay = p
+            .policy
+            .backoff
+            .delay(attempt - 1, entropy(call.index, attempt));
+        step.emit(Event::RetryScheduled {
+            index: call.index,
+            id: call.id.clone(),
+            attempt: attempt + 1,
+            tool: tool.to_owned(),
+            delay,
+            reason,
+        })
+        .await;
+        let cancelled = tokio::select! {
+            biased;
+            () = scope.cancel.cancelled() => true,
+            () = tokio::time::sleep(delay) => false,
+        };
+        if cancelled {
+            let message = format!(
+                "tool '{tool}' was cancelled while waiting to retry after: {}",
+                result.error
+            );
+            let mut cancelled =
+                CallResult::failed(call, tool, ErrorClass::Cancelled, message, None);
+            cancelled.attempts = attempt;
+            cancelled.duration = result.duration;
+            return Answered {
+                result: cancelled,
+                hard: Some((Outcome::Cancelled, scope.cancel.reason())),
+            };
+        }
+        if let Some(fixed) = correction.filter(Value::is_object) {
+            input = fixed;
+        }
+    }
+}
+
+/// One attempt's identity, for emitting its events.
+struct Step<'a> {
+    call: &'a ToolCall,
+    tool: &'a str,
+    attempt: u32,
+    scope: &'a CallScope<'a>,
+}
+
+impl Step<'_> {
+    async fn emit(&self, event: Event) {
+        self.scope.observer.on_event(event).await;
+    }
+
+    /// The terminal event of the attempt.
+    async fn post(&self, result: &CallResult) {
+        self.emit(Event::ToolPost {
+            index: self.call.index,
+            id: self.call.id.clone(),
+            attempt: self.attempt,
+            tool: self.tool.to_owned(),
+            error_class: result.error_class,
+            duration: result.duration,
+            cached: result.cached,
+        })
+        .await;
+    }
+
+    async fn breaker_changed(&self, transition: Option<Transition>) {
+        if let Some(t) = transition {
+            tracing::info!(tool = %self.tool, from = ?t.from, to = ?t.to, "breaker changed");
+            self.emit(Event::BreakerChanged {
+                id: self.call.id.clone(),
+                tool: self.tool.to_owned(),
+                from: t.from,
+                to: t.to,
+            })
+            .await;
+        }
+    }
+
+    /// A refusal before execution: recorded for loop detection, so hammering a refused tool stops.
+    fn refused(&self, class: ErrorClass, message: String, canonical_input: &str) -> CallResult {
+        let mut result = CallResult::failed(self.call, self.tool, class, message, None);
+        result.attempts = self.attempt - 1;
+        if let Some(th) = self.scope.pipeline.policy.loop_thresholds(self.tool) {
+            let op = Operation {
+                tool: self.tool.to_owned(),
+                input: canonical_input.to_owned(),
+                result: result_hash(&result),
+            };
+            // A refusal is never retried, so a warning here has no later result to ride on;
+            // the stop is what matters and it comes from the pre-check of the next identical call.
+            let _ = self.scope.session.detector().record(op, th);
+        }
         result
     }
-    .instrument(span)
-    .await
+
+    async fn finish_soft(&self, result: CallResult) -> Answered {
+        self.post(&result).await;
+        Answered { result, hard: None }
+    }
 }
 
 /// Races the tool against cancellation (checked first) and its deadline; catches panics.
-async fn run_attempt(call: &ToolCall, registered: &Registered, scope: &CallScope<'_>) -> Attempt {
+async fn run_once(
+    call: &ToolCall,
+    registered: &Registered,
+    input: &Value,
+    scope: &CallScope<'_>,
+) -> Execution {
     let ctx = ToolContext {
         session_id: scope.session.id.clone(),
         call_id: call.id.clone(),
@@ -105,47 +423,41 @@ async fn run_attempt(call: &ToolCall, registered: &Registered, scope: &CallScope
         scratch_dir: scope.session.scratch_dir(),
     };
     let timeout = scope.options.call_timeout;
-    let running =
-        AssertUnwindSafe(registered.tool.call(call.arguments.clone(), &ctx)).catch_unwind();
-    let attempt = tokio::select! {
+    let running = AssertUnwindSafe(registered.tool.call(input.clone(), &ctx)).catch_unwind();
+    let execution = tokio::select! {
         biased;
-        () = scope.cancel.cancelled() => Attempt::Cancelled,
+        () = scope.cancel.cancelled() => Execution::Cancelled,
         finished = tokio::time::timeout(timeout, running) => match finished {
-            Err(_) => Attempt::TimedOut(timeout),
-            Ok(Err(payload)) => Attempt::Panicked(panic_message(payload.as_ref())),
-            Ok(Ok(returned)) => Attempt::Returned(returned),
+            Err(_) => Execution::TimedOut(timeout),
+            Ok(Err(payload)) => Execution::Panicked(panic_message(payload.as_ref())),
+            Ok(Ok(returned)) => Execution::Returned(returned),
         },
     };
     // The tool's future is gone by now; its token fires so any work it spawned stops too.
     ctx.cancel.cancel();
-    attempt
+    execution
 }
 
-fn answer(call: &ToolCall, tool: &str, attempt: Attempt) -> CallResult {
-    match attempt {
-        Attempt::Returned(Ok(output)) => CallResult::succeeded(call, tool, output),
-        Attempt::Returned(Err(error)) => {
+fn answer(call: &ToolCall, tool: &str, execution: Execution) -> CallResult {
+    match execution {
+        Execution::Returned(Ok(output)) => CallResult::succeeded(call, tool, output),
+        Execution::Returned(Err(error)) => {
             let class = match error.kind {
                 ToolErrorKind::InvalidInput => ErrorClass::InvalidArguments,
                 ToolErrorKind::Failed => ErrorClass::ToolError,
             };
             CallResult::failed(call, tool, class, error.message, error.output)
         }
-        Attempt::Panicked(message) => CallResult::failed(
-            call,
-            tool,
-            ErrorClass::Panic,
-            format!("tool '{tool}' panicked: {message}"),
-            None,
-        ),
-        Attempt::TimedOut(after) => CallResult::failed(
-            call,
-            tool,
-            ErrorClass::Timeout,
-            format!("Tool '{tool}' timed out after {}", readable(after)),
-            None,
-        ),
-        Attempt::Cancelled => CallResult::failed(
+        Execution::Panicked(message) => {
+            let text = format!("tool '{tool}' panicked: {message}");
+            tracing::error!(error = %text, "tool panicked");
+            CallResult::failed(call, tool, ErrorClass::Panic, text, None)
+        }
+        Execution::TimedOut(after) => {
+            let text = format!("Tool '{tool}' timed out after {}", readable(after));
+            CallResult::failed(call, tool, ErrorClass::Timeout, text, None)
+        }
+        Execution::Cancelled => CallResult::failed(
             call,
             tool,
             ErrorClass::Cancelled,
@@ -153,6 +465,42 @@ fn answer(call: &ToolCall, tool: &str, attempt: Attempt) -> CallResult {
             None,
         ),
     }
+}
+
+fn health_outcome(result: &CallResult) -> HealthOutcome {
+    match result.error_class {
+        ErrorClass::None => HealthOutcome::Success(result.duration),
+        ErrorClass::ToolError | ErrorClass::Timeout | ErrorClass::Transport | ErrorClass::Panic => {
+            HealthOutcome::Failure(result.duration)
+        }
+        _ => HealthOutcome::Neutral,
+    }
+}
+
+/// The result's identity for loop detection: class and content, FNV-1a.
+pub(super) fn result_hash(result: &CallResult) -> u64 {
+    let text = format!("{}\u{0}{}", result.error_class.name(), result.content);
+    json::fnv1a(text.as_bytes())
+}
+
+/// The one line appended to a result when its call starts to loop.
+fn loop_warning(pattern: &str, repeats: u32, stop_after: u32) -> String {
+    let mut line = format!(
+        "\n[toolgate] warning: {pattern} has returned the same result {repeats} times; change the arguments or try another approach"
+    );
+    if stop_after > 0 {
+        line.push_str(&format!(" (it will be refused after {stop_after} repeats)"));
+    }
+    line
+}
+
+/// Varies jitter between calls and attempts.
+fn entropy(index: usize, attempt: u32) -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::from(d.subsec_nanos()))
+        .unwrap_or(0);
+    nanos ^ ((index as u64) << 32) ^ u64::from(attempt)
 }
 
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
@@ -166,7 +514,7 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 }
 
 /// A duration for people: `250ms`, `1.5s`, `2m`, `1m30s`.
-pub(crate) fn readable(d: Duration) -> String {
+pub fn readable(d: Duration) -> String {
     let ms = d.as_millis();
     if ms < 1000 {
         return format!("{ms}ms");
@@ -196,5 +544,12 @@ mod tests {
         assert_eq!(readable(Duration::from_secs(60)), "1m");
         assert_eq!(readable(Duration::from_secs(90)), "1m30s");
         assert_eq!(readable(Duration::from_micros(1)), "0ms");
+    }
+
+    #[test]
+    fn the_loop_warning_is_one_line() {
+        let w = loop_warning("t({})", 3, 10);
+        assert_eq!(w.lines().filter(|l| !l.is_empty()).count(), 1);
+        assert!(w.ends_with("(it will be refused after 10 repeats)"), "{w}");
     }
 }

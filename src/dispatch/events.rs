@@ -5,6 +5,8 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::result::ErrorClass;
+use crate::safety::breaker::BreakerState;
+use crate::safety::hooks::GateRecord;
 use crate::tools::BoxFuture;
 
 /// Something that happened while a batch ran. Events of one call pair by (id, attempt).
@@ -33,6 +35,43 @@ pub enum Event {
         error_class: ErrorClass,
         duration: Duration,
         cached: bool,
+    },
+    /// A pre-tool hook decided, between the attempt's pre and post.
+    GateDecision {
+        index: usize,
+        id: String,
+        attempt: u32,
+        tool: String,
+        record: GateRecord,
+        /// FNV-1a digest of the canonical input the hook saw.
+        args_digest: String,
+    },
+    /// A failed attempt will run again after `delay`.
+    RetryScheduled {
+        index: usize,
+        id: String,
+        /// The attempt that will run next.
+        attempt: u32,
+        tool: String,
+        delay: Duration,
+        reason: String,
+    },
+    /// A repeating operation was seen (warn) or refused (stop).
+    LoopDetected {
+        index: usize,
+        id: String,
+        attempt: u32,
+        tool: String,
+        stop: bool,
+        pattern: String,
+        repeats: u32,
+    },
+    /// A tool's breaker changed state because of this call's attempt.
+    BreakerChanged {
+        id: String,
+        tool: String,
+        from: BreakerState,
+        to: BreakerState,
     },
 }
 

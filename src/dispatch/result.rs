@@ -29,6 +29,30 @@ pub enum ErrorClass {
     Quarantined,
 }
 
+impl ErrorClass {
+    /// The name used on the wire (`TOOL_ERROR`), for hooks and logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorClass::None => "NONE",
+            ErrorClass::InvalidCall => "INVALID_CALL",
+            ErrorClass::InvalidArguments => "INVALID_ARGUMENTS",
+            ErrorClass::DuplicateId => "DUPLICATE_ID",
+            ErrorClass::UnknownTool => "UNKNOWN_TOOL",
+            ErrorClass::Blocked => "BLOCKED",
+            ErrorClass::PermissionDenied => "PERMISSION_DENIED",
+            ErrorClass::CircuitOpen => "CIRCUIT_OPEN",
+            ErrorClass::Timeout => "TIMEOUT",
+            ErrorClass::Cancelled => "CANCELLED",
+            ErrorClass::ToolError => "TOOL_ERROR",
+            ErrorClass::Panic => "PANIC",
+            ErrorClass::Transport => "TRANSPORT",
+            ErrorClass::LoopStopped => "LOOP_STOPPED",
+            ErrorClass::Skipped => "SKIPPED",
+            ErrorClass::Quarantined => "QUARANTINED",
+        }
+    }
+}
+
 impl From<Rejection> for ErrorClass {
     fn from(rejection: Rejection) -> Self {
         match rejection {

@@ -1,6 +1,7 @@
-//! Driver tests without gRPC: event pairing, cancellation, deadlines and session release, on
-//! paused time so no test sleeps for real.
+//! Driver tests without gRPC, on paused time so no test sleeps for real: the seed's guarantees,
+//! each named after it, plus cancellation, deadlines and session release.
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -8,7 +9,14 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::calls::{IntakeLimits, intake};
-use crate::tools::{BoxFuture, FnTool, ToolContext, ToolError, ToolSource, builtin_tools};
+use crate::config::Config;
+use crate::safety::breaker::BreakerConfig;
+use crate::safety::hooks::{Decision, Hook, PreToolUse};
+use crate::safety::recovery::Failure;
+use crate::session::SessionLimits;
+use crate::tools::{
+    Annotations, BoxFuture, FnTool, ToolContext, ToolError, ToolOutput, ToolSource, builtin_tools,
+};
 
 #[derive(Default)]
 struct Recorder {
@@ -30,16 +38,104 @@ impl Recorder {
             .iter()
             .map(|e| match e {
                 Event::CallReceived { id, .. } => format!("received:{id}"),
-                Event::ToolPre { id, .. } => format!("pre:{id}"),
+                Event::ToolPre { id, attempt, .. } => format!("pre:{id}:{attempt}"),
                 Event::ToolPost {
-                    id, error_class, ..
-                } => format!("post:{id}:{error_class:?}"),
+                    id,
+                    attempt,
+                    error_class,
+                    ..
+                } => format!("post:{id}:{attempt}:{}", error_class.name()),
+                Event::GateDecision { id, record, .. } => {
+                    format!("gate:{id}:{}", verdict(&record.decision))
+                }
+                Event::RetryScheduled {
+                    id, attempt, delay, ..
+                } => format!("retry:{id}:{attempt}:{}ms", delay.as_millis()),
+                Event::LoopDetected {
+                    id, stop, repeats, ..
+                } => {
+                    format!(
+                        "loop:{id}:{}:{repeats}",
+                        if *stop { "stop" } else { "warn" }
+                    )
+                }
+                Event::BreakerChanged { tool, from, to, .. } => {
+                    format!("breaker:{tool}:{from:?}->{to:?}")
+                }
             })
             .collect()
     }
 }
 
-fn dispatcher(name: &str) -> (Dispatcher, std::path::PathBuf) {
+fn verdict(d: &Decision) -> &'static str {
+    match d {
+        Decision::Allow => "allow",
+        Decision::Block(_) => "block",
+        Decision::Ask(_) => "ask",
+        Decision::Modify(_) => "modify",
+    }
+}
+
+/// A hook blocking one tool by name.
+struct BlockTool(&'static str);
+
+impl Hook for BlockTool {
+    fn name(&self) -> &str {
+        "block-test"
+    }
+    fn applies_to(&self, _tool: &str) -> bool {
+        true
+    }
+    fn pre_tool_use<'a>(&'a self, call: &'a PreToolUse<'a>) -> BoxFuture<'a, (Decision, String)> {
+        Box::pin(async move {
+            if call.tool == self.0 {
+                (Decision::Block("not today".into()), "not today".into())
+            } else {
+                (Decision::Allow, String::new())
+            }
+        })
+    }
+}
+
+/// A reflector that always retries (to reach the hard ceiling).
+struct AlwaysRetry;
+
+impl Reflector for AlwaysRetry {
+    fn reflect<'a>(
+        &'a self,
+        _failure: &'a Failure<'a>,
+    ) -> BoxFuture<'a, crate::safety::recovery::Verdict> {
+        Box::pin(async {
+            crate::safety::recovery::Verdict::Retry {
+                reason: "always".into(),
+                correction: None,
+            }
+        })
+    }
+}
+
+struct Harness {
+    dispatcher: Dispatcher,
+    base: std::path::PathBuf,
+    /// Executions of the `flaky` and `broken` tools.
+    runs: Arc<AtomicU32>,
+}
+
+const IDEMPOTENT: Annotations = Annotations {
+    read_only: false,
+    destructive: false,
+    idempotent: true,
+    open_world: false,
+};
+
+fn harness(
+    name: &str,
+    config: &str,
+    hooks: Vec<Arc<dyn Hook>>,
+    reflector: Option<Arc<dyn Reflector>>,
+) -> Harness {
+    let config = Config::from_toml(config).unwrap();
+    let runs = Arc::new(AtomicU32::new(0));
     let mut registry = ToolRegistry::default();
     for tool in builtin_tools(&[]) {
         registry.register(tool, ToolSource::Builtin).unwrap();
@@ -54,65 +150,462 @@ fn dispatcher(name: &str) -> (Dispatcher, std::path::PathBuf) {
             std::future::pending().await
         },
     );
-    registry
-        .register(Arc::new(write_then_hang), ToolSource::Embedded)
-        .unwrap();
+    // Fails retryably on its first two executions, then succeeds.
+    let counter = runs.clone();
+    let flaky = FnTool::new("flaky", "test tool", move |_input, _ctx| {
+        let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
+        async move {
+            if n <= 2 {
+                Err(ToolError::failed(format!("glitch {n}")).retryable())
+            } else {
+                Ok(ToolOutput::Text("ok".into()))
+            }
+        }
+    })
+    .annotations(IDEMPOTENT);
+    // Always fails retryably with the same text.
+    let counter = runs.clone();
+    let broken = FnTool::new("broken", "test tool", move |_input, _ctx| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        async { Err(ToolError::failed("down").retryable()) }
+    })
+    .annotations(IDEMPOTENT);
+    // Fails without marking the error retryable, on a tool that is not idempotent.
+    let plain = FnTool::new("plain_fail", "test tool", |_input, _ctx| async {
+        Err(ToolError::failed("nope"))
+    });
+    for tool in [
+        Arc::new(write_then_hang) as Arc<dyn crate::tools::Tool>,
+        Arc::new(flaky),
+        Arc::new(broken),
+        Arc::new(plain),
+    ] {
+        registry.register(tool, ToolSource::Embedded).unwrap();
+    }
     let base = std::env::temp_dir().join(format!(
         "toolgate-dispatch-test-{name}-{}",
         std::process::id()
     ));
-    let sessions = Arc::new(Sessions::new(base.clone(), true));
-    (Dispatcher::new(Arc::new(registry), sessions), base)
+    let limits = SessionLimits {
+        loop_window: config.loop_detection.window,
+        ..SessionLimits::default()
+    };
+    let sessions = Arc::new(Sessions::new(base.clone(), true, limits));
+    let health = Arc::new(Health::new(BreakerConfig {
+        failure_threshold: config.breaker.failure_threshold,
+        cooldown: config.breaker.cooldown,
+        probe_lease: config.breaker.probe_lease,
+    }));
+    let mut pipeline = Pipeline::new(health, Policy::from_config(&config));
+    pipeline.hooks = Hooks::new(hooks);
+    if let Some(r) = reflector {
+        pipeline.reflector = r;
+    }
+    Harness {
+        dispatcher: Dispatcher::new(Arc::new(registry), sessions, pipeline),
+        base,
+        runs,
+    }
 }
 
-fn batch(calls: Value, timeout: Duration) -> Batch {
+fn batch(calls: Value) -> Batch {
+    named_batch("", calls)
+}
+
+fn named_batch(session: &str, calls: Value) -> Batch {
     let Value::Array(calls) = calls else {
         panic!("array")
     };
     Batch {
-        session_id: String::new(),
+        session_id: session.into(),
         calls: intake(&calls, IntakeLimits { max_json_depth: 64 }),
         context: Map::new(),
         options: BatchOptions {
             message_format: MessageFormat::OpenAiChat,
-            call_timeout: timeout,
+            call_timeout: Duration::from_secs(60),
         },
         turn: 0,
     }
 }
 
+async fn run(h: &Harness, batch: Batch) -> (BatchReport, Vec<String>) {
+    let recorder = Recorder::default();
+    let report = h.dispatcher.run(batch, &recorder, &Cancel::new()).await;
+    (report, recorder.kinds())
+}
+
+#[tokio::test(start_paused = true)]
+async fn event_order_for_a_success() {
+    let h = harness("order-success", "", vec![Arc::new(BlockTool("none"))], None);
+    let (report, kinds) = run(&h, batch(json!([{"id": "a", "name": "echo"}]))).await;
+    assert!(report.all_succeeded());
+    assert_eq!(
+        kinds,
+        ["received:a", "pre:a:1", "gate:a:allow", "post:a:1:NONE"]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn event_order_for_a_block() {
+    let h = harness("order-block", "", vec![Arc::new(BlockTool("echo"))], None);
+    let (report, kinds) = run(&h, batch(json!([{"id": "a", "name": "echo"}]))).await;
+    let r = &report.results[0];
+    assert_eq!(
+        (r.error_class, r.error.as_str(), r.attempts),
+        (ErrorClass::Blocked, "not today", 0)
+    );
+    assert_eq!(
+        kinds,
+        ["received:a", "pre:a:1", "gate:a:block", "post:a:1:BLOCKED"]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn event_order_for_a_breaker_refusal_and_breaker_sequences() {
+    let h = harness(
+        "order-breaker",
+        "[breaker]\nfailure_threshold = 2\ncooldown = \"30s\"",
+        vec![],
+        None,
+    );
+    let calls = json!([{"id": "a", "name": "plain_fail"}, {"id": "b", "name": "plain_fail"}, {"id": "c", "name": "plain_fail"}]);
+    let (report, kinds) = run(&h, batch(calls)).await;
+    let classes: Vec<ErrorClass> = report.results.iter().map(|r| r.error_class).collect();
+    assert_eq!(
+        classes,
+        [
+            ErrorClass::ToolError,
+            ErrorClass::ToolError,
+            ErrorClass::CircuitOpen
+        ]
+    );
+    let refusal = &report.results[2];
+    assert_eq!(
+        refusal.error,
+        "tool temporarily unavailable: circuit breaker open"
+    );
+    assert_eq!((refusal.duration, refusal.attempts), (Duration::ZERO, 0));
+    assert_eq!(
+        kinds,
+        [
+            "received:a",
+            "received:b",
+            "received:c",
+            "pre:a:1",
+            "post:a:1:TOOL_ERROR",
+            "pre:b:1",
+            "post:b:1:TOOL_ERROR",
+            "breaker:plain_fail:Closed->Open",
+            "pre:c:1",
+            "post:c:1:CIRCUIT_OPEN",
+        ]
+    );
+    // After the cooldown one probe runs; its failure re-opens the breaker.
+    tokio::time::advance(Duration::from_secs(30)).await;
+    let (_, kinds) = run(
+        &h,
+        batch(json!([{"id": "d", "name": "plain_fail"}, {"id": "e", "name": "plain_fail"}])),
+    )
+    .await;
+    assert_eq!(
+        kinds,
+        [
+            "received:d",
+            "received:e",
+            "pre:d:1",
+            "breaker:plain_fail:Open->HalfOpen",
+            "post:d:1:TOOL_ERROR",
+            "breaker:plain_fail:HalfOpen->Open",
+            "pre:e:1",
+            "post:e:1:CIRCUIT_OPEN",
+        ]
+    );
+    let health = h.dispatcher.health().report(tokio::time::Instant::now());
+    assert_eq!(
+        health[0].failures, 3,
+        "refusals are not recorded as failures"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_successful_probe_closes_the_breaker() {
+    let h = harness(
+        "probe-close",
+        "[breaker]\nfailure_threshold = 1\ncooldown = \"10s\"",
+        vec![],
+        None,
+    );
+    run(&h, batch(json!([{"id": "a", "name": "plain_fail"}]))).await;
+    tokio::time::advance(Duration::from_secs(10)).await;
+    // echo shares nothing with plain_fail: breakers are per tool.
+    let (report, _) = run(&h, batch(json!([{"id": "b", "name": "echo"}]))).await;
+    assert!(report.all_succeeded());
+    let h2 = harness(
+        "probe-close-2",
+        "[breaker]\nfailure_threshold = 2\ncooldown = \"10s\"",
+        vec![],
+        None,
+    );
+    let (_, kinds) = run(&h2, batch(json!([{"id": "a", "name": "flaky"}]))).await;
+    // flaky fails twice (opening the breaker after the second), so the retry is refused.
+    assert!(
+        kinds.contains(&"breaker:flaky:Closed->Open".to_owned()),
+        "{kinds:?}"
+    );
+    tokio::time::advance(Duration::from_secs(10)).await;
+    let (report, kinds) = run(&h2, batch(json!([{"id": "b", "name": "flaky"}]))).await;
+    assert!(report.all_succeeded(), "{kinds:?}");
+    assert!(
+        kinds.contains(&"breaker:flaky:HalfOpen->Closed".to_owned()),
+        "{kinds:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn event_order_for_a_retry_sequence_and_every_retry_refires_everything() {
+    let h = harness("order-retry", "", vec![Arc::new(BlockTool("none"))], None);
+    let (report, kinds) = run(&h, batch(json!([{"id": "a", "name": "flaky"}]))).await;
+    let r = &report.results[0];
+    assert!(r.success);
+    assert_eq!((r.attempts, r.content.as_str()), (3, "ok"));
+    assert_eq!(
+        kinds,
+        [
+            "received:a",
+            "pre:a:1",
+            "gate:a:allow",
+            "post:a:1:TOOL_ERROR",
+            "retry:a:2:100ms",
+            "pre:a:2",
+            "gate:a:allow",
+            "post:a:2:TOOL_ERROR",
+            "retry:a:3:200ms",
+            "pre:a:3",
+            "gate:a:allow",
+            "post:a:3:NONE",
+        ]
+    );
+    let health = h.dispatcher.health().report(tokio::time::Instant::now());
+    assert_eq!(
+        (health[0].calls, health[0].failures),
+        (3, 2),
+        "health records every attempt"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_default_gives_one_attempt() {
+    let h = harness("default-one", "", vec![], None);
+    let (report, kinds) = run(&h, batch(json!([{"id": "a", "name": "plain_fail"}]))).await;
+    assert_eq!(report.results[0].attempts, 1);
+    assert_eq!(kinds, ["received:a", "pre:a:1", "post:a:1:TOOL_ERROR"]);
+    assert_eq!(report.outcome, Outcome::Completed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn retries_stop_at_max_retries_softly() {
+    let h = harness(
+        "max-retries",
+        "[breaker]\nfailure_threshold = 0",
+        vec![],
+        None,
+    );
+    let (report, _) = run(
+        &h,
+        batch(json!([{"id": "a", "name": "broken"}, {"id": "b", "name": "echo"}])),
+    )
+    .await;
+    assert_eq!(
+        report.results[0].attempts, 4,
+        "one run plus max_retries = 3"
+    );
+    assert_eq!(report.results[0].error_class, ErrorClass::ToolError);
+    assert!(report.results[1].success);
+    assert_eq!(report.outcome, Outcome::Completed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn recovery_exhaustion_ends_the_batch_after_six_executions() {
+    let h = harness(
+        "exhaust",
+        "[breaker]\nfailure_threshold = 0\n[per_tool.broken.retry]\nmax_retries = 50",
+        vec![],
+        Some(Arc::new(AlwaysRetry)),
+    );
+    let (report, kinds) = run(
+        &h,
+        batch(json!([{"id": "a", "name": "broken"}, {"id": "b", "name": "echo"}])),
+    )
+    .await;
+    assert_eq!(h.runs.load(Ordering::SeqCst), 6);
+    let r = &report.results[0];
+    assert_eq!((r.error_class, r.attempts), (ErrorClass::ToolError, 6));
+    assert_eq!(report.results[1].error_class, ErrorClass::Skipped);
+    assert_eq!(report.outcome, Outcome::RecoveryExhausted);
+    assert!(
+        report
+            .outcome_reason
+            .starts_with("tool 'broken' failed 6 times"),
+        "{}",
+        report.outcome_reason
+    );
+    // Five retries were scheduled; the ceiling is checked before a sixth wait.
+    assert_eq!(kinds.iter().filter(|k| k.starts_with("retry:")).count(), 5);
+    assert_eq!(
+        kinds.last().map(String::as_str),
+        Some("post:a:6:TOOL_ERROR")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn detection_counts_attempts() {
+    // Retries of an identical failure record identical operations: 4 attempts reach warn_after 3.
+    let h = harness(
+        "detect-attempts",
+        "[breaker]\nfailure_threshold = 0",
+        vec![],
+        None,
+    );
+    let (report, kinds) = run(&h, batch(json!([{"id": "a", "name": "broken"}]))).await;
+    assert!(kinds.contains(&"loop:a:warn:3".to_owned()), "{kinds:?}");
+    assert!(
+        report.results[0]
+            .content
+            .contains("[toolgate] warning: broken({}) has returned the same result 3 times")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_loop_stop_refuses_the_repeating_call_and_ends_the_batch_across_batches() {
+    let h = harness(
+        "loop-stop",
+        "[loop_detection]\nwarn_after = 2\nstop_after = 3",
+        vec![],
+        None,
+    );
+    let echo = |id: &str| json!({"id": id, "name": "echo", "arguments": {"x": 1}});
+    let (first, kinds) = run(&h, named_batch("s", json!([echo("e1"), echo("e2")]))).await;
+    assert_eq!(first.outcome, Outcome::Completed);
+    assert!(kinds.contains(&"loop:e2:warn:2".to_owned()), "{kinds:?}");
+    assert!(
+        first.results[1]
+            .content
+            .contains("(it will be refused after 3 repeats)")
+    );
+    // Third call completes (3 repeats recorded), the fourth would repeat it again: stopped.
+    let other = json!({"id": "o", "name": "echo", "arguments": {"x": 2}});
+    let (second, kinds) = run(
+        &h,
+        named_batch(
+            "s",
+            json!([echo("e3"), other, echo("e4"), {"id": "o2", "name": "echo"}]),
+        ),
+    )
+    .await;
+    let classes: Vec<ErrorClass> = second.results.iter().map(|r| r.error_class).collect();
+    assert_eq!(
+        classes,
+        [
+            ErrorClass::None,
+            ErrorClass::None,
+            ErrorClass::LoopStopped,
+            ErrorClass::Skipped
+        ]
+    );
+    assert_eq!(second.outcome, Outcome::LoopDetected);
+    assert_eq!(
+        second.outcome_reason,
+        "Loop detected: echo({\"x\":1}) repeated 3 times"
+    );
+    assert_eq!(
+        second.results[2].error,
+        "dispatch refused before execution: Loop detected: echo({\"x\":1}) repeated 3 times"
+    );
+    assert!(kinds.contains(&"loop:e4:stop:3".to_owned()), "{kinds:?}");
+    // The stop used the pattern up: the next batch proceeds.
+    let (third, _) = run(&h, named_batch("s", json!([echo("e5")]))).await;
+    assert!(third.all_succeeded());
+}
+
+#[tokio::test(start_paused = true)]
+async fn hammering_a_blocked_or_unknown_tool_is_stopped() {
+    let h = harness(
+        "loop-refused",
+        "[loop_detection]\nstop_after = 3",
+        vec![Arc::new(BlockTool("echo"))],
+        None,
+    );
+    let calls: Vec<Value> = (0..5)
+        .map(|i| json!({"id": format!("b{i}"), "name": "echo"}))
+        .collect();
+    let (report, _) = run(&h, named_batch("s", Value::Array(calls))).await;
+    let classes: Vec<ErrorClass> = report.results.iter().map(|r| r.error_class).collect();
+    assert_eq!(classes[..3], [ErrorClass::Blocked; 3]);
+    assert_eq!(classes[3], ErrorClass::LoopStopped);
+    assert_eq!(report.outcome, Outcome::LoopDetected);
+    let calls: Vec<Value> = (0..5)
+        .map(|i| json!({"id": format!("u{i}"), "name": "ghost"}))
+        .collect();
+    let (report, _) = run(&h, named_batch("t", Value::Array(calls))).await;
+    assert_eq!(report.results[3].error_class, ErrorClass::LoopStopped);
+}
+
+#[tokio::test(start_paused = true)]
+async fn memory_keeps_successful_calls_only() {
+    let h = harness("memory", "", vec![], None);
+    run(&h, named_batch("m", json!([{"id": "a", "name": "echo", "arguments": {"k": "v"}}, {"id": "b", "name": "plain_fail"}]))).await;
+    let memory = h.dispatcher.sessions().get("m").unwrap().memory();
+    assert_eq!(memory, [r#"tool=echo; input={"k":"v"}; result={"k":"v"}"#]);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_timed_out_call_gets_its_post_and_the_batch_goes_on() {
-    let (dispatcher, _) = dispatcher("timeout");
-    let recorder = Recorder::default();
-    let report = dispatcher
-        .run(
-            batch(json!([{"id": "s", "name": "sleep", "arguments": {"ms": 5000}}, {"id": "e", "name": "echo"}]), Duration::from_millis(1500)),
-            &recorder,
-            &Cancel::new(),
-        )
-        .await;
+    let h = harness(
+        "timeout",
+        "[per_tool.sleep.retry]\nenabled = false",
+        vec![],
+        None,
+    );
+    let mut b = batch(
+        json!([{"id": "s", "name": "sleep", "arguments": {"ms": 5000}}, {"id": "e", "name": "echo"}]),
+    );
+    b.options.call_timeout = Duration::from_millis(1500);
+    let (report, kinds) = run(&h, b).await;
     assert_eq!(report.results[0].error_class, ErrorClass::Timeout);
     assert_eq!(report.results[0].error, "Tool 'sleep' timed out after 1.5s");
     assert_eq!(report.results[0].duration, Duration::from_millis(1500));
     assert!(report.results[1].success);
     assert_eq!(report.outcome, Outcome::Completed);
+    assert_eq!(report.results[0].attempts, 1);
     assert_eq!(
-        recorder.kinds(),
+        kinds,
         [
             "received:s",
             "received:e",
-            "pre:s",
-            "post:s:Timeout",
-            "pre:e",
-            "post:e:None"
+            "pre:s:1",
+            "post:s:1:TIMEOUT",
+            "pre:e:1",
+            "post:e:1:NONE"
         ]
     );
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_cancel_answers_the_running_call_and_skips_the_rest() {
-    let (dispatcher, _) = dispatcher("cancel");
+async fn timeouts_of_a_read_only_tool_are_retried_until_the_breaker_refuses() {
+    let h = harness("timeout-retry", "", vec![], None);
+    let mut b = batch(json!([{"id": "s", "name": "sleep", "arguments": {"ms": 5000}}]));
+    b.options.call_timeout = Duration::from_millis(100);
+    let (report, kinds) = run(&h, b).await;
+    // Three timeouts open the breaker (threshold 3); the third retry is refused, not retried.
+    let r = &report.results[0];
+    assert_eq!((r.error_class, r.attempts), (ErrorClass::CircuitOpen, 3));
+    assert_eq!(kinds.iter().filter(|k| k.starts_with("retry:")).count(), 3);
+    assert!(kinds.contains(&"breaker:sleep:Closed->Open".to_owned()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn event_order_for_a_cancel() {
+    let h = harness("cancel", "", vec![], None);
     let recorder = Recorder::default();
     let cancel = Cancel::new();
     let trigger = cancel.clone();
@@ -120,13 +613,8 @@ async fn a_cancel_answers_the_running_call_and_skips_the_rest() {
         tokio::time::sleep(Duration::from_secs(1)).await;
         trigger.cancel("the client went away");
     });
-    let report = dispatcher
-        .run(
-            batch(json!([{"id": "a", "name": "echo"}, {"id": "s", "name": "sleep", "arguments": {"ms": 60000}}, {"id": "b", "name": "echo"}]), Duration::from_secs(60)),
-            &recorder,
-            &cancel,
-        )
-        .await;
+    let calls = json!([{"id": "a", "name": "echo"}, {"id": "s", "name": "sleep", "arguments": {"ms": 60000}}, {"id": "b", "name": "echo"}]);
+    let report = h.dispatcher.run(batch(calls), &recorder, &cancel).await;
     let classes: Vec<ErrorClass> = report.results.iter().map(|r| r.error_class).collect();
     assert_eq!(
         classes,
@@ -144,49 +632,113 @@ async fn a_cancel_answers_the_running_call_and_skips_the_rest() {
             "received:a",
             "received:s",
             "received:b",
-            "pre:a",
-            "post:a:None",
-            "pre:s",
-            "post:s:Cancelled"
+            "pre:a:1",
+            "post:a:1:NONE",
+            "pre:s:1",
+            "post:s:1:CANCELLED"
         ]
     );
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_dropped_batch_still_removes_its_ephemeral_scratch_directory() {
-    let (dispatcher, base) = dispatcher("drop");
+async fn a_cancel_during_backoff_is_honoured_at_once() {
+    let h = harness(
+        "cancel-backoff",
+        "[retry]\nbase_delay = \"10s\"\nmax_delay = \"10s\"",
+        vec![],
+        None,
+    );
     let cancel = Cancel::new();
-    let run = dispatcher.run(
-        batch(
-            json!([{"id": "w", "name": "write_then_hang"}]),
-            Duration::from_secs(60),
-        ),
+    let trigger = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        trigger.cancel("shutdown");
+    });
+    let started = tokio::time::Instant::now();
+    let report = h
+        .dispatcher
+        .run(
+            batch(json!([{"id": "a", "name": "broken"}])),
+            &NoObserver,
+            &cancel,
+        )
+        .await;
+    assert_eq!(report.results[0].error_class, ErrorClass::Cancelled);
+    assert!(
+        report.results[0]
+            .error
+            .contains("while waiting to retry after: down")
+    );
+    assert_eq!(report.outcome, Outcome::Cancelled);
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "did not wait out the backoff"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_probe_releases_its_slot() {
+    let h = harness(
+        "cancel-probe",
+        "[breaker]\nfailure_threshold = 1\ncooldown = \"5s\"",
+        vec![],
+        None,
+    );
+    let fail_sleep = json!([{"id": "t", "name": "sleep", "arguments": {"ms": -1}}]);
+    run(&h, batch(fail_sleep)).await; // INVALID_ARGUMENTS: neutral, the breaker stays closed
+    let mut b = batch(json!([{"id": "s", "name": "sleep", "arguments": {"ms": 5000}}]));
+    b.options.call_timeout = Duration::from_millis(100);
+    let h1 = harness(
+        "cancel-probe-1",
+        "[breaker]\nfailure_threshold = 1\ncooldown = \"5s\"\n[per_tool.sleep.retry]\nenabled = false",
+        vec![],
+        None,
+    );
+    run(&h1, b).await; // TIMEOUT: opens the breaker
+    tokio::time::advance(Duration::from_secs(5)).await;
+    let cancel = Cancel::new();
+    let trigger = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        trigger.cancel("client left");
+    });
+    let probe = batch(json!([{"id": "p", "name": "sleep", "arguments": {"ms": 60000}}]));
+    let report = h1.dispatcher.run(probe, &NoObserver, &cancel).await;
+    assert_eq!(report.results[0].error_class, ErrorClass::Cancelled);
+    // The slot is free at once: the next call probes instead of waiting out the 30 s lease.
+    let (report, kinds) = run(
+        &h1,
+        batch(json!([{"id": "q", "name": "sleep", "arguments": {"ms": 1}}])),
+    )
+    .await;
+    assert!(report.all_succeeded(), "{kinds:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_batch_still_removes_its_ephemeral_scratch_directory() {
+    let h = harness("drop", "", vec![], None);
+    let cancel = Cancel::new();
+    let run = h.dispatcher.run(
+        batch(json!([{"id": "w", "name": "write_then_hang"}])),
         &NoObserver,
         &cancel,
     );
-    // Poll until the tool has written its file, then drop the whole batch future.
     let outcome = tokio::time::timeout(Duration::from_secs(1), run).await;
     assert!(outcome.is_err(), "the tool hangs");
-    let leftovers: Vec<_> = std::fs::read_dir(&base)
+    let leftovers: Vec<_> = std::fs::read_dir(&h.base)
         .map(|d| d.flatten().collect())
         .unwrap_or_default();
     assert!(
         leftovers.is_empty(),
         "scratch directories left behind: {leftovers:?}"
     );
-    let _ = std::fs::remove_dir_all(&base);
+    let _ = std::fs::remove_dir_all(&h.base);
 }
 
 #[tokio::test]
 async fn the_model_id_is_on_every_result_in_order() {
-    let (dispatcher, _) = dispatcher("ids");
-    let report = dispatcher
-        .run(
-            batch(json!([{"id": "z", "name": "echo"}, {"id": "y", "name": "nope"}, "junk", {"id": "z", "name": "echo"}]), Duration::from_secs(5)),
-            &NoObserver,
-            &Cancel::new(),
-        )
-        .await;
+    let h = harness("ids", "", vec![], None);
+    let (report, _) = run(&h, batch(json!([{"id": "z", "name": "echo"}, {"id": "y", "name": "nope"}, "junk", {"id": "z", "name": "echo"}]))).await;
     let ids: Vec<(usize, &str)> = report
         .results
         .iter()

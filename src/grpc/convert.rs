@@ -14,6 +14,9 @@ use crate::dispatch::{
     Batch, BatchOptions, BatchReport, CallResult, ErrorClass, Event, MessageFormat, Outcome,
 };
 use crate::pb;
+use crate::safety::breaker::BreakerState;
+use crate::safety::health::{HealthReport, Status};
+use crate::safety::hooks::Decision;
 use crate::session::validate_session_id;
 use crate::tools::registry::Registered;
 use crate::tools::{ContentPart, ToolSource};
@@ -392,8 +395,106 @@ pub fn event(event: Event) -> pb::DispatchEvent {
             cached,
             index: index(i),
         }),
+        Event::GateDecision {
+            index: i,
+            id,
+            attempt,
+            tool,
+            record,
+            args_digest,
+        } => {
+            use pb::gate_decision::Verdict;
+            let verdict = match record.decision {
+                Decision::Allow => Verdict::Allow,
+                Decision::Block(_) => Verdict::Block,
+                Decision::Ask(_) => Verdict::Ask,
+                Decision::Modify(_) => Verdict::Modify,
+            };
+            E::GateDecision(pb::GateDecision {
+                id,
+                attempt,
+                tool,
+                verdict: verdict.into(),
+                source: record.source,
+                reason: record.reason,
+                args_digest,
+                index: index(i),
+            })
+        }
+        Event::RetryScheduled {
+            index: i,
+            id,
+            attempt,
+            tool,
+            delay,
+            reason,
+        } => E::RetryScheduled(pb::RetryScheduled {
+            id,
+            attempt,
+            delay: Some(duration(delay)),
+            reason,
+            tool,
+            index: index(i),
+        }),
+        Event::LoopDetected {
+            index: i,
+            id,
+            attempt,
+            tool,
+            stop,
+            pattern,
+            repeats,
+        } => {
+            use pb::loop_detected::Action;
+            let action = if stop { Action::Stop } else { Action::Warn };
+            E::LoopDetected(pb::LoopDetected {
+                id,
+                attempt,
+                tool,
+                action: action.into(),
+                pattern,
+                repeats,
+                index: index(i),
+            })
+        }
+        Event::BreakerChanged { id, tool, from, to } => E::BreakerChanged(pb::BreakerChanged {
+            tool,
+            from: breaker_state(from).into(),
+            to: breaker_state(to).into(),
+            id,
+        }),
     };
     pb::DispatchEvent { event: Some(inner) }
+}
+
+pub fn breaker_state(state: BreakerState) -> pb::BreakerState {
+    match state {
+        BreakerState::Closed => pb::BreakerState::Closed,
+        BreakerState::Open => pb::BreakerState::Open,
+        BreakerState::HalfOpen => pb::BreakerState::HalfOpen,
+    }
+}
+
+pub fn tool_health(report: &HealthReport) -> pb::ToolHealth {
+    use pb::tool_health::Status as PbStatus;
+    let status = match report.status {
+        Status::Healthy => PbStatus::Healthy,
+        Status::Degraded => PbStatus::Degraded,
+        Status::Unhealthy => PbStatus::Unhealthy,
+    };
+    pb::ToolHealth {
+        tool: report.tool.clone(),
+        calls: report.calls,
+        successes: report.successes,
+        failures: report.failures,
+        mean_duration: Some(duration(report.mean_duration)),
+        max_duration: Some(duration(report.max_duration)),
+        ewma_success: report.ewma_success,
+        score: report.score,
+        status: status.into(),
+        breaker: breaker_state(report.breaker).into(),
+        consecutive_failures: report.consecutive_failures,
+    }
 }
 
 pub fn result_event(report: &BatchReport) -> pb::DispatchEvent {

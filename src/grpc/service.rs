@@ -117,6 +117,45 @@ impl ToolGate for ToolGateService {
         Ok(Response::new(convert::batch_result(&report)))
     }
 
+    async fn get_tool_health(
+        &self,
+        request: Request<pb::GetToolHealthRequest>,
+    ) -> Result<Response<pb::GetToolHealthResponse>, Status> {
+        let wanted = request.into_inner().tool;
+        let tools = self
+            .state
+            .dispatcher
+            .health()
+            .report(tokio::time::Instant::now())
+            .iter()
+            .filter(|r| wanted.is_empty() || r.tool == wanted)
+            .map(convert::tool_health)
+            .collect();
+        Ok(Response::new(pb::GetToolHealthResponse { tools }))
+    }
+
+    async fn get_session_memory(
+        &self,
+        request: Request<pb::GetSessionMemoryRequest>,
+    ) -> Result<Response<pb::GetSessionMemoryResponse>, Status> {
+        let id = checked_session_id(request.into_inner().session_id)?;
+        let Some(session) = self.state.dispatcher.sessions().get(&id) else {
+            return Err(RequestError::UnknownSession(id).into());
+        };
+        Ok(Response::new(pb::GetSessionMemoryResponse {
+            entries: session.memory(),
+        }))
+    }
+
+    async fn end_session(
+        &self,
+        request: Request<pb::EndSessionRequest>,
+    ) -> Result<Response<pb::EndSessionResponse>, Status> {
+        let id = checked_session_id(request.into_inner().session_id)?;
+        let ended = self.state.dispatcher.sessions().end(&id);
+        Ok(Response::new(pb::EndSessionResponse { ended }))
+    }
+
     async fn list_tools(
         &self,
         _request: Request<pb::ListToolsRequest>,
@@ -130,6 +169,15 @@ impl ToolGate for ToolGateService {
             .collect();
         Ok(Response::new(pb::ListToolsResponse { tools }))
     }
+}
+
+/// A session id an RPC names: required and well-formed.
+fn checked_session_id(id: String) -> Result<String, RequestError> {
+    if id.is_empty() {
+        return Err(RequestError::Invalid("session_id is required".to_owned()));
+    }
+    crate::session::validate_session_id(&id).map_err(RequestError::Invalid)?;
+    Ok(id)
 }
 
 /// Cancels the batch when the client drops the stream or its deadline passes; never returns.

@@ -18,6 +18,8 @@ pub enum RequestError {
     Overloaded(usize),
     #[error("the server is shutting down")]
     ShuttingDown,
+    #[error("no live session '{0}'")]
+    UnknownSession(String),
 }
 
 impl From<RequestError> for Status {
@@ -28,6 +30,7 @@ impl From<RequestError> for Status {
             | RequestError::Unsupported(_) => Code::InvalidArgument,
             RequestError::Overloaded(_) => Code::ResourceExhausted,
             RequestError::ShuttingDown => Code::Unavailable,
+            RequestError::UnknownSession(_) => Code::NotFound,
         };
         Status::new(code, error.to_string())
     }

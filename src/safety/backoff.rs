@@ -63,10 +63,16 @@ mod tests {
 
     #[test]
     fn jitter_stays_within_half_to_full_delay() {
-        let b = Backoff { jitter: true, ..Backoff::default() };
+        let b = Backoff {
+            jitter: true,
+            ..Backoff::default()
+        };
         for seed in 0..200 {
             let d = b.delay(2, seed);
-            assert!(d >= Duration::from_millis(200) && d <= Duration::from_millis(400), "{d:?}");
+            assert!(
+                d >= Duration::from_millis(200) && d <= Duration::from_millis(400),
+                "{d:?}"
+            );
         }
         assert_ne!(b.delay(2, 1), b.delay(2, 2));
     }

@@ -110,7 +110,9 @@ impl Breaker {
     }
 
     fn admit_open(&mut self, now: Instant) -> Admission {
-        let cooled = self.opened_at.is_none_or(|at| now >= at + self.config.cooldown);
+        let cooled = self
+            .opened_at
+            .is_none_or(|at| now >= at + self.config.cooldown);
         if cooled {
             self.state = BreakerState::HalfOpen;
             self.probe_started = Some(now);
@@ -199,7 +201,9 @@ mod tests {
         let mut b = Breaker::new(config);
         for (i, step) in steps.iter().enumerate() {
             match *step {
-                Step::Admit(t, expected) => assert_eq!(b.admit(at(t)).0, expected, "step {i}: {step:?}"),
+                Step::Admit(t, expected) => {
+                    assert_eq!(b.admit(at(t)).0, expected, "step {i}: {step:?}")
+                }
                 Step::Success(t) => {
                     b.record_success(at(t));
                 }
@@ -209,7 +213,9 @@ mod tests {
                 Step::Release => {
                     b.release_probe();
                 }
-                Step::State(t, expected) => assert_eq!(b.state(at(t)), expected, "step {i}: {step:?}"),
+                Step::State(t, expected) => {
+                    assert_eq!(b.state(at(t)), expected, "step {i}: {step:?}")
+                }
             }
         }
     }
@@ -222,7 +228,14 @@ mod tests {
     fn opens_after_three_consecutive_failures() {
         check(
             BreakerConfig::default(),
-            &[Failure(0), Failure(0), State(0, Closed), Failure(0), State(0, Open), Admit(1, Refused)],
+            &[
+                Failure(0),
+                Failure(0),
+                State(0, Closed),
+                Failure(0),
+                State(0, Open),
+                Admit(1, Refused),
+            ],
         );
     }
 
@@ -230,7 +243,15 @@ mod tests {
     fn a_success_resets_the_failure_count() {
         check(
             BreakerConfig::default(),
-            &[Failure(0), Failure(0), Success(0), Failure(0), Failure(0), State(0, Closed), Admit(0, Allowed)],
+            &[
+                Failure(0),
+                Failure(0),
+                Success(0),
+                Failure(0),
+                Failure(0),
+                State(0, Closed),
+                Admit(0, Allowed),
+            ],
         );
     }
 
@@ -238,7 +259,15 @@ mod tests {
     fn half_open_admits_exactly_one_probe() {
         check(
             BreakerConfig::default(),
-            &[Failure(0), Failure(0), Failure(0), Admit(29, Refused), Admit(30, Probe), State(30, HalfOpen), Admit(31, Refused)],
+            &[
+                Failure(0),
+                Failure(0),
+                Failure(0),
+                Admit(29, Refused),
+                Admit(30, Probe),
+                State(30, HalfOpen),
+                Admit(31, Refused),
+            ],
         );
     }
 
@@ -249,13 +278,28 @@ mod tests {
         close.extend([Success(31), State(31, Closed), Admit(31, Allowed)]);
         check(BreakerConfig::default(), &close);
         let mut reopen = open.to_vec();
-        reopen.extend([Failure(31), State(31, Open), Admit(60, Refused), Admit(61, Probe)]);
+        reopen.extend([
+            Failure(31),
+            State(31, Open),
+            Admit(60, Refused),
+            Admit(61, Probe),
+        ]);
         check(BreakerConfig::default(), &reopen);
     }
 
     #[test]
     fn a_success_while_open_is_stale() {
-        check(BreakerConfig::default(), &[Failure(0), Failure(0), Failure(0), Success(1), State(1, Open), Admit(2, Refused)]);
+        check(
+            BreakerConfig::default(),
+            &[
+                Failure(0),
+                Failure(0),
+                Failure(0),
+                Success(1),
+                State(1, Open),
+                Admit(2, Refused),
+            ],
+        );
     }
 
     #[test]
@@ -263,7 +307,9 @@ mod tests {
         check(
             BreakerConfig::default(),
             &[
-                Failure(0), Failure(0), Failure(0),
+                Failure(0),
+                Failure(0),
+                Failure(0),
                 Admit(30, Probe),
                 Admit(59, Refused),
                 State(60, Open),
@@ -278,28 +324,83 @@ mod tests {
     fn a_released_probe_frees_its_slot_at_once() {
         check(
             BreakerConfig::default(),
-            &[Failure(0), Failure(0), Failure(0), Admit(30, Probe), Release, State(30, Open), Admit(30, Probe)],
+            &[
+                Failure(0),
+                Failure(0),
+                Failure(0),
+                Admit(30, Probe),
+                Release,
+                State(30, Open),
+                Admit(30, Probe),
+            ],
         );
     }
 
     #[test]
     fn a_failure_while_open_restarts_the_cooldown() {
-        check(BreakerConfig::default(), &[Failure(0), Failure(0), Failure(0), Failure(20), Admit(30, Refused), Admit(50, Probe)]);
+        check(
+            BreakerConfig::default(),
+            &[
+                Failure(0),
+                Failure(0),
+                Failure(0),
+                Failure(20),
+                Admit(30, Refused),
+                Admit(50, Probe),
+            ],
+        );
     }
 
     #[test]
     fn threshold_zero_never_opens() {
-        let config = BreakerConfig { failure_threshold: 0, ..BreakerConfig::default() };
-        check(config, &[Failure(0), Failure(0), Failure(0), Failure(0), State(0, Closed), Admit(0, Allowed)]);
+        let config = BreakerConfig {
+            failure_threshold: 0,
+            ..BreakerConfig::default()
+        };
+        check(
+            config,
+            &[
+                Failure(0),
+                Failure(0),
+                Failure(0),
+                Failure(0),
+                State(0, Closed),
+                Admit(0, Allowed),
+            ],
+        );
     }
 
     #[test]
     fn transitions_are_reported() {
         let now = Instant::now();
-        let mut b = Breaker::new(BreakerConfig { failure_threshold: 1, ..BreakerConfig::default() });
-        assert_eq!(b.record_failure(now), Some(Transition { from: Closed, to: Open }));
-        assert_eq!(b.admit(now + SEC * 30), (Probe, Some(Transition { from: Open, to: HalfOpen })));
-        assert_eq!(b.record_success(now + SEC * 31), Some(Transition { from: HalfOpen, to: Closed }));
+        let mut b = Breaker::new(BreakerConfig {
+            failure_threshold: 1,
+            ..BreakerConfig::default()
+        });
+        assert_eq!(
+            b.record_failure(now),
+            Some(Transition {
+                from: Closed,
+                to: Open
+            })
+        );
+        assert_eq!(
+            b.admit(now + SEC * 30),
+            (
+                Probe,
+                Some(Transition {
+                    from: Open,
+                    to: HalfOpen
+                })
+            )
+        );
+        assert_eq!(
+            b.record_success(now + SEC * 31),
+            Some(Transition {
+                from: HalfOpen,
+                to: Closed
+            })
+        );
         assert_eq!(b.record_success(now + SEC * 32), None);
     }
 }

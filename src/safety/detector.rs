@@ -28,7 +28,10 @@ pub struct Operation {
 pub enum Check {
     Pass,
     /// The call would repeat an operation already seen `repeats` times.
-    Stop { repeats: u32, pattern: String },
+    Stop {
+        repeats: u32,
+        pattern: String,
+    },
 }
 
 /// A recording crossed the warning threshold for the first time.
@@ -94,10 +97,10 @@ impl LoopDetector {
 
     /// Records an executed (or refused) attempt; reports the warning once per pattern.
     pub fn record(&mut self, op: Operation, thresholds: Thresholds) -> Option<Warning> {
-        if self.window.len() >= self.capacity {
-            if let Some(old) = self.window.pop_front() {
-                self.forget(&old);
-            }
+        if self.window.len() >= self.capacity
+            && let Some(old) = self.window.pop_front()
+        {
+            self.forget(&old);
         }
         let count = self.counts.entry(op.clone()).or_insert(0);
         *count += 1;
@@ -156,22 +159,36 @@ impl LoopDetector {
 mod tests {
     use super::*;
 
-    const DEFAULT: Thresholds = Thresholds { warn_after: 3, stop_after: 10 };
+    const DEFAULT: Thresholds = Thresholds {
+        warn_after: 3,
+        stop_after: 10,
+    };
 
     fn op(tool: &str, input: &str, result: u64) -> Operation {
-        Operation { tool: tool.into(), input: input.into(), result }
+        Operation {
+            tool: tool.into(),
+            input: input.into(),
+            result,
+        }
     }
 
     #[test]
     fn the_eleventh_identical_call_is_stopped_and_only_that_call() {
         let mut d = LoopDetector::new(100);
         for i in 1..=10 {
-            assert_eq!(d.check("read", "{\"p\":1}", DEFAULT), Check::Pass, "call {i}");
+            assert_eq!(
+                d.check("read", "{\"p\":1}", DEFAULT),
+                Check::Pass,
+                "call {i}"
+            );
             d.record(op("read", "{\"p\":1}", 7), DEFAULT);
         }
         assert_eq!(
             d.check("read", "{\"p\":1}", DEFAULT),
-            Check::Stop { repeats: 10, pattern: "read({\"p\":1})".into() }
+            Check::Stop {
+                repeats: 10,
+                pattern: "read({\"p\":1})".into()
+            }
         );
         // A different call is not punished for the loop.
         assert_eq!(d.check("read", "{\"p\":2}", DEFAULT), Check::Pass);
@@ -188,7 +205,10 @@ mod tests {
         // Another pattern warns on its own.
         d.record(op("t", "{}", 2), DEFAULT);
         d.record(op("t", "{}", 2), DEFAULT);
-        assert_eq!(d.record(op("t", "{}", 2), DEFAULT).map(|w| w.repeats), Some(3));
+        assert_eq!(
+            d.record(op("t", "{}", 2), DEFAULT).map(|w| w.repeats),
+            Some(3)
+        );
     }
 
     #[test]
@@ -224,26 +244,58 @@ mod tests {
         for _ in 0..2 {
             assert_eq!(d.record(op("t", "{}", 1), DEFAULT), None);
         }
-        assert!(d.record(op("t", "{}", 1), DEFAULT).is_some(), "warns again after a clear");
+        assert!(
+            d.record(op("t", "{}", 1), DEFAULT).is_some(),
+            "warns again after a clear"
+        );
     }
 
     #[test]
     fn old_operations_slide_out_of_the_window() {
         let mut d = LoopDetector::new(5);
         for _ in 0..3 {
-            d.record(op("t", "{}", 1), Thresholds { warn_after: 0, stop_after: 3 });
+            d.record(
+                op("t", "{}", 1),
+                Thresholds {
+                    warn_after: 0,
+                    stop_after: 3,
+                },
+            );
         }
-        assert!(matches!(d.check("t", "{}", Thresholds { warn_after: 0, stop_after: 3 }), Check::Stop { .. }));
+        assert!(matches!(
+            d.check(
+                "t",
+                "{}",
+                Thresholds {
+                    warn_after: 0,
+                    stop_after: 3
+                }
+            ),
+            Check::Stop { .. }
+        ));
         for i in 0..5 {
             d.record(op("other", "{}", i), DEFAULT);
         }
         assert_eq!(d.len(), 5);
-        assert_eq!(d.check("t", "{}", Thresholds { warn_after: 0, stop_after: 3 }), Check::Pass);
+        assert_eq!(
+            d.check(
+                "t",
+                "{}",
+                Thresholds {
+                    warn_after: 0,
+                    stop_after: 3
+                }
+            ),
+            Check::Pass
+        );
     }
 
     #[test]
     fn zero_thresholds_switch_warning_and_stopping_off() {
-        let off = Thresholds { warn_after: 0, stop_after: 0 };
+        let off = Thresholds {
+            warn_after: 0,
+            stop_after: 0,
+        };
         let mut d = LoopDetector::new(100);
         for _ in 0..50 {
             assert_eq!(d.record(op("t", "{}", 1), off), None);

@@ -78,7 +78,13 @@ impl Health {
     }
 
     /// Records an executed attempt. A neutral outcome of the probe releases its slot.
-    pub fn record(&self, tool: &str, outcome: HealthOutcome, was_probe: bool, now: Instant) -> Option<Transition> {
+    pub fn record(
+        &self,
+        tool: &str,
+        outcome: HealthOutcome,
+        was_probe: bool,
+        now: Instant,
+    ) -> Option<Transition> {
         self.with(tool, |e| match outcome {
             HealthOutcome::Success(d) => {
                 e.observe(true, d);
@@ -96,7 +102,8 @@ impl Health {
     /// Every gated tool's health, sorted by name.
     pub fn report(&self, now: Instant) -> Vec<HealthReport> {
         let tools = self.tools.lock().unwrap_or_else(|p| p.into_inner());
-        let mut out: Vec<HealthReport> = tools.iter().map(|(name, e)| e.report(name, now)).collect();
+        let mut out: Vec<HealthReport> =
+            tools.iter().map(|(name, e)| e.report(name, now)).collect();
         out.sort_by(|a, b| a.tool.cmp(&b.tool));
         out
     }
@@ -131,7 +138,11 @@ impl Entry {
 
     fn report(&self, tool: &str, now: Instant) -> HealthReport {
         #[allow(clippy::cast_precision_loss)]
-        let rate = if self.calls == 0 { 1.0 } else { self.successes as f64 / self.calls as f64 };
+        let rate = if self.calls == 0 {
+            1.0
+        } else {
+            self.successes as f64 / self.calls as f64
+        };
         let score = 0.3 * rate + 0.7 * self.ewma;
         let breaker = self.breaker.state(now);
         let status = if breaker == BreakerState::Open || score < 0.5 {
@@ -147,7 +158,11 @@ impl Entry {
             calls: self.calls,
             successes: self.successes,
             failures: self.failures,
-            mean_duration: if self.calls == 0 { Duration::ZERO } else { self.total / calls },
+            mean_duration: if self.calls == 0 {
+                Duration::ZERO
+            } else {
+                self.total / calls
+            },
             max_duration: self.max,
             ewma_success: self.ewma,
             score,
@@ -166,8 +181,18 @@ mod tests {
     fn statistics_and_score_follow_outcomes() {
         let h = Health::new(BreakerConfig::default());
         let now = Instant::now();
-        h.record("t", HealthOutcome::Success(Duration::from_millis(10)), false, now);
-        h.record("t", HealthOutcome::Failure(Duration::from_millis(30)), false, now);
+        h.record(
+            "t",
+            HealthOutcome::Success(Duration::from_millis(10)),
+            false,
+            now,
+        );
+        h.record(
+            "t",
+            HealthOutcome::Failure(Duration::from_millis(30)),
+            false,
+            now,
+        );
         h.record("t", HealthOutcome::Neutral, false, now);
         let r = &h.report(now)[0];
         assert_eq!((r.calls, r.successes, r.failures), (2, 1, 1));
@@ -181,7 +206,10 @@ mod tests {
 
     #[test]
     fn a_neutral_probe_releases_the_slot() {
-        let h = Health::new(BreakerConfig { failure_threshold: 1, ..BreakerConfig::default() });
+        let h = Health::new(BreakerConfig {
+            failure_threshold: 1,
+            ..BreakerConfig::default()
+        });
         let now = Instant::now();
         h.record("t", HealthOutcome::Failure(Duration::ZERO), false, now);
         let later = now + Duration::from_secs(30);

@@ -1,0 +1,303 @@
+//! Command hooks: run a program with the call as JSON on stdin, the contract coding agents use
+//! for PreToolUse hooks. Exit 0 allows (stdout JSON may carry a decision and an updated input),
+//! exit 2 blocks with stderr as the reason; anything else (another exit code, a crash, the
+//! timeout) is a hook failure, handled by the hook's failure mode.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::AsyncWriteExt;
+use tokio::process::Command;
+
+use super::{Decision, Hook, PostToolUse, PreToolUse, glob_match};
+use crate::tools::BoxFuture;
+
+/// What a failing hook (crash, timeout, bad exit code) means for the call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FailureMode {
+    /// The call runs.
+    FailOpen,
+    /// The call is refused.
+    #[default]
+    FailClosed,
+}
+
+/// A hook that runs a program per call.
+#[derive(Debug, Clone)]
+pub struct CommandHook {
+    name: String,
+    program: String,
+    args: Vec<String>,
+    tools: String,
+    timeout: Duration,
+    failure_mode: FailureMode,
+}
+
+impl CommandHook {
+    /// `command` is the program and its arguments (no shell).
+    pub fn new(
+        name: String,
+        command: &[String],
+        tools: String,
+        timeout: Duration,
+        failure_mode: FailureMode,
+    ) -> Option<Self> {
+        let (program, args) = command.split_first()?;
+        Some(CommandHook {
+            name,
+            program: program.clone(),
+            args: args.to_vec(),
+            tools,
+            timeout,
+            failure_mode,
+        })
+    }
+
+    /// Runs the program with `payload` on stdin: (exit code, stdout, stderr), or why it failed.
+    async fn run(&self, payload: &Value) -> Result<(i32, String, String), String> {
+        let mut child = Command::new(&self.program)
+            .args(&self.args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("cannot start '{}': {e}", self.program))?;
+        let input = payload.to_string();
+        let stdin = child.stdin.take();
+        let writer = async move {
+            if let Some(mut stdin) = stdin {
+                // A hook that exits without reading its input is not an error.
+                let _ = stdin.write_all(input.as_bytes()).await;
+            }
+        };
+        let waited = async {
+            let ((), output) = tokio::join!(writer, child.wait_with_output());
+            output
+        };
+        let output = tokio::time::timeout(self.timeout, waited)
+            .await
+            .map_err(|_| {
+                format!(
+                    "timed out after {}",
+                    crate::dispatch::readable(self.timeout)
+                )
+            })?
+            .map_err(|e| format!("failed while running: {e}"))?;
+        let code = output.status.code().unwrap_or(-1);
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&output.stderr).trim().to_owned();
+        Ok((code, stdout, stderr))
+    }
+
+    fn failed(&self, why: &str) -> (Decision, String) {
+        let reason = format!("hook '{}' failed: {why}", self.name);
+        tracing::warn!(hook = %self.name, reason = %why, "command hook failed");
+        match self.failure_mode {
+            FailureMode::FailOpen => (Decision::Allow, reason),
+            FailureMode::FailClosed => (Decision::Block(reason.clone()), reason),
+        }
+    }
+}
+
+/// Reads a decision from a hook's stdout: `hookSpecificOutput.permissionDecision` (allow, deny,
+/// ask) with `permissionDecisionReason` and `updatedInput`, or a top-level `decision` (allow,
+/// approve, deny, block, ask) with `reason` and `updatedInput` / `updated_input`.
+pub fn parse_output(stdout: &str) -> (Decision, String) {
+    let Ok(Value::Object(out)) = serde_json::from_str::<Value>(stdout.trim()) else {
+        return (Decision::Allow, String::new());
+    };
+    let specific = out.get("hookSpecificOutput").and_then(Value::as_object);
+    let field = |specific_key: &str, top_key: &str| {
+        specific
+            .and_then(|s| s.get(specific_key))
+            .or_else(|| out.get(top_key))
+            .cloned()
+    };
+    let decision = field("permissionDecision", "decision");
+    let reason = field("permissionDecisionReason", "reason")
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default();
+    let updated = field("updatedInput", "updatedInput")
+        .or_else(|| out.get("updated_input").cloned())
+        .filter(Value::is_object);
+    match decision.as_ref().and_then(Value::as_str) {
+        Some("deny" | "block") => {
+            let text = if reason.is_empty() {
+                "blocked by hook".to_owned()
+            } else {
+                reason.clone()
+            };
+            (Decision::Block(text), reason)
+        }
+        Some("ask") => (Decision::Ask(reason.clone()), reason),
+        _ => match updated {
+            Some(input) => (Decision::Modify(input), reason),
+            None => (Decision::Allow, reason),
+        },
+    }
+}
+
+impl Hook for CommandHook {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn applies_to(&self, tool: &str) -> bool {
+        glob_match(&self.tools, tool)
+    }
+    fn pre_tool_use<'a>(&'a self, call: &'a PreToolUse<'a>) -> BoxFuture<'a, (Decision, String)> {
+        Box::pin(async move {
+            let payload = json!({
+                "hook_event_name": "PreToolUse",
+                "session_id": call.session_id,
+                "tool_name": call.tool,
+                "tool_input": call.input,
+                "tool_use_id": call.call_id,
+                "attempt": call.attempt,
+            });
+            match self.run(&payload).await {
+                Ok((0, stdout, _)) => parse_output(&stdout),
+                Ok((2, _, stderr)) => {
+                    let reason = if stderr.is_empty() {
+                        format!("blocked by hook '{}'", self.name)
+                    } else {
+                        stderr
+                    };
+                    (Decision::Block(reason.clone()), reason)
+                }
+                Ok((code, _, stderr)) => self.failed(&format!("exit code {code}: {stderr}")),
+                Err(why) => self.failed(&why),
+            }
+        })
+    }
+    fn post_tool_use<'a>(&'a self, notice: &'a PostToolUse<'a>) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let payload = json!({
+                "hook_event_name": "PostToolUse",
+                "session_id": notice.session_id,
+                "tool_name": notice.tool,
+                "tool_input": notice.input,
+                "tool_use_id": notice.call_id,
+                "attempt": notice.attempt,
+                "tool_response": {
+                    "content": notice.content,
+                    "is_error": notice.is_error,
+                    "error_class": notice.error_class,
+                    "duration_ms": notice.duration_ms,
+                },
+            });
+            if let Err(why) = self.run(&payload).await {
+                tracing::warn!(hook = %self.name, reason = %why, "post-tool command hook failed");
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stdout_decisions_in_both_dialects() {
+        assert_eq!(parse_output(""), (Decision::Allow, String::new()));
+        assert_eq!(parse_output("not json"), (Decision::Allow, String::new()));
+        assert_eq!(
+            parse_output(r#"{"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny", "permissionDecisionReason": "no writes"}}"#).0,
+            Decision::Block("no writes".into())
+        );
+        assert_eq!(
+            parse_output(r#"{"decision": "ask", "reason": "really?"}"#).0,
+            Decision::Ask("really?".into())
+        );
+        assert_eq!(
+            parse_output(r#"{"decision": "block"}"#).0,
+            Decision::Block("blocked by hook".into())
+        );
+        assert_eq!(
+            parse_output(r#"{"hookSpecificOutput": {"permissionDecision": "allow", "updatedInput": {"ms": 1}}}"#).0,
+            Decision::Modify(serde_json::json!({"ms": 1}))
+        );
+        assert_eq!(
+            parse_output(r#"{"decision": "approve", "updated_input": {"x": 1}}"#).0,
+            Decision::Modify(serde_json::json!({"x": 1}))
+        );
+    }
+
+    fn hook(script: &str, mode: FailureMode) -> CommandHook {
+        CommandHook::new(
+            "h".into(),
+            &["sh".into(), "-c".into(), script.into()],
+            "*".into(),
+            Duration::from_secs(5),
+            mode,
+        )
+        .unwrap()
+    }
+
+    fn call(input: &Value) -> PreToolUse<'_> {
+        PreToolUse {
+            session_id: "s",
+            call_id: "c1",
+            index: 0,
+            tool: "scratch_write",
+            input,
+            attempt: 1,
+        }
+    }
+
+    #[tokio::test]
+    async fn exit_codes_follow_the_contract() {
+        let input = json!({"path": "x"});
+        let (d, _) = hook("cat >/dev/null; exit 0", FailureMode::FailClosed)
+            .pre_tool_use(&call(&input))
+            .await;
+        assert_eq!(d, Decision::Allow);
+        let (d, _) = hook(
+            "cat >/dev/null; echo 'not allowed here' >&2; exit 2",
+            FailureMode::FailOpen,
+        )
+        .pre_tool_use(&call(&input))
+        .await;
+        assert_eq!(d, Decision::Block("not allowed here".into()));
+        let (d, _) = hook("exit 1", FailureMode::FailClosed)
+            .pre_tool_use(&call(&input))
+            .await;
+        assert!(
+            matches!(d, Decision::Block(ref r) if r.starts_with("hook 'h' failed: exit code 1")),
+            "{d:?}"
+        );
+        let (d, _) = hook("exit 1", FailureMode::FailOpen)
+            .pre_tool_use(&call(&input))
+            .await;
+        assert_eq!(d, Decision::Allow);
+    }
+
+    #[tokio::test]
+    async fn the_hook_reads_the_call_from_stdin() {
+        let input = json!({"path": "x"});
+        let script = r#"grep -q '"tool_name":"scratch_write"' && echo '{"decision":"deny","reason":"saw it"}'"#;
+        let (d, _) = hook(script, FailureMode::FailOpen)
+            .pre_tool_use(&call(&input))
+            .await;
+        assert_eq!(d, Decision::Block("saw it".into()));
+    }
+
+    #[tokio::test]
+    async fn a_slow_hook_times_out_and_is_killed() {
+        let input = json!({});
+        let slow = CommandHook::new(
+            "slow".into(),
+            &["sleep".into(), "30".into()],
+            "*".into(),
+            Duration::from_millis(100),
+            FailureMode::FailClosed,
+        )
+        .unwrap();
+        let (d, _) = slow.pre_tool_use(&call(&input)).await;
+        assert_eq!(
+            d,
+            Decision::Block("hook 'slow' failed: timed out after 100ms".into())
+        );
+    }
+}

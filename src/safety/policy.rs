@@ -1,0 +1,115 @@
+//! The pipeline's settings, resolved once from the config: global values plus per-tool overrides.
+
+use std::collections::BTreeMap;
+
+use crate::config::{Config, PerTool};
+
+use super::backoff::Backoff;
+use super::detector::Thresholds;
+
+/// What the per-call driver needs to know from the config.
+#[derive(Debug, Clone, Default)]
+pub struct Policy {
+    pub loop_enabled: bool,
+    pub append_loop_warning: bool,
+    pub loop_thresholds: Thresholds,
+    pub memory_enabled: bool,
+    pub backoff: Backoff,
+    pub max_retries: u32,
+    pub per_tool: BTreeMap<String, PerTool>,
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Thresholds {
+            warn_after: 3,
+            stop_after: 10,
+        }
+    }
+}
+
+impl Policy {
+    pub fn from_config(config: &Config) -> Self {
+        Policy {
+            loop_enabled: config.loop_detection.enabled,
+            append_loop_warning: config.loop_detection.append_warning,
+            loop_thresholds: Thresholds {
+                warn_after: config.loop_detection.warn_after,
+                stop_after: config.loop_detection.stop_after,
+            },
+            memory_enabled: config.memory.enabled,
+            backoff: Backoff {
+                base: config.retry.base_delay,
+                max: config.retry.max_delay,
+                jitter: config.retry.jitter,
+            },
+            max_retries: config.retry.max_retries,
+            per_tool: config.per_tool.clone(),
+        }
+    }
+
+    /// Loop thresholds for `tool`; `None` when detection is off or the tool is exempt.
+    pub fn loop_thresholds(&self, tool: &str) -> Option<Thresholds> {
+        if !self.loop_enabled {
+            return None;
+        }
+        let Some(overrides) = self.per_tool.get(tool).map(|p| p.loop_detection) else {
+            return Some(self.loop_thresholds);
+        };
+        if overrides.exempt {
+            return None;
+        }
+        Some(Thresholds {
+            warn_after: overrides
+                .warn_after
+                .unwrap_or(self.loop_thresholds.warn_after),
+            stop_after: overrides
+                .stop_after
+                .unwrap_or(self.loop_thresholds.stop_after),
+        })
+    }
+
+    /// The operator's `retry.enabled` for `tool`, if set.
+    pub fn retry_enabled(&self, tool: &str) -> Option<bool> {
+        self.per_tool.get(tool).and_then(|p| p.retry.enabled)
+    }
+
+    pub fn max_retries(&self, tool: &str) -> u32 {
+        self.per_tool
+            .get(tool)
+            .and_then(|p| p.retry.max_retries)
+            .unwrap_or(self.max_retries)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_tool_overrides_win() {
+        let config = Config::from_toml(
+            "[per_tool.poll.loop_detection]\nstop_after = 50\n[per_tool.noisy.loop_detection]\nexempt = true\n\
+             [per_tool.fetch.retry]\nenabled = true\nmax_retries = 5",
+        )
+        .unwrap();
+        let p = Policy::from_config(&config);
+        assert_eq!(
+            p.loop_thresholds("poll"),
+            Some(Thresholds {
+                warn_after: 3,
+                stop_after: 50
+            })
+        );
+        assert_eq!(p.loop_thresholds("noisy"), None);
+        assert_eq!(p.loop_thresholds("other"), Some(Thresholds::default()));
+        assert_eq!(
+            (p.retry_enabled("fetch"), p.max_retries("fetch")),
+            (Some(true), 5)
+        );
+        assert_eq!(
+            (p.retry_enabled("other"), p.max_retries("other")),
+            (None, 3)
+        );
+    }
+}

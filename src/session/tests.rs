@@ -1,0 +1,132 @@
+//! Session tests: id validation, scratch lifecycle, TTL, LRU, ending in use, memory.
+
+use super::*;
+
+fn base(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("toolgate-sessions-{name}-{}", std::process::id()))
+}
+
+#[test]
+fn session_ids_cannot_name_paths() {
+    for ok in ["abc", "user-1_x.y", &"a".repeat(128)] {
+        assert!(validate_session_id(ok).is_ok(), "{ok}");
+    }
+    for bad in [".", "..", "a/b", "../x", "a b", "é", &"a".repeat(129)] {
+        assert!(validate_session_id(bad).is_err(), "{bad}");
+    }
+}
+
+#[tokio::test]
+async fn scratch_directories_are_per_session_and_removed() {
+    let base = base("scratch");
+    let sessions = Sessions::new(base.clone(), true, SessionLimits::default());
+    let named = sessions.open("alpha");
+    assert!(Arc::ptr_eq(&named, &sessions.open("alpha")));
+    let dir = named.scratch_dir();
+    assert_eq!(dir, base.join("toolgate-alpha"));
+    assert!(dir.is_dir());
+    let once = sessions.open("");
+    let once_dir = once.scratch_dir();
+    assert_ne!(once.id, sessions.open("").id);
+    sessions.release(&once);
+    assert!(!once_dir.exists());
+    sessions.release(&named);
+    sessions.release(&named);
+    assert!(dir.exists(), "named sessions outlive a batch");
+    sessions.remove_all();
+    assert!(!base.exists());
+}
+
+#[tokio::test]
+async fn an_operator_base_directory_is_kept() {
+    let base = base("kept");
+    std::fs::create_dir_all(&base).unwrap();
+    std::fs::write(base.join("keep.txt"), "x").unwrap();
+    let sessions = Sessions::new(base.clone(), false, SessionLimits::default());
+    let session = sessions.open("beta");
+    let dir = session.scratch_dir();
+    sessions.release(&session);
+    sessions.remove_all();
+    assert!(!dir.exists());
+    assert!(base.join("keep.txt").exists());
+    std::fs::remove_dir_all(&base).unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn idle_sessions_expire_but_busy_ones_do_not() {
+    let limits = SessionLimits {
+        idle_ttl: Duration::from_secs(60),
+        ..SessionLimits::default()
+    };
+    let sessions = Sessions::new(base("ttl"), true, limits);
+    let idle = sessions.open("idle");
+    let idle_dir = idle.scratch_dir();
+    sessions.release(&idle);
+    let busy = sessions.open("busy");
+    tokio::time::advance(Duration::from_secs(61)).await;
+    assert_eq!(sessions.sweep(Instant::now()), 1);
+    assert!(sessions.get("idle").is_none());
+    assert!(!idle_dir.exists());
+    assert!(sessions.get("busy").is_some());
+    sessions.release(&busy);
+    tokio::time::advance(Duration::from_secs(30)).await;
+    assert_eq!(sessions.sweep(Instant::now()), 0, "released 30 s ago");
+    sessions.remove_all();
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_least_recently_used_idle_session_is_evicted_at_the_limit() {
+    let limits = SessionLimits {
+        max_sessions: 2,
+        ..SessionLimits::default()
+    };
+    let sessions = Sessions::new(base("lru"), true, limits);
+    for id in ["a", "b"] {
+        let s = sessions.open(id);
+        sessions.release(&s);
+        tokio::time::advance(Duration::from_secs(1)).await;
+    }
+    let a = sessions.open("a");
+    sessions.release(&a);
+    let c = sessions.open("c");
+    assert!(sessions.get("b").is_none(), "b was least recently used");
+    assert!(sessions.get("a").is_some());
+    assert_eq!(sessions.len(), 2);
+    sessions.release(&c);
+    sessions.remove_all();
+}
+
+#[tokio::test]
+async fn ending_a_session_in_use_removes_its_directory_when_the_batch_ends() {
+    let sessions = Sessions::new(base("end"), true, SessionLimits::default());
+    let s = sessions.open("gamma");
+    let dir = s.scratch_dir();
+    assert!(sessions.end("gamma"));
+    assert!(!sessions.end("gamma"));
+    assert!(dir.exists(), "still in use");
+    sessions.release(&s);
+    assert!(!dir.exists());
+    sessions.remove_all();
+}
+
+#[tokio::test]
+async fn memory_is_bounded_and_cut_by_characters() {
+    let limits = SessionLimits {
+        memory_entries: 2,
+        ..SessionLimits::default()
+    };
+    let sessions = Sessions::new(base("memory"), true, limits);
+    let s = sessions.open("m");
+    s.remember("a", "{}", "1");
+    s.remember("b", "{}", "2");
+    s.remember("c", &"é".repeat(600), "3");
+    let memory = s.memory();
+    assert_eq!(memory.len(), 2);
+    assert_eq!(memory[0], "tool=b; input={}; result=2");
+    assert_eq!(
+        memory[1],
+        format!("tool=c; input={}…; result=3", "é".repeat(500))
+    );
+    sessions.release(&s);
+    sessions.remove_all();
+}
