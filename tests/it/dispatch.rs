@@ -183,12 +183,14 @@ async fn list_tools_describes_every_tool_with_its_source() {
             "echo",
             "explode",
             "fail",
+            "flaky",
             "now",
             "picture",
             "scratch_list",
             "scratch_read",
             "scratch_write",
             "sleep",
+            "switch",
             "wait_cancel"
         ]
     );

@@ -4,10 +4,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod dispatch;
+mod hooks;
 mod intake;
 mod limits;
 mod messages;
 mod peers;
+mod pipeline;
 mod server;
 mod support;
 mod tidy;

@@ -1,7 +1,7 @@
 //! Test harness: starts a server with test tools, builds requests, collects streamed events.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -11,7 +11,7 @@ use toolgate::config::Config;
 use toolgate::grpc::convert::{to_json, value_from_json};
 use toolgate::pb;
 use toolgate::pb::tool_gate_client::ToolGateClient;
-use toolgate::tools::{ContentPart, FnTool, ToolContext, ToolError, ToolOutput};
+use toolgate::tools::{Annotations, ContentPart, FnTool, ToolContext, ToolError, ToolOutput};
 use toolgate::{RunningServer, Server};
 
 pub struct TestServer {
@@ -20,6 +20,10 @@ pub struct TestServer {
     pub channel: Channel,
     /// Set when the `wait_cancel` tool saw its cancellation token fire.
     pub saw_cancel: Arc<AtomicBool>,
+    /// While false, the `switch` tool fails (a tool error the breaker counts).
+    pub switch_ok: Arc<AtomicBool>,
+    /// Executions of the `flaky` tool, which fails retryably on its first two.
+    pub flaky_runs: Arc<AtomicU32>,
 }
 
 pub async fn start() -> TestServer {
@@ -28,16 +32,25 @@ pub async fn start() -> TestServer {
 
 pub async fn start_with(config: Config) -> TestServer {
     let saw_cancel = Arc::new(AtomicBool::new(false));
-    let server = test_tools(Server::new(config), saw_cancel.clone())
-        .start_local()
-        .await
-        .expect("server starts");
+    let switch_ok = Arc::new(AtomicBool::new(false));
+    let flaky_runs = Arc::new(AtomicU32::new(0));
+    let server = test_tools(
+        Server::new(config),
+        saw_cancel.clone(),
+        switch_ok.clone(),
+        flaky_runs.clone(),
+    )
+    .start_local()
+    .await
+    .expect("server starts");
     let channel = connect(server.local_addr()).await;
     TestServer {
         client: ToolGateClient::new(channel.clone()),
         channel,
         server,
         saw_cancel,
+        switch_ok,
+        flaky_runs,
     }
 }
 
@@ -128,10 +141,50 @@ pub fn class(r: &pb::CallResult) -> pb::ErrorClass {
     pb::ErrorClass::try_from(r.error_class).expect("known class")
 }
 
-/// The test tools: `fail` (tool error), `explode` (panics with `message`), `picture` (text and an
+/// The test tools: `switch` and `flaky` (see `TestServer`), `fail` (tool error), `explode` (panics with `message`), `picture` (text and an
 /// image), `wait_cancel` (waits until cancelled, recording that its token fired).
-fn test_tools(server: Server, saw_cancel: Arc<AtomicBool>) -> Server {
+fn test_tools(
+    server: Server,
+    saw_cancel: Arc<AtomicBool>,
+    switch_ok: Arc<AtomicBool>,
+    flaky_runs: Arc<AtomicU32>,
+) -> Server {
+    let idempotent = Annotations {
+        idempotent: true,
+        ..Annotations::default()
+    };
     server
+        .tool(FnTool::new(
+            "switch",
+            "fails until the test flips it",
+            move |_input, _ctx| {
+                let ok = switch_ok.load(Ordering::SeqCst);
+                async move {
+                    if ok {
+                        Ok(ToolOutput::Text("on".into()))
+                    } else {
+                        Err(ToolError::failed("switched off"))
+                    }
+                }
+            },
+        ))
+        .tool(
+            FnTool::new(
+                "flaky",
+                "fails retryably twice, then works",
+                move |_input, _ctx| {
+                    let n = flaky_runs.fetch_add(1, Ordering::SeqCst) + 1;
+                    async move {
+                        if n <= 2 {
+                            Err(ToolError::failed(format!("glitch {n}")).retryable())
+                        } else {
+                            Ok(ToolOutput::Text("steady".into()))
+                        }
+                    }
+                },
+            )
+            .annotations(idempotent),
+        )
         .tool(FnTool::new("fail", "fails", |_input, _ctx| async {
             Err(ToolError::failed("disk on fire"))
         }))
