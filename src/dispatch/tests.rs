@@ -748,3 +748,136 @@ async fn the_model_id_is_on_every_result_in_order() {
     assert_eq!(report.errors(), 3);
     assert_eq!(report.messages.len(), 4);
 }
+
+mod properties {
+    //! Random sequential batches: whatever the tools do and whenever the cancel comes, every call
+    //! is answered exactly once, in order, with its own id, and every tool_pre has its tool_post.
+
+    use std::sync::atomic::AtomicU64;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    #[derive(Debug, Clone)]
+    enum Kind {
+        Succeed,
+        Fail,
+        RetryThenFail,
+        Panic,
+        Sleep(u64),
+        Unknown,
+        Malformed,
+        Blocked,
+    }
+
+    fn kind() -> impl Strategy<Value = Kind> {
+        prop_oneof![
+            Just(Kind::Succeed),
+            Just(Kind::Fail),
+            Just(Kind::RetryThenFail),
+            Just(Kind::Panic),
+            (0u64..3000).prop_map(Kind::Sleep),
+            Just(Kind::Unknown),
+            Just(Kind::Malformed),
+            Just(Kind::Blocked),
+        ]
+    }
+
+    fn element(i: usize, kind: &Kind) -> Value {
+        let id = format!("c{i}");
+        match kind {
+            Kind::Succeed => json!({"id": id, "name": "echo", "arguments": {"i": i}}),
+            Kind::Fail => json!({"id": id, "name": "plain_fail"}),
+            Kind::RetryThenFail => json!({"id": id, "name": "broken"}),
+            Kind::Panic => json!({"id": id, "name": "explode"}),
+            Kind::Sleep(ms) => json!({"id": id, "name": "sleep", "arguments": {"ms": ms}}),
+            Kind::Unknown => json!({"id": id, "name": "ghost"}),
+            Kind::Malformed => {
+                json!({"id": id, "function": {"name": "echo", "arguments": "{oops"}})
+            }
+            Kind::Blocked => json!({"id": id, "name": "now"}),
+        }
+    }
+
+    static CASE: AtomicU64 = AtomicU64::new(0);
+
+    fn check_case(kinds: Vec<Kind>, cancel_after: Option<u64>, session: bool) {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let n = CASE.fetch_add(1, Ordering::Relaxed);
+            let config = "[loop_detection]\nwarn_after = 2\nstop_after = 3\n[breaker]\nfailure_threshold = 4\ncooldown = \"2s\"";
+            let mut h = harness(&format!("prop-{n}"), config, vec![Arc::new(BlockTool("now"))], None);
+            let explode = FnTool::new("explode", "panics", |_input, _ctx| async { panic!("boom") });
+            let mut registry = (*h.dispatcher.registry).clone();
+            registry.register(Arc::new(explode), ToolSource::Embedded).unwrap();
+            h.dispatcher.registry = Arc::new(registry);
+
+            let elements: Vec<Value> = kinds.iter().enumerate().map(|(i, k)| element(i, k)).collect();
+            let b = named_batch(if session { "prop" } else { "" }, Value::Array(elements));
+            let recorder = Recorder::default();
+            let cancel = Cancel::new();
+            if let Some(ms) = cancel_after {
+                let trigger = cancel.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                    trigger.cancel("random cancel");
+                });
+            }
+            let report = h.dispatcher.run(b, &recorder, &cancel).await;
+
+            // Exactly one result per call, in order, with its own id.
+            assert_eq!(report.results.len(), kinds.len());
+            for (i, r) in report.results.iter().enumerate() {
+                assert_eq!((r.index, r.id.as_str()), (i, format!("c{i}").as_str()));
+            }
+            assert_eq!(report.messages.len(), kinds.len());
+            // Hard errors end the batch: everything after the first one is SKIPPED, nothing before.
+            let skipped: Vec<bool> = report.results.iter().map(|r| r.error_class == ErrorClass::Skipped).collect();
+            if let Some(first) = skipped.iter().position(|s| *s) {
+                assert_ne!(report.outcome, Outcome::Completed);
+                assert!(skipped[first..].iter().all(|s| *s), "{skipped:?}");
+            }
+            if report.outcome == Outcome::Completed {
+                assert!(!skipped.iter().any(|s| *s));
+            }
+            // Every call is received before anything runs; every pre has exactly one post, in
+            // order, and (sequential) no two attempts overlap.
+            let events = recorder.events.lock().unwrap().clone();
+            let received = events.iter().take_while(|e| matches!(e, Event::CallReceived { .. })).count();
+            assert_eq!(received, kinds.len());
+            let mut open: Option<(String, u32)> = None;
+            for e in &events[received..] {
+                match e {
+                    Event::CallReceived { .. } => panic!("call_received after execution started"),
+                    Event::ToolPre { id, attempt, .. } => {
+                        assert!(open.is_none(), "overlapping attempts: {open:?} and {id}");
+                        open = Some((id.clone(), *attempt));
+                    }
+                    Event::ToolPost { id, attempt, .. } => {
+                        assert_eq!(open.take(), Some((id.clone(), *attempt)), "a post without its pre");
+                    }
+                    _ => {}
+                }
+            }
+            assert!(open.is_none(), "a pre without its post: {open:?}");
+            h.dispatcher.sessions().remove_all();
+        });
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+        #[test]
+        fn every_call_is_answered_once_in_order_and_every_pre_has_its_post(
+            kinds in proptest::collection::vec(kind(), 0..12),
+            cancel_after in proptest::option::of(0u64..4000),
+            session in any::<bool>(),
+        ) {
+            check_case(kinds, cancel_after, session);
+        }
+    }
+}
