@@ -96,11 +96,14 @@ fn serve(args: ServeArgs) -> ExitCode {
 }
 
 async fn run(config: Config) -> anyhow::Result<()> {
+    // Handlers are installed before the address is announced: a SIGTERM sent as soon as
+    // `listening on` appears must start a graceful shutdown, not kill the process.
+    let signals = Signals::install()?;
     let server = toolgate::Server::new(config).start().await?;
     report(&format!("listening on {}", server.local_addr()));
     let handle = server.shutdown_handle();
     tokio::spawn(async move {
-        wait_for_signal().await;
+        signals.wait().await;
         handle.shutdown();
     });
     server.wait().await?;
@@ -108,27 +111,37 @@ async fn run(config: Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn wait_for_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
+/// SIGINT and SIGTERM, registered eagerly.
+struct Signals {
     #[cfg(unix)]
-    {
-        let mut term = match tokio::signal::unix::signal(
-            tokio::signal::unix::SignalKind::terminate(),
-        ) {
-            Ok(term) => term,
-            Err(e) => {
-                tracing::warn!(error = %e, "sigterm handler unavailable; only ctrl-c stops the server");
-                let _ = ctrl_c.await;
-                return;
-            }
-        };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
+    interrupt: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> anyhow::Result<Signals> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            Ok(Signals {
+                interrupt: signal(SignalKind::interrupt())?,
+                terminate: signal(SignalKind::terminate())?,
+            })
         }
+        #[cfg(not(unix))]
+        Ok(Signals {})
     }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
+
+    async fn wait(mut self) {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = self.interrupt.recv() => {}
+            _ = self.terminate.recv() => {}
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }
 
 /// The one stdout line scripts wait for (`listening on <addr>`) and check-config's verdict.
