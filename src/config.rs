@@ -53,6 +53,8 @@ pub struct Limits {
     pub max_calls: u32,
     pub max_calls_ceiling: u32,
     pub max_json_depth: usize,
+    /// The highest options.max_concurrency a PARALLEL batch may ask for.
+    pub max_concurrency: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
@@ -287,6 +289,7 @@ impl Default for Limits {
             max_calls: 64,
             max_calls_ceiling: 1024,
             max_json_depth: 64,
+            max_concurrency: 64,
         }
     }
 }
@@ -434,6 +437,9 @@ impl Config {
             ));
         }
         // Protobuf decoding stops at 100 nested messages; deeper JSON could never arrive anyway.
+        if limits.max_concurrency == 0 {
+            p.push("limits.max_concurrency: must be at least 1".to_owned());
+        }
         if !(1..=100).contains(&limits.max_json_depth) {
             p.push("limits.max_json_depth: must be from 1 to 100".to_owned());
         }

@@ -6,11 +6,14 @@ mod call;
 mod cancel;
 mod events;
 mod messages;
+pub mod plan;
 mod result;
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 use serde_json::{Map, Value};
 use tokio::time::Instant;
 use tracing::{Instrument, field};
@@ -49,6 +52,17 @@ pub struct BatchOptions {
     pub message_format: MessageFormat,
     /// Deadline for each call.
     pub call_timeout: Duration,
+    pub mode: Mode,
+}
+
+/// How the calls of a batch are scheduled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// One call at a time, in the model's order.
+    #[default]
+    Sequential,
+    /// Calls that do not conflict run together, at most `max_concurrency` at once.
+    Parallel { max_concurrency: usize },
 }
 
 /// How a batch ended.
@@ -166,47 +180,21 @@ impl Dispatcher {
                     })
                     .await;
             }
-            let mut results = Vec::with_capacity(batch.calls.len());
-            let mut outcome = Outcome::Completed;
-            let mut outcome_reason = String::new();
-            for received in &batch.calls {
-                let call = &received.call;
-                if outcome != Outcome::Completed {
-                    results.push(skipped(call, outcome));
-                    continue;
-                }
-                if cancel.is_cancelled() {
-                    outcome = Outcome::Cancelled;
-                    outcome_reason = cancel.reason();
-                    results.push(skipped(call, outcome));
-                    continue;
-                }
-                let answered = match (&received.rejection, self.registry.get(&call.name)) {
-                    (Some((rejection, message)), _) => call::Answered {
-                        result: CallResult::refused(call, (*rejection).into(), message.clone()),
-                        hard: None,
-                    },
-                    // Unknown names are answered here and never dispatched.
-                    (None, None) => self.unknown_tool(call, &session),
-                    (None, Some(registered)) => {
-                        let scope = call::CallScope {
-                            session: &session,
-                            options: &batch.options,
-                            observer,
-                            cancel,
-                            pipeline: &self.pipeline,
-                        };
-                        call::execute(call, registered, &scope).await
-                    }
-                };
-                if let Some((hard, reason)) = answered.hard {
-                    outcome = hard;
-                    outcome_reason = reason;
-                }
-                let result = answered.result;
-                results.push(result);
-            }
-            (results, outcome, outcome_reason)
+            // Both modes share one executor: sequential is a chain with a limit of one.
+            let (plan, limit) = match batch.options.mode {
+                Mode::Parallel { max_concurrency } if batch.calls.len() >= 2 => (
+                    plan::plan(&self.slots(&batch.calls)),
+                    max_concurrency.max(1),
+                ),
+                _ => (plan::chain(batch.calls.len()), 1),
+            };
+            let scope = BatchScope {
+                session: &session,
+                options: &batch.options,
+                observer,
+            };
+            self.execute(&batch.calls, &plan, limit, &scope, cancel)
+                .await
         };
         let (results, outcome, outcome_reason) = work.instrument(span.clone()).await;
         let duration = started.elapsed();
@@ -261,6 +249,124 @@ impl Dispatcher {
             let _ = session.detector().record(op, th);
         }
         call::Answered { result, hard: None }
+    }
+}
+
+/// What every call of a batch shares.
+struct BatchScope<'a> {
+    session: &'a Session,
+    options: &'a BatchOptions,
+    observer: &'a dyn Observer,
+}
+
+impl Dispatcher {
+    /// What the planner needs about each call.
+    fn slots(&self, calls: &[Received]) -> Vec<plan::Slot> {
+        calls
+            .iter()
+            .map(|received| {
+                let call = &received.call;
+                let tool = self
+                    .registry
+                    .get(&call.name)
+                    .filter(|_| received.rejection.is_none());
+                plan::Slot {
+                    runs: tool.is_some(),
+                    concurrency_safe: tool
+                        .is_some_and(|t| t.tool.is_concurrency_safe(&call.arguments)),
+                    resource_key: tool.and_then(|t| t.tool.resource_key(&call.arguments)),
+                    operation: format!("{}\u{0}{}", call.name, json::canonical(&call.arguments)),
+                }
+            })
+            .collect()
+    }
+
+    /// Starts each call once everything it waits for has finished, at most `limit` at once,
+    /// always preferring the earliest ready call. The first hard error cancels the running
+    /// siblings (their tokens fire, their futures drop) and nothing new starts; calls that
+    /// never started are answered SKIPPED.
+    async fn execute(
+        &self,
+        calls: &[Received],
+        plan: &plan::Plan,
+        limit: usize,
+        scope: &BatchScope<'_>,
+        cancel: &Cancel,
+    ) -> (Vec<CallResult>, Outcome, String) {
+        let n = calls.len();
+        let group = cancel.child();
+        let mut results: Vec<Option<CallResult>> = vec![None; n];
+        let mut started = vec![false; n];
+        let mut finished = vec![false; n];
+        let mut hard: Option<(Outcome, String)> = None;
+        let mut running = FuturesUnordered::new();
+        loop {
+            if hard.is_none() && cancel.is_cancelled() {
+                hard = Some((Outcome::Cancelled, cancel.reason()));
+            }
+            if hard.is_none() {
+                for i in 0..n {
+                    if running.len() >= limit {
+                        break;
+                    }
+                    if started[i] || !plan.waits_for[i].iter().all(|&j| finished[j]) {
+                        continue;
+                    }
+                    started[i] = true;
+                    let answer = self.answer(&calls[i], scope, &group);
+                    running.push(async move { (i, answer.await) });
+                }
+            }
+            let Some((i, answered)) = running.next().await else {
+                break;
+            };
+            finished[i] = true;
+            if let Some((outcome, reason)) = answered.hard
+                && hard.is_none()
+            {
+                group.cancel(format!(
+                    "call '{}' ended the batch: {reason}",
+                    calls[i].call.id
+                ));
+                hard = Some((outcome, reason));
+            }
+            results[i] = Some(answered.result);
+        }
+        let (outcome, reason) = hard.unwrap_or((Outcome::Completed, String::new()));
+        let results = results
+            .into_iter()
+            .zip(calls)
+            .map(|(result, received)| result.unwrap_or_else(|| skipped(&received.call, outcome)))
+            .collect();
+        (results, outcome, reason)
+    }
+
+    /// Answers one call: a refusal from intake, an unknown tool, or the pipeline.
+    async fn answer(
+        &self,
+        received: &Received,
+        scope: &BatchScope<'_>,
+        cancel: &Cancel,
+    ) -> call::Answered {
+        let call = &received.call;
+        match (&received.rejection, self.registry.get(&call.name)) {
+            (Some((rejection, message)), _) => call::Answered {
+                result: CallResult::refused(call, (*rejection).into(), message.clone()),
+                hard: None,
+            },
+            // Unknown names are answered here and never dispatched.
+            (None, None) => self.unknown_tool(call, scope.session),
+            (None, Some(registered)) => {
+                let call_scope = call::CallScope {
+                    session: scope.session,
+                    options: scope.options,
+                    observer: scope.observer,
+                    cancel,
+                    pipeline: &self.pipeline,
+                };
+                call::execute(call, registered, &call_scope).await
+            }
+        }
     }
 }
 

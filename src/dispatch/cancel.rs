@@ -5,11 +5,20 @@ use std::sync::{Arc, OnceLock};
 use tokio_util::sync::CancellationToken;
 
 /// Cancels a batch (or every batch of a server, as a parent) and remembers why.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Cancel {
     token: CancellationToken,
-    reason: Arc<OnceLock<String>>,
-    parent_reason: Option<Arc<OnceLock<String>>>,
+    /// This cancel's reason first, then each ancestor's, nearest first.
+    reasons: Vec<Arc<OnceLock<String>>>,
+}
+
+impl Default for Cancel {
+    fn default() -> Self {
+        Cancel {
+            token: CancellationToken::new(),
+            reasons: vec![Arc::new(OnceLock::new())],
+        }
+    }
 }
 
 impl Cancel {
@@ -17,18 +26,22 @@ impl Cancel {
         Cancel::default()
     }
 
-    /// A cancel that also fires when `self` does, inheriting its reason.
+    /// A cancel that also fires when `self` (or an ancestor) does, inheriting the reason.
     pub fn child(&self) -> Cancel {
+        let mut reasons = Vec::with_capacity(self.reasons.len() + 1);
+        reasons.push(Arc::new(OnceLock::new()));
+        reasons.extend(self.reasons.iter().cloned());
         Cancel {
             token: self.token.child_token(),
-            reason: Arc::new(OnceLock::new()),
-            parent_reason: Some(self.reason.clone()),
+            reasons,
         }
     }
 
     /// Fires the cancel; the first reason given is kept.
     pub fn cancel(&self, reason: impl Into<String>) {
-        let _ = self.reason.set(reason.into());
+        if let Some(own) = self.reasons.first() {
+            let _ = own.set(reason.into());
+        }
         self.token.cancel();
     }
 
@@ -44,11 +57,11 @@ impl Cancel {
         &self.token
     }
 
-    /// Why the batch was cancelled ("cancelled" when nobody said).
+    /// Why it was cancelled: the nearest reason given ("cancelled" when nobody said).
     pub fn reason(&self) -> String {
-        self.reason
-            .get()
-            .or_else(|| self.parent_reason.as_ref().and_then(|p| p.get()))
+        self.reasons
+            .iter()
+            .find_map(|r| r.get())
             .cloned()
             .unwrap_or_else(|| "cancelled".to_owned())
     }
@@ -66,6 +79,12 @@ mod tests {
         server.cancel("server shutting down");
         assert!(batch.is_cancelled());
         assert_eq!(batch.reason(), "server shutting down");
+        let group = batch.child();
+        assert_eq!(
+            group.reason(),
+            "server shutting down",
+            "grandparents' reasons reach"
+        );
         let own = Cancel::new().child();
         own.cancel("client went away");
         own.cancel("second reason is ignored");

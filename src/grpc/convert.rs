@@ -21,6 +21,9 @@ use crate::session::validate_session_id;
 use crate::tools::registry::Registered;
 use crate::tools::{ContentPart, ToolSource};
 
+/// Concurrency of a PARALLEL batch that does not say.
+const DEFAULT_MAX_CONCURRENCY: u32 = 8;
+
 /// Largest integer magnitude a protobuf double carries exactly (2^53).
 const MAX_EXACT_INTEGER: f64 = 9_007_199_254_740_992.0;
 
@@ -92,14 +95,24 @@ fn options_from(
     let unknown = |field: &str, value: i32| {
         RequestError::Invalid(format!("options.{field} {value} is not a known value"))
     };
-    match Mode::try_from(options.mode).map_err(|_| unknown("mode", options.mode))? {
-        Mode::Sequential => {}
+    let mode = match Mode::try_from(options.mode).map_err(|_| unknown("mode", options.mode))? {
+        Mode::Sequential => crate::dispatch::Mode::Sequential,
         Mode::Parallel => {
-            return Err(RequestError::Unsupported(
-                "options.mode PARALLEL is not supported yet; use SEQUENTIAL".to_owned(),
-            ));
+            let ceiling = rules.limits.max_concurrency;
+            let max_concurrency = match options.max_concurrency {
+                0 => DEFAULT_MAX_CONCURRENCY.min(ceiling),
+                n if n > ceiling => {
+                    return Err(RequestError::Invalid(format!(
+                        "options.max_concurrency {n} is above this server's ceiling of {ceiling}"
+                    )));
+                }
+                n => n,
+            };
+            crate::dispatch::Mode::Parallel {
+                max_concurrency: max_concurrency as usize,
+            }
         }
-    }
+    };
     match OnError::try_from(options.on_error).map_err(|_| unknown("on_error", options.on_error))? {
         OnError::Continue => {}
         OnError::FailFast => {
@@ -145,6 +158,7 @@ fn options_from(
     };
     Ok((
         BatchOptions {
+            mode,
             message_format,
             call_timeout,
         },

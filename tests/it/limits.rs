@@ -35,18 +35,6 @@ async fn unimplemented_options_are_named_in_the_error() {
     let ts = start().await;
     let mut req = request(json!([{"name": "echo"}]));
     req.options = Some(pb::DispatchOptions {
-        mode: pb::dispatch_options::Mode::Parallel.into(),
-        ..Default::default()
-    });
-    let status = ts.client.clone().dispatch(req).await.unwrap_err();
-    assert_eq!(status.code(), Code::InvalidArgument);
-    assert!(
-        status.message().contains("options.mode PARALLEL"),
-        "{}",
-        status.message()
-    );
-    let mut req = request(json!([{"name": "echo"}]));
-    req.options = Some(pb::DispatchOptions {
         on_error: pb::dispatch_options::OnError::FailFast.into(),
         ..Default::default()
     });

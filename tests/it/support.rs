@@ -209,17 +209,21 @@ fn test_tools(
                 ]))
             },
         ))
-        .tool(FnTool::new(
-            "wait_cancel",
-            "waits for cancellation",
-            move |_input, ctx: ToolContext| {
-                // The driver drops this future on cancel, so the token is watched from a detached task.
-                let flag = saw_cancel.clone();
-                tokio::spawn(async move {
-                    ctx.cancel.cancelled().await;
-                    flag.store(true, Ordering::SeqCst);
-                });
-                std::future::pending()
-            },
-        ))
+        .tool(
+            FnTool::new(
+                "wait_cancel",
+                "waits for cancellation",
+                move |_input, ctx: ToolContext| {
+                    // The driver drops this future on cancel, so the token is watched from a detached task.
+                    let flag = saw_cancel.clone();
+                    tokio::spawn(async move {
+                        ctx.cancel.cancelled().await;
+                        flag.store(true, Ordering::SeqCst);
+                    });
+                    std::future::pending()
+                },
+            )
+            // Safe to run beside other calls, so parallel tests can cancel it as a sibling.
+            .concurrency_safe(true),
+        )
 }

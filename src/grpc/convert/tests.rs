@@ -96,18 +96,24 @@ fn too_many_calls_names_count_and_limit() {
 }
 
 #[test]
-fn unimplemented_options_are_rejected_by_name() {
+fn options_are_resolved_and_unimplemented_ones_rejected_by_name() {
     let mut req = request(vec![]);
     req.options = Some(pb::DispatchOptions {
         mode: 1,
         ..Default::default()
     });
-    assert!(
-        batch_from_request(req, &rules())
-            .unwrap_err()
-            .to_string()
-            .contains("PARALLEL")
+    assert_eq!(
+        batch_from_request(req, &rules()).unwrap().options.mode,
+        crate::dispatch::Mode::Parallel { max_concurrency: 8 }
     );
+    let mut req = request(vec![]);
+    req.options = Some(pb::DispatchOptions {
+        mode: 1,
+        max_concurrency: 65,
+        ..Default::default()
+    });
+    let err = batch_from_request(req, &rules()).unwrap_err().to_string();
+    assert!(err.contains("ceiling of 64"), "{err}");
     let mut req = request(vec![]);
     req.options = Some(pb::DispatchOptions {
         on_error: 1,
