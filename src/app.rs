@@ -14,11 +14,14 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::{Config, ConfigError, FailureModeConfig, RuleAction};
+use crate::config::{Config, ConfigError, FailureModeConfig, PermissionDecision, RuleAction};
 use crate::dispatch::{Cancel, Dispatcher, Pipeline};
 use crate::grpc::hook_client::GrpcHook;
 use crate::grpc::server::ServeSettings;
 use crate::grpc::{RequestRules, ServeError, ServiceState};
+use crate::middleware::{
+    CacheRule, CacheScope, MiddlewareConfig, PermissionRule, PermissionVerdict, Redactor,
+};
 use crate::safety::breaker::BreakerConfig;
 use crate::safety::health::Health;
 use crate::safety::hooks::{Action, CommandHook, Condition, FailureMode, Hook, Hooks, RuleHook};
@@ -45,6 +48,7 @@ pub enum StartError {
     Config(#[from] ConfigError),
     #[error(transparent)]
     Registry(#[from] RegistryError),
+    /// A hook, a redaction pattern or another pipeline part could not be built.
     #[error("{0}")]
     Hooks(String),
     #[error("cannot listen on {addr}: {source}")]
@@ -124,10 +128,10 @@ impl Server {
             addr: "listener".to_owned(),
             source,
         })?;
-        let registry = self.registry()?;
+        let registry = Arc::new(self.registry()?);
         let sessions = Arc::new(sessions(&self.config));
-        let pipeline = self.pipeline()?;
-        let dispatcher = Dispatcher::new(Arc::new(registry), sessions.clone(), pipeline);
+        let pipeline = self.pipeline(registry.clone())?;
+        let dispatcher = Dispatcher::new(registry, sessions.clone(), pipeline);
         let max_batches = self.config.server.max_concurrent_batches;
         let state = Arc::new(ServiceState {
             dispatcher,
@@ -164,7 +168,7 @@ impl Server {
         })
     }
 
-    fn pipeline(&self) -> Result<Pipeline, StartError> {
+    fn pipeline(&self, registry: Arc<ToolRegistry>) -> Result<Pipeline, StartError> {
         let c = &self.config;
         let health = Arc::new(Health::new(BreakerConfig {
             failure_threshold: c.breaker.failure_threshold,
@@ -173,12 +177,12 @@ impl Server {
         }));
         let mut hooks = configured_hooks(c).map_err(StartError::Hooks)?;
         hooks.extend(self.hooks.iter().cloned());
-        Ok(Pipeline {
-            hooks: Hooks::new(hooks),
-            health,
-            policy: Arc::new(Policy::from_config(c)),
-            reflector: self.reflector.clone(),
-        })
+        let middleware = middleware_config(c).map_err(StartError::Hooks)?;
+        let mut pipeline = Pipeline::new(registry, health, Policy::from_config(c), &middleware);
+        pipeline.hooks = Hooks::new(hooks);
+        pipeline.reflector = self.reflector.clone();
+        pipeline.batch_budget_chars = c.output.batch_budget_chars;
+        Ok(pipeline)
     }
 
     fn registry(&self) -> Result<ToolRegistry, RegistryError> {
@@ -193,6 +197,72 @@ impl Server {
         }
         Ok(registry)
     }
+}
+
+/// The middleware settings from the config: global values plus per-tool overrides.
+pub(crate) fn middleware_config(c: &Config) -> Result<MiddlewareConfig, String> {
+    let redactor = if c.redaction.enabled {
+        let custom: Vec<(String, String)> = c
+            .redaction
+            .patterns
+            .iter()
+            .map(|p| (p.kind.clone(), p.regex.clone()))
+            .collect();
+        Redactor::new(&custom, c.redaction.entropy)?
+    } else {
+        Redactor::disabled()
+    };
+    let permissions = c
+        .permissions
+        .rules
+        .iter()
+        .enumerate()
+        .map(|(i, r)| PermissionRule {
+            id: r.id.clone().unwrap_or_else(|| format!("rules[{i}]")),
+            tools: r.tools.clone(),
+            verdict: match r.decision {
+                PermissionDecision::Allow => PermissionVerdict::Allow,
+                PermissionDecision::Deny => PermissionVerdict::Deny,
+                PermissionDecision::Ask => PermissionVerdict::Ask,
+            },
+            reason: r.reason.clone(),
+        })
+        .collect();
+    let mut m = MiddlewareConfig {
+        default_timeout: c.dispatch.call_timeout,
+        permissions,
+        validate: c.validation.enabled,
+        max_output_chars: c.output.max_chars,
+        redactor: Arc::new(redactor),
+        cache_max_entries: c.cache.max_entries,
+        suggestion_threshold: c.unknown_tool.suggestion_threshold,
+        ..MiddlewareConfig::default()
+    };
+    for (name, tool) in &c.per_tool {
+        if let Some(t) = tool.timeout {
+            m.tool_timeouts.insert(name.clone(), t);
+        }
+        if let Some(chars) = tool.max_output_chars {
+            m.tool_output_chars.insert(name.clone(), chars);
+        }
+        if tool.cache.enabled {
+            let rule = CacheRule {
+                ttl: tool.cache.ttl,
+                ttl_turns: tool.cache.ttl_turns,
+                scope: if tool.cache.scope.as_deref() == Some("global") {
+                    CacheScope::Global
+                } else {
+                    CacheScope::Session
+                },
+                path: tool.cache.path.clone(),
+            };
+            m.cache_rules.insert(name.clone(), rule);
+        }
+        if let Some(pointer) = &tool.invalidates_path {
+            m.cache_invalidators.insert(name.clone(), pointer.clone());
+        }
+    }
+    Ok(m)
 }
 
 /// Hooks from the config, in the documented order: rules, command hooks, gRPC hooks.

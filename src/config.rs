@@ -2,6 +2,7 @@
 //! merged in that order, then validated with every problem reported at once.
 
 mod duration;
+mod optional_duration;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -33,6 +34,12 @@ pub struct Config {
     pub retry: RetrySection,
     pub per_tool: BTreeMap<String, PerTool>,
     pub hooks: HooksConfig,
+    pub validation: ValidationConfig,
+    pub output: OutputConfig,
+    pub redaction: RedactionConfig,
+    pub cache: CacheConfig,
+    pub unknown_tool: UnknownToolConfig,
+    pub permissions: PermissionsConfig,
     pub tools: ToolsConfig,
     pub log: LogConfig,
 }
@@ -214,12 +221,97 @@ fn grpc_timeout() -> Duration {
     Duration::from_secs(2)
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ValidationConfig {
+    pub enabled: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OutputConfig {
+    pub max_chars: usize,
+    pub batch_budget_chars: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RedactionConfig {
+    pub enabled: bool,
+    pub entropy: bool,
+    pub patterns: Vec<RedactionPattern>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedactionPattern {
+    pub kind: String,
+    pub regex: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CacheConfig {
+    pub max_entries: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UnknownToolConfig {
+    pub suggestion_threshold: f64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PermissionsConfig {
+    pub rules: Vec<PermissionRuleConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PermissionRuleConfig {
+    #[serde(default)]
+    pub id: Option<String>,
+    #[serde(default = "any_tool")]
+    pub tools: String,
+    pub decision: PermissionDecision,
+    #[serde(default)]
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PermissionDecision {
+    Allow,
+    Deny,
+    Ask,
+}
+
 /// Overrides for one tool, under `[per_tool.<name>]`.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PerTool {
+    #[serde(with = "optional_duration")]
+    pub timeout: Option<Duration>,
+    pub max_output_chars: Option<usize>,
     pub retry: PerToolRetry,
     pub loop_detection: PerToolLoop,
+    pub cache: PerToolCache,
+    /// JSON pointer of the path this tool writes: its success evicts cached entries of that path.
+    pub invalidates_path: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PerToolCache {
+    pub enabled: bool,
+    #[serde(with = "optional_duration")]
+    pub ttl: Option<Duration>,
+    pub ttl_turns: Option<u32>,
+    /// "session" (default) or "global".
+    pub scope: Option<String>,
+    /// JSON pointer of the path this tool reads.
+    pub path: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
@@ -355,6 +447,45 @@ impl Default for RetrySection {
     }
 }
 
+impl Default for ValidationConfig {
+    fn default() -> Self {
+        ValidationConfig { enabled: true }
+    }
+}
+
+impl Default for OutputConfig {
+    fn default() -> Self {
+        OutputConfig {
+            max_chars: 100_000,
+            batch_budget_chars: 0,
+        }
+    }
+}
+
+impl Default for RedactionConfig {
+    fn default() -> Self {
+        RedactionConfig {
+            enabled: true,
+            entropy: false,
+            patterns: Vec::new(),
+        }
+    }
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig { max_entries: 1000 }
+    }
+}
+
+impl Default for UnknownToolConfig {
+    fn default() -> Self {
+        UnknownToolConfig {
+            suggestion_threshold: 0.4,
+        }
+    }
+}
+
 impl Default for BuiltinConfig {
     fn default() -> Self {
         BuiltinConfig {
@@ -462,6 +593,37 @@ impl Config {
             p.push("retry.base_delay: is above retry.max_delay".to_owned());
         }
         p.extend(self.hooks.problems());
+        if !(0.0..=1.0).contains(&self.unknown_tool.suggestion_threshold) {
+            p.push("unknown_tool.suggestion_threshold: must be from 0 to 1".to_owned());
+        }
+        for (i, pattern) in self.redaction.patterns.iter().enumerate() {
+            if let Err(e) = regex::Regex::new(&pattern.regex) {
+                p.push(format!(
+                    "redaction.patterns[{i}]: regex does not compile: {e}"
+                ));
+            }
+        }
+        for (name, tool) in &self.per_tool {
+            if let Some(scope) = &tool.cache.scope
+                && scope != "session"
+                && scope != "global"
+            {
+                p.push(format!(
+                    "per_tool.{name}.cache.scope: '{scope}' is not session or global"
+                ));
+            }
+            let pointers = [&tool.cache.path, &tool.invalidates_path];
+            for pointer in pointers.into_iter().flatten() {
+                if !pointer.is_empty() && !pointer.starts_with('/') {
+                    p.push(format!(
+                        "per_tool.{name}: pointer '{pointer}' must start with '/'"
+                    ));
+                }
+            }
+            if tool.timeout.is_some_and(|t| t.is_zero()) {
+                p.push(format!("per_tool.{name}.timeout: must be longer than zero"));
+            }
+        }
         for name in &self.tools.builtin.exclude {
             if !BUILTIN_NAMES.contains(&name.as_str()) {
                 p.push(format!(
@@ -631,12 +793,24 @@ fn from_table(mut table: Table, problems: &mut Vec<String>) -> Config {
     section(&mut table, "retry", &mut config.retry, problems);
     section(&mut table, "per_tool", &mut config.per_tool, problems);
     section(&mut table, "hooks", &mut config.hooks, problems);
+    section(&mut table, "validation", &mut config.validation, problems);
+    section(&mut table, "output", &mut config.output, problems);
+    section(&mut table, "redaction", &mut config.redaction, problems);
+    section(&mut table, "cache", &mut config.cache, problems);
+    section(
+        &mut table,
+        "unknown_tool",
+        &mut config.unknown_tool,
+        problems,
+    );
+    section(&mut table, "permissions", &mut config.permissions, problems);
     section(&mut table, "tools", &mut config.tools, problems);
     section(&mut table, "log", &mut config.log, problems);
     for unknown in table.keys() {
         problems.push(format!(
             "unknown section '{unknown}' (known: server, limits, dispatch, sessions, memory, \
-             loop_detection, breaker, retry, per_tool, hooks, tools, log)"
+             loop_detection, breaker, retry, per_tool, hooks, validation, output, redaction, cache, \
+             unknown_tool, permissions, tools, log)"
         ));
     }
     config

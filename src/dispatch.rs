@@ -20,6 +20,7 @@ use tracing::{Instrument, field};
 
 use crate::calls::Received;
 use crate::json;
+use crate::middleware::{self, Budget, MiddlewareConfig, Redactor, ToolService};
 use crate::safety::detector::{Check, Operation};
 use crate::safety::health::Health;
 use crate::safety::hooks::Hooks;
@@ -50,8 +51,10 @@ pub struct Batch {
 #[derive(Debug, Clone, Copy)]
 pub struct BatchOptions {
     pub message_format: MessageFormat,
-    /// Deadline for each call.
-    pub call_timeout: Duration,
+    /// The request's own per-call timeout; `None` uses the tool's or the server's.
+    pub call_timeout: Option<Duration>,
+    /// The request's deadline (from gRPC); no call runs past it.
+    pub deadline: Option<Instant>,
     pub mode: Mode,
 }
 
@@ -106,16 +109,32 @@ pub struct Pipeline {
     pub health: Arc<Health>,
     pub policy: Arc<Policy>,
     pub reflector: Arc<dyn Reflector>,
+    /// The middleware stack around every tool invocation.
+    pub service: ToolService,
+    /// Also applied to memory and event arguments.
+    pub redactor: Arc<Redactor>,
+    /// Characters shared by all results of a batch (0 = none).
+    pub batch_budget_chars: usize,
+    pub suggestion_threshold: f64,
 }
 
 impl Pipeline {
-    /// A pipeline with no hooks, default policy and the built-in reflector.
-    pub fn new(health: Arc<Health>, policy: Policy) -> Self {
+    /// A pipeline with no hooks, the built-in reflector and the middleware `config` describes.
+    pub fn new(
+        registry: Arc<ToolRegistry>,
+        health: Arc<Health>,
+        policy: Policy,
+        config: &MiddlewareConfig,
+    ) -> Self {
         Pipeline {
             hooks: Hooks::default(),
             health,
             policy: Arc::new(policy),
             reflector: Arc::new(DefaultReflector),
+            service: middleware::stack(config, registry),
+            redactor: config.redactor.clone(),
+            batch_budget_chars: 0,
+            suggestion_threshold: config.suggestion_threshold,
         }
     }
 }
@@ -171,12 +190,14 @@ impl Dispatcher {
             // Every call is announced before anything executes, including calls that will not run.
             for received in &batch.calls {
                 let call = &received.call;
+                let mut arguments = call.arguments.clone();
+                self.pipeline.redactor.redact_value(&mut arguments);
                 observer
                     .on_event(Event::CallReceived {
                         index: call.index,
                         id: call.id.clone(),
                         name: call.name.clone(),
-                        arguments: call.arguments.clone(),
+                        arguments,
                     })
                     .await;
             }
@@ -188,10 +209,14 @@ impl Dispatcher {
                 ),
                 _ => (plan::chain(batch.calls.len()), 1),
             };
+            let budget = (self.pipeline.batch_budget_chars > 0)
+                .then(|| Arc::new(Budget::new(self.pipeline.batch_budget_chars)));
             let scope = BatchScope {
                 session: &session,
                 options: &batch.options,
                 observer,
+                turn: batch.turn,
+                budget,
             };
             self.execute(&batch.calls, &plan, limit, &scope, cancel)
                 .await
@@ -238,7 +263,14 @@ impl Dispatcher {
                 };
             }
         }
-        let message = format!("tool '{}' is not available", call.name);
+        let mut message = format!("tool '{}' is not available", call.name);
+        if let Some(candidate) = middleware::suggest(
+            &call.name,
+            &self.registry,
+            self.pipeline.suggestion_threshold,
+        ) {
+            message.push_str(&format!(". Did you mean '{candidate}'?"));
+        }
         let result = CallResult::refused(call, ErrorClass::UnknownTool, message);
         if let Some(th) = self.pipeline.policy.loop_thresholds(&call.name) {
             let op = Operation {
@@ -257,6 +289,8 @@ struct BatchScope<'a> {
     session: &'a Session,
     options: &'a BatchOptions,
     observer: &'a dyn Observer,
+    turn: u32,
+    budget: Option<Arc<Budget>>,
 }
 
 impl Dispatcher {
@@ -363,6 +397,8 @@ impl Dispatcher {
                     observer: scope.observer,
                     cancel,
                     pipeline: &self.pipeline,
+                    turn: scope.turn,
+                    budget: scope.budget.clone(),
                 };
                 call::execute(call, registered, &call_scope).await
             }

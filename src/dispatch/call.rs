@@ -5,12 +5,12 @@
 //! Invariant: every `tool_pre` is followed by exactly one `tool_post`, and the result carries the
 //! model's call id whatever the tool returned.
 
-use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 use std::time::Duration;
 
-use futures::FutureExt;
 use serde_json::Value;
 use tokio::time::Instant;
+use tower::ServiceExt;
 use tracing::{Instrument, field};
 
 use super::cancel::Cancel;
@@ -19,6 +19,7 @@ use super::result::{CallResult, ErrorClass};
 use super::{BatchOptions, Outcome, Pipeline};
 use crate::calls::ToolCall;
 use crate::json;
+use crate::middleware::{Budget, Invocation, Invoked, Reply};
 use crate::safety::backoff::RETRY_CEILING;
 use crate::safety::breaker::{Admission, Transition};
 use crate::safety::detector::{Check, Operation};
@@ -26,8 +27,8 @@ use crate::safety::health::HealthOutcome;
 use crate::safety::hooks::{Gate, PostToolUse, PreToolUse};
 use crate::safety::recovery::{Failure, Verdict};
 use crate::session::Session;
+use crate::tools::ToolContext;
 use crate::tools::registry::Registered;
-use crate::tools::{ToolContext, ToolError, ToolErrorKind, ToolOutput};
 
 /// What a call needs from its batch.
 pub(super) struct CallScope<'a> {
@@ -36,6 +37,8 @@ pub(super) struct CallScope<'a> {
     pub observer: &'a dyn Observer,
     pub cancel: &'a Cancel,
     pub pipeline: &'a Pipeline,
+    pub turn: u32,
+    pub budget: Option<Arc<Budget>>,
 }
 
 /// How a call ended: a result, and whether it ends the batch.
@@ -43,14 +46,6 @@ pub(super) struct Answered {
     pub result: CallResult,
     /// A hard error: the batch ends with this outcome and reason.
     pub hard: Option<(Outcome, String)>,
-}
-
-/// How one execution ended.
-enum Execution {
-    Returned(Result<ToolOutput, ToolError>),
-    Panicked(String),
-    TimedOut(Duration),
-    Cancelled,
 }
 
 /// Runs a call to a registered tool, attempt after attempt, and answers it.
@@ -125,7 +120,8 @@ async fn attempts(
         };
         let (gate, records) = p.hooks.pre_tool_use(&hook_call).await;
         let digest = json::digest(&input);
-        for record in records {
+        for mut record in records {
+            record.reason = p.redactor.redact(&record.reason).into_owned();
             step.emit(Event::GateDecision {
                 index: call.index,
                 id: call.id.clone(),
@@ -189,14 +185,37 @@ async fn attempts(
         }
         let probe = admission == Admission::Probe;
 
-        // 5. Cancel-or-run, biased to cancel.
+        // 5. Cancel-or-run, biased to cancel. The middleware stack (deadline, permissions,
+        //    validation, cache, redaction, output cap) wraps the tool itself.
         let started = Instant::now();
-        let execution = run_once(call, registered, &input, scope).await;
+        let invoked = run_once(call, &input, tool, scope).await;
         let duration = started.elapsed();
-        let retryable = matches!(&execution, Execution::Returned(Err(e)) if e.retryable);
+        if let Some(invoked) = &invoked {
+            for record in &invoked.gates {
+                step.emit(Event::GateDecision {
+                    index: call.index,
+                    id: call.id.clone(),
+                    attempt,
+                    tool: tool.to_owned(),
+                    record: record.clone(),
+                    args_digest: digest.clone(),
+                })
+                .await;
+            }
+        }
+        let retryable = matches!(
+            &invoked,
+            Some(Invoked {
+                reply: Reply::Error {
+                    retryable: true,
+                    ..
+                },
+                ..
+            })
+        );
 
         // 6. Stamp the model's id, whatever the tool or a layer put there.
-        let mut result = answer(call, tool, execution);
+        let mut result = answer(call, tool, invoked);
         result.id.clone_from(&call.id);
         result.attempts = attempt;
         result.duration = duration;
@@ -408,13 +427,14 @@ impl Step<'_> {
     }
 }
 
-/// Races the tool against cancellation (checked first) and its deadline; catches panics.
+/// Runs the middleware stack, raced against the batch's cancel (checked first). `None` means
+/// cancelled; the tool's token fires either way once its future is gone.
 async fn run_once(
     call: &ToolCall,
-    registered: &Registered,
     input: &Value,
+    tool: &str,
     scope: &CallScope<'_>,
-) -> Execution {
+) -> Option<Invoked> {
     let ctx = ToolContext {
         session_id: scope.session.id.clone(),
         call_id: call.id.clone(),
@@ -422,52 +442,58 @@ async fn run_once(
         cancel: scope.cancel.token().child_token(),
         scratch_dir: scope.session.scratch_dir(),
     };
-    let timeout = scope.options.call_timeout;
-    let running = AssertUnwindSafe(registered.tool.call(input.clone(), &ctx)).catch_unwind();
-    let execution = tokio::select! {
-        biased;
-        () = scope.cancel.cancelled() => Execution::Cancelled,
-        finished = tokio::time::timeout(timeout, running) => match finished {
-            Err(_) => Execution::TimedOut(timeout),
-            Ok(Err(payload)) => Execution::Panicked(panic_message(payload.as_ref())),
-            Ok(Ok(returned)) => Execution::Returned(returned),
-        },
+    let token = ctx.cancel.clone();
+    let invocation = Invocation {
+        tool: tool.to_owned(),
+        input: input.clone(),
+        ctx,
+        turn: scope.turn,
+        requested_timeout: scope.options.call_timeout,
+        deadline: scope.options.deadline,
+        budget: scope.budget.clone(),
     };
-    // The tool's future is gone by now; its token fires so any work it spawned stops too.
-    ctx.cancel.cancel();
-    execution
+    let service = scope.pipeline.service.clone();
+    let invoked = tokio::select! {
+        biased;
+        () = scope.cancel.cancelled() => None,
+        done = service.oneshot(invocation) => {
+            let Ok(invoked) = done;
+            Some(invoked)
+        }
+    };
+    token.cancel();
+    invoked
 }
 
-fn answer(call: &ToolCall, tool: &str, execution: Execution) -> CallResult {
-    match execution {
-        Execution::Returned(Ok(output)) => CallResult::succeeded(call, tool, output),
-        Execution::Returned(Err(error)) => {
-            let class = match error.kind {
-                ToolErrorKind::InvalidInput => ErrorClass::InvalidArguments,
-                ToolErrorKind::Failed => ErrorClass::ToolError,
-            };
-            CallResult::failed(call, tool, class, error.message, error.output)
-        }
-        Execution::Panicked(message) => {
-            let text = format!("tool '{tool}' panicked: {message}");
-            tracing::error!(error = %text, "tool panicked");
-            CallResult::failed(call, tool, ErrorClass::Panic, text, None)
-        }
-        Execution::TimedOut(after) => {
-            let text = format!("Tool '{tool}' timed out after {}", readable(after));
-            CallResult::failed(call, tool, ErrorClass::Timeout, text, None)
-        }
-        Execution::Cancelled => CallResult::failed(
+fn answer(call: &ToolCall, tool: &str, invoked: Option<Invoked>) -> CallResult {
+    let Some(invoked) = invoked else {
+        return CallResult::failed(
             call,
             tool,
             ErrorClass::Cancelled,
             format!("tool '{tool}' was cancelled"),
             None,
-        ),
-    }
+        );
+    };
+    let mut result = match invoked.reply {
+        Reply::Output(output) => CallResult::succeeded(call, tool, output),
+        Reply::Error {
+            class,
+            message,
+            output,
+            ..
+        } => CallResult::failed(call, tool, class, message, output),
+    };
+    result.cached = invoked.cached;
+    result.truncated = invoked.truncated;
+    result
 }
 
 fn health_outcome(result: &CallResult) -> HealthOutcome {
+    // A cache hit says nothing about the tool: it did not run.
+    if result.cached {
+        return HealthOutcome::Neutral;
+    }
     match result.error_class {
         ErrorClass::None => HealthOutcome::Success(result.duration),
         ErrorClass::ToolError | ErrorClass::Timeout | ErrorClass::Transport | ErrorClass::Panic => {
@@ -501,16 +527,6 @@ fn entropy(index: usize, attempt: u32) -> u64 {
         .map(|d| u64::from(d.subsec_nanos()))
         .unwrap_or(0);
     nanos ^ ((index as u64) << 32) ^ u64::from(attempt)
-}
-
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(text) = payload.downcast_ref::<&str>() {
-        (*text).to_owned()
-    } else if let Some(text) = payload.downcast_ref::<String>() {
-        text.clone()
-    } else {
-        "(no message)".to_owned()
-    }
 }
 
 /// A duration for people: `250ms`, `1.5s`, `2m`, `1m30s`.

@@ -134,6 +134,17 @@ fn harness(
     hooks: Vec<Arc<dyn Hook>>,
     reflector: Option<Arc<dyn Reflector>>,
 ) -> Harness {
+    harness_with(name, config, hooks, reflector, Vec::new())
+}
+
+/// A harness with extra tools registered next to the built-ins and the test tools.
+fn harness_with(
+    name: &str,
+    config: &str,
+    hooks: Vec<Arc<dyn Hook>>,
+    reflector: Option<Arc<dyn Reflector>>,
+    extra: Vec<Arc<dyn crate::tools::Tool>>,
+) -> Harness {
     let config = Config::from_toml(config).unwrap();
     let runs = Arc::new(AtomicU32::new(0));
     let mut registry = ToolRegistry::default();
@@ -196,13 +207,23 @@ fn harness(
         cooldown: config.breaker.cooldown,
         probe_lease: config.breaker.probe_lease,
     }));
-    let mut pipeline = Pipeline::new(health, Policy::from_config(&config));
+    for tool in extra {
+        registry.register(tool, ToolSource::Embedded).unwrap();
+    }
+    let registry = Arc::new(registry);
+    let middleware = crate::app::middleware_config(&config).unwrap();
+    let mut pipeline = Pipeline::new(
+        registry.clone(),
+        health,
+        Policy::from_config(&config),
+        &middleware,
+    );
     pipeline.hooks = Hooks::new(hooks);
     if let Some(r) = reflector {
         pipeline.reflector = r;
     }
     Harness {
-        dispatcher: Dispatcher::new(Arc::new(registry), sessions, pipeline),
+        dispatcher: Dispatcher::new(registry, sessions, pipeline),
         base,
         runs,
     }
@@ -222,7 +243,8 @@ fn named_batch(session: &str, calls: Value) -> Batch {
         context: Map::new(),
         options: BatchOptions {
             message_format: MessageFormat::OpenAiChat,
-            call_timeout: Duration::from_secs(60),
+            call_timeout: None,
+            deadline: None,
             mode: Mode::Sequential,
         },
         turn: 0,
@@ -570,7 +592,7 @@ async fn a_timed_out_call_gets_its_post_and_the_batch_goes_on() {
     let mut b = batch(
         json!([{"id": "s", "name": "sleep", "arguments": {"ms": 5000}}, {"id": "e", "name": "echo"}]),
     );
-    b.options.call_timeout = Duration::from_millis(1500);
+    b.options.call_timeout = Some(Duration::from_millis(1500));
     let (report, kinds) = run(&h, b).await;
     assert_eq!(report.results[0].error_class, ErrorClass::Timeout);
     assert_eq!(report.results[0].error, "Tool 'sleep' timed out after 1.5s");
@@ -595,7 +617,7 @@ async fn a_timed_out_call_gets_its_post_and_the_batch_goes_on() {
 async fn timeouts_of_a_read_only_tool_are_retried_until_the_breaker_refuses() {
     let h = harness("timeout-retry", "", vec![], None);
     let mut b = batch(json!([{"id": "s", "name": "sleep", "arguments": {"ms": 5000}}]));
-    b.options.call_timeout = Duration::from_millis(100);
+    b.options.call_timeout = Some(Duration::from_millis(100));
     let (report, kinds) = run(&h, b).await;
     // Three timeouts open the breaker (threshold 3); the third retry is refused, not retried.
     let r = &report.results[0];
@@ -688,7 +710,7 @@ async fn a_cancelled_probe_releases_its_slot() {
     let fail_sleep = json!([{"id": "t", "name": "sleep", "arguments": {"ms": -1}}]);
     run(&h, batch(fail_sleep)).await; // INVALID_ARGUMENTS: neutral, the breaker stays closed
     let mut b = batch(json!([{"id": "s", "name": "sleep", "arguments": {"ms": 5000}}]));
-    b.options.call_timeout = Duration::from_millis(100);
+    b.options.call_timeout = Some(Duration::from_millis(100));
     let h1 = harness(
         "cancel-probe-1",
         "[breaker]\nfailure_threshold = 1\ncooldown = \"5s\"\n[per_tool.sleep.retry]\nenabled = false",
@@ -817,11 +839,14 @@ mod properties {
         runtime.block_on(async {
             let n = CASE.fetch_add(1, Ordering::Relaxed);
             let config = "[loop_detection]\nwarn_after = 2\nstop_after = 3\n[breaker]\nfailure_threshold = 4\ncooldown = \"2s\"";
-            let mut h = harness(&format!("prop-{n}"), config, vec![Arc::new(BlockTool("now"))], None);
             let explode = FnTool::new("explode", "panics", |_input, _ctx| async { panic!("boom") });
-            let mut registry = (*h.dispatcher.registry).clone();
-            registry.register(Arc::new(explode), ToolSource::Embedded).unwrap();
-            h.dispatcher.registry = Arc::new(registry);
+            let h = harness_with(
+                &format!("prop-{n}"),
+                config,
+                vec![Arc::new(BlockTool("now"))],
+                None,
+                vec![Arc::new(explode)],
+            );
 
             let elements: Vec<Value> = kinds.iter().enumerate().map(|(i, k)| element(i, k)).collect();
             let mut b = named_batch(if session { "prop" } else { "" }, Value::Array(elements));
@@ -951,13 +976,7 @@ mod parallel {
     }
 
     fn parallel_harness(name: &str, config: &str) -> Harness {
-        let mut h = harness(name, config, vec![], None);
-        let mut registry = (*h.dispatcher.registry).clone();
-        registry
-            .register(Arc::new(Keyed), ToolSource::Embedded)
-            .unwrap();
-        h.dispatcher.registry = Arc::new(registry);
-        h
+        harness_with(name, config, vec![], None, vec![Arc::new(Keyed)])
     }
 
     fn parallel(calls: Value, max: usize) -> Batch {
@@ -1077,7 +1096,7 @@ mod parallel {
         let fail =
             json!([{"id": "f", "name": "keyed", "arguments": {"safe": true, "ms": 5000, "n": 0}}]);
         let mut b = batch(fail);
-        b.options.call_timeout = Duration::from_millis(10);
+        b.options.call_timeout = Some(Duration::from_millis(10));
         run(&h, b).await; // one TIMEOUT opens the breaker (keyed is not retried)
         tokio::time::advance(Duration::from_secs(10)).await;
         let calls: Vec<Value> = (1..=4)

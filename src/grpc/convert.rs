@@ -139,9 +139,10 @@ fn options_from(
         }
         n => n,
     };
+    // Unset (or zero) leaves the tool's timeout or the server default to the timeout layer.
     let call_timeout = match &options.call_timeout {
-        None => rules.dispatch.call_timeout,
-        Some(d) if d.seconds == 0 && d.nanos == 0 => rules.dispatch.call_timeout,
+        None => None,
+        Some(d) if d.seconds == 0 && d.nanos == 0 => None,
         Some(d) => {
             let timeout = Duration::try_from(*d).map_err(|_| {
                 RequestError::Invalid("options.call_timeout must be a positive duration".to_owned())
@@ -153,7 +154,7 @@ fn options_from(
                     rules.dispatch.max_call_timeout.as_secs()
                 )));
             }
-            timeout
+            Some(timeout)
         }
     };
     Ok((
@@ -161,6 +162,7 @@ fn options_from(
             mode,
             message_format,
             call_timeout,
+            deadline: None,
         },
         max_calls,
     ))

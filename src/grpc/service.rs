@@ -86,7 +86,8 @@ impl ToolGate for ToolGateService {
         request: Request<pb::DispatchBatchRequest>,
     ) -> Result<Response<Self::DispatchBatchStream>, Status> {
         let deadline = grpc_timeout(request.metadata());
-        let (batch, permit) = self.admit(request.into_inner())?;
+        let (mut batch, permit) = self.admit(request.into_inner())?;
+        batch.options.deadline = deadline.map(|d| tokio::time::Instant::now() + d);
         let (tx, rx) = mpsc::channel(EVENT_BUFFER);
         let cancel = self.state.shutdown.child();
         let dispatcher = self.state.dispatcher.clone();
@@ -107,7 +108,9 @@ impl ToolGate for ToolGateService {
         &self,
         request: Request<pb::DispatchBatchRequest>,
     ) -> Result<Response<pb::BatchResult>, Status> {
-        let (batch, _permit) = self.admit(request.into_inner())?;
+        let deadline = grpc_timeout(request.metadata());
+        let (mut batch, _permit) = self.admit(request.into_inner())?;
+        batch.options.deadline = deadline.map(|d| tokio::time::Instant::now() + d);
         let cancel = self.state.shutdown.child();
         // tonic drops this future when the client goes or its deadline passes; the guard then
         // fires the batch's cancel so tool tokens fire too.

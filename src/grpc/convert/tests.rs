@@ -173,14 +173,15 @@ fn call_timeout_defaults_and_is_bounded() {
             .unwrap()
             .options
             .call_timeout,
-        Duration::from_millis(250)
+        Some(Duration::from_millis(250))
     );
     assert_eq!(
         batch_from_request(request(vec![]), &rules())
             .unwrap()
             .options
             .call_timeout,
-        Duration::from_secs(60)
+        None,
+        "unset leaves the choice to the tool's timeout or the server default"
     );
     let mut req = request(vec![]);
     req.options = Some(pb::DispatchOptions {

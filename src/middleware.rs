@@ -1,0 +1,161 @@
+//! The tower stack around every tool invocation, built in one function from config.
+//! Request: an owned `Invocation`; response: `Invoked`; errors are data (`Reply::Error`), so the
+//! stack's error type is `Infallible` and a layer can never fail a batch.
+
+mod cache;
+mod core;
+mod output_cap;
+mod permission;
+mod redact;
+mod timeout;
+mod unknown_tool;
+mod validate;
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::time::Instant;
+use tower::ServiceBuilder;
+use tower::util::BoxCloneSyncService;
+
+use crate::dispatch::ErrorClass;
+use crate::safety::hooks::GateRecord;
+use crate::tools::{ToolContext, ToolOutput, ToolRegistry};
+
+pub use cache::{Cache, CacheLayer, CacheRule, CacheScope, ResultCache};
+pub use core::Core;
+pub use output_cap::{Budget, OutputCap, OutputCapLayer, truncate_output};
+pub use permission::{Permission, PermissionLayer, PermissionRule, Verdict as PermissionVerdict};
+pub use redact::{Redact, RedactLayer, Redactor};
+pub use timeout::{Timeout, TimeoutLayer};
+pub use unknown_tool::{UnknownTool, UnknownToolLayer, not_found, similarity, suggest};
+pub use validate::{Validate, ValidateLayer};
+
+/// One execution of a tool, as the middleware sees it.
+#[derive(Debug, Clone)]
+pub struct Invocation {
+    /// The tool to run (the registered name).
+    pub tool: String,
+    pub input: Value,
+    pub ctx: ToolContext,
+    /// The model turn, for cache lifetimes counted in turns.
+    pub turn: u32,
+    /// The request's own call timeout, when it set one.
+    pub requested_timeout: Option<Duration>,
+    /// The request's deadline; no call runs past it.
+    pub deadline: Option<Instant>,
+    /// What is left of the batch-wide output budget, if one is set.
+    pub budget: Option<Arc<Budget>>,
+}
+
+/// What a tool invocation produced.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    Output(ToolOutput),
+    Error {
+        class: ErrorClass,
+        message: String,
+        retryable: bool,
+        /// Output produced before the failure, if any.
+        output: Option<ToolOutput>,
+    },
+}
+
+/// The stack's response.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Invoked {
+    pub reply: Reply,
+    /// Answered from the cache: the tool did not run.
+    pub cached: bool,
+    /// The output cap cut the content.
+    pub truncated: bool,
+    /// Permission decisions, for `gate_decision` events.
+    pub gates: Vec<GateRecord>,
+}
+
+impl Invoked {
+    pub fn reply(reply: Reply) -> Self {
+        Invoked {
+            reply,
+            cached: false,
+            truncated: false,
+            gates: Vec::new(),
+        }
+    }
+
+    pub fn error(class: ErrorClass, message: impl Into<String>) -> Self {
+        Invoked::reply(Reply::Error {
+            class,
+            message: message.into(),
+            retryable: false,
+            output: None,
+        })
+    }
+}
+
+/// The assembled stack.
+pub type ToolService = BoxCloneSyncService<Invocation, Invoked, Infallible>;
+
+/// Middleware settings, resolved from the config.
+#[derive(Debug, Clone, Default)]
+pub struct MiddlewareConfig {
+    pub default_timeout: Duration,
+    pub tool_timeouts: BTreeMap<String, Duration>,
+    pub permissions: Vec<PermissionRule>,
+    pub validate: bool,
+    pub max_output_chars: usize,
+    pub tool_output_chars: BTreeMap<String, usize>,
+    pub redactor: Arc<Redactor>,
+    pub cache_rules: BTreeMap<String, CacheRule>,
+    /// Tool → JSON pointer of the path it writes; its success evicts cached entries of that path.
+    pub cache_invalidators: BTreeMap<String, String>,
+    pub cache_max_entries: usize,
+    pub suggestion_threshold: f64,
+}
+
+/// Builds the stack, outermost layer first. Each layer's comment says why it sits there.
+pub fn stack(config: &MiddlewareConfig, registry: Arc<ToolRegistry>) -> ToolService {
+    let cache = Arc::new(ResultCache::new(config.cache_max_entries));
+    let service = ServiceBuilder::new()
+        // Output cap outermost: it measures exactly what leaves the pipeline, and it cuts text
+        // only after redaction, so a cut can never expose half a secret.
+        .layer(OutputCapLayer::new(
+            config.max_output_chars,
+            config.tool_output_chars.clone(),
+        ))
+        // Redaction next: every text produced inside (tool output, cached replays, validation
+        // messages that echo arguments, permission reasons) passes through it.
+        .layer(RedactLayer::new(config.redactor.clone()))
+        // Unknown-tool suggestions sit outside the policy layers: a name the core cannot find is
+        // answered with the registry's names, decided from the typed error class.
+        .layer(UnknownToolLayer::new(
+            registry.clone(),
+            config.suggestion_threshold,
+        ))
+        // Permissions before anything that does work: a denied call never validates, never hits
+        // the cache and never runs.
+        .layer(PermissionLayer::new(config.permissions.clone()))
+        // Validation before the cache and the tool: an invalid call is answered without either.
+        .layer(ValidateLayer::new(registry.clone(), config.validate))
+        // The cache inside the policy layers (a hit cannot bypass them) and outside the timeout
+        // (a hit needs no deadline).
+        .layer(CacheLayer::new(
+            cache,
+            config.cache_rules.clone(),
+            config.cache_invalidators.clone(),
+        ))
+        // The deadline wraps only the real work.
+        .layer(TimeoutLayer::new(
+            config.default_timeout,
+            config.tool_timeouts.clone(),
+        ))
+        // The core looks the tool up and runs it with panic isolation.
+        .service(Core::new(registry));
+    BoxCloneSyncService::new(service)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,254 @@
+//! The result cache: opt-in per tool. Keys compare the tool and the canonical input exactly (no
+//! hash-only equality), scoped to the session unless configured global; entries live for a number
+//! of turns and/or seconds; the cache is bounded (least recently used evicted). A configured write
+//! tool's success evicts entries whose path matches the path in its input. A hit skips the inner
+//! layers and comes back `cached = true`; the driver never counts it as tool health.
+
+use std::collections::{BTreeMap, HashMap};
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tower::{Layer, Service};
+
+use super::{Invocation, Invoked, Reply};
+use crate::json;
+use crate::tools::{BoxFuture, ToolOutput};
+
+/// Whose calls share entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CacheScope {
+    /// Entries are per session (the safe default: tools may read session state).
+    #[default]
+    Session,
+    Global,
+}
+
+/// How one tool is cached.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CacheRule {
+    pub ttl: Option<Duration>,
+    /// Entries expire once the turn advances by this much (0 = within the same turn only).
+    pub ttl_turns: Option<u32>,
+    pub scope: CacheScope,
+    /// JSON pointer of the path this tool reads, for invalidation by writes.
+    pub path: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Key {
+    scope: String,
+    tool: String,
+    input: String,
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    output: ToolOutput,
+    stored_at: Instant,
+    turn: u32,
+    path: Option<String>,
+    used: u64,
+}
+
+/// The shared, bounded store.
+#[derive(Debug)]
+pub struct ResultCache {
+    max_entries: usize,
+    entries: Mutex<HashMap<Key, Entry>>,
+    clock: AtomicU64,
+    /// Advances on every invalidation; a result computed across one is not stored.
+    epoch: AtomicU64,
+}
+
+impl ResultCache {
+    pub fn new(max_entries: usize) -> Self {
+        ResultCache {
+            max_entries,
+            entries: Mutex::default(),
+            clock: AtomicU64::new(0),
+            epoch: AtomicU64::new(0),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Entry>> {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn get(&self, key: &Key, rule: &CacheRule, turn: u32, now: Instant) -> Option<ToolOutput> {
+        let mut entries = self.lock();
+        let entry = entries.get_mut(key)?;
+        let too_old = rule
+            .ttl
+            .is_some_and(|ttl| now.saturating_duration_since(entry.stored_at) >= ttl);
+        let too_many_turns = rule
+            .ttl_turns
+            .is_some_and(|t| turn.saturating_sub(entry.turn) > t);
+        if too_old || too_many_turns {
+            entries.remove(key);
+            return None;
+        }
+        entry.used = self.clock.fetch_add(1, Ordering::Relaxed);
+        Some(entry.output.clone())
+    }
+
+    fn put(&self, key: Key, output: ToolOutput, turn: u32, path: Option<String>, now: Instant) {
+        if self.max_entries == 0 {
+            return;
+        }
+        let mut entries = self.lock();
+        if entries.len() >= self.max_entries && !entries.contains_key(&key) {
+            let oldest = entries
+                .iter()
+                .min_by_key(|(_, e)| e.used)
+                .map(|(k, _)| k.clone());
+            if let Some(k) = oldest {
+                entries.remove(&k);
+            }
+        }
+        let used = self.clock.fetch_add(1, Ordering::Relaxed);
+        entries.insert(
+            key,
+            Entry {
+                output,
+                stored_at: now,
+                turn,
+                path,
+                used,
+            },
+        );
+    }
+
+    fn invalidate(&self, path: &str) {
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+        self.lock().retain(|_, e| e.path.as_deref() != Some(path));
+    }
+
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Applies `Cache`.
+#[derive(Debug, Clone)]
+pub struct CacheLayer {
+    cache: Arc<ResultCache>,
+    rules: Arc<BTreeMap<String, CacheRule>>,
+    invalidators: Arc<BTreeMap<String, String>>,
+}
+
+/// Serves repeated calls of cached tools from the store.
+#[derive(Debug, Clone)]
+pub struct Cache<S> {
+    inner: S,
+    cache: Arc<ResultCache>,
+    rules: Arc<BTreeMap<String, CacheRule>>,
+    invalidators: Arc<BTreeMap<String, String>>,
+}
+
+impl CacheLayer {
+    pub fn new(
+        cache: Arc<ResultCache>,
+        rules: BTreeMap<String, CacheRule>,
+        invalidators: BTreeMap<String, String>,
+    ) -> Self {
+        CacheLayer {
+            cache,
+            rules: Arc::new(rules),
+            invalidators: Arc::new(invalidators),
+        }
+    }
+}
+
+impl<S> Layer<S> for CacheLayer {
+    type Service = Cache<S>;
+    fn layer(&self, inner: S) -> Cache<S> {
+        Cache {
+            inner,
+            cache: self.cache.clone(),
+            rules: self.rules.clone(),
+            invalidators: self.invalidators.clone(),
+        }
+    }
+}
+
+fn pointer_str(input: &serde_json::Value, pointer: &str) -> Option<String> {
+    input
+        .pointer(pointer)
+        .and_then(serde_json::Value::as_str)
+        .map(str::to_owned)
+}
+
+impl<S> Service<Invocation> for Cache<S>
+where
+    S: Service<Invocation, Response = Invoked, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = Invoked;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<Invoked, Infallible>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, inv: Invocation) -> Self::Future {
+        let invalidates = self
+            .invalidators
+            .get(&inv.tool)
+            .and_then(|p| pointer_str(&inv.input, p));
+        let Some(rule) = self.rules.get(&inv.tool).cloned() else {
+            let running = self.inner.call(inv);
+            let cache = self.cache.clone();
+            return Box::pin(async move {
+                let Ok(invoked) = running.await;
+                if let (Some(path), Reply::Output(_)) = (&invalidates, &invoked.reply) {
+                    cache.invalidate(path);
+                }
+                Ok(invoked)
+            });
+        };
+        let key = Key {
+            scope: match rule.scope {
+                CacheScope::Session => inv.ctx.session_id.clone(),
+                CacheScope::Global => String::new(),
+            },
+            tool: inv.tool.clone(),
+            input: json::canonical(&inv.input),
+        };
+        let now = Instant::now();
+        if let Some(output) = self.cache.get(&key, &rule, inv.turn, now) {
+            let mut invoked = Invoked::reply(Reply::Output(output));
+            invoked.cached = true;
+            return Box::pin(async move { Ok(invoked) });
+        }
+        let path = rule
+            .path
+            .as_deref()
+            .and_then(|p| pointer_str(&inv.input, p));
+        let turn = inv.turn;
+        let cache = self.cache.clone();
+        let epoch = cache.epoch.load(Ordering::SeqCst);
+        let running = self.inner.call(inv);
+        Box::pin(async move {
+            let Ok(invoked) = running.await;
+            // Only successes are stored, and only if no write invalidated anything meanwhile.
+            if let Reply::Output(output) = &invoked.reply
+                && cache.epoch.load(Ordering::SeqCst) == epoch
+            {
+                cache.put(key, output.clone(), turn, path, Instant::now());
+            }
+            if let (Some(path), Reply::Output(_)) = (&invalidates, &invoked.reply) {
+                cache.invalidate(path);
+            }
+            Ok(invoked)
+        })
+    }
+}

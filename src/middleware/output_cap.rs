@@ -1,0 +1,226 @@
+//! Output caps: at most N characters of content per call (per tool or global), and optionally a
+//! budget shared by all results of a batch. Text is cut at a character boundary and ends with a
+//! visible marker saying how much was cut; the marker counts toward the cap.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+
+use tower::{Layer, Service};
+
+use super::{Invocation, Invoked, Reply};
+use crate::dispatch::content_of;
+use crate::tools::{BoxFuture, ContentPart, ToolOutput};
+
+/// Characters left of a batch-wide output budget.
+#[derive(Debug)]
+pub struct Budget {
+    remaining: AtomicUsize,
+}
+
+impl Budget {
+    pub fn new(chars: usize) -> Self {
+        Budget {
+            remaining: AtomicUsize::new(chars),
+        }
+    }
+
+    pub fn remaining(&self) -> usize {
+        self.remaining.load(Ordering::SeqCst)
+    }
+
+    fn spend(&self, chars: usize) {
+        let _ = self
+            .remaining
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |r| {
+                Some(r.saturating_sub(chars))
+            });
+    }
+}
+
+/// Applies `OutputCap`.
+#[derive(Debug, Clone)]
+pub struct OutputCapLayer {
+    max_chars: usize,
+    per_tool: Arc<BTreeMap<String, usize>>,
+}
+
+/// Cuts oversized output.
+#[derive(Debug, Clone)]
+pub struct OutputCap<S> {
+    inner: S,
+    max_chars: usize,
+    per_tool: Arc<BTreeMap<String, usize>>,
+}
+
+impl OutputCapLayer {
+    /// `max_chars` 0 means no global cap.
+    pub fn new(max_chars: usize, per_tool: BTreeMap<String, usize>) -> Self {
+        OutputCapLayer {
+            max_chars,
+            per_tool: Arc::new(per_tool),
+        }
+    }
+}
+
+impl<S> Layer<S> for OutputCapLayer {
+    type Service = OutputCap<S>;
+    fn layer(&self, inner: S) -> OutputCap<S> {
+        OutputCap {
+            inner,
+            max_chars: self.max_chars,
+            per_tool: self.per_tool.clone(),
+        }
+    }
+}
+
+/// Cuts `text` to `max` characters including the marker; returns the text and whether it was cut.
+fn cut(text: &str, max: usize) -> (String, bool) {
+    let total = text.chars().count();
+    if total <= max {
+        return (text.to_owned(), false);
+    }
+    // The marker's own length depends on the numbers in it; two passes settle it.
+    let mut keep = max;
+    let mut marker = String::new();
+    for _ in 0..2 {
+        marker = format!("\n[truncated: {} of {total} characters cut]", total - keep);
+        keep = max.saturating_sub(marker.chars().count());
+    }
+    let head: String = text.chars().take(keep).collect();
+    if keep == 0 {
+        // No room for the marker: the cap still holds.
+        return (marker.chars().take(max).collect(), true);
+    }
+    (format!("{head}{marker}"), true)
+}
+
+/// Caps one output at `max` characters of content; JSON that is cut becomes readable text.
+pub fn truncate_output(output: ToolOutput, max: usize) -> (ToolOutput, bool, usize) {
+    match output {
+        ToolOutput::Text(text) => {
+            let (text, cut_) = cut(&text, max);
+            let used = text.chars().count();
+            (ToolOutput::Text(text), cut_, used)
+        }
+        ToolOutput::Json(value) => {
+            let content = content_of(&value);
+            let (text, was_cut) = cut(&content, max);
+            let used = text.chars().count();
+            if was_cut {
+                (ToolOutput::Text(text), true, used)
+            } else {
+                (ToolOutput::Json(value), false, used)
+            }
+        }
+        ToolOutput::Parts(parts) => {
+            let mut left = max;
+            let mut any = false;
+            let mut out = Vec::with_capacity(parts.len());
+            for part in parts {
+                match part {
+                    ContentPart::Text(text) => {
+                        let (text, was_cut) = cut(&text, left);
+                        any |= was_cut;
+                        left = left.saturating_sub(text.chars().count());
+                        out.push(ContentPart::Text(text));
+                    }
+                    image => out.push(image),
+                }
+            }
+            (ToolOutput::Parts(out), any, max - left)
+        }
+    }
+}
+
+impl<S> Service<Invocation> for OutputCap<S>
+where
+    S: Service<Invocation, Response = Invoked, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = Invoked;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<Invoked, Infallible>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, inv: Invocation) -> Self::Future {
+        let per_call = self
+            .per_tool
+            .get(&inv.tool)
+            .copied()
+            .unwrap_or(self.max_chars);
+        let budget = inv.budget.clone();
+        let running = self.inner.call(inv);
+        Box::pin(async move {
+            let Ok(mut invoked) = running.await;
+            let mut max = if per_call == 0 { usize::MAX } else { per_call };
+            if let Some(b) = &budget {
+                max = max.min(b.remaining());
+            }
+            let output = match &mut invoked.reply {
+                Reply::Output(output) => Some(output),
+                Reply::Error { output, .. } => output.as_mut(),
+            };
+            if let Some(output) = output {
+                let taken = std::mem::replace(output, ToolOutput::Text(String::new()));
+                let (capped, was_cut, used) = truncate_output(taken, max);
+                *output = capped;
+                invoked.truncated |= was_cut;
+                if let Some(b) = &budget {
+                    b.spend(used);
+                }
+            }
+            Ok(invoked)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn cuts_at_characters_and_the_marker_fits_the_cap() {
+        let (text, was_cut) = cut(&"é".repeat(200), 100);
+        assert!(was_cut);
+        assert_eq!(text.chars().count(), 100);
+        assert!(text.starts_with('é'));
+        assert!(text.ends_with("characters cut]"), "{text}");
+        assert!(text.contains("of 200 characters cut"), "{text}");
+        assert_eq!(cut("short", 100), ("short".to_owned(), false));
+        let (tiny, _) = cut(&"x".repeat(50), 5);
+        assert_eq!(tiny.chars().count(), 5);
+    }
+
+    #[test]
+    fn cut_json_stays_readable_and_parts_share_the_cap() {
+        let (out, was_cut, _) =
+            truncate_output(ToolOutput::Json(json!({"data": "x".repeat(500)})), 100);
+        assert!(was_cut);
+        let ToolOutput::Text(text) = out else {
+            panic!("cut JSON becomes text")
+        };
+        assert!(text.starts_with("{\"data\":\"xxx"));
+        let parts = vec![
+            ContentPart::Text("a".repeat(80)),
+            ContentPart::Image {
+                mime_type: "image/png".into(),
+                data: "AA".into(),
+            },
+            ContentPart::Text("b".repeat(80)),
+        ];
+        let (out, was_cut, used) = truncate_output(ToolOutput::Parts(parts), 100);
+        assert!(was_cut);
+        assert!(used <= 100);
+        let ToolOutput::Parts(parts) = out else {
+            panic!("parts")
+        };
+        assert!(matches!(parts[1], ContentPart::Image { .. }));
+    }
+}

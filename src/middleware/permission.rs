@@ -1,0 +1,125 @@
+//! Permissions: allow / deny / ask rules by tool pattern; the first matching rule decides and its
+//! decision becomes a `gate_decision`. Requests cannot be asked, so `ask` denies with the prompt.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use tower::{Layer, Service};
+
+use super::{Invocation, Invoked};
+use crate::dispatch::ErrorClass;
+use crate::safety::hooks::{Decision, GateRecord, glob_match};
+use crate::tools::BoxFuture;
+
+/// What a rule decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Allow,
+    Deny,
+    Ask,
+}
+
+/// `[[permissions.rules]]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PermissionRule {
+    pub id: String,
+    /// Tool-name glob.
+    pub tools: String,
+    pub verdict: Verdict,
+    pub reason: String,
+}
+
+/// Applies `Permission`.
+#[derive(Debug, Clone)]
+pub struct PermissionLayer {
+    rules: Arc<Vec<PermissionRule>>,
+}
+
+/// Refuses calls a rule denies.
+#[derive(Debug, Clone)]
+pub struct Permission<S> {
+    inner: S,
+    rules: Arc<Vec<PermissionRule>>,
+}
+
+impl PermissionLayer {
+    pub fn new(rules: Vec<PermissionRule>) -> Self {
+        PermissionLayer {
+            rules: Arc::new(rules),
+        }
+    }
+}
+
+impl<S> Layer<S> for PermissionLayer {
+    type Service = Permission<S>;
+    fn layer(&self, inner: S) -> Permission<S> {
+        Permission {
+            inner,
+            rules: self.rules.clone(),
+        }
+    }
+}
+
+/// The first matching rule's decision for `tool` (the plain, testable part).
+pub fn decide<'r>(rules: &'r [PermissionRule], tool: &str) -> Option<&'r PermissionRule> {
+    rules.iter().find(|r| glob_match(&r.tools, tool))
+}
+
+impl<S> Service<Invocation> for Permission<S>
+where
+    S: Service<Invocation, Response = Invoked, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = Invoked;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<Invoked, Infallible>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, inv: Invocation) -> Self::Future {
+        let Some(rule) = decide(&self.rules, &inv.tool).cloned() else {
+            return Box::pin(self.inner.call(inv));
+        };
+        let source = format!("permissions[{}]", rule.id);
+        let refuse = |decision: Decision, text: String| {
+            let mut invoked = Invoked::error(ErrorClass::PermissionDenied, text);
+            invoked.gates.push(GateRecord {
+                source: source.clone(),
+                decision,
+                reason: rule.reason.clone(),
+            });
+            invoked
+        };
+        match rule.verdict {
+            Verdict::Deny => {
+                let text = format!("Permission denied for tool '{}': {}", inv.tool, rule.reason);
+                let invoked = refuse(Decision::Block(rule.reason.clone()), text);
+                Box::pin(async move { Ok(invoked) })
+            }
+            Verdict::Ask => {
+                let text = format!(
+                    "Permission denied for tool '{}': approval required ({}) but the request cannot ask anyone",
+                    inv.tool, rule.reason
+                );
+                let invoked = refuse(Decision::Ask(rule.reason.clone()), text);
+                Box::pin(async move { Ok(invoked) })
+            }
+            Verdict::Allow => {
+                let running = self.inner.call(inv);
+                let record = GateRecord {
+                    source,
+                    decision: Decision::Allow,
+                    reason: rule.reason,
+                };
+                Box::pin(async move {
+                    let Ok(mut invoked) = running.await;
+                    invoked.gates.insert(0, record);
+                    Ok(invoked)
+                })
+            }
+        }
+    }
+}

@@ -1,0 +1,89 @@
+//! The per-call deadline: the request's call timeout, else the tool's, else the default, never
+//! past the request deadline. On expiry the tool's token fires and its future is dropped.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tower::{Layer, Service};
+
+use super::{Invocation, Invoked};
+use crate::dispatch::{ErrorClass, readable};
+use crate::tools::BoxFuture;
+
+/// Applies `Timeout`.
+#[derive(Debug, Clone)]
+pub struct TimeoutLayer {
+    default: Duration,
+    per_tool: Arc<BTreeMap<String, Duration>>,
+}
+
+/// Bounds an invocation's running time.
+#[derive(Debug, Clone)]
+pub struct Timeout<S> {
+    inner: S,
+    default: Duration,
+    per_tool: Arc<BTreeMap<String, Duration>>,
+}
+
+impl TimeoutLayer {
+    pub fn new(default: Duration, per_tool: BTreeMap<String, Duration>) -> Self {
+        TimeoutLayer {
+            default,
+            per_tool: Arc::new(per_tool),
+        }
+    }
+}
+
+impl<S> Layer<S> for TimeoutLayer {
+    type Service = Timeout<S>;
+    fn layer(&self, inner: S) -> Timeout<S> {
+        Timeout {
+            inner,
+            default: self.default,
+            per_tool: self.per_tool.clone(),
+        }
+    }
+}
+
+impl<S> Service<Invocation> for Timeout<S>
+where
+    S: Service<Invocation, Response = Invoked, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = Invoked;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<Invoked, Infallible>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, inv: Invocation) -> Self::Future {
+        let configured = inv
+            .requested_timeout
+            .or_else(|| self.per_tool.get(&inv.tool).copied())
+            .unwrap_or(self.default);
+        // Never past the gRPC deadline: the client would not wait for the answer anyway.
+        let limit = match inv.deadline {
+            Some(deadline) => configured.min(deadline.saturating_duration_since(Instant::now())),
+            None => configured,
+        };
+        let token = inv.ctx.cancel.clone();
+        let tool = inv.tool.clone();
+        let running = self.inner.call(inv);
+        Box::pin(async move {
+            match tokio::time::timeout(limit, running).await {
+                Ok(done) => done,
+                Err(_) => {
+                    token.cancel();
+                    let message = format!("Tool '{tool}' timed out after {}", readable(limit));
+                    Ok(Invoked::error(ErrorClass::Timeout, message))
+                }
+            }
+        })
+    }
+}

@@ -1,0 +1,197 @@
+//! Unknown tools: `Tool not found: x. Available: a, b, c` from the core, and `. Did you mean 'y'?`
+//! when a registered name is similar enough. Decided from the typed class, never from the text.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use tower::{Layer, Service};
+
+use super::{Invocation, Invoked, Reply};
+use crate::dispatch::ErrorClass;
+use crate::tools::{BoxFuture, ToolRegistry};
+
+/// Names listed before `... (and N more)`.
+const LISTED: usize = 10;
+
+/// `Tool not found: x. Available: a, b, c` (sorted, at most 10, then `... (and N more)`).
+pub fn not_found(name: &str, registry: &ToolRegistry) -> String {
+    let names: Vec<&str> = registry.iter().map(|r| r.tool.name()).collect();
+    let available = if names.is_empty() {
+        "none registered".to_owned()
+    } else if names.len() <= LISTED {
+        names.join(", ")
+    } else {
+        format!(
+            "{}... (and {} more)",
+            names[..LISTED].join(", "),
+            names.len() - LISTED
+        )
+    };
+    format!("Tool not found: {name}. Available: {available}")
+}
+
+/// Similarity of two names in [0, 1]: longest common subsequence over the longer length, plus a
+/// small bonus for a common prefix; case-insensitive.
+pub fn similarity(a: &str, b: &str) -> f64 {
+    let a: Vec<char> = a.to_lowercase().chars().collect();
+    let b: Vec<char> = b.to_lowercase().chars().collect();
+    if a.is_empty() && b.is_empty() {
+        return 1.0;
+    }
+    if a.is_empty() || b.is_empty() {
+        return 0.0;
+    }
+    if a == b {
+        return 1.0;
+    }
+    let mut row = vec![0usize; b.len() + 1];
+    for ca in &a {
+        let mut diagonal = 0;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = if ca == cb {
+                diagonal + 1
+            } else {
+                above.max(row[j])
+            };
+            diagonal = above;
+        }
+    }
+    let lcs = row[b.len()];
+    let prefix = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+    #[allow(clippy::cast_precision_loss)]
+    let longest = a.len().max(b.len()) as f64;
+    #[allow(clippy::cast_precision_loss)]
+    let score = lcs as f64 / longest + 0.1 * prefix as f64 / longest;
+    score.min(1.0)
+}
+
+/// The most similar registered name at or above `threshold` (ties: alphabetical first).
+pub fn suggest(name: &str, registry: &ToolRegistry, threshold: f64) -> Option<String> {
+    let mut best: Option<(f64, &str)> = None;
+    for registered in registry.iter() {
+        let candidate = registered.tool.name();
+        let score = similarity(name, candidate);
+        if score >= threshold && best.is_none_or(|(s, _)| score > s) {
+            best = Some((score, candidate));
+        }
+    }
+    best.map(|(_, n)| n.to_owned())
+}
+
+/// Applies `UnknownTool`.
+#[derive(Clone)]
+pub struct UnknownToolLayer {
+    registry: Arc<ToolRegistry>,
+    threshold: f64,
+}
+
+/// Adds a suggestion to UNKNOWN_TOOL replies.
+#[derive(Clone)]
+pub struct UnknownTool<S> {
+    inner: S,
+    registry: Arc<ToolRegistry>,
+    threshold: f64,
+}
+
+impl UnknownToolLayer {
+    pub fn new(registry: Arc<ToolRegistry>, threshold: f64) -> Self {
+        UnknownToolLayer {
+            registry,
+            threshold: threshold.clamp(0.0, 1.0),
+        }
+    }
+}
+
+impl<S> Layer<S> for UnknownToolLayer {
+    type Service = UnknownTool<S>;
+    fn layer(&self, inner: S) -> UnknownTool<S> {
+        UnknownTool {
+            inner,
+            registry: self.registry.clone(),
+            threshold: self.threshold,
+        }
+    }
+}
+
+impl<S> Service<Invocation> for UnknownTool<S>
+where
+    S: Service<Invocation, Response = Invoked, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = Invoked;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<Invoked, Infallible>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, inv: Invocation) -> Self::Future {
+        let name = inv.tool.clone();
+        let registry = self.registry.clone();
+        let threshold = self.threshold;
+        let running = self.inner.call(inv);
+        Box::pin(async move {
+            let Ok(mut invoked) = running.await;
+            if let Reply::Error {
+                class: ErrorClass::UnknownTool,
+                message,
+                ..
+            } = &mut invoked.reply
+                && let Some(candidate) = suggest(&name, &registry, threshold)
+            {
+                message.push_str(&format!(". Did you mean '{candidate}'?"));
+            }
+            Ok(invoked)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::{ToolSource, builtin_tools};
+
+    fn registry(count: usize) -> ToolRegistry {
+        let mut r = ToolRegistry::default();
+        for tool in builtin_tools(&[]).into_iter().take(count) {
+            r.register(tool, ToolSource::Builtin).unwrap();
+        }
+        r
+    }
+
+    #[test]
+    fn not_found_lists_sorted_names() {
+        assert_eq!(
+            not_found("x", &registry(0)),
+            "Tool not found: x. Available: none registered"
+        );
+        assert_eq!(
+            not_found("x", &registry(2)),
+            "Tool not found: x. Available: echo, sleep"
+        );
+    }
+
+    #[test]
+    fn similarity_rewards_shared_letters_and_prefixes() {
+        assert_eq!(similarity("", ""), 1.0);
+        assert_eq!(similarity("a", ""), 0.0);
+        assert_eq!(similarity("Echo", "echo"), 1.0);
+        assert!(similarity("slep", "sleep") > 0.8);
+        assert!(similarity("weather", "echo") < 0.4);
+    }
+
+    #[test]
+    fn suggestions_need_the_threshold() {
+        let r = registry(6);
+        assert_eq!(suggest("slep", &r, 0.4).as_deref(), Some("sleep"));
+        assert_eq!(
+            suggest("scratch_wrte", &r, 0.4).as_deref(),
+            Some("scratch_write")
+        );
+        assert_eq!(suggest("get_weather", &r, 0.4), None);
+        assert_eq!(suggest("slep", &r, 1.0), None, "1.0 needs an exact match");
+    }
+}
