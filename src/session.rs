@@ -72,14 +72,21 @@ pub struct Session {
     in_use: AtomicUsize,
     /// Ended or evicted while in use: the directory goes when the last batch releases it.
     ended: AtomicBool,
+    /// The scratch directory has been created (saves a syscall on every later call).
+    scratch_ready: AtomicBool,
 }
 
 impl Session {
     /// The scratch directory, created on first use. An error means tools get a path that does not
     /// exist (and say so); tools never fall back to a directory shared with other sessions.
     pub fn scratch_dir(&self) -> PathBuf {
-        if let Err(error) = std::fs::create_dir_all(&self.scratch_dir) {
-            tracing::warn!(session = %self.id, %error, "scratch directory could not be created");
+        if !self.scratch_ready.load(Ordering::Acquire) {
+            match std::fs::create_dir_all(&self.scratch_dir) {
+                Ok(()) => self.scratch_ready.store(true, Ordering::Release),
+                Err(error) => {
+                    tracing::warn!(session = %self.id, %error, "scratch directory could not be created");
+                }
+            }
         }
         self.scratch_dir.clone()
     }
@@ -256,6 +263,7 @@ impl Sessions {
             last_used: Mutex::new(now),
             in_use: AtomicUsize::new(0),
             ended: AtomicBool::new(false),
+            scratch_ready: AtomicBool::new(false),
         }
     }
 }

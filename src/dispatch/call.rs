@@ -289,9 +289,9 @@ async fn attempts(
 
         // 11. Memory: successful calls only; it can never fail the call.
         if result.success && p.policy.memory_enabled {
-            scope
-                .session
-                .remember(tool, &canonical_input, &result.content);
+            // The result is already redacted by the stack; the input is redacted here.
+            let input_text = p.redactor.redact(&canonical_input);
+            scope.session.remember(tool, &input_text, &result.content);
         }
         if result.success {
             return Answered { result, hard: None };

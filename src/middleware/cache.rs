@@ -54,12 +54,38 @@ struct Entry {
     used: u64,
 }
 
+/// Entries plus their recency order (use stamp → key), so eviction is O(log n).
+#[derive(Debug, Default)]
+struct Store {
+    entries: HashMap<Key, Entry>,
+    order: BTreeMap<u64, Key>,
+    clock: u64,
+}
+
+impl Store {
+    fn touch(&mut self, key: &Key) -> u64 {
+        self.clock += 1;
+        let stamp = self.clock;
+        if let Some(entry) = self.entries.get_mut(key) {
+            self.order.remove(&entry.used);
+            entry.used = stamp;
+            self.order.insert(stamp, key.clone());
+        }
+        stamp
+    }
+
+    fn remove(&mut self, key: &Key) {
+        if let Some(entry) = self.entries.remove(key) {
+            self.order.remove(&entry.used);
+        }
+    }
+}
+
 /// The shared, bounded store.
 #[derive(Debug)]
 pub struct ResultCache {
     max_entries: usize,
-    entries: Mutex<HashMap<Key, Entry>>,
-    clock: AtomicU64,
+    store: Mutex<Store>,
     /// Advances on every invalidation; a result computed across one is not stored.
     epoch: AtomicU64,
 }
@@ -68,19 +94,18 @@ impl ResultCache {
     pub fn new(max_entries: usize) -> Self {
         ResultCache {
             max_entries,
-            entries: Mutex::default(),
-            clock: AtomicU64::new(0),
+            store: Mutex::default(),
             epoch: AtomicU64::new(0),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Entry>> {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, Store> {
+        self.store.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn get(&self, key: &Key, rule: &CacheRule, turn: u32, now: Instant) -> Option<ToolOutput> {
-        let mut entries = self.lock();
-        let entry = entries.get_mut(key)?;
+        let mut store = self.lock();
+        let entry = store.entries.get(key)?;
         let too_old = rule
             .ttl
             .is_some_and(|ttl| now.saturating_duration_since(entry.stored_at) >= ttl);
@@ -88,47 +113,53 @@ impl ResultCache {
             .ttl_turns
             .is_some_and(|t| turn.saturating_sub(entry.turn) > t);
         if too_old || too_many_turns {
-            entries.remove(key);
+            store.remove(key);
             return None;
         }
-        entry.used = self.clock.fetch_add(1, Ordering::Relaxed);
-        Some(entry.output.clone())
+        let output = entry.output.clone();
+        store.touch(key);
+        Some(output)
     }
 
     fn put(&self, key: Key, output: ToolOutput, turn: u32, path: Option<String>, now: Instant) {
         if self.max_entries == 0 {
             return;
         }
-        let mut entries = self.lock();
-        if entries.len() >= self.max_entries && !entries.contains_key(&key) {
-            let oldest = entries
-                .iter()
-                .min_by_key(|(_, e)| e.used)
-                .map(|(k, _)| k.clone());
-            if let Some(k) = oldest {
-                entries.remove(&k);
-            }
+        let mut store = self.lock();
+        store.remove(&key);
+        while store.entries.len() >= self.max_entries {
+            let Some((_, oldest)) = store.order.pop_first() else {
+                break;
+            };
+            store.entries.remove(&oldest);
         }
-        let used = self.clock.fetch_add(1, Ordering::Relaxed);
-        entries.insert(
-            key,
-            Entry {
-                output,
-                stored_at: now,
-                turn,
-                path,
-                used,
-            },
-        );
+        let entry = Entry {
+            output,
+            stored_at: now,
+            turn,
+            path,
+            used: 0,
+        };
+        store.entries.insert(key.clone(), entry);
+        store.touch(&key);
     }
 
     fn invalidate(&self, path: &str) {
         self.epoch.fetch_add(1, Ordering::SeqCst);
-        self.lock().retain(|_, e| e.path.as_deref() != Some(path));
+        let mut store = self.lock();
+        let doomed: Vec<Key> = store
+            .entries
+            .iter()
+            .filter(|(_, e)| e.path.as_deref() == Some(path))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in &doomed {
+            store.remove(key);
+        }
     }
 
     pub fn len(&self) -> usize {
-        self.lock().len()
+        self.lock().entries.len()
     }
 
     pub fn is_empty(&self) -> bool {

@@ -248,6 +248,25 @@ async fn cache_hits_skip_the_tool_expire_and_are_invalidated_by_writes() {
 }
 
 #[tokio::test]
+async fn the_least_recently_used_entry_is_evicted() {
+    let calls = Arc::new(AtomicU32::new(0));
+    let store = Arc::new(ResultCache::new(2));
+    let rules: BTreeMap<String, CacheRule> = [("read".to_owned(), CacheRule::default())].into();
+    let svc = ServiceBuilder::new()
+        .layer(CacheLayer::new(store.clone(), rules, BTreeMap::new()))
+        .service(fake(calls.clone()));
+    let read = |p: &str| invocation("read", json!({"path": p}));
+    for p in ["a", "b", "a", "c"] {
+        svc.clone().oneshot(read(p)).await.unwrap();
+    }
+    // "b" was least recently used when "c" arrived.
+    assert!(svc.clone().oneshot(read("a")).await.unwrap().cached);
+    assert!(svc.clone().oneshot(read("c")).await.unwrap().cached);
+    assert!(!svc.oneshot(read("b")).await.unwrap().cached);
+    assert_eq!(store.len(), 2);
+}
+
+#[tokio::test]
 async fn output_caps_apply_per_tool_and_per_batch() {
     let calls = Arc::new(AtomicU32::new(0));
     let svc = ServiceBuilder::new()

@@ -8,6 +8,7 @@ mod hooks;
 mod intake;
 mod limits;
 mod messages;
+mod middleware;
 mod parallel;
 mod peers;
 mod pipeline;
