@@ -128,10 +128,8 @@ impl Server {
             addr: "listener".to_owned(),
             source,
         })?;
-        let registry = Arc::new(self.registry()?);
-        let sessions = Arc::new(sessions(&self.config));
-        let pipeline = self.pipeline(registry.clone())?;
-        let dispatcher = Dispatcher::new(registry, sessions.clone(), pipeline);
+        let dispatcher = self.dispatcher()?;
+        let sessions = dispatcher.sessions_handle();
         let max_batches = self.config.server.max_concurrent_batches;
         let state = Arc::new(ServiceState {
             dispatcher,
@@ -166,6 +164,16 @@ impl Server {
             trigger,
             task,
         })
+    }
+
+    /// The dispatcher this server would run, without the gRPC layer: for running batches
+    /// in-process (benchmarks, embedders that call `Dispatcher::run` directly).
+    pub fn dispatcher(&self) -> Result<Dispatcher, StartError> {
+        self.config.validate()?;
+        let registry = Arc::new(self.registry()?);
+        let sessions = Arc::new(sessions(&self.config));
+        let pipeline = self.pipeline(registry.clone())?;
+        Ok(Dispatcher::new(registry, sessions, pipeline))
     }
 
     fn pipeline(&self, registry: Arc<ToolRegistry>) -> Result<Pipeline, StartError> {

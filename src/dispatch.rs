@@ -164,6 +164,11 @@ impl Dispatcher {
         &self.sessions
     }
 
+    /// A shared handle to the sessions (the server removes their directories on stop).
+    pub fn sessions_handle(&self) -> Arc<Sessions> {
+        self.sessions.clone()
+    }
+
     pub fn health(&self) -> &Health {
         &self.pipeline.health
     }

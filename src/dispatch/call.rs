@@ -220,6 +220,14 @@ async fn attempts(
         result.attempts = attempt;
         result.duration = duration;
 
+        // A timeout at the request's deadline is the deadline passing: that cancels the batch.
+        let deadline_passed = scope.options.deadline.is_some_and(|d| Instant::now() >= d);
+        if result.error_class == ErrorClass::Timeout && deadline_passed {
+            scope.cancel.cancel("the request deadline passed");
+            result.error_class = ErrorClass::Cancelled;
+            result.error = format!("tool '{tool}' was cancelled: the request deadline passed");
+            result.content.clone_from(&result.error);
+        }
         if result.error_class == ErrorClass::Cancelled {
             // A cancelled attempt says nothing about the tool; a probe frees its slot at once.
             let transition = p

@@ -1,0 +1,167 @@
+//! Benchmarks: the added cost per call of the full pipeline over calling a tool directly, and
+//! the wall time of parallel dispatch against the ideal. Run with `cargo bench --bench pipeline`;
+//! BENCHMARKS.md records the figures and how to read them.
+// Bench setup fails loudly, like a test.
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+
+use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use serde_json::{Value, json};
+use toolgate::Server;
+use toolgate::calls::{IntakeLimits, intake};
+use toolgate::config::Config;
+use toolgate::dispatch::{
+    Batch, BatchOptions, Cancel, Dispatcher, MessageFormat, Mode, NoObserver,
+};
+use toolgate::tools::{FnTool, ToolContext, ToolOutput, builtin_tools};
+
+/// Every layer and every pipeline stage switched on, with settings that make each one do work.
+const ALL_LAYERS: &str = r#"
+[[hooks.rules]]
+id = "audit"
+tools = "*"
+action = "allow"
+[[hooks.rules.when]]
+pointer = "/text"
+exists = true
+
+[[permissions.rules]]
+id = "all"
+tools = "*"
+decision = "allow"
+
+[redaction]
+enabled = true
+
+[output]
+max_chars = 100000
+batch_budget_chars = 1000000
+
+[per_tool.echo.cache]
+enabled = true
+ttl = "60s"
+scope = "global"
+"#;
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+fn batch(elements: Vec<Value>, session: &str, mode: Mode) -> Batch {
+    Batch {
+        session_id: session.to_owned(),
+        calls: intake(&elements, IntakeLimits { max_json_depth: 64 }),
+        context: serde_json::Map::new(),
+        options: BatchOptions {
+            message_format: MessageFormat::OpenAiChat,
+            call_timeout: None,
+            deadline: None,
+            mode,
+        },
+        turn: 1,
+    }
+}
+
+/// A distinct call each time, so the cache misses and loop detection sees progress: the full path.
+fn echo_call(n: u64) -> Value {
+    json!({"id": format!("call_{n}"), "type": "function",
+           "function": {"name": "echo", "arguments": format!("{{\"text\":\"hello world\",\"n\":{n}}}")}})
+}
+
+fn per_call_cost(c: &mut Criterion) {
+    let rt = runtime();
+    let config = Config::from_toml(ALL_LAYERS).expect("bench config");
+    let dispatcher: Dispatcher = rt
+        .block_on(async { Server::new(config).dispatcher() })
+        .expect("dispatcher");
+    let echo = builtin_tools(&[])
+        .into_iter()
+        .find(|t| t.name() == "echo")
+        .expect("echo");
+    let ctx = ToolContext::new("bench", "call_0", 0, std::env::temp_dir());
+    let counter = AtomicU64::new(0);
+
+    let mut group = c.benchmark_group("per_call");
+    group.bench_function("direct_tool_call", |b| {
+        b.to_async(&rt).iter(|| async {
+            let n = counter.fetch_add(1, Ordering::Relaxed);
+            let input = json!({"text": "hello world", "n": n});
+            black_box(echo.call(input, &ctx).await.expect("echo"))
+        });
+    });
+    group.bench_function("full_pipeline_one_call_batch", |b| {
+        b.to_async(&rt).iter(|| async {
+            let n = counter.fetch_add(1, Ordering::Relaxed);
+            let report = dispatcher
+                .run(
+                    batch(vec![echo_call(n)], "bench", Mode::Sequential),
+                    &NoObserver,
+                    &Cancel::new(),
+                )
+                .await;
+            black_box(report)
+        });
+    });
+    group.bench_function("full_pipeline_16_call_batch", |b| {
+        b.to_async(&rt).iter(|| async {
+            let calls: Vec<Value> = (0..16)
+                .map(|_| echo_call(counter.fetch_add(1, Ordering::Relaxed)))
+                .collect();
+            let report = dispatcher
+                .run(
+                    batch(calls, "bench", Mode::Sequential),
+                    &NoObserver,
+                    &Cancel::new(),
+                )
+                .await;
+            black_box(report)
+        });
+    });
+    group.finish();
+}
+
+fn parallel_wall_time(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let work = FnTool::new("work", "sleeps 50 ms", |_input: Value, _ctx| async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        Ok(ToolOutput::Text("done".into()))
+    })
+    .concurrency_safe(true);
+    let dispatcher = rt
+        .block_on(async { Server::new(Config::default()).tool(work).dispatcher() })
+        .expect("dispatcher");
+    let mut group = c.benchmark_group("parallel");
+    group.sample_size(20);
+    group.bench_function("32_calls_of_50ms_at_concurrency_8", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let calls: Vec<Value> = (0..32)
+                    .map(|n| json!({"id": format!("w{n}"), "name": "work", "arguments": {"n": n}}))
+                    .collect();
+                let started = Instant::now();
+                let report = rt.block_on(dispatcher.run(
+                    batch(calls, "", Mode::Parallel { max_concurrency: 8 }),
+                    &NoObserver,
+                    &Cancel::new(),
+                ));
+                total += started.elapsed();
+                assert!(report.all_succeeded());
+            }
+            total
+        });
+    });
+    group.finish();
+}
+
+criterion_group!(benches, per_call_cost, parallel_wall_time);
+criterion_main!(benches);
