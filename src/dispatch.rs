@@ -193,7 +193,7 @@ impl Dispatcher {
         );
         let work = async {
             // Every call is announced before anything executes, including calls that will not run.
-            for received in &batch.calls {
+            for received in batch.calls.iter().filter(|_| observer.wants_events()) {
                 let call = &received.call;
                 let mut arguments = call.arguments.clone();
                 self.pipeline.redactor.redact_value(&mut arguments);

@@ -119,7 +119,12 @@ async fn attempts(
             attempt,
         };
         let (gate, records) = p.hooks.pre_tool_use(&hook_call).await;
-        let digest = json::digest(&input);
+        // The digest is only needed for gate events; computed once, when there is one to send.
+        let digest = if step.wants_events() && !records.is_empty() {
+            json::digest(&input)
+        } else {
+            String::new()
+        };
         for mut record in records {
             record.reason = p.redactor.redact(&record.reason).into_owned();
             step.emit(Event::GateDecision {
@@ -190,7 +195,15 @@ async fn attempts(
         let started = Instant::now();
         let invoked = run_once(call, &input, tool, scope).await;
         let duration = started.elapsed();
-        if let Some(invoked) = &invoked {
+        if let Some(invoked) = invoked
+            .as_ref()
+            .filter(|i| step.wants_events() && !i.gates.is_empty())
+        {
+            let digest = if digest.is_empty() {
+                json::digest(&input)
+            } else {
+                digest.clone()
+            };
             for record in &invoked.gates {
                 step.emit(Event::GateDecision {
                     index: call.index,
@@ -382,7 +395,13 @@ struct Step<'a> {
 
 impl Step<'_> {
     async fn emit(&self, event: Event) {
-        self.scope.observer.on_event(event).await;
+        if self.scope.observer.wants_events() {
+            self.scope.observer.on_event(event).await;
+        }
+    }
+
+    fn wants_events(&self) -> bool {
+        self.scope.observer.wants_events()
     }
 
     /// The terminal event of the attempt.

@@ -78,6 +78,10 @@ pub enum Event {
 /// Receives a batch's events in order. Awaiting applies back-pressure to the batch.
 pub trait Observer: Send + Sync {
     fn on_event(&self, event: Event) -> BoxFuture<'_, ()>;
+    /// Whether events are wanted at all; when not, the driver does not build them.
+    fn wants_events(&self) -> bool {
+        true
+    }
 }
 
 /// An observer that drops every event (unary `Dispatch`).
@@ -87,5 +91,8 @@ pub struct NoObserver;
 impl Observer for NoObserver {
     fn on_event(&self, _event: Event) -> BoxFuture<'_, ()> {
         Box::pin(async {})
+    }
+    fn wants_events(&self) -> bool {
+        false
     }
 }

@@ -47,12 +47,7 @@ impl GrpcHook {
     }
 
     fn failed(&self, why: &str) -> (Decision, String) {
-        let reason = format!("hook '{}' failed: {why}", self.name);
-        tracing::warn!(hook = %self.name, reason = %why, "grpc hook failed");
-        match self.failure_mode {
-            FailureMode::FailOpen => (Decision::Allow, reason),
-            FailureMode::FailClosed => (Decision::Block(reason.clone()), reason),
-        }
+        self.failure_mode.decide(&self.name, why)
     }
 
     fn request<T>(&self, message: T) -> tonic::Request<T> {

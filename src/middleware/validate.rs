@@ -79,6 +79,10 @@ impl<S> Validate<S> {
 
 /// Every violation as `<path>: <message>`, or `None` when the input is valid.
 pub fn violations(validator: &jsonschema::Validator, input: &serde_json::Value) -> Option<String> {
+    // The common case, valid input, takes the fast path without collecting errors.
+    if validator.is_valid(input) {
+        return None;
+    }
     let all: Vec<String> = validator
         .iter_errors(input)
         .map(|e| {

@@ -23,6 +23,19 @@ pub enum FailureMode {
     FailClosed,
 }
 
+impl FailureMode {
+    /// The decision for a hook that failed: the call is refused (closed) or runs (open), and the
+    /// reason names the hook and what went wrong either way.
+    pub fn decide(self, hook: &str, why: &str) -> (Decision, String) {
+        let reason = format!("hook '{hook}' failed: {why}");
+        tracing::warn!(hook, reason = %why, "hook failed");
+        match self {
+            FailureMode::FailOpen => (Decision::Allow, reason),
+            FailureMode::FailClosed => (Decision::Block(reason.clone()), reason),
+        }
+    }
+}
+
 /// A hook that runs a program per call.
 #[derive(Debug, Clone)]
 pub struct CommandHook {
@@ -92,12 +105,7 @@ impl CommandHook {
     }
 
     fn failed(&self, why: &str) -> (Decision, String) {
-        let reason = format!("hook '{}' failed: {why}", self.name);
-        tracing::warn!(hook = %self.name, reason = %why, "command hook failed");
-        match self.failure_mode {
-            FailureMode::FailOpen => (Decision::Allow, reason),
-            FailureMode::FailClosed => (Decision::Block(reason.clone()), reason),
-        }
+        self.failure_mode.decide(&self.name, why)
     }
 }
 
