@@ -194,5 +194,18 @@ fn parallel_wall_time(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, per_call_cost, parallel_wall_time);
+fn components(c: &mut Criterion) {
+    let redactor = toolgate::middleware::Redactor::new(&[], false).expect("redactor");
+    let mut group = c.benchmark_group("components");
+    group.bench_function("redact_short_clean_text", |b| {
+        b.iter(|| black_box(redactor.redact(black_box("{\"n\":42,\"text\":\"hello world\"}"))));
+    });
+    group.bench_function("canonical_json", |b| {
+        let v = json!({"text": "hello world", "n": 42});
+        b.iter(|| black_box(toolgate::json::canonical(black_box(&v))));
+    });
+    group.finish();
+}
+
+criterion_group!(benches, per_call_cost, parallel_wall_time, components);
 criterion_main!(benches);

@@ -6,39 +6,47 @@ use serde_json::Value;
 
 /// Compact JSON with object keys sorted at every level; integers stay integers.
 pub fn canonical(value: &Value) -> String {
-    let mut out = String::new();
+    let mut out = Vec::with_capacity(64);
     write_canonical(value, &mut out);
-    out
+    // Only JSON text was written, which is UTF-8.
+    String::from_utf8(out).unwrap_or_default()
 }
 
-fn write_canonical(value: &Value, out: &mut String) {
+/// Writes into one buffer: no temporary string per key or scalar.
+fn write_canonical(value: &Value, out: &mut Vec<u8>) {
     match value {
         Value::Object(map) => {
             let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-            out.push('{');
+            entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+            out.push(b'{');
             for (i, (key, member)) in entries.into_iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.push(b',');
                 }
-                out.push_str(&Value::String(key.clone()).to_string());
-                out.push(':');
+                write_scalar(key, out);
+                out.push(b':');
                 write_canonical(member, out);
             }
-            out.push('}');
+            out.push(b'}');
         }
         Value::Array(items) => {
-            out.push('[');
+            out.push(b'[');
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.push(b',');
                 }
                 write_canonical(item, out);
             }
-            out.push(']');
+            out.push(b']');
         }
-        scalar => out.push_str(&scalar.to_string()),
+        Value::String(s) => write_scalar(s, out),
+        scalar => write_scalar(scalar, out),
     }
+}
+
+fn write_scalar<T: serde::Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) {
+    // Serializing strings, numbers, booleans and null into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, value);
 }
 
 /// FNV-1a 64 over bytes: a stable hash (unlike `DefaultHasher`) for digests and loop detection.
