@@ -72,11 +72,13 @@ fn batch(elements: Vec<Value>, session: &str, mode: Mode) -> Batch {
         session_id: session.to_owned(),
         calls: intake(&elements, IntakeLimits { max_json_depth: 64 }),
         context: serde_json::Map::new(),
+        bindings: std::collections::BTreeMap::new(),
         options: BatchOptions {
             message_format: MessageFormat::OpenAiChat,
             call_timeout: None,
             deadline: None,
             mode,
+            fail_fast: false,
         },
         turn: 1,
     }

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::{Config, ConfigError, FailureModeConfig, PermissionDecision, RuleAction};
-use crate::dispatch::{Cancel, Dispatcher, Pipeline};
+use crate::dispatch::{Binding, Cancel, Dispatcher, Pipeline};
 use crate::grpc::hook_client::GrpcHook;
 use crate::grpc::server::ServeSettings;
 use crate::grpc::{RequestRules, ServeError, ServiceState};
@@ -173,7 +173,27 @@ impl Server {
         let registry = Arc::new(self.registry()?);
         let sessions = Arc::new(sessions(&self.config));
         let pipeline = self.pipeline(registry.clone())?;
-        Ok(Dispatcher::new(registry, sessions, pipeline))
+        let bindings = self
+            .config
+            .bindings
+            .iter()
+            .map(|(name, b)| {
+                (
+                    name.clone(),
+                    Binding {
+                        tool: b.tool.clone(),
+                        input: b.input.clone(),
+                    },
+                )
+            })
+            .collect();
+        Dispatcher::new(registry, sessions, pipeline)
+            .with_bindings(bindings)
+            .map_err(|problems| {
+                StartError::Config(ConfigError {
+                    problems: vec![problems],
+                })
+            })
     }
 
     fn pipeline(&self, registry: Arc<ToolRegistry>) -> Result<Pipeline, StartError> {
@@ -190,6 +210,8 @@ impl Server {
         pipeline.hooks = Hooks::new(hooks);
         pipeline.reflector = self.reflector.clone();
         pipeline.batch_budget_chars = c.output.batch_budget_chars;
+        pipeline.preview_chars = c.output.event_preview_chars;
+        pipeline.max_error_chars = c.output.max_error_chars;
         Ok(pipeline)
     }
 
@@ -268,6 +290,9 @@ pub(crate) fn middleware_config(c: &Config) -> Result<MiddlewareConfig, String> 
         }
         if let Some(pointer) = &tool.invalidates_path {
             m.cache_invalidators.insert(name.clone(), pointer.clone());
+        }
+        if tool.select_result == Some(false) {
+            m.select_pass_through.insert(name.clone());
         }
     }
     Ok(m)

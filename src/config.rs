@@ -40,6 +40,7 @@ pub struct Config {
     pub cache: CacheConfig,
     pub unknown_tool: UnknownToolConfig,
     pub permissions: PermissionsConfig,
+    pub bindings: BTreeMap<String, BindingConfig>,
     pub tools: ToolsConfig,
     pub log: LogConfig,
 }
@@ -232,6 +233,10 @@ pub struct ValidationConfig {
 pub struct OutputConfig {
     pub max_chars: usize,
     pub batch_budget_chars: usize,
+    /// Longest error text in a result or a fail-fast reason.
+    pub max_error_chars: usize,
+    /// Longest argument or result preview carried by an event.
+    pub event_preview_chars: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -287,6 +292,15 @@ pub enum PermissionDecision {
     Ask,
 }
 
+/// `[bindings.<name>]`: a model-facing name bound to a registered tool and an input mapping.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BindingConfig {
+    pub tool: String,
+    #[serde(default)]
+    pub input: Option<serde_json::Value>,
+}
+
 /// Overrides for one tool, under `[per_tool.<name>]`.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -299,6 +313,8 @@ pub struct PerTool {
     pub cache: PerToolCache,
     /// JSON pointer of the path this tool writes: its success evicts cached entries of that path.
     pub invalidates_path: Option<String>,
+    /// `false`: JSON objects this tool returns pass through whole (no result selection).
+    pub select_result: Option<bool>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -458,6 +474,8 @@ impl Default for OutputConfig {
         OutputConfig {
             max_chars: 100_000,
             batch_budget_chars: 0,
+            max_error_chars: 2000,
+            event_preview_chars: 1024,
         }
     }
 }
@@ -601,6 +619,17 @@ impl Config {
                 p.push(format!(
                     "redaction.patterns[{i}]: regex does not compile: {e}"
                 ));
+            }
+        }
+        for (name, binding) in &self.bindings {
+            match &binding.input {
+                None => {}
+                Some(input @ serde_json::Value::Object(_)) => {
+                    for problem in crate::mapping::problems(input) {
+                        p.push(format!("bindings.{name}.{problem}"));
+                    }
+                }
+                Some(_) => p.push(format!("bindings.{name}.input: must be a table")),
             }
         }
         for (name, tool) in &self.per_tool {
@@ -804,13 +833,14 @@ fn from_table(mut table: Table, problems: &mut Vec<String>) -> Config {
         problems,
     );
     section(&mut table, "permissions", &mut config.permissions, problems);
+    section(&mut table, "bindings", &mut config.bindings, problems);
     section(&mut table, "tools", &mut config.tools, problems);
     section(&mut table, "log", &mut config.log, problems);
     for unknown in table.keys() {
         problems.push(format!(
             "unknown section '{unknown}' (known: server, limits, dispatch, sessions, memory, \
              loop_detection, breaker, retry, per_tool, hooks, validation, output, redaction, cache, \
-             unknown_tool, permissions, tools, log)"
+             unknown_tool, permissions, bindings, tools, log)"
         ));
     }
     config

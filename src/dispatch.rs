@@ -9,6 +9,7 @@ mod messages;
 pub mod plan;
 mod result;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,6 +21,7 @@ use tracing::{Instrument, field};
 
 use crate::calls::Received;
 use crate::json;
+use crate::mapping;
 use crate::middleware::{self, Budget, MiddlewareConfig, Redactor, ToolService};
 use crate::safety::detector::{Check, Operation};
 use crate::safety::health::Health;
@@ -27,7 +29,8 @@ use crate::safety::hooks::Hooks;
 use crate::safety::policy::Policy;
 use crate::safety::recovery::{DefaultReflector, Reflector};
 use crate::session::{Session, Sessions};
-use crate::tools::ToolRegistry;
+use crate::tools::registry::Registered;
+use crate::tools::{CallMetadata, ToolRegistry};
 
 pub use call::readable;
 pub use cancel::Cancel;
@@ -43,8 +46,19 @@ pub struct Batch {
     pub calls: Vec<Received>,
     /// The request context that input references read.
     pub context: Map<String, Value>,
+    /// The request's bindings; they override the server's bindings of the same name.
+    pub bindings: BTreeMap<String, Binding>,
     pub options: BatchOptions,
     pub turn: u32,
+}
+
+/// A model-facing tool name bound to a registered tool and an input mapping.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Binding {
+    /// The registered tool to run.
+    pub tool: String,
+    /// The input mapping (see `mapping`); `None` passes the call's arguments.
+    pub input: Option<Value>,
 }
 
 /// Per-batch settings, already resolved against server defaults.
@@ -56,6 +70,9 @@ pub struct BatchOptions {
     /// The request's deadline (from gRPC); no call runs past it.
     pub deadline: Option<Instant>,
     pub mode: Mode,
+    /// Stop at the first failed call: the calls that ran keep their results, the rest are
+    /// SKIPPED, and the batch ends FAILED_FAST.
+    pub fail_fast: bool,
 }
 
 /// How the calls of a batch are scheduled.
@@ -116,6 +133,10 @@ pub struct Pipeline {
     /// Characters shared by all results of a batch (0 = none).
     pub batch_budget_chars: usize,
     pub suggestion_threshold: f64,
+    /// Longest argument or result preview carried by an event.
+    pub preview_chars: usize,
+    /// Longest error text in a result or the fail-fast reason.
+    pub max_error_chars: usize,
 }
 
 impl Pipeline {
@@ -135,6 +156,8 @@ impl Pipeline {
             redactor: config.redactor.clone(),
             batch_budget_chars: 0,
             suggestion_threshold: config.suggestion_threshold,
+            preview_chars: 1024,
+            max_error_chars: 2000,
         }
     }
 }
@@ -145,6 +168,15 @@ pub struct Dispatcher {
     registry: Arc<ToolRegistry>,
     sessions: Arc<Sessions>,
     pipeline: Pipeline,
+    /// The server's bindings (from the config), already checked.
+    bindings: Arc<BTreeMap<String, Binding>>,
+}
+
+/// One call, ready to run: the tool it targets and the input that tool receives.
+struct Prepared<'r> {
+    registered: Option<&'r Registered>,
+    input: Value,
+    metadata: Arc<CallMetadata>,
 }
 
 impl Dispatcher {
@@ -153,6 +185,45 @@ impl Dispatcher {
             registry,
             sessions,
             pipeline,
+            bindings: Arc::default(),
+        }
+    }
+
+    /// Installs the server's bindings after checking them.
+    pub fn with_bindings(mut self, bindings: BTreeMap<String, Binding>) -> Result<Self, String> {
+        self.check_bindings(&bindings)?;
+        self.bindings = Arc::new(bindings);
+        Ok(self)
+    }
+
+    /// Checks bindings before any call uses them: every target is registered and every
+    /// mapping is an object without malformed references. Lists every problem.
+    pub fn check_bindings(&self, bindings: &BTreeMap<String, Binding>) -> Result<(), String> {
+        let mut problems = Vec::new();
+        for (name, binding) in bindings {
+            if self.registry.get(&binding.tool).is_none() {
+                problems.push(format!(
+                    "binding '{name}': tool '{}' is not registered",
+                    binding.tool
+                ));
+            }
+            match &binding.input {
+                None => {}
+                Some(Value::Object(_)) => {
+                    let input = binding
+                        .input
+                        .as_ref()
+                        .map(mapping::problems)
+                        .unwrap_or_default();
+                    problems.extend(input.into_iter().map(|p| format!("binding '{name}': {p}")));
+                }
+                Some(_) => problems.push(format!("binding '{name}': input must be an object")),
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems.join("; "))
         }
     }
 
@@ -206,12 +277,12 @@ impl Dispatcher {
                     })
                     .await;
             }
+            let prepared = self.prepare(&batch);
             // Both modes share one executor: sequential is a chain with a limit of one.
             let (plan, limit) = match batch.options.mode {
-                Mode::Parallel { max_concurrency } if batch.calls.len() >= 2 => (
-                    plan::plan(&self.slots(&batch.calls)),
-                    max_concurrency.max(1),
-                ),
+                Mode::Parallel { max_concurrency } if batch.calls.len() >= 2 => {
+                    (plan::plan(&slots(&prepared)), max_concurrency.max(1))
+                }
                 _ => (plan::chain(batch.calls.len()), 1),
             };
             let budget = (self.pipeline.batch_budget_chars > 0)
@@ -223,7 +294,7 @@ impl Dispatcher {
                 turn: batch.turn,
                 budget,
             };
-            self.execute(&batch.calls, &plan, limit, &scope, cancel)
+            self.execute(&batch.calls, &prepared, &plan, limit, &scope, cancel)
                 .await
         };
         let (results, outcome, outcome_reason) = work.instrument(span.clone()).await;
@@ -299,22 +370,50 @@ struct BatchScope<'a> {
 }
 
 impl Dispatcher {
-    /// What the planner needs about each call.
-    fn slots(&self, calls: &[Received]) -> Vec<plan::Slot> {
-        calls
+    /// Resolves each call's binding: the tool it runs and the input that tool receives.
+    fn prepare<'r>(&'r self, batch: &Batch) -> Vec<Prepared<'r>> {
+        batch
+            .calls
             .iter()
             .map(|received| {
                 let call = &received.call;
-                let tool = self
-                    .registry
+                let metadata = Arc::new(CallMetadata {
+                    tool_name: call.name.clone(),
+                    tool_call_id: call.id.clone(),
+                    tool_call_index: call.index,
+                    tool_arguments: call.arguments.clone(),
+                    raw_arguments: call.raw_arguments.clone(),
+                });
+                if received.rejection.is_some() {
+                    return Prepared {
+                        registered: None,
+                        input: Value::Null,
+                        metadata,
+                    };
+                }
+                let binding = batch
+                    .bindings
                     .get(&call.name)
-                    .filter(|_| received.rejection.is_none());
-                plan::Slot {
-                    runs: tool.is_some(),
-                    concurrency_safe: tool
-                        .is_some_and(|t| t.tool.is_concurrency_safe(&call.arguments)),
-                    resource_key: tool.and_then(|t| t.tool.resource_key(&call.arguments)),
-                    operation: format!("{}\u{0}{}", call.name, json::canonical(&call.arguments)),
+                    .or_else(|| self.bindings.get(&call.name));
+                let target = binding.map_or(call.name.as_str(), |b| b.tool.as_str());
+                let input = match binding.and_then(|b| b.input.as_ref()) {
+                    Some(spec) => {
+                        let tool_call = metadata.tool_call();
+                        let scope = mapping::Scope {
+                            call: &tool_call,
+                            arguments: &call.arguments,
+                            tool_name: &call.name,
+                            tool_call_id: &call.id,
+                            context: &batch.context,
+                        };
+                        mapping::resolve(spec, &scope)
+                    }
+                    None => call.arguments.clone(),
+                };
+                Prepared {
+                    registered: self.registry.get(target),
+                    input,
+                    metadata,
                 }
             })
             .collect()
@@ -327,6 +426,7 @@ impl Dispatcher {
     async fn execute(
         &self,
         calls: &[Received],
+        prepared: &[Prepared<'_>],
         plan: &plan::Plan,
         limit: usize,
         scope: &BatchScope<'_>,
@@ -352,7 +452,7 @@ impl Dispatcher {
                         continue;
                     }
                     started[i] = true;
-                    let answer = self.answer(&calls[i], scope, &group);
+                    let answer = self.answer(&calls[i], &prepared[i], scope, &group);
                     running.push(async move { (i, answer.await) });
                 }
             }
@@ -360,6 +460,7 @@ impl Dispatcher {
                 break;
             };
             finished[i] = true;
+            let result = self.finish(answered.result);
             if let Some((outcome, reason)) = answered.hard
                 && hard.is_none()
             {
@@ -369,7 +470,20 @@ impl Dispatcher {
                 ));
                 hard = Some((outcome, reason));
             }
-            results[i] = Some(answered.result);
+            // FAIL_FAST: nothing new starts after a failure; running calls finish normally.
+            if scope.options.fail_fast && !result.success && hard.is_none() {
+                let tool = if result.tool.is_empty() {
+                    &result.name
+                } else {
+                    &result.tool
+                };
+                let reason = format!(
+                    "call {} (id '{}', tool '{}') failed: {}",
+                    result.index, result.id, tool, result.error
+                );
+                hard = Some((Outcome::FailedFast, reason));
+            }
+            results[i] = Some(result);
         }
         let (outcome, reason) = hard.unwrap_or((Outcome::Completed, String::new()));
         let results = results
@@ -380,15 +494,31 @@ impl Dispatcher {
         (results, outcome, reason)
     }
 
+    /// The last word on a result: its error text redacted and bounded (with a marker), and the
+    /// content too when it is that text.
+    fn finish(&self, mut result: CallResult) -> CallResult {
+        if result.error.is_empty() {
+            return result;
+        }
+        let redacted = self.pipeline.redactor.redact(&result.error).into_owned();
+        let bounded = bound(&redacted, self.pipeline.max_error_chars);
+        if result.content == result.error {
+            result.content.clone_from(&bounded);
+        }
+        result.error = bounded;
+        result
+    }
+
     /// Answers one call: a refusal from intake, an unknown tool, or the pipeline.
     async fn answer(
         &self,
         received: &Received,
+        prepared: &Prepared<'_>,
         scope: &BatchScope<'_>,
         cancel: &Cancel,
     ) -> call::Answered {
         let call = &received.call;
-        match (&received.rejection, self.registry.get(&call.name)) {
+        match (&received.rejection, prepared.registered) {
             (Some((rejection, message)), _) => call::Answered {
                 result: CallResult::refused(call, (*rejection).into(), message.clone()),
                 hard: None,
@@ -405,10 +535,49 @@ impl Dispatcher {
                     turn: scope.turn,
                     budget: scope.budget.clone(),
                 };
-                call::execute(call, registered, &call_scope).await
+                let input = prepared.input.clone();
+                call::execute(
+                    call,
+                    registered,
+                    input,
+                    prepared.metadata.clone(),
+                    &call_scope,
+                )
+                .await
             }
         }
     }
+}
+
+/// Cuts `text` to `max` characters (0 = no limit), ending with a marker that says how much went.
+fn bound(text: &str, max: usize) -> String {
+    let total = text.chars().count();
+    if max == 0 || total <= max {
+        return text.to_owned();
+    }
+    let marker = format!(" [... {} of {total} characters cut]", total - max);
+    let head: String = text.chars().take(max).collect();
+    format!("{head}{marker}")
+}
+
+/// What the planner needs about each call: the tool it targets and the input that tool gets.
+fn slots(prepared: &[Prepared<'_>]) -> Vec<plan::Slot> {
+    prepared
+        .iter()
+        .map(|p| {
+            let tool = p.registered;
+            plan::Slot {
+                runs: tool.is_some(),
+                concurrency_safe: tool.is_some_and(|t| t.tool.is_concurrency_safe(&p.input)),
+                resource_key: tool.and_then(|t| t.tool.resource_key(&p.input)),
+                operation: format!(
+                    "{}\u{0}{}",
+                    tool.map_or("", |t| t.tool.name()),
+                    json::canonical(&p.input)
+                ),
+            }
+        })
+        .collect()
 }
 
 /// Ends a batch's use of its session when dropped.

@@ -23,6 +23,7 @@ pub mod config;
 pub mod dispatch;
 pub mod grpc;
 pub mod json;
+pub mod mapping;
 pub mod middleware;
 pub mod pb;
 pub mod safety;

@@ -7,11 +7,12 @@ mod core;
 mod output_cap;
 mod permission;
 mod redact;
+mod select;
 mod timeout;
 mod unknown_tool;
 mod validate;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,6 +31,7 @@ pub use core::Core;
 pub use output_cap::{Budget, OutputCap, OutputCapLayer, truncate_output};
 pub use permission::{Permission, PermissionLayer, PermissionRule, Verdict as PermissionVerdict};
 pub use redact::{Redact, RedactLayer, Redactor};
+pub use select::{Select, SelectLayer, select};
 pub use timeout::{Timeout, TimeoutLayer};
 pub use unknown_tool::{UnknownTool, UnknownToolLayer, not_found, similarity, suggest};
 pub use validate::{Validate, ValidateLayer};
@@ -114,6 +116,8 @@ pub struct MiddlewareConfig {
     pub cache_invalidators: BTreeMap<String, String>,
     pub cache_max_entries: usize,
     pub suggestion_threshold: f64,
+    /// Tools whose JSON objects pass through whole (no result selection).
+    pub select_pass_through: BTreeSet<String>,
 }
 
 /// Builds the stack, outermost layer first. Each layer's comment says why it sits there.
@@ -129,6 +133,9 @@ pub fn stack(config: &MiddlewareConfig, registry: Arc<ToolRegistry>) -> ToolServ
         // Redaction next: every text produced inside (tool output, cached replays, validation
         // messages that echo arguments, permission reasons) passes through it.
         .layer(RedactLayer::new(config.redactor.clone()))
+        // Result selection inside redaction and the cap, so both act on exactly what the model
+        // will read; outside the cache, which keeps what the tool returned.
+        .layer(SelectLayer::new(config.select_pass_through.clone()))
         // Unknown-tool suggestions sit outside the policy layers: a name the core cannot find is
         // answered with the registry's names, decided from the typed error class.
         .layer(UnknownToolLayer::new(

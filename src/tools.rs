@@ -9,6 +9,7 @@ mod scratch;
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -70,6 +71,37 @@ pub struct ToolContext {
     pub cancel: CancellationToken,
     /// The session's private scratch directory; it exists when the tool runs.
     pub scratch_dir: PathBuf,
+    /// The call this execution serves, as the model made it.
+    pub metadata: Arc<CallMetadata>,
+}
+
+/// What a tool learns about the model's call besides its (possibly mapped) input.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CallMetadata {
+    /// The name the model called (a binding may run another tool under it).
+    pub tool_name: String,
+    pub tool_call_id: String,
+    pub tool_call_index: usize,
+    /// The model's parsed arguments.
+    pub tool_arguments: Value,
+    /// The arguments' JSON text, when the model sent text.
+    pub raw_arguments: Option<String>,
+}
+
+impl CallMetadata {
+    /// The normalized call: `{id, index, name, arguments, raw_arguments?}`.
+    pub fn tool_call(&self) -> Value {
+        let mut call = serde_json::json!({
+            "id": self.tool_call_id,
+            "index": self.tool_call_index,
+            "name": self.tool_name,
+            "arguments": self.tool_arguments,
+        });
+        if let Some(raw) = &self.raw_arguments {
+            call["raw_arguments"] = Value::String(raw.clone());
+        }
+        call
+    }
 }
 
 impl ToolContext {
@@ -81,6 +113,11 @@ impl ToolContext {
             index,
             cancel: CancellationToken::new(),
             scratch_dir,
+            metadata: Arc::new(CallMetadata {
+                tool_call_id: call_id.to_owned(),
+                tool_call_index: index,
+                ..CallMetadata::default()
+            }),
         }
     }
 }

@@ -27,8 +27,8 @@ use crate::safety::health::HealthOutcome;
 use crate::safety::hooks::{Gate, PostToolUse, PreToolUse};
 use crate::safety::recovery::{Failure, Verdict};
 use crate::session::Session;
-use crate::tools::ToolContext;
 use crate::tools::registry::Registered;
+use crate::tools::{CallMetadata, ToolContext};
 
 /// What a call needs from its batch.
 pub(super) struct CallScope<'a> {
@@ -52,6 +52,8 @@ pub(super) struct Answered {
 pub(super) async fn execute(
     call: &ToolCall,
     registered: &Registered,
+    input: Value,
+    metadata: Arc<CallMetadata>,
     scope: &CallScope<'_>,
 ) -> Answered {
     let tool = registered.tool.name().to_owned();
@@ -65,7 +67,7 @@ pub(super) async fn execute(
         duration_ms = field::Empty,
     );
     let started = Instant::now();
-    let answered = attempts(call, registered, &tool, scope)
+    let answered = attempts(call, registered, &tool, input, &metadata, scope)
         .instrument(span.clone())
         .await;
     let r = &answered.result;
@@ -83,10 +85,11 @@ async fn attempts(
     call: &ToolCall,
     registered: &Registered,
     tool: &str,
+    mut input: Value,
+    metadata: &Arc<CallMetadata>,
     scope: &CallScope<'_>,
 ) -> Answered {
     let p = scope.pipeline;
-    let mut input = call.arguments.clone();
     let mut attempt: u32 = 0;
     // A loop warning raised by any attempt rides on the call's final result.
     let mut loop_note: Option<String> = None;
@@ -193,7 +196,7 @@ async fn attempts(
         // 5. Cancel-or-run, biased to cancel. The middleware stack (deadline, permissions,
         //    validation, cache, redaction, output cap) wraps the tool itself.
         let started = Instant::now();
-        let invoked = run_once(call, &input, tool, scope).await;
+        let invoked = run_once(call, &input, tool, metadata, scope).await;
         let duration = started.elapsed();
         if let Some(invoked) = invoked
             .as_ref()
@@ -406,7 +409,12 @@ impl Step<'_> {
 
     /// The terminal event of the attempt.
     async fn post(&self, result: &CallResult) {
+        if !self.wants_events() {
+            return;
+        }
+        let limit = self.scope.pipeline.preview_chars;
         self.emit(Event::ToolPost {
+            preview: crate::json::truncate_chars(&result.content, limit),
             index: self.call.index,
             id: self.call.id.clone(),
             attempt: self.attempt,
@@ -460,6 +468,7 @@ async fn run_once(
     call: &ToolCall,
     input: &Value,
     tool: &str,
+    metadata: &Arc<CallMetadata>,
     scope: &CallScope<'_>,
 ) -> Option<Invoked> {
     let ctx = ToolContext {
@@ -468,6 +477,7 @@ async fn run_once(
         index: call.index,
         cancel: scope.cancel.token().child_token(),
         scratch_dir: scope.session.scratch_dir(),
+        metadata: metadata.clone(),
     };
     let token = ctx.cancel.clone();
     let invocation = Invocation {

@@ -35,6 +35,8 @@ pub enum Event {
         error_class: ErrorClass,
         duration: Duration,
         cached: bool,
+        /// The attempt's content (or error text), cut to a bounded preview.
+        preview: String,
     },
     /// A pre-tool hook decided, between the attempt's pre and post.
     GateDecision {

@@ -241,11 +241,13 @@ fn named_batch(session: &str, calls: Value) -> Batch {
         session_id: session.into(),
         calls: intake(&calls, IntakeLimits { max_json_depth: 64 }),
         context: Map::new(),
+        bindings: std::collections::BTreeMap::new(),
         options: BatchOptions {
             message_format: MessageFormat::OpenAiChat,
             call_timeout: None,
             deadline: None,
             mode: Mode::Sequential,
+            fail_fast: false,
         },
         turn: 0,
     }

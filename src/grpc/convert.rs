@@ -1,7 +1,7 @@
 //! Translation between the wire types of `toolgate.v1` and the domain types, in both directions.
 //! Requests are parsed once here ("parse, don't validate"); nothing past this file sees prost.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use prost_types::value::Kind;
@@ -11,7 +11,8 @@ use super::status::RequestError;
 use crate::calls::{self, IntakeLimits};
 use crate::config::{DispatchConfig, Limits};
 use crate::dispatch::{
-    Batch, BatchOptions, BatchReport, CallResult, ErrorClass, Event, MessageFormat, Outcome,
+    Batch, BatchOptions, BatchReport, Binding, CallResult, ErrorClass, Event, MessageFormat,
+    Outcome,
 };
 use crate::pb;
 use crate::safety::breaker::BreakerState;
@@ -72,6 +73,23 @@ pub fn batch_from_request(
         Some(context) => json_from_struct(context, depth, "context")?,
         None => Map::new(),
     };
+    let mut bindings = BTreeMap::new();
+    for (name, binding) in &request.bindings {
+        if binding.tool.is_empty() {
+            return Err(RequestError::Invalid(format!(
+                "bindings['{name}'].tool is required"
+            )));
+        }
+        let input = match &binding.input {
+            Some(input) => {
+                let at = format!("bindings['{name}'].input");
+                Some(Value::Object(json_from_struct(input, depth, &at)?))
+            }
+            None => None,
+        };
+        let tool = binding.tool.clone();
+        bindings.insert(name.clone(), Binding { tool, input });
+    }
     let received = calls::intake(
         &elements,
         IntakeLimits {
@@ -82,6 +100,7 @@ pub fn batch_from_request(
         session_id: request.session_id,
         calls: received,
         context,
+        bindings,
         options: batch_options,
         turn: request.turn,
     })
@@ -113,14 +132,12 @@ fn options_from(
             }
         }
     };
-    match OnError::try_from(options.on_error).map_err(|_| unknown("on_error", options.on_error))? {
-        OnError::Continue => {}
-        OnError::FailFast => {
-            return Err(RequestError::Unsupported(
-                "options.on_error FAIL_FAST is not supported yet; use CONTINUE".to_owned(),
-            ));
-        }
-    }
+    let fail_fast = match OnError::try_from(options.on_error)
+        .map_err(|_| unknown("on_error", options.on_error))?
+    {
+        OnError::Continue => false,
+        OnError::FailFast => true,
+    };
     let message_format = match Format::try_from(options.message_format)
         .map_err(|_| unknown("message_format", options.message_format))?
     {
@@ -163,6 +180,7 @@ fn options_from(
             message_format,
             call_timeout,
             deadline: None,
+            fail_fast,
         },
         max_calls,
     ))
@@ -401,6 +419,7 @@ pub fn event(event: Event) -> pb::DispatchEvent {
             error_class: class,
             duration: d,
             cached,
+            preview,
         } => E::ToolPost(pb::ToolPost {
             id,
             attempt,
@@ -410,6 +429,7 @@ pub fn event(event: Event) -> pb::DispatchEvent {
             duration: Some(duration(d)),
             cached,
             index: index(i),
+            result_preview: preview,
         }),
         Event::GateDecision {
             index: i,

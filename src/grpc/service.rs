@@ -59,6 +59,10 @@ impl ToolGateService {
             .try_acquire_owned()
             .map_err(|_| RequestError::Overloaded(self.state.max_batches))?;
         let batch = convert::batch_from_request(request, &self.state.rules)?;
+        self.state
+            .dispatcher
+            .check_bindings(&batch.bindings)
+            .map_err(RequestError::Invalid)?;
         Ok((batch, permit))
     }
 }

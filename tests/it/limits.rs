@@ -30,21 +30,6 @@ async fn a_batch_over_max_calls_is_refused_before_anything_runs() {
     assert_eq!(status.message(), "the batch has 3 calls; the limit is 2");
 }
 
-#[tokio::test]
-async fn unimplemented_options_are_named_in_the_error() {
-    let ts = start().await;
-    let mut req = request(json!([{"name": "echo"}]));
-    req.options = Some(pb::DispatchOptions {
-        on_error: pb::dispatch_options::OnError::FailFast.into(),
-        ..Default::default()
-    });
-    let status = ts.client.clone().dispatch(req).await.unwrap_err();
-    assert!(
-        status.message().contains("options.on_error FAIL_FAST"),
-        "{}",
-        status.message()
-    );
-}
 
 #[tokio::test]
 async fn an_oversized_message_is_refused_and_the_server_keeps_serving() {
