@@ -268,6 +268,12 @@ impl Dispatcher {
                 let call = &received.call;
                 let mut arguments = call.arguments.clone();
                 self.pipeline.redactor.redact_value(&mut arguments);
+                // Events carry a bounded preview; the result carries the arguments whole.
+                let text = json::canonical(&arguments);
+                if text.chars().count() > self.pipeline.preview_chars {
+                    arguments =
+                        Value::String(json::truncate_chars(&text, self.pipeline.preview_chars));
+                }
                 observer
                     .on_event(Event::CallReceived {
                         index: call.index,

@@ -184,6 +184,7 @@ async fn list_tools_describes_every_tool_with_its_source() {
             "explode",
             "fail",
             "flaky",
+            "meta",
             "now",
             "picture",
             "scratch_list",

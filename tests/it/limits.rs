@@ -30,7 +30,6 @@ async fn a_batch_over_max_calls_is_refused_before_anything_runs() {
     assert_eq!(status.message(), "the batch has 3 calls; the limit is 2");
 }
 
-
 #[tokio::test]
 async fn an_oversized_message_is_refused_and_the_server_keeps_serving() {
     let config = Config::from_toml("[server]\nmax_message_bytes = 65536").unwrap();

@@ -3,6 +3,7 @@
 // Test harness helpers assert by panicking, like the tests they serve.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod bindings;
 mod dispatch;
 mod hooks;
 mod intake;

@@ -155,6 +155,22 @@ fn test_tools(
     };
     server
         .tool(FnTool::new(
+            "meta",
+            "returns its input and the call metadata",
+            |input: Value, ctx: ToolContext| async move {
+                let m = &ctx.metadata;
+                Ok(ToolOutput::Json(serde_json::json!({
+                    "input": input,
+                    "tool_call": m.tool_call(),
+                    "tool_name": m.tool_name,
+                    "tool_arguments": m.tool_arguments,
+                    "tool_call_id": m.tool_call_id,
+                    "tool_call_index": m.tool_call_index,
+                    "_internal": "dropped by result selection",
+                })))
+            },
+        ))
+        .tool(FnTool::new(
             "switch",
             "fails until the test flips it",
             move |_input, _ctx| {
