@@ -1,47 +1,17 @@
 #!/usr/bin/env python3
 """Send a batch of tool calls to toolgate from Python and print the tool messages.
 
-The gRPC stubs are generated from the repository's protos with grpcio-tools on first run (into
-examples/python/generated/), so this works with nothing but `pip install grpcio grpcio-tools`.
+The gRPC stubs are generated from the repository's protos with grpcio-tools on first run
+(toolgate_stubs.py), so this works with nothing but `pip install grpcio grpcio-tools`.
 
 usage: python examples/python/dispatch_batch.py [--addr 127.0.0.1:50051]
 """
 
 import argparse
 import json
-import pathlib
 import sys
 
-HERE = pathlib.Path(__file__).resolve().parent
-PROTO_ROOT = HERE.parent.parent / "proto"
-GENERATED = HERE / "generated"
-
-
-def load_stubs():
-    """Generates (if needed) and imports toolgate_pb2 / toolgate_pb2_grpc."""
-    proto = PROTO_ROOT / "toolgate" / "v1" / "toolgate.proto"
-    target = GENERATED / "toolgate" / "v1" / "toolgate_pb2.py"
-    if not target.exists() or target.stat().st_mtime < proto.stat().st_mtime:
-        import grpc_tools
-        from grpc_tools import protoc
-
-        GENERATED.mkdir(parents=True, exist_ok=True)
-        well_known = pathlib.Path(grpc_tools.__file__).parent / "_proto"
-        code = protoc.main([
-            "grpc_tools.protoc",
-            f"-I{PROTO_ROOT}",
-            f"-I{well_known}",
-            f"--python_out={GENERATED}",
-            f"--grpc_python_out={GENERATED}",
-            str(proto),
-        ])
-        if code != 0:
-            sys.exit(f"protoc failed with exit code {code}")
-    sys.path.insert(0, str(GENERATED))
-    from toolgate.v1 import toolgate_pb2, toolgate_pb2_grpc
-
-    return toolgate_pb2, toolgate_pb2_grpc
-
+import toolgate_stubs
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -51,7 +21,7 @@ def main():
     import grpc
     from google.protobuf import json_format
 
-    pb, pb_grpc = load_stubs()
+    pb, pb_grpc = toolgate_stubs.load()
 
     # The assistant message exactly as an OpenAI chat completion returned it.
     assistant_message = {

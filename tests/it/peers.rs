@@ -191,3 +191,43 @@ fn a_bad_config_exits_non_zero_listing_every_problem() {
     assert!(output.status.success());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn the_next_turn_example_builds_the_conversation_in_every_format() {
+    let env = testenv();
+    let server = Binary::start(&[]);
+    let output = run(Command::new(env.join("venv/bin/python"))
+        .arg(Path::new(REPO).join("examples/python/next_turn.py"))
+        .args(["--addr", &server.addr]));
+    assert_contains(
+        &output,
+        &[
+            "== OPENAI_CHAT: the next request's conversation ==",
+            r#"{"content": "{\"text\":\"hi\"}", "role": "tool", "tool_call_id": "call_7"}"#,
+            r#""tool_use_id": "toolu_7", "type": "tool_result""#,
+            r#"{"call_id": "call_r7", "output": "{\"text\":\"hi\"}", "type": "function_call_output"}"#,
+            r#"{"functionResponse": {"id": "g7", "name": "echo", "response": {"output": {"text": "hi"}}}}"#,
+            "every tool call answered by id in every format",
+        ],
+    );
+}
+
+#[test]
+fn the_agent_loop_example_runs_two_turns_with_a_context_binding() {
+    let env = testenv();
+    let server = Binary::start(&[]);
+    let output = run(Command::new(env.join("venv/bin/python"))
+        .arg(Path::new(REPO).join("examples/python/agent_loop.py"))
+        .args(["--addr", &server.addr]));
+    assert_contains(
+        &output,
+        &[
+            r#"turn 0: get_weather -> echo: {"city":"Berlin","plan":"pro","units":"metric","user":"u-7"}"#,
+            "turn 1: scratch_write -> scratch_write: {\"bytes\":15,\"path\":\"notes/weather.txt\"}",
+            "turn 2: final answer: Noted the Berlin weather check in notes/weather.txt.",
+        ],
+    );
+    // The results and the conversation are printed: an unselected context field in any tool
+    // input would show up in echo's result.
+    assert!(!output.contains("ada@example.com"), "the unselected context field leaked:\n{output}");
+}

@@ -1,0 +1,40 @@
+"""Generates (on first use) and imports the toolgate gRPC stubs from the repository's protos.
+
+Needs only `pip install grpcio grpcio-tools`. The stubs go to examples/python/generated/.
+"""
+
+import pathlib
+import sys
+
+HERE = pathlib.Path(__file__).resolve().parent
+PROTO_ROOT = HERE.parent.parent / "proto"
+GENERATED = HERE / "generated"
+PROTOS = ["toolgate.proto", "hooks.proto"]
+
+
+def load():
+    """Returns (toolgate_pb2, toolgate_pb2_grpc), generating them if the protos changed."""
+    sources = [PROTO_ROOT / "toolgate" / "v1" / name for name in PROTOS]
+    target = GENERATED / "toolgate" / "v1" / "toolgate_pb2.py"
+    newest = max(p.stat().st_mtime for p in sources)
+    if not target.exists() or target.stat().st_mtime < newest:
+        import grpc_tools
+        from grpc_tools import protoc
+
+        GENERATED.mkdir(parents=True, exist_ok=True)
+        well_known = pathlib.Path(grpc_tools.__file__).parent / "_proto"
+        code = protoc.main([
+            "grpc_tools.protoc",
+            f"-I{PROTO_ROOT}",
+            f"-I{well_known}",
+            f"--python_out={GENERATED}",
+            f"--grpc_python_out={GENERATED}",
+            *map(str, sources),
+        ])
+        if code != 0:
+            sys.exit(f"protoc failed with exit code {code}")
+    if str(GENERATED) not in sys.path:
+        sys.path.insert(0, str(GENERATED))
+    from toolgate.v1 import toolgate_pb2, toolgate_pb2_grpc
+
+    return toolgate_pb2, toolgate_pb2_grpc
