@@ -229,5 +229,8 @@ fn the_agent_loop_example_runs_two_turns_with_a_context_binding() {
     );
     // The results and the conversation are printed: an unselected context field in any tool
     // input would show up in echo's result.
-    assert!(!output.contains("ada@example.com"), "the unselected context field leaked:\n{output}");
+    assert!(
+        !output.contains("ada@example.com"),
+        "the unselected context field leaked:\n{output}"
+    );
 }
