@@ -28,7 +28,7 @@ use crate::safety::hooks::{Action, CommandHook, Condition, FailureMode, Hook, Ho
 use crate::safety::policy::Policy;
 use crate::safety::recovery::{DefaultReflector, Reflector};
 use crate::session::{SessionLimits, Sessions};
-use crate::tools::{RegistryError, Tool, ToolRegistry, ToolSource, builtin_tools};
+use crate::tools::{Catalog, RegistryError, Tool, ToolRegistry, ToolSource, builtin_tools};
 
 /// Distinguishes the default scratch bases of servers in one process.
 static SERVER_SERIAL: AtomicU64 = AtomicU64::new(1);
@@ -170,7 +170,7 @@ impl Server {
     /// in-process (benchmarks, embedders that call `Dispatcher::run` directly).
     pub fn dispatcher(&self) -> Result<Dispatcher, StartError> {
         self.config.validate()?;
-        let registry = Arc::new(self.registry()?);
+        let registry = Arc::new(Catalog::new(self.registry()?));
         let sessions = Arc::new(sessions(&self.config));
         let pipeline = self.pipeline(registry.clone())?;
         let bindings = self
@@ -196,7 +196,7 @@ impl Server {
             })
     }
 
-    fn pipeline(&self, registry: Arc<ToolRegistry>) -> Result<Pipeline, StartError> {
+    fn pipeline(&self, registry: Arc<Catalog>) -> Result<Pipeline, StartError> {
         let c = &self.config;
         let health = Arc::new(Health::new(BreakerConfig {
             failure_threshold: c.breaker.failure_threshold,

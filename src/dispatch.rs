@@ -30,7 +30,7 @@ use crate::safety::policy::Policy;
 use crate::safety::recovery::{DefaultReflector, Reflector};
 use crate::session::{Session, Sessions};
 use crate::tools::registry::Registered;
-use crate::tools::{CallMetadata, ToolRegistry};
+use crate::tools::{CallMetadata, Catalog, ToolRegistry};
 
 pub use call::readable;
 pub use cancel::Cancel;
@@ -142,7 +142,7 @@ pub struct Pipeline {
 impl Pipeline {
     /// A pipeline with no hooks, the built-in reflector and the middleware `config` describes.
     pub fn new(
-        registry: Arc<ToolRegistry>,
+        catalog: Arc<Catalog>,
         health: Arc<Health>,
         policy: Policy,
         config: &MiddlewareConfig,
@@ -152,7 +152,7 @@ impl Pipeline {
             health,
             policy: Arc::new(policy),
             reflector: Arc::new(DefaultReflector),
-            service: middleware::stack(config, registry),
+            service: middleware::stack(config, catalog),
             redactor: config.redactor.clone(),
             batch_budget_chars: 0,
             suggestion_threshold: config.suggestion_threshold,
@@ -165,7 +165,7 @@ impl Pipeline {
 /// Runs batches against a registry of tools.
 #[derive(Clone)]
 pub struct Dispatcher {
-    registry: Arc<ToolRegistry>,
+    catalog: Arc<Catalog>,
     sessions: Arc<Sessions>,
     pipeline: Pipeline,
     /// The server's bindings (from the config), already checked.
@@ -180,9 +180,9 @@ struct Prepared<'r> {
 }
 
 impl Dispatcher {
-    pub fn new(registry: Arc<ToolRegistry>, sessions: Arc<Sessions>, pipeline: Pipeline) -> Self {
+    pub fn new(catalog: Arc<Catalog>, sessions: Arc<Sessions>, pipeline: Pipeline) -> Self {
         Dispatcher {
-            registry,
+            catalog,
             sessions,
             pipeline,
             bindings: Arc::default(),
@@ -201,7 +201,7 @@ impl Dispatcher {
     pub fn check_bindings(&self, bindings: &BTreeMap<String, Binding>) -> Result<(), String> {
         let mut problems = Vec::new();
         for (name, binding) in bindings {
-            if self.registry.get(&binding.tool).is_none() {
+            if self.catalog.snapshot().get(&binding.tool).is_none() {
                 problems.push(format!(
                     "binding '{name}': tool '{}' is not registered",
                     binding.tool
@@ -227,8 +227,14 @@ impl Dispatcher {
         }
     }
 
-    pub fn registry(&self) -> &ToolRegistry {
-        &self.registry
+    /// The tools as they are now.
+    pub fn registry(&self) -> Arc<ToolRegistry> {
+        self.catalog.snapshot()
+    }
+
+    /// The shared catalog, for registering and removing tools at run time.
+    pub fn catalog(&self) -> &Arc<Catalog> {
+        &self.catalog
     }
 
     pub fn sessions(&self) -> &Sessions {
@@ -283,7 +289,9 @@ impl Dispatcher {
                     })
                     .await;
             }
-            let prepared = self.prepare(&batch);
+            // One snapshot for the whole batch: a registration meanwhile does not change it.
+            let registry = self.catalog.snapshot();
+            let prepared = self.prepare(&registry, &batch);
             // Both modes share one executor: sequential is a chain with a limit of one.
             let (plan, limit) = match batch.options.mode {
                 Mode::Parallel { max_concurrency } if batch.calls.len() >= 2 => {
@@ -348,7 +356,7 @@ impl Dispatcher {
         let mut message = format!("tool '{}' is not available", call.name);
         if let Some(candidate) = middleware::suggest(
             &call.name,
-            &self.registry,
+            &self.catalog.snapshot(),
             self.pipeline.suggestion_threshold,
         ) {
             message.push_str(&format!(". Did you mean '{candidate}'?"));
@@ -377,7 +385,7 @@ struct BatchScope<'a> {
 
 impl Dispatcher {
     /// Resolves each call's binding: the tool it runs and the input that tool receives.
-    fn prepare<'r>(&'r self, batch: &Batch) -> Vec<Prepared<'r>> {
+    fn prepare<'r>(&self, registry: &'r ToolRegistry, batch: &Batch) -> Vec<Prepared<'r>> {
         batch
             .calls
             .iter()
@@ -417,7 +425,7 @@ impl Dispatcher {
                     None => call.arguments.clone(),
                 };
                 Prepared {
-                    registered: self.registry.get(target),
+                    registered: registry.get(target),
                     input,
                     metadata,
                 }

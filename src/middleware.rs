@@ -24,7 +24,7 @@ use tower::util::BoxCloneSyncService;
 
 use crate::dispatch::ErrorClass;
 use crate::safety::hooks::GateRecord;
-use crate::tools::{ToolContext, ToolOutput, ToolRegistry};
+use crate::tools::{Catalog, ToolContext, ToolOutput};
 
 pub use cache::{Cache, CacheLayer, CacheRule, CacheScope, ResultCache};
 pub use core::Core;
@@ -121,7 +121,7 @@ pub struct MiddlewareConfig {
 }
 
 /// Builds the stack, outermost layer first. Each layer's comment says why it sits there.
-pub fn stack(config: &MiddlewareConfig, registry: Arc<ToolRegistry>) -> ToolService {
+pub fn stack(config: &MiddlewareConfig, catalog: Arc<Catalog>) -> ToolService {
     let cache = Arc::new(ResultCache::new(config.cache_max_entries));
     let service = ServiceBuilder::new()
         // Output cap outermost: it measures exactly what leaves the pipeline, and it cuts text
@@ -139,14 +139,14 @@ pub fn stack(config: &MiddlewareConfig, registry: Arc<ToolRegistry>) -> ToolServ
         // Unknown-tool suggestions sit outside the policy layers: a name the core cannot find is
         // answered with the registry's names, decided from the typed error class.
         .layer(UnknownToolLayer::new(
-            registry.clone(),
+            catalog.clone(),
             config.suggestion_threshold,
         ))
         // Permissions before anything that does work: a denied call never validates, never hits
         // the cache and never runs.
         .layer(PermissionLayer::new(config.permissions.clone()))
         // Validation before the cache and the tool: an invalid call is answered without either.
-        .layer(ValidateLayer::new(registry.clone(), config.validate))
+        .layer(ValidateLayer::new(catalog.clone(), config.validate))
         // The cache inside the policy layers (a hit cannot bypass them) and outside the timeout
         // (a hit needs no deadline).
         .layer(CacheLayer::new(
@@ -160,7 +160,7 @@ pub fn stack(config: &MiddlewareConfig, registry: Arc<ToolRegistry>) -> ToolServ
             config.tool_timeouts.clone(),
         ))
         // The core looks the tool up and runs it with panic isolation.
-        .service(Core::new(registry));
+        .service(Core::new(catalog));
     BoxCloneSyncService::new(service)
 }
 

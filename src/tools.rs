@@ -2,6 +2,7 @@
 //! A tool never sees gRPC types: it gets JSON input and a `ToolContext`, and returns `ToolOutput`.
 
 mod builtin;
+mod catalog;
 mod function;
 pub(crate) mod registry;
 mod scratch;
@@ -15,6 +16,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 pub use builtin::{BUILTIN_NAMES, builtin_tools};
+pub use catalog::Catalog;
 pub use function::FnTool;
 pub use registry::{RegistryError, ToolRegistry, ToolSource};
 

@@ -210,7 +210,7 @@ fn harness_with(
     for tool in extra {
         registry.register(tool, ToolSource::Embedded).unwrap();
     }
-    let registry = Arc::new(registry);
+    let registry = Arc::new(crate::tools::Catalog::new(registry));
     let middleware = crate::app::middleware_config(&config).unwrap();
     let mut pipeline = Pipeline::new(
         registry.clone(),

@@ -10,17 +10,17 @@ use tower::Service;
 
 use super::{Invocation, Invoked, Reply};
 use crate::dispatch::ErrorClass;
-use crate::tools::{BoxFuture, ToolErrorKind, ToolRegistry};
+use crate::tools::{BoxFuture, Catalog, ToolErrorKind};
 
 /// Runs registered tools.
 #[derive(Clone)]
 pub struct Core {
-    registry: Arc<ToolRegistry>,
+    catalog: Arc<Catalog>,
 }
 
 impl Core {
-    pub fn new(registry: Arc<ToolRegistry>) -> Self {
-        Core { registry }
+    pub fn new(catalog: Arc<Catalog>) -> Self {
+        Core { catalog }
     }
 }
 
@@ -34,7 +34,8 @@ impl Service<Invocation> for Core {
     }
 
     fn call(&mut self, inv: Invocation) -> Self::Future {
-        let registry = self.registry.clone();
+        // The current registry: a remote removed since the batch began is not found.
+        let registry = self.catalog.snapshot();
         Box::pin(async move {
             let Some(registered) = registry.get(&inv.tool) else {
                 // The suggestion layer adds the names; the class is what it keys on.

@@ -142,12 +142,12 @@ async fn permission_rules_deny_ask_and_allow_with_gate_records() {
     );
 }
 
-fn registry() -> Arc<ToolRegistry> {
-    let mut r = ToolRegistry::default();
+fn registry() -> Arc<Catalog> {
+    let mut r = crate::tools::ToolRegistry::default();
     for tool in builtin_tools(&[]) {
         r.register(tool, ToolSource::Builtin).unwrap();
     }
-    Arc::new(r)
+    Arc::new(Catalog::new(r))
 }
 
 #[tokio::test]

@@ -9,7 +9,7 @@ use tower::{Layer, Service};
 
 use super::{Invocation, Invoked, Reply};
 use crate::dispatch::ErrorClass;
-use crate::tools::{BoxFuture, ToolRegistry};
+use crate::tools::{BoxFuture, Catalog, ToolRegistry};
 
 /// Names listed before `... (and N more)`.
 const LISTED: usize = 10;
@@ -83,7 +83,7 @@ pub fn suggest(name: &str, registry: &ToolRegistry, threshold: f64) -> Option<St
 /// Applies `UnknownTool`.
 #[derive(Clone)]
 pub struct UnknownToolLayer {
-    registry: Arc<ToolRegistry>,
+    catalog: Arc<Catalog>,
     threshold: f64,
 }
 
@@ -91,14 +91,14 @@ pub struct UnknownToolLayer {
 #[derive(Clone)]
 pub struct UnknownTool<S> {
     inner: S,
-    registry: Arc<ToolRegistry>,
+    catalog: Arc<Catalog>,
     threshold: f64,
 }
 
 impl UnknownToolLayer {
-    pub fn new(registry: Arc<ToolRegistry>, threshold: f64) -> Self {
+    pub fn new(catalog: Arc<Catalog>, threshold: f64) -> Self {
         UnknownToolLayer {
-            registry,
+            catalog,
             threshold: threshold.clamp(0.0, 1.0),
         }
     }
@@ -109,7 +109,7 @@ impl<S> Layer<S> for UnknownToolLayer {
     fn layer(&self, inner: S) -> UnknownTool<S> {
         UnknownTool {
             inner,
-            registry: self.registry.clone(),
+            catalog: self.catalog.clone(),
             threshold: self.threshold,
         }
     }
@@ -130,7 +130,7 @@ where
 
     fn call(&mut self, inv: Invocation) -> Self::Future {
         let name = inv.tool.clone();
-        let registry = self.registry.clone();
+        let catalog = self.catalog.clone();
         let threshold = self.threshold;
         let running = self.inner.call(inv);
         Box::pin(async move {
@@ -140,7 +140,7 @@ where
                 message,
                 ..
             } = &mut invoked.reply
-                && let Some(candidate) = suggest(&name, &registry, threshold)
+                && let Some(candidate) = suggest(&name, &catalog.snapshot(), threshold)
             {
                 message.push_str(&format!(". Did you mean '{candidate}'?"));
             }

@@ -10,18 +10,19 @@ use tower::{Layer, Service};
 
 use super::{Invocation, Invoked};
 use crate::dispatch::ErrorClass;
-use crate::tools::{BoxFuture, ToolRegistry};
+use crate::tools::{BoxFuture, Catalog};
 
 /// Violations listed before "and N more".
 const LISTED: usize = 10;
 
-/// Compiled validators by tool name; `None` when a tool's schema does not compile.
-type Compiled = Arc<Mutex<HashMap<String, Option<Arc<jsonschema::Validator>>>>>;
+/// Compiled validators by tool name (`None` when a schema does not compile), for one catalog
+/// generation: a registration may change a tool's schema, so a new generation starts afresh.
+type Compiled = Arc<Mutex<(u64, HashMap<String, Option<Arc<jsonschema::Validator>>>)>>;
 
 /// Applies `Validate`.
 #[derive(Clone)]
 pub struct ValidateLayer {
-    registry: Arc<ToolRegistry>,
+    catalog: Arc<Catalog>,
     enabled: bool,
     compiled: Compiled,
 }
@@ -30,15 +31,15 @@ pub struct ValidateLayer {
 #[derive(Clone)]
 pub struct Validate<S> {
     inner: S,
-    registry: Arc<ToolRegistry>,
+    catalog: Arc<Catalog>,
     enabled: bool,
     compiled: Compiled,
 }
 
 impl ValidateLayer {
-    pub fn new(registry: Arc<ToolRegistry>, enabled: bool) -> Self {
+    pub fn new(catalog: Arc<Catalog>, enabled: bool) -> Self {
         ValidateLayer {
-            registry,
+            catalog,
             enabled,
             compiled: Arc::default(),
         }
@@ -50,7 +51,7 @@ impl<S> Layer<S> for ValidateLayer {
     fn layer(&self, inner: S) -> Validate<S> {
         Validate {
             inner,
-            registry: self.registry.clone(),
+            catalog: self.catalog.clone(),
             enabled: self.enabled,
             compiled: self.compiled.clone(),
         }
@@ -60,11 +61,16 @@ impl<S> Layer<S> for ValidateLayer {
 impl<S> Validate<S> {
     /// The tool's validator, compiled once (schemas of registered tools do not change).
     fn validator(&self, tool: &str) -> Option<Arc<jsonschema::Validator>> {
-        let mut compiled = self.compiled.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = self.compiled.lock().unwrap_or_else(|p| p.into_inner());
+        let generation = self.catalog.generation();
+        if guard.0 != generation {
+            *guard = (generation, HashMap::new());
+        }
+        let compiled = &mut guard.1;
         if let Some(found) = compiled.get(tool) {
             return found.clone();
         }
-        let schema = self.registry.get(tool)?.tool.input_schema();
+        let schema = self.catalog.snapshot().get(tool)?.tool.input_schema();
         let validator = match jsonschema::validator_for(&schema) {
             Ok(v) => Some(Arc::new(v)),
             Err(error) => {

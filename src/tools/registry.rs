@@ -34,6 +34,12 @@ pub struct ToolRegistry {
     tools: BTreeMap<String, Registered>,
 }
 
+impl std::fmt::Debug for ToolRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.tools.keys()).finish()
+    }
+}
+
 impl ToolRegistry {
     /// Adds a tool; names are unique and limited to what every provider accepts.
     pub fn register(
@@ -50,6 +56,11 @@ impl ToolRegistry {
         }
         self.tools.insert(name, Registered { tool, source });
         Ok(())
+    }
+
+    /// Removes a tool; true if it was registered.
+    pub fn remove(&mut self, name: &str) -> bool {
+        self.tools.remove(name).is_some()
     }
 
     pub fn get(&self, name: &str) -> Option<&Registered> {
