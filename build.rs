@@ -6,6 +6,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protos = [
         "proto/toolgate/v1/toolgate.proto",
         "proto/toolgate/v1/hooks.proto",
+        "proto/toolgate/v1/worker.proto",
     ];
     println!("cargo:rerun-if-changed=proto");
 

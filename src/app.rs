@@ -28,6 +28,7 @@ use crate::safety::hooks::{Action, CommandHook, Condition, FailureMode, Hook, Ho
 use crate::safety::policy::Policy;
 use crate::safety::recovery::{DefaultReflector, Reflector};
 use crate::session::{SessionLimits, Sessions};
+use crate::tools::remote::{RemoteError, Remotes};
 use crate::tools::{Catalog, RegistryError, Tool, ToolRegistry, ToolSource, builtin_tools};
 
 /// Distinguishes the default scratch bases of servers in one process.
@@ -48,6 +49,8 @@ pub enum StartError {
     Config(#[from] ConfigError),
     #[error(transparent)]
     Registry(#[from] RegistryError),
+    #[error(transparent)]
+    Remote(#[from] RemoteError),
     /// A hook, a redaction pattern or another pipeline part could not be built.
     #[error("{0}")]
     Hooks(String),
@@ -130,6 +133,11 @@ impl Server {
         })?;
         let dispatcher = self.dispatcher()?;
         let sessions = dispatcher.sessions_handle();
+        // Remotes from the config are connected before serving: an unreachable one stops the start.
+        let remotes = Arc::new(Remotes::new(dispatcher.catalog().clone()));
+        for spec in &self.config.remotes {
+            remotes.register(spec.clone()).await?;
+        }
         let max_batches = self.config.server.max_concurrent_batches;
         let state = Arc::new(ServiceState {
             dispatcher,
@@ -141,6 +149,8 @@ impl Server {
             shutdown: Cancel::new(),
             batch_permits: Arc::new(Semaphore::new(max_batches)),
             max_batches,
+            remotes,
+            allow_registration: self.config.remote_registration.enabled,
         });
         let settings = ServeSettings {
             max_message_bytes: self.config.server.max_message_bytes,

@@ -1,8 +1,11 @@
 //! Typed configuration: the embedded default, a TOML file and `TOOLGATE_*` environment variables,
 //! merged in that order, then validated with every problem reported at once.
 
-mod duration;
+pub(crate) mod duration;
 mod optional_duration;
+
+/// Durations as text in any deserialized definition (`"10s"`).
+pub(crate) use duration as duration_text;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -41,6 +44,8 @@ pub struct Config {
     pub unknown_tool: UnknownToolConfig,
     pub permissions: PermissionsConfig,
     pub bindings: BTreeMap<String, BindingConfig>,
+    pub remotes: Vec<crate::tools::remote::RemoteSpec>,
+    pub remote_registration: RemoteRegistrationConfig,
     pub tools: ToolsConfig,
     pub log: LogConfig,
 }
@@ -290,6 +295,13 @@ pub enum PermissionDecision {
     Allow,
     Deny,
     Ask,
+}
+
+/// `[remote_registration]`: whether clients may add and remove remotes at run time.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RemoteRegistrationConfig {
+    pub enabled: bool,
 }
 
 /// `[bindings.<name>]`: a model-facing name bound to a registered tool and an input mapping.
@@ -621,6 +633,18 @@ impl Config {
                 ));
             }
         }
+        let mut names = std::collections::BTreeSet::new();
+        for (i, remote) in self.remotes.iter().enumerate() {
+            if !names.insert(&remote.name) {
+                p.push(format!(
+                    "remotes[{i}]: the name '{}' is used twice",
+                    remote.name
+                ));
+            }
+            if let Err(reason) = remote.check() {
+                p.push(format!("remotes[{i}] ({}): {reason}", remote.name));
+            }
+        }
         for (name, binding) in &self.bindings {
             match &binding.input {
                 None => {}
@@ -834,13 +858,20 @@ fn from_table(mut table: Table, problems: &mut Vec<String>) -> Config {
     );
     section(&mut table, "permissions", &mut config.permissions, problems);
     section(&mut table, "bindings", &mut config.bindings, problems);
+    section(&mut table, "remotes", &mut config.remotes, problems);
+    section(
+        &mut table,
+        "remote_registration",
+        &mut config.remote_registration,
+        problems,
+    );
     section(&mut table, "tools", &mut config.tools, problems);
     section(&mut table, "log", &mut config.log, problems);
     for unknown in table.keys() {
         problems.push(format!(
             "unknown section '{unknown}' (known: server, limits, dispatch, sessions, memory, \
              loop_detection, breaker, retry, per_tool, hooks, validation, output, redaction, cache, \
-             unknown_tool, permissions, bindings, tools, log)"
+             unknown_tool, permissions, bindings, remotes, remote_registration, tools, log)"
         ));
     }
     config

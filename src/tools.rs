@@ -5,6 +5,7 @@ mod builtin;
 mod catalog;
 mod function;
 pub(crate) mod registry;
+pub mod remote;
 mod scratch;
 
 use std::future::Future;
@@ -75,7 +76,22 @@ pub struct ToolContext {
     pub scratch_dir: PathBuf,
     /// The call this execution serves, as the model made it.
     pub metadata: Arc<CallMetadata>,
+    /// When the call must be done (remote tools pass it on to the remote side).
+    pub deadline: Option<tokio::time::Instant>,
+    /// Where the tool may report progress; `None` when nobody listens.
+    pub progress: Option<ProgressSink>,
 }
+
+/// A progress report from a running tool.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Progress {
+    pub progress: f64,
+    pub total: Option<f64>,
+    pub message: String,
+}
+
+/// Sends progress reports to the batch's observer.
+pub type ProgressSink = tokio::sync::mpsc::UnboundedSender<Progress>;
 
 /// What a tool learns about the model's call besides its (possibly mapped) input.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -120,6 +136,8 @@ impl ToolContext {
                 tool_call_index: index,
                 ..CallMetadata::default()
             }),
+            deadline: None,
+            progress: None,
         }
     }
 }
@@ -151,6 +169,8 @@ pub enum ToolErrorKind {
     Failed,
     /// The input was unusable (the model should fix its arguments).
     InvalidInput,
+    /// A remote tool could not be reached (the breaker counts it; idempotent tools are retried).
+    Transport,
 }
 
 /// A tool failure; its message is what the model reads.
@@ -180,6 +200,14 @@ impl ToolError {
     pub fn invalid_input(message: impl Into<String>) -> Self {
         ToolError {
             kind: ToolErrorKind::InvalidInput,
+            ..ToolError::failed(message)
+        }
+    }
+
+    /// A remote tool could not be reached.
+    pub fn transport(message: impl Into<String>) -> Self {
+        ToolError {
+            kind: ToolErrorKind::Transport,
             ..ToolError::failed(message)
         }
     }

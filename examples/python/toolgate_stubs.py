@@ -9,11 +9,27 @@ import sys
 HERE = pathlib.Path(__file__).resolve().parent
 PROTO_ROOT = HERE.parent.parent / "proto"
 GENERATED = HERE / "generated"
-PROTOS = ["toolgate.proto", "hooks.proto"]
+PROTOS = ["toolgate.proto", "hooks.proto", "worker.proto"]
 
 
 def load():
     """Returns (toolgate_pb2, toolgate_pb2_grpc), generating them if the protos changed."""
+    generate()
+    from toolgate.v1 import toolgate_pb2, toolgate_pb2_grpc
+
+    return toolgate_pb2, toolgate_pb2_grpc
+
+
+def load_worker():
+    """Returns (worker_pb2, worker_pb2_grpc, toolgate_pb2) for serving ToolWorker."""
+    generate()
+    from toolgate.v1 import toolgate_pb2, worker_pb2, worker_pb2_grpc
+
+    return worker_pb2, worker_pb2_grpc, toolgate_pb2
+
+
+def generate():
+    """Generates the stubs into examples/python/generated/ if the protos changed."""
     sources = [PROTO_ROOT / "toolgate" / "v1" / name for name in PROTOS]
     target = GENERATED / "toolgate" / "v1" / "toolgate_pb2.py"
     newest = max(p.stat().st_mtime for p in sources)
@@ -35,6 +51,3 @@ def load():
             sys.exit(f"protoc failed with exit code {code}")
     if str(GENERATED) not in sys.path:
         sys.path.insert(0, str(GENERATED))
-    from toolgate.v1 import toolgate_pb2, toolgate_pb2_grpc
-
-    return toolgate_pb2, toolgate_pb2_grpc

@@ -196,7 +196,7 @@ async fn attempts(
         // 5. Cancel-or-run, biased to cancel. The middleware stack (deadline, permissions,
         //    validation, cache, redaction, output cap) wraps the tool itself.
         let started = Instant::now();
-        let invoked = run_once(call, &input, tool, metadata, scope).await;
+        let invoked = run_once(call, &input, tool, metadata, &step).await;
         let duration = started.elapsed();
         if let Some(invoked) = invoked
             .as_ref()
@@ -426,6 +426,19 @@ impl Step<'_> {
         .await;
     }
 
+    async fn progress(&self, report: crate::tools::Progress) {
+        self.emit(Event::Progress {
+            index: self.call.index,
+            id: self.call.id.clone(),
+            attempt: self.attempt,
+            tool: self.tool.to_owned(),
+            progress: report.progress,
+            total: report.total,
+            message: report.message,
+        })
+        .await;
+    }
+
     async fn breaker_changed(&self, transition: Option<Transition>) {
         if let Some(t) = transition {
             tracing::info!(tool = %self.tool, from = ?t.from, to = ?t.to, "breaker changed");
@@ -469,8 +482,11 @@ async fn run_once(
     input: &Value,
     tool: &str,
     metadata: &Arc<CallMetadata>,
-    scope: &CallScope<'_>,
+    step: &Step<'_>,
 ) -> Option<Invoked> {
+    let scope = step.scope;
+    // Progress reports travel to the observer while the tool runs (only if anyone listens).
+    let (progress_tx, mut progress_rx) = tokio::sync::mpsc::unbounded_channel();
     let ctx = ToolContext {
         session_id: scope.session.id.clone(),
         call_id: call.id.clone(),
@@ -478,6 +494,8 @@ async fn run_once(
         cancel: scope.cancel.token().child_token(),
         scratch_dir: scope.session.scratch_dir(),
         metadata: metadata.clone(),
+        deadline: None,
+        progress: step.wants_events().then_some(progress_tx),
     };
     let token = ctx.cancel.clone();
     let invocation = Invocation {
@@ -489,16 +507,24 @@ async fn run_once(
         deadline: scope.options.deadline,
         budget: scope.budget.clone(),
     };
-    let service = scope.pipeline.service.clone();
-    let invoked = tokio::select! {
-        biased;
-        () = scope.cancel.cancelled() => None,
-        done = service.oneshot(invocation) => {
-            let Ok(invoked) = done;
-            Some(invoked)
+    let running = scope.pipeline.service.clone().oneshot(invocation);
+    tokio::pin!(running);
+    let invoked = loop {
+        tokio::select! {
+            biased;
+            () = scope.cancel.cancelled() => break None,
+            done = &mut running => {
+                let Ok(invoked) = done;
+                break Some(invoked);
+            }
+            Some(report) = progress_rx.recv() => step.progress(report).await,
         }
     };
     token.cancel();
+    // Reports sent just before the tool returned still reach the observer, in order.
+    while let Ok(report) = progress_rx.try_recv() {
+        step.progress(report).await;
+    }
     invoked
 }
 

@@ -68,6 +68,16 @@ pub enum Event {
         pattern: String,
         repeats: u32,
     },
+    /// A running call reported progress.
+    Progress {
+        index: usize,
+        id: String,
+        attempt: u32,
+        tool: String,
+        progress: f64,
+        total: Option<f64>,
+        message: String,
+    },
     /// A tool's breaker changed state because of this call's attempt.
     BreakerChanged {
         id: String,

@@ -493,6 +493,23 @@ pub fn event(event: Event) -> pb::DispatchEvent {
                 index: index(i),
             })
         }
+        Event::Progress {
+            index: i,
+            id,
+            attempt,
+            tool,
+            progress,
+            total,
+            message,
+        } => E::Progress(pb::Progress {
+            id,
+            attempt,
+            tool,
+            progress,
+            total: total.unwrap_or(0.0),
+            message,
+            index: index(i),
+        }),
         Event::BreakerChanged { id, tool, from, to } => E::BreakerChanged(pb::BreakerChanged {
             tool,
             from: breaker_state(from).into(),
@@ -550,6 +567,9 @@ pub fn tool_definition(registered: &Registered) -> pb::ToolDefinition {
     let source = match registered.source {
         ToolSource::Builtin => Source::Builtin,
         ToolSource::Embedded => Source::Embedded,
+        ToolSource::Worker => Source::Worker,
+        ToolSource::Mcp => Source::Mcp,
+        ToolSource::Http => Source::Http,
     };
     pb::ToolDefinition {
         name: tool.name().to_owned(),

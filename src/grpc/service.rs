@@ -17,6 +17,7 @@ use crate::dispatch::{Batch, Cancel, Dispatcher, Event, NoObserver, Observer};
 use crate::pb;
 use crate::pb::tool_gate_server::ToolGate;
 use crate::tools::BoxFuture;
+use crate::tools::remote::{RemoteSpec, Remotes};
 
 /// Events buffered per stream before the batch waits for the client to read.
 const EVENT_BUFFER: usize = 64;
@@ -31,6 +32,9 @@ pub struct ServiceState {
     pub shutdown: Cancel,
     pub batch_permits: Arc<Semaphore>,
     pub max_batches: usize,
+    pub remotes: Arc<Remotes>,
+    /// Whether `RegisterRemote` / `UnregisterRemote` are allowed.
+    pub allow_registration: bool,
 }
 
 /// The `toolgate.v1.ToolGate` implementation.
@@ -42,6 +46,17 @@ pub struct ToolGateService {
 impl ToolGateService {
     pub fn new(state: Arc<ServiceState>) -> Self {
         ToolGateService { state }
+    }
+
+    fn registration_allowed(&self) -> Result<(), RequestError> {
+        if self.state.allow_registration {
+            Ok(())
+        } else {
+            Err(RequestError::PermissionDenied(
+                "registering remotes at run time is off: set [remote_registration] enabled = true"
+                    .to_owned(),
+            ))
+        }
     }
 
     /// Refuses the request while draining or overloaded, then parses it.
@@ -161,6 +176,46 @@ impl ToolGate for ToolGateService {
         let id = checked_session_id(request.into_inner().session_id)?;
         let ended = self.state.dispatcher.sessions().end(&id);
         Ok(Response::new(pb::EndSessionResponse { ended }))
+    }
+
+    async fn register_remote(
+        &self,
+        request: Request<pb::RegisterRemoteRequest>,
+    ) -> Result<Response<pb::RegisterRemoteResponse>, Status> {
+        self.registration_allowed()?;
+        let definition = request.into_inner().definition.unwrap_or_default();
+        let definition = convert::to_json(&prost_types::Value {
+            kind: Some(prost_types::value::Kind::StructValue(definition)),
+        });
+        let spec: RemoteSpec = serde_json::from_value(definition)
+            .map_err(|e| RequestError::Invalid(format!("definition: {e}")))?;
+        let contributed = self
+            .state
+            .remotes
+            .register(spec)
+            .await
+            .map_err(RequestError::from)?;
+        let registry = self.state.dispatcher.registry();
+        let tools = contributed
+            .iter()
+            .filter_map(|c| registry.get(&c.name))
+            .map(convert::tool_definition)
+            .collect();
+        Ok(Response::new(pb::RegisterRemoteResponse { tools }))
+    }
+
+    async fn unregister_remote(
+        &self,
+        request: Request<pb::UnregisterRemoteRequest>,
+    ) -> Result<Response<pb::UnregisterRemoteResponse>, Status> {
+        self.registration_allowed()?;
+        let name = request.into_inner().name;
+        let tools = self
+            .state
+            .remotes
+            .unregister(&name)
+            .map_err(RequestError::from)?;
+        Ok(Response::new(pb::UnregisterRemoteResponse { tools }))
     }
 
     async fn list_tools(

@@ -20,6 +20,10 @@ pub enum RequestError {
     ShuttingDown,
     #[error("no live session '{0}'")]
     UnknownSession(String),
+    #[error("{0}")]
+    PermissionDenied(String),
+    #[error(transparent)]
+    Remote(#[from] crate::tools::remote::RemoteError),
 }
 
 impl From<RequestError> for Status {
@@ -31,6 +35,16 @@ impl From<RequestError> for Status {
             RequestError::Overloaded(_) => Code::ResourceExhausted,
             RequestError::ShuttingDown => Code::Unavailable,
             RequestError::UnknownSession(_) => Code::NotFound,
+            RequestError::PermissionDenied(_) => Code::PermissionDenied,
+            RequestError::Remote(remote) => {
+                use crate::tools::remote::RemoteError;
+                match remote {
+                    RemoteError::Invalid { .. } => Code::InvalidArgument,
+                    RemoteError::Duplicate(_) | RemoteError::Registry { .. } => Code::AlreadyExists,
+                    RemoteError::Unknown(_) => Code::NotFound,
+                    RemoteError::Unreachable { .. } => Code::Unavailable,
+                }
+            }
         };
         Status::new(code, error.to_string())
     }

@@ -54,6 +54,7 @@ impl Service<Invocation> for Core {
                     class: match error.kind {
                         ToolErrorKind::InvalidInput => ErrorClass::InvalidArguments,
                         ToolErrorKind::Failed => ErrorClass::ToolError,
+                        ToolErrorKind::Transport => ErrorClass::Transport,
                     },
                     message: error.message,
                     retryable: error.retryable,

@@ -72,6 +72,9 @@ where
             Some(deadline) => configured.min(deadline.saturating_duration_since(Instant::now())),
             None => configured,
         };
+        let mut inv = inv;
+        // The tool learns its deadline, so a remote tool can pass it on to the remote side.
+        inv.ctx.deadline = Some(Instant::now() + limit);
         let token = inv.ctx.cancel.clone();
         let tool = inv.tool.clone();
         let running = self.inner.call(inv);

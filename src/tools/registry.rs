@@ -10,6 +10,9 @@ use super::Tool;
 pub enum ToolSource {
     Builtin,
     Embedded,
+    Worker,
+    Mcp,
+    Http,
 }
 
 /// A registered tool and its source.

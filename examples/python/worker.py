@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""A toolgate worker in Python: serves toolgate.v1.ToolWorker with a few real tools.
+
+Register it in toolgate's config:
+
+    [[remotes]]
+    name = "py"
+    kind = "worker"
+    endpoint = "http://127.0.0.1:7001"
+    prefix = "py."
+
+or at run time with the RegisterRemote RPC (when [remote_registration] enabled = true).
+
+Tools:
+  word_count {text}            counts words and characters (read-only, safe to run in parallel)
+  slow_count {to, delay_ms}    counts slowly, streaming a progress event per step; stops at once
+                               when toolgate cancels the call (deadline or client gone)
+  fail_on_purpose {message}    reports an error (is_error) with the given message
+  cancellations {}             how many calls this worker has seen cancelled
+
+usage: python examples/python/worker.py [--port 7001]   (0 picks a free port; the address is
+printed as "listening on 127.0.0.1:PORT")
+"""
+
+import argparse
+import json
+import sys
+import threading
+import time
+from concurrent import futures
+
+import grpc
+from google.protobuf import json_format, struct_pb2
+
+import toolgate_stubs
+
+worker_pb2, worker_pb2_grpc, toolgate_pb2 = toolgate_stubs.load_worker()
+
+
+def schema(properties, required=()):
+    s = struct_pb2.Struct()
+    s.update({"type": "object", "properties": properties, "required": list(required),
+              "additionalProperties": False})
+    return s
+
+
+TOOLS = [
+    worker_pb2.WorkerTool(
+        name="word_count", description="Counts the words and characters of a text.",
+        input_schema=schema({"text": {"type": "string"}}, ["text"]),
+        annotations=toolgate_pb2.ToolAnnotations(read_only=True, idempotent=True),
+        concurrency_safe=True),
+    worker_pb2.WorkerTool(
+        name="slow_count", description="Counts to `to`, one step every `delay_ms`, with progress.",
+        input_schema=schema({"to": {"type": "integer", "minimum": 1},
+                             "delay_ms": {"type": "integer", "minimum": 0}}, ["to"]),
+        annotations=toolgate_pb2.ToolAnnotations(read_only=True),
+        concurrency_safe=True),
+    worker_pb2.WorkerTool(
+        name="fail_on_purpose", description="Always fails with the given message.",
+        input_schema=schema({"message": {"type": "string"}}),
+        concurrency_safe=True),
+    worker_pb2.WorkerTool(
+        name="cancellations", description="How many calls this worker saw cancelled.",
+        input_schema=schema({}),
+        annotations=toolgate_pb2.ToolAnnotations(read_only=True),
+        concurrency_safe=True),
+]
+
+
+def text(value):
+    return worker_pb2.InvokeEvent(result=worker_pb2.InvokeResult(
+        content=[toolgate_pb2.ContentPart(text=value)]))
+
+
+def structured(value):
+    v = struct_pb2.Value()
+    json_format.ParseDict(value, v)
+    return worker_pb2.InvokeEvent(result=worker_pb2.InvokeResult(structured=v))
+
+
+class Worker(worker_pb2_grpc.ToolWorkerServicer):
+    def __init__(self):
+        self.cancelled = 0
+        self.lock = threading.Lock()
+
+    def ListTools(self, request, context):
+        return worker_pb2.WorkerListToolsResponse(tools=TOOLS)
+
+    def Invoke(self, request, context):
+        args = json_format.MessageToDict(request.input)
+        if request.tool == "word_count":
+            words = args.get("text", "").split()
+            yield structured({"words": len(words), "chars": len(args.get("text", ""))})
+        elif request.tool == "slow_count":
+            to, delay = int(args["to"]), int(args.get("delay_ms", 100)) / 1000
+            for step in range(1, to + 1):
+                time.sleep(delay)
+                if not context.is_active():
+                    with self.lock:
+                        self.cancelled += 1
+                    print(f"call {request.call_id} cancelled at step {step}", file=sys.stderr, flush=True)
+                    return
+                yield worker_pb2.InvokeEvent(progress=worker_pb2.InvokeProgress(
+                    progress=step, total=to, message=f"counted {step}"))
+            yield text(f"counted to {to}")
+        elif request.tool == "fail_on_purpose":
+            yield worker_pb2.InvokeEvent(result=worker_pb2.InvokeResult(
+                content=[toolgate_pb2.ContentPart(text=args.get("message", "failed on purpose"))],
+                is_error=True))
+        elif request.tool == "cancellations":
+            with self.lock:
+                yield structured({"cancelled": self.cancelled})
+        else:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"no tool {request.tool}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=7001)
+    args = parser.parse_args()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
+    worker_pb2_grpc.add_ToolWorkerServicer_to_server(Worker(), server)
+    port = server.add_insecure_port(f"127.0.0.1:{args.port}")
+    server.start()
+    print(f"listening on 127.0.0.1:{port}", flush=True)
+    server.wait_for_termination()
+
+
+if __name__ == "__main__":
+    main()

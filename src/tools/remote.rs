@@ -1,0 +1,191 @@
+//! Remote tools: their definitions (from the config or `RegisterRemote`, the same shape) and the
+//! registry of connected remotes. Discovery happens before anything is registered, and a remote's
+//! tools enter the catalog in one update, so an unreachable or conflicting remote leaves nothing
+//! behind.
+
+pub mod worker;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{Catalog, RegistryError, Tool, ToolSource};
+use crate::safety::hooks::glob_match;
+
+/// How toolgate reaches a remote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RemoteKind {
+    /// A `toolgate.v1.ToolWorker` gRPC service.
+    Worker,
+}
+
+/// A remote's definition: the same shape in `[[remotes]]` and in `RegisterRemote`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemoteSpec {
+    /// Unique among remotes; names the remote in errors and logs.
+    pub name: String,
+    pub kind: RemoteKind,
+    /// Worker: `http://host:port`.
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    /// Prepended to every tool name the remote offers (for example "py.").
+    #[serde(default)]
+    pub prefix: String,
+    /// Globs over the remote's own tool names; only matching tools are registered.
+    #[serde(default = "everything")]
+    pub tools: Vec<String>,
+    /// Connect and discovery timeout; calls are bounded by the call deadline.
+    #[serde(default = "ten_seconds", with = "crate::config::duration_text")]
+    pub timeout: Duration,
+}
+
+impl RemoteSpec {
+    /// Checks what can be checked without connecting.
+    pub fn check(&self) -> Result<(), String> {
+        if self.name.is_empty() {
+            return Err("a remote needs a name".to_owned());
+        }
+        match self.kind {
+            RemoteKind::Worker => match self.endpoint.as_deref() {
+                Some(e) if e.starts_with("http://") || e.starts_with("https://") => Ok(()),
+                Some(e) => Err(format!(
+                    "endpoint '{e}' is not a URL such as http://127.0.0.1:7001"
+                )),
+                None => Err("a worker needs an endpoint".to_owned()),
+            },
+        }
+    }
+}
+
+fn everything() -> Vec<String> {
+    vec!["*".to_owned()]
+}
+
+fn ten_seconds() -> Duration {
+    Duration::from_secs(10)
+}
+
+/// Why a remote could not be registered or removed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RemoteError {
+    #[error("remote '{0}' is already registered")]
+    Duplicate(String),
+    #[error("no remote '{0}' is registered")]
+    Unknown(String),
+    #[error("remote '{name}' is invalid: {reason}")]
+    Invalid { name: String, reason: String },
+    #[error("remote '{name}' is unreachable: {reason}")]
+    Unreachable { name: String, reason: String },
+    #[error("remote '{name}': {source}")]
+    Registry { name: String, source: RegistryError },
+}
+
+/// A tool a remote contributed, with what `ListTools` reports about its origin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Contributed {
+    pub name: String,
+    pub source: ToolSource,
+}
+
+/// Every connected remote and the tools it contributed.
+#[derive(Debug)]
+pub struct Remotes {
+    catalog: Arc<Catalog>,
+    live: Mutex<BTreeMap<String, (RemoteSpec, Vec<String>)>>,
+}
+
+impl Remotes {
+    pub fn new(catalog: Arc<Catalog>) -> Self {
+        Remotes {
+            catalog,
+            live: Mutex::default(),
+        }
+    }
+
+    /// Connects, discovers the remote's tools and registers them all, or nothing.
+    pub async fn register(&self, spec: RemoteSpec) -> Result<Vec<Contributed>, RemoteError> {
+        spec.check().map_err(|reason| RemoteError::Invalid {
+            name: spec.name.clone(),
+            reason,
+        })?;
+        if self.lock().contains_key(&spec.name) {
+            return Err(RemoteError::Duplicate(spec.name));
+        }
+        let (tools, source) = discover(&spec).await?;
+        let tools: Vec<Arc<dyn Tool>> = tools
+            .into_iter()
+            .filter(|t| {
+                spec.tools
+                    .iter()
+                    .any(|g| glob_match(g, remote_name(t.as_ref(), &spec.prefix)))
+            })
+            .collect();
+        let names: Vec<String> = tools.iter().map(|t| t.name().to_owned()).collect();
+        let registered = self.catalog.update(|registry| {
+            for tool in &tools {
+                registry.register(tool.clone(), source)?;
+            }
+            Ok::<(), RegistryError>(())
+        });
+        registered.map_err(|source| RemoteError::Registry {
+            name: spec.name.clone(),
+            source,
+        })?;
+        let mut live = self.lock();
+        if live.contains_key(&spec.name) {
+            // Registered concurrently under the same name: undo ours.
+            drop(live);
+            self.remove_tools(&names);
+            return Err(RemoteError::Duplicate(spec.name));
+        }
+        tracing::info!(remote = %spec.name, tools = names.len(), "remote registered");
+        live.insert(spec.name.clone(), (spec, names.clone()));
+        Ok(names
+            .into_iter()
+            .map(|name| Contributed { name, source })
+            .collect())
+    }
+
+    /// Removes a remote and its tools; returns the tools' names.
+    pub fn unregister(&self, name: &str) -> Result<Vec<String>, RemoteError> {
+        let Some((_, names)) = self.lock().remove(name) else {
+            return Err(RemoteError::Unknown(name.to_owned()));
+        };
+        self.remove_tools(&names);
+        tracing::info!(remote = %name, tools = names.len(), "remote unregistered");
+        Ok(names)
+    }
+
+    /// The registered remotes' names.
+    pub fn names(&self) -> Vec<String> {
+        self.lock().keys().cloned().collect()
+    }
+
+    fn remove_tools(&self, names: &[String]) {
+        let _ = self.catalog.update(|registry| {
+            for name in names {
+                registry.remove(name);
+            }
+            Ok::<(), RegistryError>(())
+        });
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, (RemoteSpec, Vec<String>)>> {
+        self.live.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The remote's own name for a tool (without the prefix).
+fn remote_name<'t>(tool: &'t dyn Tool, prefix: &str) -> &'t str {
+    tool.name().strip_prefix(prefix).unwrap_or(tool.name())
+}
+
+async fn discover(spec: &RemoteSpec) -> Result<(Vec<Arc<dyn Tool>>, ToolSource), RemoteError> {
+    match spec.kind {
+        RemoteKind::Worker => Ok((worker::discover(spec).await?, ToolSource::Worker)),
+    }
+}

@@ -1,0 +1,246 @@
+//! The worker adapter: tools served by a `toolgate.v1.ToolWorker` gRPC service. The call
+//! deadline becomes the gRPC deadline, cancelling the call cancels the `Invoke` stream, progress
+//! messages become progress reports, and an unreachable worker is a TRANSPORT error.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio_stream::StreamExt;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Status};
+
+use super::{RemoteError, RemoteSpec};
+use crate::grpc::convert::{struct_from_json, to_json, value_from_json};
+use crate::pb;
+use crate::pb::tool_worker_client::ToolWorkerClient;
+use crate::tools::{
+    Annotations, BoxFuture, ContentPart, Progress, Tool, ToolContext, ToolError, ToolOutput,
+};
+
+/// One tool of a worker.
+pub struct WorkerTool {
+    /// The name toolgate registers (prefix + the worker's name).
+    name: String,
+    /// The worker's own name for it.
+    remote_tool: String,
+    remote: String,
+    description: String,
+    schema: Value,
+    annotations: Annotations,
+    concurrency_safe: bool,
+    resource_key: Option<String>,
+    client: ToolWorkerClient<Channel>,
+}
+
+/// Connects (so an unreachable worker is reported at once) and lists the worker's tools.
+pub async fn discover(spec: &RemoteSpec) -> Result<Vec<Arc<dyn Tool>>, RemoteError> {
+    let invalid = |reason: String| RemoteError::Invalid {
+        name: spec.name.clone(),
+        reason,
+    };
+    let unreachable = |reason: String| RemoteError::Unreachable {
+        name: spec.name.clone(),
+        reason,
+    };
+    let endpoint = spec
+        .endpoint
+        .clone()
+        .ok_or_else(|| invalid("a worker needs an endpoint".to_owned()))?;
+    let channel = Endpoint::from_shared(endpoint.clone())
+        .map_err(|e| invalid(format!("endpoint '{endpoint}': {e}")))?
+        .connect_timeout(spec.timeout)
+        .connect()
+        .await
+        .map_err(|e| unreachable(format!("{endpoint}: {e}")))?;
+    let mut client = ToolWorkerClient::new(channel);
+    let mut request = tonic::Request::new(pb::WorkerListToolsRequest {});
+    request.set_timeout(spec.timeout);
+    let listed = tokio::time::timeout(spec.timeout, client.list_tools(request))
+        .await
+        .map_err(|_| unreachable("ListTools did not answer in time".to_owned()))?
+        .map_err(|s| unreachable(format!("ListTools failed: {:?}: {}", s.code(), s.message())))?
+        .into_inner();
+    let tools = listed
+        .tools
+        .into_iter()
+        .map(|t| {
+            let annotations = t.annotations.unwrap_or_default();
+            let schema = t
+                .input_schema
+                .map(|s| {
+                    to_json(&prost_types::Value {
+                        kind: Some(prost_types::value::Kind::StructValue(s)),
+                    })
+                })
+                .unwrap_or_else(|| serde_json::json!({"type": "object"}));
+            Arc::new(WorkerTool {
+                name: format!("{}{}", spec.prefix, t.name),
+                remote_tool: t.name,
+                remote: spec.name.clone(),
+                description: t.description,
+                schema,
+                annotations: Annotations {
+                    read_only: annotations.read_only,
+                    destructive: annotations.destructive,
+                    idempotent: annotations.idempotent,
+                    open_world: annotations.open_world,
+                },
+                concurrency_safe: t.concurrency_safe,
+                resource_key: Some(t.resource_key).filter(|k| !k.is_empty()),
+                client: client.clone(),
+            }) as Arc<dyn Tool>
+        })
+        .collect();
+    Ok(tools)
+}
+
+/// A status from the worker: unreachable and timing failures are TRANSPORT, a rejected input is
+/// INVALID_ARGUMENTS, anything else a tool error.
+fn from_status(remote: &str, status: &Status) -> ToolError {
+    let text = format!(
+        "worker '{remote}': {:?}: {}",
+        status.code(),
+        status.message()
+    );
+    match status.code() {
+        Code::Unavailable
+        | Code::Unknown
+        | Code::DeadlineExceeded
+        | Code::Cancelled
+        | Code::Internal => ToolError::transport(text),
+        Code::InvalidArgument => ToolError::invalid_input(text),
+        _ => ToolError::failed(text),
+    }
+}
+
+/// The final result as a tool output: the structured result when set, else the content.
+fn output_of(result: &pb::InvokeResult) -> ToolOutput {
+    if let Some(structured) = &result.structured {
+        return ToolOutput::Json(to_json(structured));
+    }
+    let parts: Vec<ContentPart> = result
+        .content
+        .iter()
+        .filter_map(|p| match &p.part {
+            Some(pb::content_part::Part::Text(t)) => Some(ContentPart::Text(t.clone())),
+            Some(pb::content_part::Part::Image(i)) => Some(ContentPart::Image {
+                mime_type: i.mime_type.clone(),
+                data: i.data.clone(),
+            }),
+            None => None,
+        })
+        .collect();
+    match parts.as_slice() {
+        [] => ToolOutput::Text(String::new()),
+        [ContentPart::Text(text)] => ToolOutput::Text(text.clone()),
+        _ => ToolOutput::Parts(parts),
+    }
+}
+
+impl WorkerTool {
+    async fn invoke(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let m = &ctx.metadata;
+        let mut request = tonic::Request::new(pb::InvokeRequest {
+            tool: self.remote_tool.clone(),
+            call_id: ctx.call_id.clone(),
+            session_id: ctx.session_id.clone(),
+            input: input.as_object().map(struct_from_json),
+            tool_call: m.tool_call().as_object().map(struct_from_json),
+            tool_name: m.tool_name.clone(),
+            tool_arguments: Some(value_from_json(&m.tool_arguments)),
+            tool_call_id: m.tool_call_id.clone(),
+            tool_call_index: u32::try_from(m.tool_call_index).unwrap_or(u32::MAX),
+        });
+        // The call's deadline reaches the worker as the gRPC deadline.
+        if let Some(deadline) = ctx.deadline {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            request.set_timeout(left.max(Duration::from_millis(1)));
+        }
+        let mut stream = self
+            .client
+            .clone()
+            .invoke(request)
+            .await
+            .map_err(|s| from_status(&self.remote, &s))?
+            .into_inner();
+        while let Some(message) = stream.next().await {
+            let event = message.map_err(|s| from_status(&self.remote, &s))?;
+            match event.event {
+                Some(pb::invoke_event::Event::Progress(p)) => {
+                    if let Some(sink) = &ctx.progress {
+                        let total = (p.total > 0.0).then_some(p.total);
+                        let _ = sink.send(Progress {
+                            progress: p.progress,
+                            total,
+                            message: p.message,
+                        });
+                    }
+                }
+                Some(pb::invoke_event::Event::Result(result)) => {
+                    let output = output_of(&result);
+                    if !result.is_error {
+                        return Ok(output);
+                    }
+                    let text = match &output {
+                        ToolOutput::Text(t) => t.clone(),
+                        other => crate::dispatch::content_of(&match other {
+                            ToolOutput::Json(v) => v.clone(),
+                            _ => Value::Null,
+                        }),
+                    };
+                    let error = ToolError::failed(if text.is_empty() {
+                        "the worker reported an error".to_owned()
+                    } else {
+                        text
+                    });
+                    return Err(if result.retryable {
+                        error.retryable()
+                    } else {
+                        error
+                    });
+                }
+                None => {}
+            }
+        }
+        Err(ToolError::transport(format!(
+            "worker '{}' ended the call without a result",
+            self.remote
+        )))
+    }
+}
+
+impl Tool for WorkerTool {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn description(&self) -> &str {
+        &self.description
+    }
+    fn input_schema(&self) -> Value {
+        self.schema.clone()
+    }
+    fn annotations(&self) -> Annotations {
+        self.annotations
+    }
+    fn is_concurrency_safe(&self, _input: &Value) -> bool {
+        self.concurrency_safe
+    }
+    fn resource_key(&self, input: &Value) -> Option<String> {
+        let template = self.resource_key.as_deref()?;
+        let path = template
+            .strip_prefix("arguments.")
+            .or_else(|| template.strip_prefix("input."))?;
+        crate::mapping::path(input, path).map(|v| match v {
+            Value::String(s) => s.clone(),
+            other => crate::json::canonical(other),
+        })
+    }
+    fn call<'a>(
+        &'a self,
+        input: Value,
+        ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+        Box::pin(self.invoke(input, ctx))
+    }
+}
