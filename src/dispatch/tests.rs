@@ -59,6 +59,7 @@ impl Recorder {
                         if *stop { "stop" } else { "warn" }
                     )
                 }
+                Event::Progress { id, progress, .. } => format!("progress:{id}:{progress}"),
                 Event::BreakerChanged { tool, from, to, .. } => {
                     format!("breaker:{tool}:{from:?}->{to:?}")
                 }
