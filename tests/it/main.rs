@@ -13,6 +13,7 @@ mod middleware;
 mod parallel;
 mod peers;
 mod pipeline;
+mod remote;
 mod server;
 mod support;
 mod tidy;

@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
 
 /// The folder `scripts/test` installs grpcurl and the Python packages into.
-fn testenv() -> PathBuf {
+pub(crate) fn testenv() -> PathBuf {
     let dir = std::env::var_os("TOOLGATE_TESTENV")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(REPO).join(".testenv"));

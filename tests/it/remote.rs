@@ -1,0 +1,344 @@
+//! Remote tools through the API, against the repository's Python worker (a real process):
+//! discovery, success, tool errors, progress, deadlines seen cancelled on the worker side,
+//! parallel calls, transport failures opening the breaker, and run-time registration.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::io::AsyncBufReadExt;
+use toolgate::config::Config;
+use toolgate::grpc::convert::struct_from_json;
+use toolgate::pb;
+use toolgate::pb::ErrorClass;
+use toolgate::pb::dispatch_event::Event;
+
+use crate::support::*;
+
+/// The Python worker on a free port; killed on drop.
+struct PyWorker {
+    child: Option<tokio::process::Child>,
+    addr: String,
+}
+
+impl PyWorker {
+    async fn start() -> PyWorker {
+        let env = crate::peers::testenv();
+        let mut child = tokio::process::Command::new(env.join("venv/bin/python"))
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/examples/python/worker.py"
+            ))
+            .args(["--port", "0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the worker starts");
+        let stdout = child.stdout.take().unwrap();
+        let mut line = String::new();
+        tokio::io::BufReader::new(stdout)
+            .read_line(&mut line)
+            .await
+            .unwrap();
+        let addr = line
+            .trim()
+            .strip_prefix("listening on ")
+            .expect("listening line")
+            .to_owned();
+        PyWorker {
+            child: Some(child),
+            addr,
+        }
+    }
+
+    fn config(&self, extra: &str) -> Config {
+        Config::from_toml(&format!(
+            "[[remotes]]\nname = \"py\"\nkind = \"worker\"\nendpoint = \"http://{}\"\nprefix = \"py.\"\n{extra}",
+            self.addr
+        ))
+        .unwrap()
+    }
+
+    async fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill().await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn worker_tools_are_discovered_and_run_with_progress() {
+    let worker = PyWorker::start().await;
+    let ts = start_with(worker.config("")).await;
+    let tools = ts
+        .client
+        .clone()
+        .list_tools(pb::ListToolsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .tools;
+    let remote: Vec<(&str, i32)> = tools
+        .iter()
+        .filter(|t| t.name.starts_with("py."))
+        .map(|t| (t.name.as_str(), t.source))
+        .collect();
+    let worker_source = pb::tool_definition::Source::Worker as i32;
+    assert_eq!(
+        remote,
+        [
+            ("py.cancellations", worker_source),
+            ("py.fail_on_purpose", worker_source),
+            ("py.slow_count", worker_source),
+            ("py.word_count", worker_source)
+        ]
+    );
+    let (events, result) = dispatch_stream(
+        &ts,
+        request(json!([
+            {"id": "w", "name": "py.word_count", "arguments": {"text": "to be or not"}},
+            {"id": "f", "name": "py.fail_on_purpose", "arguments": {"message": "no such user"}},
+            {"id": "s", "name": "py.slow_count", "arguments": {"to": 3, "delay_ms": 20}},
+            {"id": "v", "name": "py.word_count", "arguments": {"text": 5}},
+        ])),
+    )
+    .await;
+    let r = &result.results;
+    assert_eq!(json_of(&r[0].result), json!({"words": 4, "chars": 12}));
+    assert_eq!(
+        (class(&r[1]), r[1].error.as_str()),
+        (ErrorClass::ToolError, "no such user")
+    );
+    assert_eq!(r[2].content, "counted to 3");
+    assert_eq!(
+        class(&r[3]),
+        ErrorClass::InvalidArguments,
+        "the worker's schema is enforced"
+    );
+    let progress: Vec<(String, f64, f64)> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Progress(p) => Some((p.id.clone(), p.progress, p.total)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        progress,
+        [
+            ("s".into(), 1.0, 3.0),
+            ("s".into(), 2.0, 3.0),
+            ("s".into(), 3.0, 3.0)
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_slow_remote_call_is_cut_by_its_deadline_and_cancelled_on_the_worker() {
+    let worker = PyWorker::start().await;
+    let ts = start_with(worker.config(
+        "[per_tool.\"py.slow_count\"]\ntimeout = \"300ms\"\n[per_tool.\"py.slow_count\".retry]\nenabled = false",
+    ))
+    .await;
+    let result = dispatch(
+        &ts,
+        request(
+            json!([{"id": "s", "name": "py.slow_count", "arguments": {"to": 100, "delay_ms": 50}}]),
+        ),
+    )
+    .await;
+    assert_eq!(class(&result.results[0]), ErrorClass::Timeout);
+    assert_eq!(
+        result.results[0].error,
+        "Tool 'py.slow_count' timed out after 300ms"
+    );
+    let mut seen = 0.0;
+    for _ in 0..100 {
+        let check = dispatch(
+            &ts,
+            request(json!([{"id": "c", "name": "py.cancellations"}])),
+        )
+        .await;
+        seen = json_of(&check.results[0].result)["cancelled"]
+            .as_f64()
+            .unwrap_or(0.0);
+        if seen >= 1.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(seen >= 1.0, "the worker saw the call cancelled");
+}
+
+#[tokio::test]
+async fn parallel_calls_to_a_remote_tool_overlap() {
+    let worker = PyWorker::start().await;
+    let ts = start_with(worker.config("")).await;
+    let calls: Vec<serde_json::Value> = (0..3)
+        .map(|i| json!({"id": format!("s{i}"), "name": "py.slow_count", "arguments": {"to": 2, "delay_ms": 100 + i}}))
+        .collect();
+    let mut req = request(json!(calls));
+    req.options = Some(pb::DispatchOptions {
+        mode: pb::dispatch_options::Mode::Parallel.into(),
+        ..Default::default()
+    });
+    let (events, result) = dispatch_stream(&ts, req).await;
+    assert!(result.all_succeeded, "{result:?}");
+    let first_three: Vec<bool> = events
+        .iter()
+        .filter(|e| matches!(e, Event::ToolPre(_) | Event::ToolPost(_)))
+        .take(3)
+        .map(|e| matches!(e, Event::ToolPre(_)))
+        .collect();
+    assert_eq!(
+        first_three,
+        [true, true, true],
+        "all three started before any finished"
+    );
+}
+
+#[tokio::test]
+async fn an_unreachable_worker_is_transport_and_opens_the_breaker() {
+    let mut worker = PyWorker::start().await;
+    let ts =
+        start_with(worker.config("[breaker]\nfailure_threshold = 2\n[retry]\nmax_retries = 0"))
+            .await;
+    assert!(
+        dispatch(
+            &ts,
+            request(json!([{"id": "a", "name": "py.word_count", "arguments": {"text": "x"}}]))
+        )
+        .await
+        .all_succeeded
+    );
+    worker.kill().await;
+    let calls = json!([
+        {"id": "1", "name": "py.word_count", "arguments": {"text": "x"}},
+        {"id": "2", "name": "py.word_count", "arguments": {"text": "y"}},
+        {"id": "3", "name": "py.word_count", "arguments": {"text": "z"}},
+    ]);
+    let result = dispatch(&ts, request(calls)).await;
+    let classes: Vec<ErrorClass> = result.results.iter().map(class).collect();
+    assert_eq!(
+        classes,
+        [
+            ErrorClass::Transport,
+            ErrorClass::Transport,
+            ErrorClass::CircuitOpen
+        ],
+        "{result:?}"
+    );
+    assert!(
+        result.results[0].error.starts_with("worker 'py': "),
+        "{}",
+        result.results[0].error
+    );
+    let health = ts
+        .client
+        .clone()
+        .get_tool_health(pb::GetToolHealthRequest {
+            tool: "py.word_count".into(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        health.into_inner().tools[0].breaker,
+        pb::BreakerState::Open as i32
+    );
+}
+
+fn definition(value: serde_json::Value) -> Option<prost_types::Struct> {
+    value.as_object().map(struct_from_json)
+}
+
+#[tokio::test]
+async fn remotes_are_registered_and_removed_at_run_time_when_allowed() {
+    let worker = PyWorker::start().await;
+    let ts = start_with(Config::from_toml("[remote_registration]\nenabled = true").unwrap()).await;
+    let mut client = ts.client.clone();
+    let def = json!({"name": "rt", "kind": "worker", "endpoint": format!("http://{}", worker.addr), "prefix": "rt.", "tools": ["word_*"]});
+    let added = client
+        .register_remote(pb::RegisterRemoteRequest {
+            definition: definition(def.clone()),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .tools;
+    let names: Vec<&str> = added.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["rt.word_count"], "the tool filter applies");
+    let result = dispatch(
+        &ts,
+        request(json!([{"id": "a", "name": "rt.word_count", "arguments": {"text": "a b"}}])),
+    )
+    .await;
+    assert_eq!(json_of(&result.results[0].result)["words"], json!(2));
+    let again = client
+        .register_remote(pb::RegisterRemoteRequest {
+            definition: definition(def),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(again.code(), tonic::Code::AlreadyExists);
+
+    let removed = client
+        .unregister_remote(pb::UnregisterRemoteRequest { name: "rt".into() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(removed.tools, ["rt.word_count"]);
+    let result = dispatch(
+        &ts,
+        request(json!([{"id": "a", "name": "rt.word_count", "arguments": {"text": "a b"}}])),
+    )
+    .await;
+    assert_eq!(class(&result.results[0]), ErrorClass::UnknownTool);
+
+    // An unreachable remote is a clear error and leaves nothing behind.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let gone = json!({"name": "gone", "kind": "worker", "endpoint": format!("http://127.0.0.1:{port}"), "timeout": "1s"});
+    let status = client
+        .register_remote(pb::RegisterRemoteRequest {
+            definition: definition(gone),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    let bad = json!({"name": "bad", "kind": "carrier-pigeon"});
+    let status = client
+        .register_remote(pb::RegisterRemoteRequest {
+            definition: definition(bad),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    let tools = client
+        .list_tools(pb::ListToolsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .tools;
+    assert!(
+        tools
+            .iter()
+            .all(|t| !t.name.starts_with("rt.") && !t.name.starts_with("gone"))
+    );
+}
+
+#[tokio::test]
+async fn registration_is_off_by_default() {
+    let ts = start().await;
+    let status = ts
+        .client
+        .clone()
+        .register_remote(pb::RegisterRemoteRequest {
+            definition: definition(json!({"name": "x", "kind": "worker"})),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::PermissionDenied);
+}
