@@ -18,6 +18,9 @@ use crate::tools::{
     Annotations, BoxFuture, ContentPart, Progress, Tool, ToolContext, ToolError, ToolOutput,
 };
 
+/// Extra time the remote side gets past the call's deadline (see `invoke`).
+const REMOTE_DEADLINE_MARGIN: Duration = Duration::from_millis(100);
+
 /// One tool of a worker.
 pub struct WorkerTool {
     /// The name toolgate registers (prefix + the worker's name).
@@ -152,10 +155,11 @@ impl WorkerTool {
             tool_call_id: m.tool_call_id.clone(),
             tool_call_index: u32::try_from(m.tool_call_index).unwrap_or(u32::MAX),
         });
-        // The call's deadline reaches the worker as the gRPC deadline.
+        // The call's deadline reaches the worker as the gRPC deadline, with a small margin so
+        // toolgate's own deadline (which cancels the stream) decides the call's result.
         if let Some(deadline) = ctx.deadline {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            request.set_timeout(left.max(Duration::from_millis(1)));
+            request.set_timeout(left + REMOTE_DEADLINE_MARGIN);
         }
         let mut stream = self
             .client
