@@ -3,6 +3,7 @@
 //! tools enter the catalog in one update, so an unreachable or conflicting remote leaves nothing
 //! behind.
 
+pub mod http;
 pub mod worker;
 
 use std::collections::BTreeMap;
@@ -20,6 +21,8 @@ use crate::safety::hooks::glob_match;
 pub enum RemoteKind {
     /// A `toolgate.v1.ToolWorker` gRPC service.
     Worker,
+    /// One tool behind an HTTP endpoint.
+    Http,
 }
 
 /// A remote's definition: the same shape in `[[remotes]]` and in `RegisterRemote`.
@@ -41,6 +44,27 @@ pub struct RemoteSpec {
     /// Connect and discovery timeout; calls are bounded by the call deadline.
     #[serde(default = "ten_seconds", with = "crate::config::duration_text")]
     pub timeout: Duration,
+    /// Http: the URL the tool is POSTed to.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// Http: headers sent with every call.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Http: the tool's definition.
+    #[serde(default)]
+    pub definition: Option<http::HttpToolDefinition>,
+}
+
+/// Resolves a resource-key reference (`arguments.path` or `input.path`) against an input.
+pub fn resource_key(template: Option<&str>, input: &serde_json::Value) -> Option<String> {
+    let template = template?;
+    let path = template
+        .strip_prefix("arguments.")
+        .or_else(|| template.strip_prefix("input."))?;
+    crate::mapping::path(input, path).map(|v| match v {
+        serde_json::Value::String(s) => s.clone(),
+        other => crate::json::canonical(other),
+    })
 }
 
 impl RemoteSpec {
@@ -56,6 +80,14 @@ impl RemoteSpec {
                     "endpoint '{e}' is not a URL such as http://127.0.0.1:7001"
                 )),
                 None => Err("a worker needs an endpoint".to_owned()),
+            },
+            RemoteKind::Http => match (self.url.as_deref(), &self.definition) {
+                (Some(u), Some(_)) if u.starts_with("http://") || u.starts_with("https://") => {
+                    Ok(())
+                }
+                (Some(u), Some(_)) => Err(format!("url '{u}' is not an http:// or https:// URL")),
+                (None, _) => Err("an http remote needs a url".to_owned()),
+                (_, None) => Err("an http remote needs a definition of its tool".to_owned()),
             },
         }
     }
@@ -187,5 +219,6 @@ fn remote_name<'t>(tool: &'t dyn Tool, prefix: &str) -> &'t str {
 async fn discover(spec: &RemoteSpec) -> Result<(Vec<Arc<dyn Tool>>, ToolSource), RemoteError> {
     match spec.kind {
         RemoteKind::Worker => Ok((worker::discover(spec).await?, ToolSource::Worker)),
+        RemoteKind::Http => Ok((http::discover(spec)?, ToolSource::Http)),
     }
 }

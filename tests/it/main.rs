@@ -6,6 +6,7 @@
 mod bindings;
 mod dispatch;
 mod hooks;
+mod http_tools;
 mod intake;
 mod limits;
 mod messages;

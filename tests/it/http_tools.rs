@@ -1,0 +1,144 @@
+//! HTTP tools through the API, against a local HTTP server in the test process.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::routing::post;
+use serde_json::{Value, json};
+use toolgate::config::Config;
+use toolgate::grpc::convert::struct_from_json;
+use toolgate::pb;
+use toolgate::pb::ErrorClass;
+
+use crate::support::*;
+
+async fn serve() -> std::net::SocketAddr {
+    let app = axum::Router::new()
+        .route(
+            "/weather",
+            post(|Json(body): Json<Value>| async move {
+                let city = body["input"]["city"].clone();
+                Json(json!({
+                    "tool_result_value": {"city": city, "temp_c": 21, "call": body["call_id"],
+                                          "asked_as": body["metadata"]["tool_name"]},
+                    "_trace": "dropped"
+                }))
+            }),
+        )
+        .route(
+            "/broken",
+            post(|| async { (StatusCode::BAD_GATEWAY, "upstream broke: ".repeat(100)) }),
+        )
+        .route(
+            "/slow",
+            post(|| async {
+                tokio::time::sleep(Duration::from_secs(10)).await;
+                Json(json!({}))
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    addr
+}
+
+fn remote(name: &str, url: &str, tool: &str) -> String {
+    format!(
+        "[[remotes]]\nname = \"{name}\"\nkind = \"http\"\nurl = \"{url}\"\ntimeout = \"2s\"\n\
+         [remotes.definition]\nname = \"{tool}\"\ndescription = \"{tool} over http\"\nidempotent = false\n\
+         input_schema = {{ type = \"object\" }}\n"
+    )
+}
+
+#[tokio::test]
+async fn http_tools_post_the_call_and_read_the_reply() {
+    let addr = serve().await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config = format!(
+        "{}{}{}{}",
+        remote("weather", &format!("http://{addr}/weather"), "get_weather"),
+        remote("broken", &format!("http://{addr}/broken"), "broken"),
+        remote("slow", &format!("http://{addr}/slow"), "slow"),
+        remote("gone", &format!("http://127.0.0.1:{port}/x"), "gone"),
+    );
+    let config =
+        Config::from_toml(&format!("{config}\n[per_tool.slow]\ntimeout = \"300ms\"")).unwrap();
+    let ts = start_with(config).await;
+    let tools = ts
+        .client
+        .clone()
+        .list_tools(pb::ListToolsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .tools;
+    let weather = tools.iter().find(|t| t.name == "get_weather").unwrap();
+    assert_eq!(weather.source, pb::tool_definition::Source::Http as i32);
+
+    let result = dispatch(
+        &ts,
+        request(json!([
+            {"id": "w", "name": "get_weather", "arguments": {"city": "Oslo"}},
+            {"id": "b", "name": "broken"},
+            {"id": "s", "name": "slow"},
+            {"id": "g", "name": "gone"},
+        ])),
+    )
+    .await;
+    let r = &result.results;
+    assert_eq!(
+        json_of(&r[0].result),
+        json!({"city": "Oslo", "temp_c": 21, "call": "w", "asked_as": "get_weather"})
+    );
+    assert_eq!(class(&r[1]), ErrorClass::ToolError);
+    assert!(
+        r[1].error.starts_with("HTTP 502: upstream broke"),
+        "{}",
+        r[1].error
+    );
+    assert!(r[1].error.chars().count() < 600, "the body is bounded");
+    assert_eq!(
+        (class(&r[2]), r[2].error.as_str()),
+        (ErrorClass::Timeout, "Tool 'slow' timed out after 300ms")
+    );
+    assert_eq!(class(&r[3]), ErrorClass::Transport);
+    assert!(
+        r[3].error
+            .starts_with("http tool 'gone' at http://127.0.0.1:"),
+        "{}",
+        r[3].error
+    );
+}
+
+#[tokio::test]
+async fn http_remotes_can_be_registered_at_run_time() {
+    let addr = serve().await;
+    let ts = start_with(Config::from_toml("[remote_registration]\nenabled = true").unwrap()).await;
+    let definition = json!({
+        "name": "rt-weather", "kind": "http", "url": format!("http://{addr}/weather"),
+        "definition": {"name": "weather_now", "description": "current weather", "read_only": true}
+    });
+    let tools = ts
+        .client
+        .clone()
+        .register_remote(pb::RegisterRemoteRequest {
+            definition: definition.as_object().map(struct_from_json),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .tools;
+    assert_eq!(tools[0].name, "weather_now");
+    assert!(tools[0].annotations.unwrap().read_only);
+    let result = dispatch(
+        &ts,
+        request(json!([{"id": "n", "name": "weather_now", "arguments": {"city": "Rome"}}])),
+    )
+    .await;
+    assert_eq!(json_of(&result.results[0].result)["city"], json!("Rome"));
+}
