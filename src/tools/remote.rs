@@ -4,6 +4,7 @@
 //! behind.
 
 pub mod http;
+pub mod mcp;
 pub mod worker;
 
 use std::collections::BTreeMap;
@@ -23,6 +24,8 @@ pub enum RemoteKind {
     Worker,
     /// One tool behind an HTTP endpoint.
     Http,
+    /// A Model Context Protocol server, over stdio (`command`) or streamable HTTP (`url`).
+    Mcp,
 }
 
 /// A remote's definition: the same shape in `[[remotes]]` and in `RegisterRemote`.
@@ -53,6 +56,15 @@ pub struct RemoteSpec {
     /// Http: the tool's definition.
     #[serde(default)]
     pub definition: Option<http::HttpToolDefinition>,
+    /// Mcp over stdio: the program and its arguments (no shell).
+    #[serde(default)]
+    pub command: Vec<String>,
+    /// Mcp over stdio: extra environment variables.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Mcp over stdio: the working directory.
+    #[serde(default)]
+    pub cwd: Option<String>,
 }
 
 /// Resolves a resource-key reference (`arguments.path` or `input.path`) against an input.
@@ -88,6 +100,17 @@ impl RemoteSpec {
                 (Some(u), Some(_)) => Err(format!("url '{u}' is not an http:// or https:// URL")),
                 (None, _) => Err("an http remote needs a url".to_owned()),
                 (_, None) => Err("an http remote needs a definition of its tool".to_owned()),
+            },
+            RemoteKind::Mcp => match (self.command.is_empty(), self.url.as_deref()) {
+                (false, None) => Ok(()),
+                (true, Some(u)) if u.starts_with("http://") || u.starts_with("https://") => Ok(()),
+                (true, Some(u)) => Err(format!("url '{u}' is not an http:// or https:// URL")),
+                (false, Some(_)) => {
+                    Err("set either command (stdio) or url (HTTP), not both".to_owned())
+                }
+                (true, None) => {
+                    Err("an mcp remote needs a command (stdio) or a url (HTTP)".to_owned())
+                }
             },
         }
     }
@@ -220,5 +243,6 @@ async fn discover(spec: &RemoteSpec) -> Result<(Vec<Arc<dyn Tool>>, ToolSource),
     match spec.kind {
         RemoteKind::Worker => Ok((worker::discover(spec).await?, ToolSource::Worker)),
         RemoteKind::Http => Ok((http::discover(spec)?, ToolSource::Http)),
+        RemoteKind::Mcp => Ok((mcp::discover(spec).await?, ToolSource::Mcp)),
     }
 }

@@ -1,0 +1,313 @@
+//! The MCP adapter: tools of a Model Context Protocol server, through the official Rust SDK
+//! (rmcp) as a client, over stdio (a child process, killed when the remote goes) or streamable
+//! HTTP. `tools/list` gives the tools (annotations set the defaults: read-only tools are
+//! concurrency-safe); `tools/call` runs one: text content is the content, `structuredContent`
+//! the result, images stay parts, `isError` is TOOL_ERROR, a closed transport TRANSPORT.
+//! Progress notifications become progress reports; a timeout or cancellation sends
+//! `notifications/cancelled` to the server.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CancelledNotification, CancelledNotificationParam,
+    ClientNotification, ClientRequest, ContentBlock, ProgressNotificationParam, ProgressToken,
+    RequestId, ServerResult,
+};
+use rmcp::service::{NotificationContext, PeerRequestOptions, RunningService};
+use rmcp::transport::{ConfigureCommandExt, StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{ClientHandler, Peer, RoleClient, ServiceError, ServiceExt};
+use serde_json::Value;
+
+use super::{RemoteError, RemoteSpec};
+use crate::tools::{
+    Annotations, BoxFuture, ContentPart, Progress, ProgressSink, Tool, ToolContext, ToolError,
+    ToolOutput,
+};
+
+/// Extra time the server gets past the call's deadline (toolgate's own deadline decides).
+const REMOTE_DEADLINE_MARGIN: Duration = Duration::from_millis(100);
+
+type Sinks = Arc<Mutex<HashMap<ProgressToken, ProgressSink>>>;
+
+/// Routes the server's progress notifications to the calls that asked for them.
+#[derive(Clone, Default)]
+struct Handler {
+    sinks: Sinks,
+}
+
+impl ClientHandler for Handler {
+    fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) -> impl Future<Output = ()> + Send + '_ {
+        let sink = self
+            .sinks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&params.progress_token)
+            .cloned();
+        if let Some(sink) = sink {
+            let _ = sink.send(Progress {
+                progress: params.progress,
+                total: params.total,
+                message: params.message.unwrap_or_default(),
+            });
+        }
+        std::future::ready(())
+    }
+}
+
+/// One connection to an MCP server, shared by its tools; closing it (the last tool dropped)
+/// ends the session and, for stdio, kills the process.
+struct Connection {
+    service: RunningService<RoleClient, Handler>,
+    sinks: Sinks,
+    remote: String,
+}
+
+/// One tool of an MCP server.
+pub struct McpTool {
+    name: String,
+    remote_tool: String,
+    description: String,
+    schema: Value,
+    annotations: Annotations,
+    connection: Arc<Connection>,
+}
+
+/// Connects (spawning the command or opening the URL), initializes and lists the tools.
+pub async fn discover(spec: &RemoteSpec) -> Result<Vec<Arc<dyn Tool>>, RemoteError> {
+    let unreachable = |reason: String| RemoteError::Unreachable {
+        name: spec.name.clone(),
+        reason,
+    };
+    let invalid = |reason: String| RemoteError::Invalid {
+        name: spec.name.clone(),
+        reason,
+    };
+    let handler = Handler::default();
+    let sinks = handler.sinks.clone();
+    let connecting = async {
+        if let Some((program, args)) = spec.command.split_first() {
+            let mut command = tokio::process::Command::new(program);
+            command.args(args).envs(&spec.env);
+            if let Some(dir) = &spec.cwd {
+                command.current_dir(dir);
+            }
+            let command = command.configure(|c| {
+                c.kill_on_drop(true);
+            });
+            let transport = TokioChildProcess::builder(command)
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .map(|(t, _)| t)
+                .map_err(|e| unreachable(format!("cannot start '{program}': {e}")))?;
+            handler
+                .serve(transport)
+                .await
+                .map_err(|e| unreachable(format!("initialize failed: {e}")))
+        } else if let Some(url) = &spec.url {
+            let transport = StreamableHttpClientTransport::from_uri(url.clone());
+            handler
+                .serve(transport)
+                .await
+                .map_err(|e| unreachable(format!("{url}: initialize failed: {e}")))
+        } else {
+            Err(invalid(
+                "an mcp remote needs a command (stdio) or a url (streamable HTTP)".to_owned(),
+            ))
+        }
+    };
+    let service = tokio::time::timeout(spec.timeout, connecting)
+        .await
+        .map_err(|_| unreachable("the server did not initialize in time".to_owned()))??;
+    let listed = tokio::time::timeout(spec.timeout, service.peer().list_all_tools())
+        .await
+        .map_err(|_| unreachable("tools/list did not answer in time".to_owned()))?
+        .map_err(|e| unreachable(format!("tools/list failed: {e}")))?;
+    let connection = Arc::new(Connection {
+        service,
+        sinks,
+        remote: spec.name.clone(),
+    });
+    let tools = listed
+        .into_iter()
+        .map(|t| {
+            let a = t.annotations.clone().unwrap_or_default();
+            Arc::new(McpTool {
+                name: format!("{}{}", spec.prefix, t.name),
+                remote_tool: t.name.to_string(),
+                description: t.description.as_deref().unwrap_or_default().to_owned(),
+                schema: Value::Object((*t.input_schema).clone()),
+                annotations: Annotations {
+                    read_only: a.read_only_hint.unwrap_or(false),
+                    // MCP's default for destructiveHint is true, but only for tools that are
+                    // not read-only.
+                    destructive: a
+                        .destructive_hint
+                        .unwrap_or(!a.read_only_hint.unwrap_or(false)),
+                    idempotent: a.idempotent_hint.unwrap_or(false),
+                    open_world: a.open_world_hint.unwrap_or(true),
+                },
+                connection: connection.clone(),
+            }) as Arc<dyn Tool>
+        })
+        .collect();
+    Ok(tools)
+}
+
+/// Sends `notifications/cancelled` for a request if it is dropped before it answers.
+struct CancelOnDrop {
+    peer: Peer<RoleClient>,
+    id: Option<RequestId>,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let Some(id) = self.id.take() else { return };
+        let peer = self.peer.clone();
+        let notification = CancelledNotification::new(CancelledNotificationParam::new(
+            Some(id),
+            Some("cancelled by toolgate (deadline or client)".to_owned()),
+        ));
+        // Drop cannot wait; the runtime sends it.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = peer
+                    .send_notification(ClientNotification::CancelledNotification(notification))
+                    .await;
+            });
+        }
+    }
+}
+
+fn from_service_error(remote: &str, error: &ServiceError) -> ToolError {
+    let text = format!("mcp server '{remote}': {error}");
+    match error {
+        ServiceError::McpError(_) => ToolError::failed(text),
+        _ => ToolError::transport(text),
+    }
+}
+
+impl McpTool {
+    async fn invoke(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let conn = &self.connection;
+        let arguments = match input {
+            Value::Object(map) => Some(map),
+            _ => None,
+        };
+        let mut params = CallToolRequestParams::new(self.remote_tool.clone());
+        if let Some(arguments) = arguments {
+            params = params.with_arguments(arguments);
+        }
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let mut options = PeerRequestOptions::no_options();
+        if let Some(deadline) = ctx.deadline {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            options.timeout = Some(left + REMOTE_DEADLINE_MARGIN);
+        }
+        let peer = conn.service.peer().clone();
+        let handle = peer
+            .send_cancellable_request(request, options)
+            .await
+            .map_err(|e| from_service_error(&conn.remote, &e))?;
+        let token = handle.progress_token.clone();
+        if let Some(sink) = &ctx.progress {
+            conn.sinks
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(token.clone(), sink.clone());
+        }
+        let mut guard = CancelOnDrop {
+            peer,
+            id: Some(handle.id.clone()),
+        };
+        let answer = handle.await_response().await;
+        guard.id = None;
+        conn.sinks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&token);
+        match answer.map_err(|e| from_service_error(&conn.remote, &e))? {
+            ServerResult::CallToolResult(result) => {
+                let output = output_of(&result.content, result.structured_content.clone());
+                if result.is_error.unwrap_or(false) {
+                    let text = text_of(&result.content);
+                    let message = if text.is_empty() {
+                        "the MCP tool reported an error".to_owned()
+                    } else {
+                        text
+                    };
+                    return Err(ToolError::failed(message));
+                }
+                Ok(output)
+            }
+            _ => Err(ToolError::failed(format!(
+                "mcp server '{}': unexpected reply to tools/call",
+                conn.remote
+            ))),
+        }
+    }
+}
+
+fn text_of(content: &[ContentBlock]) -> String {
+    content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `structuredContent` is the result when present; otherwise the content blocks.
+fn output_of(content: &[ContentBlock], structured: Option<Value>) -> ToolOutput {
+    if let Some(value) = structured {
+        return ToolOutput::Json(value);
+    }
+    let parts: Vec<ContentPart> = content
+        .iter()
+        .filter_map(|c| {
+            if let Some(t) = c.as_text() {
+                Some(ContentPart::Text(t.text.clone()))
+            } else {
+                c.as_image().map(|i| ContentPart::Image {
+                    mime_type: i.mime_type.clone(),
+                    data: i.data.clone(),
+                })
+            }
+        })
+        .collect();
+    match parts.as_slice() {
+        [] => ToolOutput::Text(String::new()),
+        [ContentPart::Text(text)] => ToolOutput::Text(text.clone()),
+        _ => ToolOutput::Parts(parts),
+    }
+}
+
+impl Tool for McpTool {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn description(&self) -> &str {
+        &self.description
+    }
+    fn input_schema(&self) -> Value {
+        self.schema.clone()
+    }
+    fn annotations(&self) -> Annotations {
+        self.annotations
+    }
+    /// Read-only MCP tools are safe to run beside other calls.
+    fn is_concurrency_safe(&self, _input: &Value) -> bool {
+        self.annotations.read_only
+    }
+    fn call<'a>(
+        &'a self,
+        input: Value,
+        ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+        Box::pin(self.invoke(input, ctx))
+    }
+}
