@@ -9,6 +9,7 @@ mod hooks;
 mod http_tools;
 mod intake;
 mod limits;
+mod mcp;
 mod messages;
 mod middleware;
 mod parallel;

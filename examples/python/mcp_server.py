@@ -1,0 +1,55 @@
+#!/usr/bin/env python3
+"""A small MCP server written with the official Python SDK (PyPI `mcp`, 2.x), for toolgate.
+
+Tools:
+  slow {seconds, steps}   works for `seconds`, reporting progress `steps` times; when the client
+                          cancels (toolgate sends notifications/cancelled on its deadline), the
+                          cancellation is counted
+  fail {message}          always fails (the result has isError and the message)
+  cancellations {}        how many calls this server saw cancelled
+
+Run over stdio (toolgate spawns it):
+
+    [[remotes]]
+    name = "pymcp"
+    kind = "mcp"
+    command = ["python3", "examples/python/mcp_server.py"]
+"""
+
+import asyncio
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.types import ToolAnnotations
+
+server = MCPServer("toolgate-demo")
+cancelled = 0
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+async def slow(seconds: float, steps: int, ctx: Context) -> str:
+    """Works for `seconds`, reporting progress `steps` times."""
+    global cancelled
+    try:
+        for step in range(1, steps + 1):
+            await asyncio.sleep(seconds / steps)
+            await ctx.report_progress(step, steps, f"step {step} of {steps}")
+    except asyncio.CancelledError:
+        cancelled += 1
+        raise
+    return f"worked {seconds}s in {steps} steps"
+
+
+@server.tool()
+def fail(message: str) -> str:
+    """Always fails with the given message."""
+    raise ValueError(message)
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def cancellations() -> dict:
+    """How many calls this server saw cancelled."""
+    return {"cancelled": cancelled}
+
+
+if __name__ == "__main__":
+    server.run()

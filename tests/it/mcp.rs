@@ -1,0 +1,233 @@
+//! MCP servers through the API: the reference `server-everything` (npm) over stdio and
+//! streamable HTTP, and a server written with the official Python SDK; discovery, results of
+//! every content kind, progress, deadlines cancelled on the server, parallel calls, transport
+//! failures.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::json;
+use toolgate::config::Config;
+use toolgate::pb;
+use toolgate::pb::ErrorClass;
+use toolgate::pb::dispatch_event::Event;
+
+use crate::support::*;
+
+fn everything_js() -> PathBuf {
+    let path = crate::peers::testenv()
+        .join("node/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    assert!(
+        path.exists(),
+        "{} is missing: run scripts/test, which installs it",
+        path.display()
+    );
+    path
+}
+
+fn stdio_remote(name: &str, prefix: &str, command: &[String]) -> String {
+    let command: Vec<String> = command.iter().map(|c| format!("{c:?}")).collect();
+    format!(
+        "[[remotes]]\nname = \"{name}\"\nkind = \"mcp\"\nprefix = \"{prefix}\"\ntimeout = \"30s\"\ncommand = [{}]\n",
+        command.join(", ")
+    )
+}
+
+#[tokio::test]
+async fn server_everything_over_stdio_answers_every_content_kind() {
+    let command = vec![
+        "node".to_owned(),
+        everything_js().display().to_string(),
+        "stdio".to_owned(),
+    ];
+    let ts =
+        start_with(Config::from_toml(&stdio_remote("everything", "ev.", &command)).unwrap()).await;
+    let tools = ts
+        .client
+        .clone()
+        .list_tools(pb::ListToolsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .tools;
+    let echo = tools
+        .iter()
+        .find(|t| t.name == "ev.echo")
+        .expect("ev.echo is listed");
+    assert_eq!(echo.source, pb::tool_definition::Source::Mcp as i32);
+    let (events, result) = dispatch_stream(
+        &ts,
+        request(json!([
+            {"id": "e", "name": "ev.echo", "arguments": {"message": "hi"}},
+            {"id": "s", "name": "ev.get-sum", "arguments": {"a": 2, "b": 3}},
+            {"id": "i", "name": "ev.get-tiny-image", "arguments": {}},
+            {"id": "j", "name": "ev.get-structured-content", "arguments": {"location": "New York"}},
+            {"id": "p", "name": "ev.trigger-long-running-operation", "arguments": {"duration": 1, "steps": 3}},
+        ])),
+    )
+    .await;
+    let r = &result.results;
+    assert!(result.all_succeeded, "{result:?}");
+    assert_eq!(r[0].content, "Echo: hi");
+    assert_eq!(r[1].content, "The sum of 2 and 3 is 5.");
+    assert!(r[2].parts.iter().any(
+        |p| matches!(&p.part, Some(pb::content_part::Part::Image(i)) if i.mime_type == "image/png")
+    ));
+    assert!(
+        json_of(&r[3].result).get("temperature").is_some(),
+        "structuredContent is the result"
+    );
+    let progress = events
+        .iter()
+        .filter(|e| matches!(e, Event::Progress(p) if p.id == "p"))
+        .count();
+    assert_eq!(progress, 3, "one progress event per step");
+}
+
+/// A free port for a server we start.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test]
+async fn server_everything_over_streamable_http() {
+    let port = free_port();
+    let mut child = tokio::process::Command::new("node")
+        .arg(everything_js())
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("node starts");
+    let mut up = false;
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            up = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(up, "server-everything listens on {port}");
+    let config = format!(
+        "[[remotes]]\nname = \"everything-http\"\nkind = \"mcp\"\nurl = \"http://127.0.0.1:{port}/mcp\"\nprefix = \"evh.\"\ntimeout = \"30s\"\n\
+         [breaker]\nfailure_threshold = 1\n[retry]\nmax_retries = 0"
+    );
+    let ts = start_with(Config::from_toml(&config).unwrap()).await;
+    let result = dispatch(
+        &ts,
+        request(json!([{"id": "e", "name": "evh.echo", "arguments": {"message": "over http"}}])),
+    )
+    .await;
+    assert_eq!(result.results[0].content, "Echo: over http");
+    // The server goes away: the next call is a transport failure that opens the breaker.
+    child.kill().await.unwrap();
+    let result = dispatch(
+        &ts,
+        request(json!([{"id": "x", "name": "evh.echo", "arguments": {"message": "?"}}, {"id": "y", "name": "evh.echo", "arguments": {"message": "?"}}])),
+    )
+    .await;
+    assert_eq!(
+        class(&result.results[0]),
+        ErrorClass::Transport,
+        "{:?}",
+        result.results[0]
+    );
+    assert_eq!(class(&result.results[1]), ErrorClass::CircuitOpen);
+}
+
+fn python_server() -> Vec<String> {
+    let env = crate::peers::testenv();
+    vec![
+        env.join("venv/bin/python").display().to_string(),
+        concat!(env!("CARGO_MANIFEST_DIR"), "/examples/python/mcp_server.py").to_owned(),
+    ]
+}
+
+#[tokio::test]
+async fn a_python_sdk_server_reports_progress_errors_and_sees_cancellation() {
+    let config = format!(
+        "{}[per_tool.\"pm.slow\"]\ntimeout = \"600ms\"\n[per_tool.\"pm.slow\".retry]\nenabled = false\n",
+        stdio_remote("pymcp", "pm.", &python_server())
+    );
+    let ts = start_with(Config::from_toml(&config).unwrap()).await;
+    let (events, result) = dispatch_stream(
+        &ts,
+        request(json!([
+            {"id": "ok", "name": "pm.slow", "arguments": {"seconds": 0.2, "steps": 2}},
+            {"id": "bad", "name": "pm.fail", "arguments": {"message": "kaput"}},
+            {"id": "late", "name": "pm.slow", "arguments": {"seconds": 10, "steps": 10}},
+        ])),
+    )
+    .await;
+    let r = &result.results;
+    assert!(r[0].success, "{:?}", r[0]);
+    assert!(
+        r[0].content.contains("worked 0.2s in 2 steps"),
+        "{}",
+        r[0].content
+    );
+    assert_eq!(class(&r[1]), ErrorClass::ToolError);
+    assert_eq!(
+        (class(&r[2]), r[2].error.as_str()),
+        (ErrorClass::Timeout, "Tool 'pm.slow' timed out after 600ms")
+    );
+    assert!(
+        events
+            .iter()
+            .filter(|e| matches!(e, Event::Progress(p) if p.id == "ok"))
+            .count()
+            >= 1
+    );
+    // notifications/cancelled reached the server.
+    let mut seen = 0;
+    for _ in 0..100 {
+        let check = dispatch(
+            &ts,
+            request(json!([{"id": "c", "name": "pm.cancellations"}])),
+        )
+        .await;
+        seen = if check.results[0].content.contains("\"cancelled\": 1") {
+            1
+        } else {
+            0
+        };
+        if seen == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(seen, 1, "the server saw the call cancelled");
+}
+
+#[tokio::test]
+async fn read_only_mcp_tools_run_in_parallel() {
+    let ts =
+        start_with(Config::from_toml(&stdio_remote("pymcp", "pm.", &python_server())).unwrap())
+            .await;
+    let calls: Vec<serde_json::Value> =
+        (0..3).map(|i| json!({"id": format!("s{i}"), "name": "pm.slow", "arguments": {"seconds": 0.3, "steps": 1 + i}})).collect();
+    let mut req = request(json!(calls));
+    req.options = Some(pb::DispatchOptions {
+        mode: pb::dispatch_options::Mode::Parallel.into(),
+        ..Default::default()
+    });
+    let (events, result) = dispatch_stream(&ts, req).await;
+    assert!(result.all_succeeded, "{result:?}");
+    let first_three: Vec<bool> = events
+        .iter()
+        .filter(|e| matches!(e, Event::ToolPre(_) | Event::ToolPost(_)))
+        .take(3)
+        .map(|e| matches!(e, Event::ToolPre(_)))
+        .collect();
+    assert_eq!(first_three, [true, true, true]);
+}
