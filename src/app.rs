@@ -151,6 +151,7 @@ impl Server {
             max_batches,
             remotes,
             allow_registration: self.config.remote_registration.enabled,
+            stdio_commands: self.config.remote_registration.stdio_commands.clone(),
         });
         let settings = ServeSettings {
             max_message_bytes: self.config.server.max_message_bytes,

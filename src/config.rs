@@ -302,6 +302,8 @@ pub enum PermissionDecision {
 #[serde(deny_unknown_fields, default)]
 pub struct RemoteRegistrationConfig {
     pub enabled: bool,
+    /// Programs a run-time registered stdio MCP server may run (exact `command[0]` values).
+    pub stdio_commands: Vec<String>,
 }
 
 /// `[bindings.<name>]`: a model-facing name bound to a registered tool and an input mapping.

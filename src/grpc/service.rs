@@ -35,6 +35,8 @@ pub struct ServiceState {
     pub remotes: Arc<Remotes>,
     /// Whether `RegisterRemote` / `UnregisterRemote` are allowed.
     pub allow_registration: bool,
+    /// Programs a run-time registered stdio MCP server may run.
+    pub stdio_commands: Vec<String>,
 }
 
 /// The `toolgate.v1.ToolGate` implementation.
@@ -189,6 +191,15 @@ impl ToolGate for ToolGateService {
         });
         let spec: RemoteSpec = serde_json::from_value(definition)
             .map_err(|e| RequestError::Invalid(format!("definition: {e}")))?;
+        // A stdio MCP server is a local program: only allowlisted ones may be started this way.
+        if let Some(program) = spec.command.first()
+            && !self.state.stdio_commands.contains(program)
+        {
+            return Err(RequestError::PermissionDenied(format!(
+                "'{program}' is not in [remote_registration] stdio_commands"
+            ))
+            .into());
+        }
         let contributed = self
             .state
             .remotes

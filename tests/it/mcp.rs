@@ -231,3 +231,46 @@ async fn read_only_mcp_tools_run_in_parallel() {
         .collect();
     assert_eq!(first_three, [true, true, true]);
 }
+
+#[tokio::test]
+async fn a_stdio_mcp_server_is_registered_at_run_time_only_if_its_program_is_allowlisted() {
+    let server = python_server();
+    let config = format!(
+        "[remote_registration]\nenabled = true\nstdio_commands = [{:?}]",
+        server[0]
+    );
+    let ts = start_with(Config::from_toml(&config).unwrap()).await;
+    let mut client = ts.client.clone();
+    let definition = |command: &[String]| {
+        json!({"name": "rt-mcp", "kind": "mcp", "command": command, "prefix": "rt.", "timeout": "30s"})
+            .as_object()
+            .map(toolgate::grpc::convert::struct_from_json)
+    };
+    let denied = vec!["/bin/sh".to_owned(), "-c".to_owned(), "true".to_owned()];
+    let status = client
+        .register_remote(pb::RegisterRemoteRequest {
+            definition: definition(&denied),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::PermissionDenied);
+    let tools = client
+        .register_remote(pb::RegisterRemoteRequest {
+            definition: definition(&server),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .tools;
+    assert!(
+        tools
+            .iter()
+            .any(|t| t.name == "rt.slow" && t.source == pb::tool_definition::Source::Mcp as i32)
+    );
+    client
+        .unregister_remote(pb::UnregisterRemoteRequest {
+            name: "rt-mcp".into(),
+        })
+        .await
+        .unwrap();
+}
