@@ -81,6 +81,7 @@ fn batch(elements: Vec<Value>, session: &str, mode: Mode) -> Batch {
             fail_fast: false,
         },
         turn: 1,
+        trace: None,
     }
 }
 

@@ -50,6 +50,8 @@ pub struct Batch {
     pub bindings: BTreeMap<String, Binding>,
     pub options: BatchOptions,
     pub turn: u32,
+    /// The trace the batch belongs to (from the client's `traceparent`, or new).
+    pub trace: Option<crate::telemetry::TraceContext>,
 }
 
 /// A model-facing tool name bound to a registered tool and an input mapping.
@@ -307,6 +309,7 @@ impl Dispatcher {
                 observer,
                 turn: batch.turn,
                 budget,
+                trace: batch.trace.as_ref(),
             };
             self.execute(&batch.calls, &prepared, &plan, limit, &scope, cancel)
                 .await
@@ -381,6 +384,7 @@ struct BatchScope<'a> {
     observer: &'a dyn Observer,
     turn: u32,
     budget: Option<Arc<Budget>>,
+    trace: Option<&'a crate::telemetry::TraceContext>,
 }
 
 impl Dispatcher {
@@ -548,6 +552,7 @@ impl Dispatcher {
                     pipeline: &self.pipeline,
                     turn: scope.turn,
                     budget: scope.budget.clone(),
+                    trace: scope.trace,
                 };
                 let input = prepared.input.clone();
                 call::execute(

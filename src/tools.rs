@@ -80,6 +80,8 @@ pub struct ToolContext {
     pub deadline: Option<tokio::time::Instant>,
     /// Where the tool may report progress; `None` when nobody listens.
     pub progress: Option<ProgressSink>,
+    /// W3C `traceparent` for calls this tool makes (remote tools pass it on).
+    pub traceparent: Option<String>,
 }
 
 /// A progress report from a running tool.
@@ -138,6 +140,7 @@ impl ToolContext {
             }),
             deadline: None,
             progress: None,
+            traceparent: None,
         }
     }
 }

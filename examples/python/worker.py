@@ -16,6 +16,7 @@ Tools:
   slow_count {to, delay_ms}    counts slowly, streaming a progress event per step; stops at once
                                when toolgate cancels the call (deadline or client gone)
   fail_on_purpose {message}    reports an error (is_error) with the given message
+  whoami {}                    the call metadata and traceparent the worker received
   cancellations {}             how many calls this worker has seen cancelled
 
 usage: python examples/python/worker.py [--port 7001]   (0 picks a free port; the address is
@@ -59,6 +60,11 @@ TOOLS = [
     worker_pb2.WorkerTool(
         name="fail_on_purpose", description="Always fails with the given message.",
         input_schema=schema({"message": {"type": "string"}}),
+        concurrency_safe=True),
+    worker_pb2.WorkerTool(
+        name="whoami", description="The call metadata this worker received (for tracing demos).",
+        input_schema=schema({}),
+        annotations=toolgate_pb2.ToolAnnotations(read_only=True),
         concurrency_safe=True),
     worker_pb2.WorkerTool(
         name="cancellations", description="How many calls this worker saw cancelled.",
@@ -108,6 +114,10 @@ class Worker(worker_pb2_grpc.ToolWorkerServicer):
             yield worker_pb2.InvokeEvent(result=worker_pb2.InvokeResult(
                 content=[toolgate_pb2.ContentPart(text=args.get("message", "failed on purpose"))],
                 is_error=True))
+        elif request.tool == "whoami":
+            metadata = dict(context.invocation_metadata())
+            yield structured({"traceparent": metadata.get("traceparent"), "tool_name": request.tool_name,
+                              "tool_call_id": request.tool_call_id, "session_id": request.session_id})
         elif request.tool == "cancellations":
             with self.lock:
                 yield structured({"cancelled": self.cancelled})

@@ -39,6 +39,7 @@ pub(super) struct CallScope<'a> {
     pub pipeline: &'a Pipeline,
     pub turn: u32,
     pub budget: Option<Arc<Budget>>,
+    pub trace: Option<&'a crate::telemetry::TraceContext>,
 }
 
 /// How a call ended: a result, and whether it ends the batch.
@@ -496,6 +497,8 @@ async fn run_once(
         metadata: metadata.clone(),
         deadline: None,
         progress: step.wants_events().then_some(progress_tx),
+        // Each execution is its own span of the batch's trace.
+        traceparent: scope.trace.map(crate::telemetry::TraceContext::child),
     };
     let token = ctx.cancel.clone();
     let invocation = Invocation {

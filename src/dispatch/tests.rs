@@ -251,6 +251,7 @@ fn named_batch(session: &str, calls: Value) -> Batch {
             fail_fast: false,
         },
         turn: 0,
+        trace: None,
     }
 }
 

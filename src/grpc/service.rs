@@ -107,8 +107,10 @@ impl ToolGate for ToolGateService {
         request: Request<pb::DispatchBatchRequest>,
     ) -> Result<Response<Self::DispatchBatchStream>, Status> {
         let deadline = grpc_timeout(request.metadata());
+        let trace = trace_context(request.metadata());
         let (mut batch, permit) = self.admit(request.into_inner())?;
         batch.options.deadline = deadline.map(|d| tokio::time::Instant::now() + d);
+        batch.trace = Some(trace);
         let (tx, rx) = mpsc::channel(EVENT_BUFFER);
         let cancel = self.state.shutdown.child();
         let dispatcher = self.state.dispatcher.clone();
@@ -130,8 +132,10 @@ impl ToolGate for ToolGateService {
         request: Request<pb::DispatchBatchRequest>,
     ) -> Result<Response<pb::BatchResult>, Status> {
         let deadline = grpc_timeout(request.metadata());
+        let trace = trace_context(request.metadata());
         let (mut batch, _permit) = self.admit(request.into_inner())?;
         batch.options.deadline = deadline.map(|d| tokio::time::Instant::now() + d);
+        batch.trace = Some(trace);
         let cancel = self.state.shutdown.child();
         // tonic drops this future when the client goes or its deadline passes; the guard then
         // fires the batch's cancel so tool tokens fire too.
@@ -270,6 +274,15 @@ async fn watch_client(
         () = expired => cancel.cancel("the request deadline passed"),
     }
     std::future::pending().await
+}
+
+/// The client's W3C trace context (`traceparent` metadata), or a new trace.
+fn trace_context(metadata: &MetadataMap) -> crate::telemetry::TraceContext {
+    metadata
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .and_then(crate::telemetry::TraceContext::parse)
+        .unwrap_or_else(crate::telemetry::TraceContext::new_trace)
 }
 
 /// The client's `grpc-timeout` header (`<digits><unit>`, units H M S m u n), if any.

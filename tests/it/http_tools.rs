@@ -27,6 +27,17 @@ async fn serve() -> std::net::SocketAddr {
             }),
         )
         .route(
+            "/trace",
+            post(|headers: axum::http::HeaderMap| async move {
+                let traceparent = headers
+                    .get("traceparent")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_owned();
+                Json(json!({"traceparent": traceparent}))
+            }),
+        )
+        .route(
             "/broken",
             post(|| async { (StatusCode::BAD_GATEWAY, "upstream broke: ".repeat(100)) }),
         )
@@ -141,4 +152,36 @@ async fn http_remotes_can_be_registered_at_run_time() {
     )
     .await;
     assert_eq!(json_of(&result.results[0].result)["city"], json!("Rome"));
+}
+
+#[tokio::test]
+async fn the_trace_context_reaches_http_tools() {
+    let addr = serve().await;
+    let ts = start_with(
+        Config::from_toml(&remote("trace", &format!("http://{addr}/trace"), "trace")).unwrap(),
+    )
+    .await;
+    let mut req = tonic::Request::new(request(json!([{"id": "t", "name": "trace"}])));
+    req.metadata_mut().insert(
+        "traceparent",
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+            .parse()
+            .unwrap(),
+    );
+    let result = ts.client.clone().dispatch(req).await.unwrap().into_inner();
+    let traceparent = json_of(&result.results[0].result)["traceparent"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        traceparent.starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-"),
+        "{traceparent}"
+    );
+    // Without one from the client, a new trace is started and still propagated.
+    let result = dispatch(&ts, request(json!([{"id": "t", "name": "trace"}]))).await;
+    let fresh = json_of(&result.results[0].result)["traceparent"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(fresh.len(), 55, "{fresh}");
 }

@@ -91,6 +91,7 @@ async fn worker_tools_are_discovered_and_run_with_progress() {
             ("py.cancellations", worker_source),
             ("py.fail_on_purpose", worker_source),
             ("py.slow_count", worker_source),
+            ("py.whoami", worker_source),
             ("py.word_count", worker_source)
         ]
     );
@@ -341,4 +342,32 @@ async fn registration_is_off_by_default() {
         .await
         .unwrap_err();
     assert_eq!(status.code(), tonic::Code::PermissionDenied);
+}
+
+#[tokio::test]
+async fn the_trace_context_and_call_metadata_reach_the_worker() {
+    let worker = PyWorker::start().await;
+    let ts = start_with(worker.config("")).await;
+    let mut req = tonic::Request::new(request(json!([{"id": "t1", "name": "py.whoami"}])));
+    req.metadata_mut().insert(
+        "traceparent",
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+            .parse()
+            .unwrap(),
+    );
+    let result = ts.client.clone().dispatch(req).await.unwrap().into_inner();
+    let seen = json_of(&result.results[0].result);
+    let traceparent = seen["traceparent"].as_str().expect("a traceparent arrived");
+    assert!(
+        traceparent.starts_with("00-0af7651916cd43dd8448eb211c80319c-"),
+        "{traceparent}"
+    );
+    assert!(
+        !traceparent.contains("b7ad6b7169203331"),
+        "the call is a new span of the trace"
+    );
+    assert_eq!(
+        (seen["tool_name"].as_str(), seen["tool_call_id"].as_str()),
+        (Some("py.whoami"), Some("t1"))
+    );
 }

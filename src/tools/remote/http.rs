@@ -108,6 +108,9 @@ impl HttpTool {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             request = request.timeout(left + REMOTE_DEADLINE_MARGIN);
         }
+        if let Some(traceparent) = &ctx.traceparent {
+            request = request.header("traceparent", traceparent);
+        }
         let response = request.send().await.map_err(|e| {
             ToolError::transport(format!("http tool '{}' at {}: {e}", self.remote, self.url))
         })?;

@@ -209,6 +209,13 @@ impl McpTool {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             options.timeout = Some(left + REMOTE_DEADLINE_MARGIN);
         }
+        if let Some(traceparent) = &ctx.traceparent {
+            let mut meta = serde_json::Map::new();
+            meta.insert("traceparent".to_owned(), Value::String(traceparent.clone()));
+            options.meta = Some(rmcp::model::RequestMetaObject(rmcp::model::MetaObject(
+                meta,
+            )));
+        }
         let peer = conn.service.peer().clone();
         let handle = peer
             .send_cancellable_request(request, options)

@@ -161,6 +161,9 @@ impl WorkerTool {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             request.set_timeout(left + REMOTE_DEADLINE_MARGIN);
         }
+        if let Some(value) = ctx.traceparent.as_deref().and_then(|t| t.parse().ok()) {
+            request.metadata_mut().insert("traceparent", value);
+        }
         let mut stream = self
             .client
             .clone()
