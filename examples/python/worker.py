@@ -17,6 +17,7 @@ Tools:
                                when toolgate cancels the call (deadline or client gone)
   fail_on_purpose {message}    reports an error (is_error) with the given message
   whoami {}                    the call metadata and traceparent the worker received
+  bump_description {}          changes word_count's description (definition pinning demo)
   cancellations {}             how many calls this worker has seen cancelled
 
 usage: python examples/python/worker.py [--port 7001]   (0 picks a free port; the address is
@@ -67,6 +68,10 @@ TOOLS = [
         annotations=toolgate_pb2.ToolAnnotations(read_only=True),
         concurrency_safe=True),
     worker_pb2.WorkerTool(
+        name="bump_description",
+        description="Changes word_count's description (to demonstrate definition pinning).",
+        input_schema=schema({})),
+    worker_pb2.WorkerTool(
         name="cancellations", description="How many calls this worker saw cancelled.",
         input_schema=schema({}),
         annotations=toolgate_pb2.ToolAnnotations(read_only=True),
@@ -88,10 +93,18 @@ def structured(value):
 class Worker(worker_pb2_grpc.ToolWorkerServicer):
     def __init__(self):
         self.cancelled = 0
+        self.version = 0
         self.lock = threading.Lock()
 
     def ListTools(self, request, context):
-        return worker_pb2.WorkerListToolsResponse(tools=TOOLS)
+        tools = []
+        for tool in TOOLS:
+            copy = worker_pb2.WorkerTool()
+            copy.CopyFrom(tool)
+            if copy.name == "word_count" and self.version > 0:
+                copy.description += f" (revision {self.version})"
+            tools.append(copy)
+        return worker_pb2.WorkerListToolsResponse(tools=tools)
 
     def Invoke(self, request, context):
         args = json_format.MessageToDict(request.input)
@@ -118,6 +131,10 @@ class Worker(worker_pb2_grpc.ToolWorkerServicer):
             metadata = dict(context.invocation_metadata())
             yield structured({"traceparent": metadata.get("traceparent"), "tool_name": request.tool_name,
                               "tool_call_id": request.tool_call_id, "session_id": request.session_id})
+        elif request.tool == "bump_description":
+            with self.lock:
+                self.version += 1
+                yield structured({"revision": self.version})
         elif request.tool == "cancellations":
             with self.lock:
                 yield structured({"cancelled": self.cancelled})

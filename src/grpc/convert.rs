@@ -584,6 +584,27 @@ pub fn tool_definition(registered: &Registered) -> pb::ToolDefinition {
         }),
         concurrency_safe: tool.is_concurrency_safe(&Value::Object(Map::new())),
         source: source.into(),
+        status: match &registered.pin {
+            None => pb::tool_definition::Status::Local,
+            Some(p) if p.changed_to.is_some() => pb::tool_definition::Status::Quarantined,
+            Some(_) => pb::tool_definition::Status::Pinned,
+        }
+        .into(),
+        digest: registered
+            .pin
+            .as_ref()
+            .map(|p| p.digest.clone())
+            .unwrap_or_default(),
+        changed_digest: registered
+            .pin
+            .as_ref()
+            .and_then(|p| p.changed_to.clone())
+            .unwrap_or_default(),
+        remote: registered
+            .pin
+            .as_ref()
+            .map(|p| p.remote.clone())
+            .unwrap_or_default(),
     }
 }
 

@@ -233,6 +233,44 @@ impl ToolGate for ToolGateService {
         Ok(Response::new(pb::UnregisterRemoteResponse { tools }))
     }
 
+    async fn refresh_remote(
+        &self,
+        request: Request<pb::RefreshRemoteRequest>,
+    ) -> Result<Response<pb::RegisterRemoteResponse>, Status> {
+        self.registration_allowed()?;
+        let name = request.into_inner().name;
+        let contributed = self
+            .state
+            .remotes
+            .refresh(&name)
+            .await
+            .map_err(RequestError::from)?;
+        let registry = self.state.dispatcher.registry();
+        let tools = contributed
+            .iter()
+            .filter_map(|c| registry.get(&c.name))
+            .map(convert::tool_definition)
+            .collect();
+        Ok(Response::new(pb::RegisterRemoteResponse { tools }))
+    }
+
+    async fn accept_tool_change(
+        &self,
+        request: Request<pb::AcceptToolChangeRequest>,
+    ) -> Result<Response<pb::ToolDefinition>, Status> {
+        self.registration_allowed()?;
+        let tool = request.into_inner().tool;
+        self.state
+            .remotes
+            .accept(&tool)
+            .map_err(RequestError::from)?;
+        let registry = self.state.dispatcher.registry();
+        let registered = registry
+            .get(&tool)
+            .ok_or_else(|| RequestError::Invalid(format!("no tool '{tool}'")))?;
+        Ok(Response::new(convert::tool_definition(registered)))
+    }
+
     async fn list_tools(
         &self,
         _request: Request<pb::ListToolsRequest>,

@@ -44,6 +44,16 @@ impl Service<Invocation> for Core {
                     super::not_found(&inv.tool, &registry),
                 ));
             };
+            if let Some(pin) = &registered.pin
+                && let Some(changed_to) = &pin.changed_to
+            {
+                let message = format!(
+                    "tool '{}' is quarantined: its definition changed since it was pinned (digest {} -> {changed_to}); \
+                     an operator must accept the change before it runs again",
+                    inv.tool, pin.digest
+                );
+                return Ok(Invoked::error(ErrorClass::Quarantined, message));
+            }
             let tool = registered.tool.clone();
             let running = AssertUnwindSafe(tool.call(inv.input, &inv.ctx))
                 .catch_unwind()

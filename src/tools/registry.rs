@@ -20,6 +20,36 @@ pub enum ToolSource {
 pub struct Registered {
     pub tool: Arc<dyn Tool>,
     pub source: ToolSource,
+    /// Remote tools: the pinned definition digest, and whether a change awaits approval.
+    pub pin: Option<Pin>,
+}
+
+/// A remote tool's pinned definition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pin {
+    /// The remote that contributed the tool.
+    pub remote: String,
+    /// Digest of the accepted definition.
+    pub digest: String,
+    /// Set when the remote now offers a different definition: its digest. Calls are refused
+    /// (QUARANTINED) until an operator accepts it.
+    pub changed_to: Option<String>,
+}
+
+/// FNV-1a digest of what a model relies on in a tool's definition.
+pub fn definition_digest(tool: &dyn Tool) -> String {
+    let a = tool.annotations();
+    crate::json::digest(&serde_json::json!({
+        "name": tool.name(),
+        "description": tool.description(),
+        "input_schema": tool.input_schema(),
+        "annotations": {
+            "read_only": a.read_only,
+            "destructive": a.destructive,
+            "idempotent": a.idempotent,
+            "open_world": a.open_world,
+        },
+    }))
 }
 
 /// Why a tool could not be registered.
@@ -50,6 +80,16 @@ impl ToolRegistry {
         tool: Arc<dyn Tool>,
         source: ToolSource,
     ) -> Result<(), RegistryError> {
+        self.register_pinned(tool, source, None)
+    }
+
+    /// Adds a tool with its pin (remote tools).
+    pub fn register_pinned(
+        &mut self,
+        tool: Arc<dyn Tool>,
+        source: ToolSource,
+        pin: Option<Pin>,
+    ) -> Result<(), RegistryError> {
         let name = tool.name().to_owned();
         if !valid_name(&name) {
             return Err(RegistryError::InvalidName(name));
@@ -57,7 +97,7 @@ impl ToolRegistry {
         if self.tools.contains_key(&name) {
             return Err(RegistryError::DuplicateName(name));
         }
-        self.tools.insert(name, Registered { tool, source });
+        self.tools.insert(name, Registered { tool, source, pin });
         Ok(())
     }
 

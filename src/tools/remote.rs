@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::registry::{Pin, definition_digest};
 use super::{Catalog, RegistryError, Tool, ToolSource};
 use crate::safety::hooks::glob_match;
 
@@ -65,6 +66,9 @@ pub struct RemoteSpec {
     /// Mcp over stdio: the working directory.
     #[serde(default)]
     pub cwd: Option<String>,
+    /// Accept changed tool definitions on refresh instead of quarantining the tools.
+    #[serde(default)]
+    pub accept_changes: bool,
 }
 
 /// Resolves a resource-key reference (`arguments.path` or `input.path`) against an input.
@@ -137,6 +141,8 @@ pub enum RemoteError {
     Unreachable { name: String, reason: String },
     #[error("remote '{name}': {source}")]
     Registry { name: String, source: RegistryError },
+    #[error("tool '{0}' has no definition change awaiting approval")]
+    NothingToAccept(String),
 }
 
 /// A tool a remote contributed, with what `ListTools` reports about its origin.
@@ -151,6 +157,9 @@ pub struct Contributed {
 pub struct Remotes {
     catalog: Arc<Catalog>,
     live: Mutex<BTreeMap<String, (RemoteSpec, Vec<String>)>>,
+    /// Tool name → digest of the accepted definition, for the server's lifetime: a tool that
+    /// comes back changed (on refresh or re-registration) is quarantined.
+    pins: Mutex<BTreeMap<String, String>>,
 }
 
 impl Remotes {
@@ -158,6 +167,7 @@ impl Remotes {
         Remotes {
             catalog,
             live: Mutex::default(),
+            pins: Mutex::default(),
         }
     }
 
@@ -180,9 +190,10 @@ impl Remotes {
             })
             .collect();
         let names: Vec<String> = tools.iter().map(|t| t.name().to_owned()).collect();
+        let pinned = self.pin_all(&spec, tools);
         let registered = self.catalog.update(|registry| {
-            for tool in &tools {
-                registry.register(tool.clone(), source)?;
+            for (tool, pin) in &pinned {
+                registry.register_pinned(tool.clone(), source, Some(pin.clone()))?;
             }
             Ok::<(), RegistryError>(())
         });
@@ -213,6 +224,123 @@ impl Remotes {
         self.remove_tools(&names);
         tracing::info!(remote = %name, tools = names.len(), "remote unregistered");
         Ok(names)
+    }
+
+    /// Discovers a registered remote's tools again; tools whose definition changed since they
+    /// were pinned are quarantined (unless the remote accepts changes).
+    pub async fn refresh(&self, name: &str) -> Result<Vec<Contributed>, RemoteError> {
+        let Some((spec, old)) = self.lock().get(name).cloned() else {
+            return Err(RemoteError::Unknown(name.to_owned()));
+        };
+        let (tools, source) = discover(&spec).await?;
+        let tools: Vec<Arc<dyn Tool>> = tools
+            .into_iter()
+            .filter(|t| {
+                spec.tools
+                    .iter()
+                    .any(|g| glob_match(g, remote_name(t.as_ref(), &spec.prefix)))
+            })
+            .collect();
+        let names: Vec<String> = tools.iter().map(|t| t.name().to_owned()).collect();
+        let pinned = self.pin_all(&spec, tools);
+        self.catalog
+            .update(|registry| {
+                for gone in &old {
+                    registry.remove(gone);
+                }
+                for (tool, pin) in &pinned {
+                    registry.register_pinned(tool.clone(), source, Some(pin.clone()))?;
+                }
+                Ok::<(), RegistryError>(())
+            })
+            .map_err(|source| RemoteError::Registry {
+                name: name.to_owned(),
+                source,
+            })?;
+        if let Some(entry) = self.lock().get_mut(name) {
+            entry.1.clone_from(&names);
+        }
+        Ok(names
+            .into_iter()
+            .map(|name| Contributed { name, source })
+            .collect())
+    }
+
+    /// Accepts a quarantined tool's new definition: it is pinned and runs again.
+    pub fn accept(&self, tool: &str) -> Result<(), RemoteError> {
+        let nothing = || RemoteError::NothingToAccept(tool.to_owned());
+        let accepted = self.catalog.update(|registry| {
+            let current = registry.get(tool).cloned().ok_or_else(nothing)?;
+            let pin = current
+                .pin
+                .clone()
+                .filter(|p| p.changed_to.is_some())
+                .ok_or_else(nothing)?;
+            let digest = pin.changed_to.clone().unwrap_or_default();
+            registry.remove(tool);
+            let pin = Pin {
+                digest: digest.clone(),
+                changed_to: None,
+                ..pin
+            };
+            registry
+                .register_pinned(current.tool, current.source, Some(pin))
+                .map_err(|source| RemoteError::Registry {
+                    name: tool.to_owned(),
+                    source,
+                })?;
+            Ok(digest)
+        })?;
+        self.pins
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(tool.to_owned(), accepted);
+        tracing::info!(tool, "changed tool definition accepted");
+        Ok(())
+    }
+
+    fn pin_all(&self, spec: &RemoteSpec, tools: Vec<Arc<dyn Tool>>) -> Vec<(Arc<dyn Tool>, Pin)> {
+        tools
+            .into_iter()
+            .map(|t| {
+                let pin = self.pin(spec, t.as_ref());
+                (t, pin)
+            })
+            .collect()
+    }
+
+    /// The pin for a discovered tool: new tools are pinned; a changed definition is quarantined
+    /// unless the remote accepts changes.
+    fn pin(&self, spec: &RemoteSpec, tool: &dyn Tool) -> Pin {
+        let digest = definition_digest(tool);
+        let mut pins = self.pins.lock().unwrap_or_else(|p| p.into_inner());
+        let pinned = pins
+            .entry(tool.name().to_owned())
+            .or_insert_with(|| digest.clone())
+            .clone();
+        let remote = spec.name.clone();
+        if pinned == digest {
+            return Pin {
+                remote,
+                digest,
+                changed_to: None,
+            };
+        }
+        if spec.accept_changes {
+            tracing::info!(tool = tool.name(), from = %pinned, to = %digest, "tool definition changed; accepted by configuration");
+            pins.insert(tool.name().to_owned(), digest.clone());
+            return Pin {
+                remote,
+                digest,
+                changed_to: None,
+            };
+        }
+        tracing::warn!(tool = tool.name(), from = %pinned, to = %digest, "tool definition changed; quarantined");
+        Pin {
+            remote,
+            digest: pinned,
+            changed_to: Some(digest),
+        }
     }
 
     /// The registered remotes' names.

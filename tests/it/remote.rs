@@ -88,6 +88,7 @@ async fn worker_tools_are_discovered_and_run_with_progress() {
     assert_eq!(
         remote,
         [
+            ("py.bump_description", worker_source),
             ("py.cancellations", worker_source),
             ("py.fail_on_purpose", worker_source),
             ("py.slow_count", worker_source),
@@ -370,4 +371,118 @@ async fn the_trace_context_and_call_metadata_reach_the_worker() {
         (seen["tool_name"].as_str(), seen["tool_call_id"].as_str()),
         (Some("py.whoami"), Some("t1"))
     );
+}
+
+async fn tool(ts: &TestServer, name: &str) -> pb::ToolDefinition {
+    let tools = ts
+        .client
+        .clone()
+        .list_tools(pb::ListToolsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .tools;
+    tools.into_iter().find(|t| t.name == name).expect("listed")
+}
+
+#[tokio::test]
+async fn a_changed_definition_is_quarantined_until_accepted() {
+    use pb::tool_definition::Status;
+    let worker = PyWorker::start().await;
+    let ts = start_with(worker.config("[remote_registration]\nenabled = true")).await;
+    let before = tool(&ts, "py.word_count").await;
+    assert_eq!(
+        (before.status, before.remote.as_str()),
+        (Status::Pinned as i32, "py")
+    );
+    assert_eq!(before.digest.len(), 16);
+    let local = tool(&ts, "echo").await;
+    assert_eq!(local.status, Status::Local as i32);
+
+    // The worker changes the definition; a refresh notices and quarantines the tool.
+    dispatch(
+        &ts,
+        request(json!([{"id": "b", "name": "py.bump_description"}])),
+    )
+    .await;
+    let mut client = ts.client.clone();
+    client
+        .refresh_remote(pb::RefreshRemoteRequest { name: "py".into() })
+        .await
+        .unwrap();
+    let changed = tool(&ts, "py.word_count").await;
+    assert_eq!(changed.status, Status::Quarantined as i32);
+    assert_eq!(
+        changed.digest, before.digest,
+        "the pinned digest stays until accepted"
+    );
+    assert_ne!(changed.changed_digest, before.digest);
+    assert_eq!(
+        tool(&ts, "py.whoami").await.status,
+        Status::Pinned as i32,
+        "unchanged tools keep running"
+    );
+    let result = dispatch(
+        &ts,
+        request(json!([{"id": "w", "name": "py.word_count", "arguments": {"text": "a"}}])),
+    )
+    .await;
+    assert_eq!(class(&result.results[0]), ErrorClass::Quarantined);
+    assert!(
+        result.results[0]
+            .error
+            .starts_with("tool 'py.word_count' is quarantined: its definition changed"),
+        "{}",
+        result.results[0].error
+    );
+
+    // An operator accepts; the new definition is pinned and runs.
+    let accepted = client
+        .accept_tool_change(pb::AcceptToolChangeRequest {
+            tool: "py.word_count".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (accepted.status, accepted.digest.clone()),
+        (Status::Pinned as i32, changed.changed_digest.clone())
+    );
+    assert!(accepted.description.ends_with("(revision 1)"));
+    let result = dispatch(
+        &ts,
+        request(json!([{"id": "w", "name": "py.word_count", "arguments": {"text": "a"}}])),
+    )
+    .await;
+    assert!(result.all_succeeded);
+    let again = client
+        .accept_tool_change(pb::AcceptToolChangeRequest {
+            tool: "py.word_count".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(again.code(), tonic::Code::FailedPrecondition);
+}
+
+#[tokio::test]
+async fn a_remote_can_accept_changes_by_configuration() {
+    use pb::tool_definition::Status;
+    let worker = PyWorker::start().await;
+    let ts =
+        start_with(worker.config("accept_changes = true\n[remote_registration]\nenabled = true"))
+            .await;
+    let before = tool(&ts, "py.word_count").await;
+    dispatch(
+        &ts,
+        request(json!([{"id": "b", "name": "py.bump_description"}])),
+    )
+    .await;
+    ts.client
+        .clone()
+        .refresh_remote(pb::RefreshRemoteRequest { name: "py".into() })
+        .await
+        .unwrap();
+    let after = tool(&ts, "py.word_count").await;
+    assert_eq!(after.status, Status::Pinned as i32);
+    assert_ne!(after.digest, before.digest);
 }
