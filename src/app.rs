@@ -134,7 +134,7 @@ impl Server {
         let dispatcher = self.dispatcher()?;
         let sessions = dispatcher.sessions_handle();
         // Remotes from the config are connected before serving: an unreachable one stops the start.
-        let remotes = Arc::new(Remotes::new(dispatcher.catalog().clone()));
+        let remotes = Remotes::new(dispatcher.catalog().clone());
         for spec in &self.config.remotes {
             remotes.register(spec.clone()).await?;
         }

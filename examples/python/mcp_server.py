@@ -6,6 +6,8 @@ Tools:
                           cancels (toolgate sends notifications/cancelled on its deadline), the
                           cancellation is counted
   fail {message}          always fails (the result has isError and the message)
+  crash {}                exits the process (toolgate reconnects, with backoff)
+  learn_greeting {}       adds a `greet` tool and sends notifications/tools/list_changed
   cancellations {}        how many calls this server saw cancelled
 
 Run over stdio (toolgate spawns it):
@@ -17,6 +19,7 @@ Run over stdio (toolgate spawns it):
 """
 
 import asyncio
+import os
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
@@ -43,6 +46,25 @@ async def slow(seconds: float, steps: int, ctx: Context) -> str:
 def fail(message: str) -> str:
     """Always fails with the given message."""
     raise ValueError(message)
+
+
+@server.tool()
+def crash() -> str:
+    """Exits the server process at once (to demonstrate toolgate reconnecting)."""
+    os._exit(3)
+
+
+def greet(name: str) -> str:
+    """Greets someone (added at run time by learn_greeting)."""
+    return f"hello, {name}"
+
+
+@server.tool()
+async def learn_greeting(ctx: Context) -> str:
+    """Adds the `greet` tool and tells the client its tool list changed."""
+    server.add_tool(greet)
+    await ctx.session.send_tool_list_changed()
+    return "learned greet"
 
 
 @server.tool(annotations=ToolAnnotations(readOnlyHint=True))

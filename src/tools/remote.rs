@@ -152,6 +152,22 @@ pub struct Contributed {
     pub source: ToolSource,
 }
 
+/// What an adapter tells the remote manager, out of band.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Signal {
+    /// The remote says its tool list changed (MCP `notifications/tools/list_changed`).
+    ListChanged(String),
+    /// The remote's connection is gone (a stdio server exited): reconnect, with backoff.
+    Lost(String),
+}
+
+/// Where adapters send signals.
+pub type Signals = tokio::sync::mpsc::UnboundedSender<Signal>;
+
+/// First and longest wait before reconnecting a lost remote.
+const RECONNECT_FIRST: Duration = Duration::from_millis(500);
+const RECONNECT_MAX: Duration = Duration::from_secs(30);
+
 /// Every connected remote and the tools it contributed.
 #[derive(Debug)]
 pub struct Remotes {
@@ -160,15 +176,60 @@ pub struct Remotes {
     /// Tool name → digest of the accepted definition, for the server's lifetime: a tool that
     /// comes back changed (on refresh or re-registration) is quarantined.
     pins: Mutex<BTreeMap<String, String>>,
+    signals: Signals,
+    /// Open MCP sessions by remote, so a tool list change is re-listed on the same session.
+    mcp: Mutex<BTreeMap<String, Arc<mcp::Connection>>>,
 }
 
 impl Remotes {
-    pub fn new(catalog: Arc<Catalog>) -> Self {
-        Remotes {
+    /// The manager and its background task, which refreshes remotes that report a changed tool
+    /// list and reconnects lost ones with exponential backoff. The task ends with the manager.
+    pub fn new(catalog: Arc<Catalog>) -> Arc<Self> {
+        let (signals, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let remotes = Arc::new(Remotes {
             catalog,
             live: Mutex::default(),
             pins: Mutex::default(),
-        }
+            signals,
+            mcp: Mutex::default(),
+        });
+        let weak = Arc::downgrade(&remotes);
+        tokio::spawn(async move {
+            let mut failures: BTreeMap<String, u32> = BTreeMap::new();
+            while let Some(signal) = rx.recv().await {
+                let Some(remotes) = weak.upgrade() else { break };
+                let (name, lost) = match signal {
+                    Signal::ListChanged(name) => (name, false),
+                    Signal::Lost(name) => (name, true),
+                };
+                if lost {
+                    let n = failures.get(&name).copied().unwrap_or(0);
+                    let delay = RECONNECT_FIRST
+                        .saturating_mul(2u32.saturating_pow(n.min(10)))
+                        .min(RECONNECT_MAX);
+                    tracing::warn!(remote = %name, delay_ms = delay.as_millis(), "remote lost; reconnecting");
+                    drop(remotes);
+                    tokio::time::sleep(delay).await;
+                    let Some(again) = weak.upgrade() else { break };
+                    match again.rediscover(&name, true).await {
+                        Ok(_) => {
+                            failures.remove(&name);
+                        }
+                        Err(RemoteError::Unknown(_)) => {
+                            failures.remove(&name);
+                        }
+                        Err(error) => {
+                            tracing::warn!(remote = %name, %error, "reconnect failed");
+                            failures.insert(name.clone(), n + 1);
+                            let _ = again.signals.send(Signal::Lost(name));
+                        }
+                    }
+                } else if let Err(error) = remotes.refresh(&name).await {
+                    tracing::warn!(remote = %name, %error, "refresh after a tool list change failed");
+                }
+            }
+        });
+        remotes
     }
 
     /// Connects, discovers the remote's tools and registers them all, or nothing.
@@ -180,7 +241,7 @@ impl Remotes {
         if self.lock().contains_key(&spec.name) {
             return Err(RemoteError::Duplicate(spec.name));
         }
-        let (tools, source) = discover(&spec).await?;
+        let (tools, source) = self.discover(&spec).await?;
         let tools: Vec<Arc<dyn Tool>> = tools
             .into_iter()
             .filter(|t| {
@@ -218,6 +279,10 @@ impl Remotes {
 
     /// Removes a remote and its tools; returns the tools' names.
     pub fn unregister(&self, name: &str) -> Result<Vec<String>, RemoteError> {
+        self.mcp
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(name);
         let Some((_, names)) = self.lock().remove(name) else {
             return Err(RemoteError::Unknown(name.to_owned()));
         };
@@ -229,10 +294,25 @@ impl Remotes {
     /// Discovers a registered remote's tools again; tools whose definition changed since they
     /// were pinned are quarantined (unless the remote accepts changes).
     pub async fn refresh(&self, name: &str) -> Result<Vec<Contributed>, RemoteError> {
+        self.rediscover(name, false).await
+    }
+
+    /// `refresh`, or with `reconnect` a new connection (the old one was lost).
+    async fn rediscover(
+        &self,
+        name: &str,
+        reconnect: bool,
+    ) -> Result<Vec<Contributed>, RemoteError> {
+        if reconnect {
+            self.mcp
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(name);
+        }
         let Some((spec, old)) = self.lock().get(name).cloned() else {
             return Err(RemoteError::Unknown(name.to_owned()));
         };
-        let (tools, source) = discover(&spec).await?;
+        let (tools, source) = self.discover(&spec).await?;
         let tools: Vec<Arc<dyn Tool>> = tools
             .into_iter()
             .filter(|t| {
@@ -367,10 +447,32 @@ fn remote_name<'t>(tool: &'t dyn Tool, prefix: &str) -> &'t str {
     tool.name().strip_prefix(prefix).unwrap_or(tool.name())
 }
 
-async fn discover(spec: &RemoteSpec) -> Result<(Vec<Arc<dyn Tool>>, ToolSource), RemoteError> {
-    match spec.kind {
-        RemoteKind::Worker => Ok((worker::discover(spec).await?, ToolSource::Worker)),
-        RemoteKind::Http => Ok((http::discover(spec)?, ToolSource::Http)),
-        RemoteKind::Mcp => Ok((mcp::discover(spec).await?, ToolSource::Mcp)),
+impl Remotes {
+    /// The remote's tools: MCP re-lists over an open session when there is one.
+    async fn discover(
+        &self,
+        spec: &RemoteSpec,
+    ) -> Result<(Vec<Arc<dyn Tool>>, ToolSource), RemoteError> {
+        match spec.kind {
+            RemoteKind::Worker => Ok((worker::discover(spec).await?, ToolSource::Worker)),
+            RemoteKind::Http => Ok((http::discover(spec)?, ToolSource::Http)),
+            RemoteKind::Mcp => {
+                let open = self
+                    .mcp
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get(&spec.name)
+                    .cloned();
+                if let Some(connection) = open {
+                    return Ok((mcp::list(spec, &connection).await?, ToolSource::Mcp));
+                }
+                let (tools, connection) = mcp::discover(spec, self.signals.clone()).await?;
+                self.mcp
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(spec.name.clone(), connection);
+                Ok((tools, ToolSource::Mcp))
+            }
+        }
     }
 }

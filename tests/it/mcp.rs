@@ -274,3 +274,84 @@ async fn a_stdio_mcp_server_is_registered_at_run_time_only_if_its_program_is_all
         .await
         .unwrap();
 }
+
+async fn names(ts: &TestServer) -> Vec<String> {
+    let tools = ts
+        .client
+        .clone()
+        .list_tools(pb::ListToolsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .tools;
+    tools.into_iter().map(|t| t.name).collect()
+}
+
+#[tokio::test]
+async fn a_tool_list_change_is_picked_up_and_a_crashed_server_is_restarted() {
+    // A short breaker cooldown and no loop detection: the test polls the same call until the
+    // restarted server answers.
+    let config = format!(
+        "{}[breaker]\ncooldown = \"200ms\"\n[loop_detection]\nenabled = false\n",
+        stdio_remote("pymcp", "pm.", &python_server())
+    );
+    let ts = start_with(Config::from_toml(&config).unwrap()).await;
+    assert!(!names(&ts).await.contains(&"pm.greet".to_owned()));
+    let result = dispatch(
+        &ts,
+        request(json!([{"id": "l", "name": "pm.learn_greeting"}])),
+    )
+    .await;
+    assert!(result.all_succeeded, "{result:?}");
+    let mut learned = false;
+    for _ in 0..100 {
+        if names(&ts).await.contains(&"pm.greet".to_owned()) {
+            learned = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        learned,
+        "notifications/tools/list_changed refreshed the tools"
+    );
+    let result = dispatch(
+        &ts,
+        request(json!([{"id": "g", "name": "pm.greet", "arguments": {"name": "Ada"}}])),
+    )
+    .await;
+    assert!(
+        result.results[0].content.contains("hello, Ada"),
+        "{:?}",
+        result.results[0]
+    );
+
+    // The server process exits; toolgate starts it again (after a backoff) and calls work again.
+    let result = dispatch(&ts, request(json!([{"id": "c", "name": "pm.crash"}]))).await;
+    assert!(!result.results[0].success);
+    let mut back = false;
+    let mut last = String::new();
+    for _ in 0..200 {
+        let result = dispatch(
+            &ts,
+            request(
+                json!([{"id": "s", "name": "pm.slow", "arguments": {"seconds": 0.01, "steps": 1}}]),
+            ),
+        )
+        .await;
+        if result.all_succeeded {
+            back = true;
+            break;
+        }
+        last = format!(
+            "{:?}: {}",
+            class(&result.results[0]),
+            result.results[0].error
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        back,
+        "the crashed server was restarted; last answer: {last}"
+    );
+}

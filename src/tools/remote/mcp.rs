@@ -20,7 +20,7 @@ use rmcp::transport::{ConfigureCommandExt, StreamableHttpClientTransport, TokioC
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceError, ServiceExt};
 use serde_json::Value;
 
-use super::{RemoteError, RemoteSpec};
+use super::{RemoteError, RemoteSpec, Signal, Signals};
 use crate::tools::{
     Annotations, BoxFuture, ContentPart, Progress, ProgressSink, Tool, ToolContext, ToolError,
     ToolOutput,
@@ -31,10 +31,13 @@ const REMOTE_DEADLINE_MARGIN: Duration = Duration::from_millis(100);
 
 type Sinks = Arc<Mutex<HashMap<ProgressToken, ProgressSink>>>;
 
-/// Routes the server's progress notifications to the calls that asked for them.
-#[derive(Clone, Default)]
+/// Routes the server's progress notifications to the calls that asked for them, and tells the
+/// remote manager when the server's tool list changes.
+#[derive(Clone)]
 struct Handler {
     sinks: Sinks,
+    remote: String,
+    signals: Signals,
 }
 
 impl ClientHandler for Handler {
@@ -58,14 +61,23 @@ impl ClientHandler for Handler {
         }
         std::future::ready(())
     }
+
+    fn on_tool_list_changed(
+        &self,
+        _context: NotificationContext<RoleClient>,
+    ) -> impl Future<Output = ()> + Send + '_ {
+        let _ = self.signals.send(Signal::ListChanged(self.remote.clone()));
+        std::future::ready(())
+    }
 }
 
 /// One connection to an MCP server, shared by its tools; closing it (the last tool dropped)
 /// ends the session and, for stdio, kills the process.
-struct Connection {
+pub struct Connection {
     service: RunningService<RoleClient, Handler>,
     sinks: Sinks,
     remote: String,
+    signals: Signals,
 }
 
 /// One tool of an MCP server.
@@ -78,8 +90,19 @@ pub struct McpTool {
     connection: Arc<Connection>,
 }
 
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("remote", &self.remote)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Connects (spawning the command or opening the URL), initializes and lists the tools.
-pub async fn discover(spec: &RemoteSpec) -> Result<Vec<Arc<dyn Tool>>, RemoteError> {
+pub async fn discover(
+    spec: &RemoteSpec,
+    signals: Signals,
+) -> Result<(Vec<Arc<dyn Tool>>, Arc<Connection>), RemoteError> {
     let unreachable = |reason: String| RemoteError::Unreachable {
         name: spec.name.clone(),
         reason,
@@ -88,7 +111,11 @@ pub async fn discover(spec: &RemoteSpec) -> Result<Vec<Arc<dyn Tool>>, RemoteErr
         name: spec.name.clone(),
         reason,
     };
-    let handler = Handler::default();
+    let handler = Handler {
+        sinks: Sinks::default(),
+        remote: spec.name.clone(),
+        signals: signals.clone(),
+    };
     let sinks = handler.sinks.clone();
     let connecting = async {
         if let Some((program, args)) = spec.command.split_first() {
@@ -124,15 +151,29 @@ pub async fn discover(spec: &RemoteSpec) -> Result<Vec<Arc<dyn Tool>>, RemoteErr
     let service = tokio::time::timeout(spec.timeout, connecting)
         .await
         .map_err(|_| unreachable("the server did not initialize in time".to_owned()))??;
-    let listed = tokio::time::timeout(spec.timeout, service.peer().list_all_tools())
-        .await
-        .map_err(|_| unreachable("tools/list did not answer in time".to_owned()))?
-        .map_err(|e| unreachable(format!("tools/list failed: {e}")))?;
     let connection = Arc::new(Connection {
         service,
         sinks,
         remote: spec.name.clone(),
+        signals,
     });
+    let tools = list(spec, &connection).await?;
+    Ok((tools, connection))
+}
+
+/// Lists the tools over an open connection (a tool list change keeps the session's state).
+pub async fn list(
+    spec: &RemoteSpec,
+    connection: &Arc<Connection>,
+) -> Result<Vec<Arc<dyn Tool>>, RemoteError> {
+    let unreachable = |reason: String| RemoteError::Unreachable {
+        name: spec.name.clone(),
+        reason,
+    };
+    let listed = tokio::time::timeout(spec.timeout, connection.service.peer().list_all_tools())
+        .await
+        .map_err(|_| unreachable("tools/list did not answer in time".to_owned()))?
+        .map_err(|e| unreachable(format!("tools/list failed: {e}")))?;
     let tools = listed
         .into_iter()
         .map(|t| {
@@ -217,10 +258,19 @@ impl McpTool {
             )));
         }
         let peer = conn.service.peer().clone();
-        let handle = peer
-            .send_cancellable_request(request, options)
-            .await
-            .map_err(|e| from_service_error(&conn.remote, &e))?;
+        let handle = match peer.send_cancellable_request(request, options).await {
+            Ok(handle) => handle,
+            Err(e) => {
+                // The server is gone (a stdio server exited): the manager reconnects, with backoff.
+                if matches!(
+                    e,
+                    ServiceError::TransportClosed | ServiceError::TransportSend(_)
+                ) {
+                    let _ = conn.signals.send(Signal::Lost(conn.remote.clone()));
+                }
+                return Err(from_service_error(&conn.remote, &e));
+            }
+        };
         let token = handle.progress_token.clone();
         if let Some(sink) = &ctx.progress {
             conn.sinks
@@ -238,6 +288,9 @@ impl McpTool {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&token);
+        if matches!(answer, Err(ServiceError::TransportClosed)) {
+            let _ = conn.signals.send(Signal::Lost(conn.remote.clone()));
+        }
         match answer.map_err(|e| from_service_error(&conn.remote, &e))? {
             ServerResult::CallToolResult(result) => {
                 let output = output_of(&result.content, result.structured_content.clone());
