@@ -91,3 +91,36 @@ fn unknown_keys_and_wrong_types_are_problems() {
     let err = Config::load(Some(Path::new("/nonexistent/toolgate.toml")), env(&[])).unwrap_err();
     assert!(err.problems[0].contains("cannot read"), "{err}");
 }
+
+#[test]
+fn remote_entries_are_checked_without_connecting() {
+    let config = r#"
+[[remotes]]
+name = "tls"
+kind = "worker"
+endpoint = "https://workers.internal:443"
+[[remotes]]
+name = "nourl"
+kind = "http"
+[[remotes]]
+name = "both"
+kind = "mcp"
+command = ["server"]
+url = "http://127.0.0.1:1/mcp"
+[[remotes]]
+name = "tls"
+kind = "mcp"
+url = "ftp://x"
+"#;
+    let err = Config::from_toml(config).unwrap_err();
+    let text = err.to_string();
+    for expected in [
+        "remotes[0] (tls): 'https://workers.internal:443': https is not supported",
+        "remotes[1] (nourl): an http remote needs a url",
+        "remotes[2] (both): set either command (stdio) or url (HTTP), not both",
+        "remotes[3]: the name 'tls' is used twice",
+        "remotes[3] (tls): 'ftp://x' is not a URL",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
+}
