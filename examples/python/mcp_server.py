@@ -9,6 +9,7 @@ Tools:
   crash {}                exits the process (toolgate reconnects, with backoff)
   learn_greeting {}       adds a `greet` tool and sends notifications/tools/list_changed
   cancellations {}        how many calls this server saw cancelled
+  request_header {name}   over streamable HTTP: the value of one HTTP request header ("" if absent)
 
 Run over stdio (toolgate spawns it):
 
@@ -16,8 +17,11 @@ Run over stdio (toolgate spawns it):
     name = "pymcp"
     kind = "mcp"
     command = ["python3", "examples/python/mcp_server.py"]
+
+or over streamable HTTP on loopback (`--http PORT`; the endpoint is http://127.0.0.1:PORT/mcp).
 """
 
+import argparse
 import asyncio
 import os
 
@@ -73,5 +77,20 @@ def cancellations() -> dict:
     return {"cancelled": cancelled}
 
 
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def request_header(name: str, ctx: Context) -> str:
+    """The value of one header of the HTTP request that carried this call ("" over stdio)."""
+    request = ctx.request_context.request
+    if request is None:
+        return ""
+    return request.headers.get(name, "")
+
+
 if __name__ == "__main__":
-    server.run()
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--http", type=int, metavar="PORT", help="serve streamable HTTP on this port")
+    args = parser.parse_args()
+    if args.http is None:
+        server.run()
+    else:
+        server.run("streamable-http", host="127.0.0.1", port=args.http)

@@ -103,6 +103,11 @@ endpoint = "https://workers.internal:443"
 name = "nourl"
 kind = "http"
 [[remotes]]
+name = "badheader"
+kind = "mcp"
+url = "http://127.0.0.1:1/mcp"
+headers = { "bad name" = "x" }
+[[remotes]]
 name = "both"
 kind = "mcp"
 command = ["server"]
@@ -117,9 +122,10 @@ url = "ftp://x"
     for expected in [
         "remotes[0] (tls): 'https://workers.internal:443': https is not supported",
         "remotes[1] (nourl): an http remote needs a url",
-        "remotes[2] (both): set either command (stdio) or url (HTTP), not both",
-        "remotes[3]: the name 'tls' is used twice",
-        "remotes[3] (tls): 'ftp://x' is not a URL",
+        "remotes[2] (badheader): 'bad name' is not a valid HTTP header name",
+        "remotes[3] (both): set either command (stdio) or url (HTTP), not both",
+        "remotes[4]: the name 'tls' is used twice",
+        "remotes[4] (tls): 'ftp://x' is not a URL",
     ] {
         assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
     }

@@ -51,7 +51,7 @@ pub struct RemoteSpec {
     /// Http: the URL the tool is POSTed to.
     #[serde(default)]
     pub url: Option<String>,
-    /// Http: headers sent with every call.
+    /// Http and Mcp over HTTP: headers sent with every request.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
     /// Http: the tool's definition.
@@ -110,6 +110,12 @@ impl RemoteSpec {
                 }
             },
         };
+        for (name, value) in &self.headers {
+            reqwest::header::HeaderName::try_from(name.as_str())
+                .map_err(|_| format!("'{name}' is not a valid HTTP header name"))?;
+            reqwest::header::HeaderValue::try_from(value.as_str())
+                .map_err(|_| format!("header '{name}' has a value that is not valid in HTTP"))?;
+        }
         plain_http(url)
     }
 }

@@ -355,3 +355,46 @@ async fn a_tool_list_change_is_picked_up_and_a_crashed_server_is_restarted() {
         "the crashed server was restarted; last answer: {last}"
     );
 }
+
+#[tokio::test]
+async fn a_python_sdk_server_over_streamable_http_gets_the_configured_headers() {
+    let port = free_port();
+    let mut command = python_server();
+    let program = command.remove(0);
+    let _child = tokio::process::Command::new(program)
+        .args(command)
+        .arg("--http")
+        .arg(port.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the python server starts");
+    let mut up = false;
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            up = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(up, "the python server listens on {port}");
+    let config = format!(
+        "[[remotes]]\nname = \"pyhttp\"\nkind = \"mcp\"\nurl = \"http://127.0.0.1:{port}/mcp\"\nprefix = \"ph.\"\ntimeout = \"30s\"\n\
+         headers = {{ x-tenant = \"acme\" }}\n"
+    );
+    let ts = start_with(Config::from_toml(&config).unwrap()).await;
+    let result = dispatch(
+        &ts,
+        request(
+            json!([{"id": "h", "name": "ph.request_header", "arguments": {"name": "x-tenant"}}]),
+        ),
+    )
+    .await;
+    assert!(result.all_succeeded, "{:?}", result.results[0]);
+    // The Python SDK wraps a plain return value as structuredContent {"result": ...}.
+    assert_eq!(result.results[0].content, r#"{"result":"acme"}"#);
+}

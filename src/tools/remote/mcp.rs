@@ -10,12 +10,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use reqwest::header::{HeaderName, HeaderValue};
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CancelledNotification, CancelledNotificationParam,
     ClientNotification, ClientRequest, ContentBlock, ProgressNotificationParam, ProgressToken,
     RequestId, ServerResult,
 };
 use rmcp::service::{NotificationContext, PeerRequestOptions, RunningService};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{ConfigureCommandExt, StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceError, ServiceExt};
 use serde_json::Value;
@@ -137,7 +139,17 @@ pub async fn discover(
                 .await
                 .map_err(|e| unreachable(format!("initialize failed: {e}")))
         } else if let Some(url) = &spec.url {
-            let transport = StreamableHttpClientTransport::from_uri(url.clone());
+            let mut headers = std::collections::HashMap::new();
+            for (name, value) in &spec.headers {
+                let name = HeaderName::try_from(name.as_str())
+                    .map_err(|e| invalid(format!("header name '{name}': {e}")))?;
+                let value = HeaderValue::try_from(value.as_str())
+                    .map_err(|e| invalid(format!("header '{name}': {e}")))?;
+                headers.insert(name, value);
+            }
+            let transport = StreamableHttpClientTransport::from_config(
+                StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(headers),
+            );
             handler
                 .serve(transport)
                 .await
