@@ -145,10 +145,17 @@ class Worker(worker_pb2_grpc.ToolWorkerServicer):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=7001)
+    parser.add_argument("--tls-cert", help="serve TLS with this PEM certificate chain")
+    parser.add_argument("--tls-key", help="the PEM private key of --tls-cert")
     args = parser.parse_args()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
     worker_pb2_grpc.add_ToolWorkerServicer_to_server(Worker(), server)
-    port = server.add_insecure_port(f"127.0.0.1:{args.port}")
+    if args.tls_cert:
+        with open(args.tls_cert, "rb") as cert, open(args.tls_key, "rb") as key:
+            credentials = grpc.ssl_server_credentials([(key.read(), cert.read())])
+        port = server.add_secure_port(f"127.0.0.1:{args.port}", credentials)
+    else:
+        port = server.add_insecure_port(f"127.0.0.1:{args.port}")
     server.start()
     print(f"listening on 127.0.0.1:{port}", flush=True)
     server.wait_for_termination()

@@ -97,8 +97,19 @@ fn remote_entries_are_checked_without_connecting() {
     let config = r#"
 [[remotes]]
 name = "tls"
+kind = "mcp"
+url = "https://mcp.internal/mcp"
+[[remotes]]
+name = "tlsworker"
 kind = "worker"
 endpoint = "https://workers.internal:443"
+[remotes.tls]
+ca_file = "/etc/toolgate/ca.pem"
+[[remotes]]
+name = "plainworker"
+kind = "worker"
+endpoint = "http://workers.internal:80"
+[remotes.tls]
 [[remotes]]
 name = "nourl"
 kind = "http"
@@ -120,13 +131,18 @@ url = "ftp://x"
     let err = Config::from_toml(config).unwrap_err();
     let text = err.to_string();
     for expected in [
-        "remotes[0] (tls): 'https://workers.internal:443': https is not supported",
-        "remotes[1] (nourl): an http remote needs a url",
-        "remotes[2] (badheader): 'bad name' is not a valid HTTP header name",
-        "remotes[3] (both): set either command (stdio) or url (HTTP), not both",
-        "remotes[4]: the name 'tls' is used twice",
-        "remotes[4] (tls): 'ftp://x' is not a URL",
+        "remotes[0] (tls): 'https://mcp.internal/mcp': https is not supported",
+        "remotes[2] (plainworker): tls applies only to a worker with an https:// endpoint",
+        "remotes[3] (nourl): an http remote needs a url",
+        "remotes[4] (badheader): 'bad name' is not a valid HTTP header name",
+        "remotes[5] (both): set either command (stdio) or url (HTTP), not both",
+        "remotes[6]: the name 'tls' is used twice",
+        "remotes[6] (tls): 'ftp://x' is not a URL",
     ] {
         assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
     }
+    assert!(
+        !text.contains("tlsworker"),
+        "an https worker is fine:\n{text}"
+    );
 }

@@ -69,6 +69,21 @@ pub struct RemoteSpec {
     /// Accept changed tool definitions on refresh instead of quarantining the tools.
     #[serde(default)]
     pub accept_changes: bool,
+    /// Worker over `https://`: how the worker's certificate is verified.
+    #[serde(default)]
+    pub tls: Option<TlsSpec>,
+}
+
+/// `[remotes.tls]`: TLS settings of a worker reached over `https://`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsSpec {
+    /// PEM file of the CA certificates that verify the worker; unset: the system's roots.
+    #[serde(default)]
+    pub ca_file: Option<String>,
+    /// The name the worker's certificate must carry; unset: the endpoint's host.
+    #[serde(default)]
+    pub domain: Option<String>,
 }
 
 /// Resolves a resource-key reference (`arguments.path` or `input.path`) against an input.
@@ -89,8 +104,13 @@ impl RemoteSpec {
         if self.name.is_empty() {
             return Err("a remote needs a name".to_owned());
         }
+        if self.tls.is_some() && !(self.kind == RemoteKind::Worker && self.is_https()) {
+            return Err("tls applies only to a worker with an https:// endpoint".to_owned());
+        }
         let url = match self.kind {
             RemoteKind::Worker => match self.endpoint.as_deref() {
+                // Workers speak gRPC through tonic, which has a TLS client in this build.
+                Some(e) if e.starts_with("https://") => return Ok(()),
                 Some(e) => e,
                 None => return Err("a worker needs an endpoint".to_owned()),
             },
@@ -120,8 +140,17 @@ impl RemoteSpec {
     }
 }
 
-/// Remote URLs are plain `http://`: this build has no TLS client, and an `https://` URL that
-/// fails on first use would be worse than a refusal now.
+impl RemoteSpec {
+    /// A worker endpoint that asks for TLS.
+    pub fn is_https(&self) -> bool {
+        self.endpoint
+            .as_deref()
+            .is_some_and(|e| e.starts_with("https://"))
+    }
+}
+
+/// HTTP tool and MCP URLs are plain `http://`: their HTTP client has no TLS in this build, and
+/// an `https://` URL that fails on first use would be worse than a refusal now.
 fn plain_http(url: &str) -> Result<(), String> {
     if url.starts_with("http://") {
         Ok(())

@@ -23,6 +23,10 @@ struct PyWorker {
 
 impl PyWorker {
     async fn start() -> PyWorker {
+        PyWorker::start_with(&[]).await
+    }
+
+    async fn start_with(args: &[&str]) -> PyWorker {
         let env = crate::peers::testenv();
         let mut child = tokio::process::Command::new(env.join("venv/bin/python"))
             .arg(concat!(
@@ -30,6 +34,7 @@ impl PyWorker {
                 "/examples/python/worker.py"
             ))
             .args(["--port", "0"])
+            .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .kill_on_drop(true)
@@ -485,4 +490,75 @@ async fn a_remote_can_accept_changes_by_configuration() {
     let after = tool(&ts, "py.word_count").await;
     assert_eq!(after.status, Status::Pinned as i32);
     assert_ne!(after.digest, before.digest);
+}
+
+#[tokio::test]
+async fn a_worker_is_reached_over_tls_verified_by_the_configured_ca() {
+    // A CA and a certificate for "worker.test", made for this test.
+    let dir = std::env::temp_dir().join(format!("toolgate-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["worker.test".to_owned()])
+        .unwrap()
+        .signed_by(&key, &issuer)
+        .unwrap();
+    let (ca_file, cert_file, key_file) = (
+        dir.join("ca.pem"),
+        dir.join("worker.pem"),
+        dir.join("worker.key"),
+    );
+    std::fs::write(&ca_file, ca.pem()).unwrap();
+    std::fs::write(&cert_file, cert.pem()).unwrap();
+    std::fs::write(&key_file, key.serialize_pem()).unwrap();
+
+    let worker = PyWorker::start_with(&[
+        "--tls-cert",
+        cert_file.to_str().unwrap(),
+        "--tls-key",
+        key_file.to_str().unwrap(),
+    ])
+    .await;
+    let remote = |ca: &std::path::Path| {
+        format!(
+            "[[remotes]]\nname = \"tls\"\nkind = \"worker\"\nendpoint = \"https://{}\"\nprefix = \"py.\"\n\
+             [remotes.tls]\nca_file = {:?}\ndomain = \"worker.test\"\n",
+            worker.addr,
+            ca.display().to_string()
+        )
+    };
+    let ts = start_with(Config::from_toml(&remote(&ca_file)).unwrap()).await;
+    let result = dispatch(
+        &ts,
+        request(
+            json!([{"id": "w", "name": "py.word_count", "arguments": {"text": "over tls now"}}]),
+        ),
+    )
+    .await;
+    assert!(result.all_succeeded, "{:?}", result.results[0]);
+    assert!(
+        result.results[0].content.contains('3'),
+        "{:?}",
+        result.results[0]
+    );
+
+    // A CA that did not sign the worker's certificate: the worker is refused at start.
+    let other_key = rcgen::KeyPair::generate().unwrap();
+    let mut other = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    other.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let other_file = dir.join("other.pem");
+    std::fs::write(&other_file, other.self_signed(&other_key).unwrap().pem()).unwrap();
+    let refused = toolgate::Server::new(Config::from_toml(&remote(&other_file)).unwrap())
+        .start_local()
+        .await;
+    let error = match refused {
+        Ok(_) => panic!("an unverified worker must not be registered"),
+        Err(error) => error.to_string(),
+    };
+    assert!(error.contains("invalid peer certificate"), "{error}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

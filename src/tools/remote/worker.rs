@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tokio_stream::StreamExt;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use tonic::{Code, Status};
 
 use super::{RemoteError, RemoteSpec};
@@ -37,6 +37,42 @@ pub struct WorkerTool {
 }
 
 /// Connects (so an unreachable worker is reported at once) and lists the worker's tools.
+/// An error and its causes ("transport error" alone does not say that a certificate was
+/// refused).
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        let part = e.to_string();
+        // Wrappers often repeat their source's text; say each thing once.
+        if !text.ends_with(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        cause = e.source();
+    }
+    text
+}
+
+/// The TLS client settings of an `https://` worker: its CA file, or the system's roots.
+async fn tls_config(spec: &RemoteSpec) -> Result<ClientTlsConfig, String> {
+    let tls = spec.tls.clone().unwrap_or_default();
+    let mut config = ClientTlsConfig::new();
+    config = match &tls.ca_file {
+        Some(path) => {
+            let pem = tokio::fs::read(path)
+                .await
+                .map_err(|e| format!("tls.ca_file '{path}': {e}"))?;
+            config.ca_certificate(Certificate::from_pem(pem))
+        }
+        None => config.with_native_roots(),
+    };
+    if let Some(domain) = tls.domain {
+        config = config.domain_name(domain);
+    }
+    Ok(config)
+}
+
 pub async fn discover(spec: &RemoteSpec) -> Result<Vec<Arc<dyn Tool>>, RemoteError> {
     let invalid = |reason: String| RemoteError::Invalid {
         name: spec.name.clone(),
@@ -50,12 +86,18 @@ pub async fn discover(spec: &RemoteSpec) -> Result<Vec<Arc<dyn Tool>>, RemoteErr
         .endpoint
         .clone()
         .ok_or_else(|| invalid("a worker needs an endpoint".to_owned()))?;
-    let channel = Endpoint::from_shared(endpoint.clone())
+    let mut channel = Endpoint::from_shared(endpoint.clone())
         .map_err(|e| invalid(format!("endpoint '{endpoint}': {e}")))?
-        .connect_timeout(spec.timeout)
+        .connect_timeout(spec.timeout);
+    if spec.is_https() {
+        channel = channel
+            .tls_config(tls_config(spec).await.map_err(invalid)?)
+            .map_err(|e| invalid(format!("tls: {e}")))?;
+    }
+    let channel = channel
         .connect()
         .await
-        .map_err(|e| unreachable(format!("{endpoint}: {e}")))?;
+        .map_err(|e| unreachable(format!("{endpoint}: {}", with_causes(&e))))?;
     let mut client = ToolWorkerClient::new(channel);
     let mut request = tonic::Request::new(pb::WorkerListToolsRequest {});
     request.set_timeout(spec.timeout);
