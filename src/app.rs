@@ -149,7 +149,7 @@ impl Server {
             shutdown: Cancel::new(),
             batch_permits: Arc::new(Semaphore::new(max_batches)),
             max_batches,
-            remotes,
+            remotes: remotes.clone(),
             allow_registration: self.config.remote_registration.enabled,
             stdio_commands: self.config.remote_registration.stdio_commands.clone(),
         });
@@ -167,6 +167,7 @@ impl Server {
             let result = serve.await;
             sweeper.abort();
             sessions.remove_all();
+            remotes.close();
             result
         });
         tracing::info!(%addr, "listening");

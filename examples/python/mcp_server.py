@@ -9,6 +9,7 @@ Tools:
   crash {}                exits the process (toolgate reconnects, with backoff)
   learn_greeting {}       adds a `greet` tool and sends notifications/tools/list_changed
   cancellations {}        how many calls this server saw cancelled
+  pid {}                  this server's process id
   request_header {name}   over streamable HTTP: the value of one HTTP request header ("" if absent)
 
 Run over stdio (toolgate spawns it):
@@ -75,6 +76,12 @@ async def learn_greeting(ctx: Context) -> str:
 def cancellations() -> dict:
     """How many calls this server saw cancelled."""
     return {"cancelled": cancelled}
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def pid() -> int:
+    """This server's process id."""
+    return os.getpid()
 
 
 @server.tool(annotations=ToolAnnotations(readOnlyHint=True))

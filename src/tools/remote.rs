@@ -322,6 +322,15 @@ impl Remotes {
             .collect())
     }
 
+    /// Removes every remote: its tools leave the catalog and MCP sessions close, so stdio servers
+    /// are killed. Called when the server stops.
+    pub fn close(&self) {
+        let names: Vec<String> = self.lock().keys().cloned().collect();
+        for name in names {
+            let _ = self.unregister(&name);
+        }
+    }
+
     /// Removes a remote and its tools; returns the tools' names.
     pub fn unregister(&self, name: &str) -> Result<Vec<String>, RemoteError> {
         self.mcp

@@ -398,3 +398,45 @@ async fn a_python_sdk_server_over_streamable_http_gets_the_configured_headers() 
     // The Python SDK wraps a plain return value as structuredContent {"result": ...}.
     assert_eq!(result.results[0].content, r#"{"result":"acme"}"#);
 }
+
+/// Whether a process is gone (or a zombie waiting to be reaped: it no longer runs).
+fn process_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+#[tokio::test]
+async fn a_stdio_mcp_server_is_killed_when_the_server_stops() {
+    let ts =
+        start_with(Config::from_toml(&stdio_remote("pymcp", "pm.", &python_server())).unwrap())
+            .await;
+    let result = dispatch(&ts, request(json!([{"id": "p", "name": "pm.pid"}]))).await;
+    assert!(result.all_succeeded, "{:?}", result.results[0]);
+    let pid: u32 = serde_json::from_str::<serde_json::Value>(&result.results[0].content)
+        .ok()
+        .and_then(|v| v["result"].as_u64().or_else(|| v.as_u64()))
+        .and_then(|p| u32::try_from(p).ok())
+        .unwrap_or_else(|| panic!("a pid in {:?}", result.results[0].content));
+    assert!(!process_gone(pid), "the server runs while toolgate does");
+    let TestServer {
+        server,
+        client,
+        channel,
+        ..
+    } = ts;
+    drop((client, channel));
+    server.shutdown().await.unwrap();
+    let mut gone = false;
+    for _ in 0..100 {
+        if process_gone(pid) {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(gone, "the MCP server process {pid} outlived toolgate");
+}
