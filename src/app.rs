@@ -133,10 +133,11 @@ impl Server {
         })?;
         let dispatcher = self.dispatcher()?;
         let sessions = dispatcher.sessions_handle();
-        // Remotes from the config are connected before serving: an unreachable one stops the start.
+        // Remotes from the config are connected before serving; one that cannot be reached is
+        // connected in the background (or stops the start when it is `required`).
         let remotes = Remotes::new(dispatcher.catalog().clone());
         for spec in &self.config.remotes {
-            remotes.register(spec.clone()).await?;
+            remotes.register_at_start(spec.clone()).await?;
         }
         let max_batches = self.config.server.max_concurrent_batches;
         let state = Arc::new(ServiceState {

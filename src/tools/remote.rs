@@ -69,6 +69,10 @@ pub struct RemoteSpec {
     /// Accept changed tool definitions on refresh instead of quarantining the tools.
     #[serde(default)]
     pub accept_changes: bool,
+    /// From the config: `true` stops the start when the remote cannot be reached; `false` starts
+    /// without its tools and keeps trying in the background, with backoff.
+    #[serde(default)]
+    pub required: bool,
     /// Worker over `https://`: how the worker's certificate is verified.
     #[serde(default)]
     pub tls: Option<TlsSpec>,
@@ -137,6 +141,39 @@ impl RemoteSpec {
                 .map_err(|_| format!("header '{name}' has a value that is not valid in HTTP"))?;
         }
         plain_http(url)
+    }
+}
+
+/// Rediscovers a lost remote with exponential backoff until it answers, is unregistered, or the
+/// manager is gone.
+async fn reconnect(remotes: std::sync::Weak<Remotes>, name: String) {
+    let mut delay = RECONNECT_FIRST;
+    loop {
+        tracing::warn!(remote = %name, delay_ms = delay.as_millis(), "remote lost; reconnecting");
+        tokio::time::sleep(delay).await;
+        let Some(manager) = remotes.upgrade() else {
+            return;
+        };
+        let done = match manager.rediscover(&name, true).await {
+            Ok(tools) => {
+                tracing::info!(remote = %name, tools = tools.len(), "remote reconnected");
+                true
+            }
+            Err(RemoteError::Unknown(_)) => true,
+            Err(error) => {
+                tracing::warn!(remote = %name, %error, "reconnect failed");
+                false
+            }
+        };
+        if done {
+            manager
+                .reconnecting
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&name);
+            return;
+        }
+        delay = (delay * 2).min(RECONNECT_MAX);
     }
 }
 
@@ -224,6 +261,8 @@ pub struct Remotes {
     signals: Signals,
     /// Open MCP sessions by remote, so a tool list change is re-listed on the same session.
     mcp: Mutex<BTreeMap<String, Arc<mcp::Connection>>>,
+    /// Remotes with a reconnect loop running.
+    reconnecting: Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl Remotes {
@@ -237,40 +276,30 @@ impl Remotes {
             pins: Mutex::default(),
             signals,
             mcp: Mutex::default(),
+            reconnecting: Mutex::default(),
         });
         let weak = Arc::downgrade(&remotes);
         tokio::spawn(async move {
-            let mut failures: BTreeMap<String, u32> = BTreeMap::new();
             while let Some(signal) = rx.recv().await {
                 let Some(remotes) = weak.upgrade() else { break };
-                let (name, lost) = match signal {
-                    Signal::ListChanged(name) => (name, false),
-                    Signal::Lost(name) => (name, true),
-                };
-                if lost {
-                    let n = failures.get(&name).copied().unwrap_or(0);
-                    let delay = RECONNECT_FIRST
-                        .saturating_mul(2u32.saturating_pow(n.min(10)))
-                        .min(RECONNECT_MAX);
-                    tracing::warn!(remote = %name, delay_ms = delay.as_millis(), "remote lost; reconnecting");
-                    drop(remotes);
-                    tokio::time::sleep(delay).await;
-                    let Some(again) = weak.upgrade() else { break };
-                    match again.rediscover(&name, true).await {
-                        Ok(_) => {
-                            failures.remove(&name);
-                        }
-                        Err(RemoteError::Unknown(_)) => {
-                            failures.remove(&name);
-                        }
-                        Err(error) => {
-                            tracing::warn!(remote = %name, %error, "reconnect failed");
-                            failures.insert(name.clone(), n + 1);
-                            let _ = again.signals.send(Signal::Lost(name));
+                match signal {
+                    Signal::Lost(name) => {
+                        // One reconnect loop per remote, each on its own task, so a remote that
+                        // stays down never delays another's reconnect or list refresh.
+                        let fresh = remotes
+                            .reconnecting
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .insert(name.clone());
+                        if fresh {
+                            tokio::spawn(reconnect(Arc::downgrade(&remotes), name));
                         }
                     }
-                } else if let Err(error) = remotes.refresh(&name).await {
-                    tracing::warn!(remote = %name, %error, "refresh after a tool list change failed");
+                    Signal::ListChanged(name) => {
+                        if let Err(error) = remotes.refresh(&name).await {
+                            tracing::warn!(remote = %name, %error, "refresh after a tool list change failed");
+                        }
+                    }
                 }
             }
         });
@@ -320,6 +349,26 @@ impl Remotes {
             .into_iter()
             .map(|name| Contributed { name, source })
             .collect())
+    }
+
+    /// Registers a remote from the config. One that cannot be reached (yet) is kept and
+    /// connected in the background with backoff unless it is `required`; a bad definition is
+    /// always an error.
+    pub async fn register_at_start(
+        &self,
+        spec: RemoteSpec,
+    ) -> Result<Vec<Contributed>, RemoteError> {
+        let required = spec.required;
+        let pending = spec.clone();
+        match self.register(spec).await {
+            Err(RemoteError::Unreachable { name, reason }) if !required => {
+                tracing::warn!(remote = %name, %reason, "remote unreachable at start; connecting in the background");
+                self.lock().insert(name.clone(), (pending, Vec::new()));
+                let _ = self.signals.send(Signal::Lost(name));
+                Ok(Vec::new())
+            }
+            other => other,
+        }
     }
 
     /// Removes every remote: its tools leave the catalog and MCP sessions close, so stdio servers

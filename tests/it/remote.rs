@@ -526,7 +526,7 @@ async fn a_worker_is_reached_over_tls_verified_by_the_configured_ca() {
     let remote = |ca: &std::path::Path| {
         format!(
             "[[remotes]]\nname = \"tls\"\nkind = \"worker\"\nendpoint = \"https://{}\"\nprefix = \"py.\"\n\
-             [remotes.tls]\nca_file = {:?}\ndomain = \"worker.test\"\n",
+             required = true\n[remotes.tls]\nca_file = {:?}\ndomain = \"worker.test\"\n",
             worker.addr,
             ca.display().to_string()
         )
@@ -546,7 +546,7 @@ async fn a_worker_is_reached_over_tls_verified_by_the_configured_ca() {
         result.results[0]
     );
 
-    // A CA that did not sign the worker's certificate: the worker is refused at start.
+    // A CA that did not sign the worker's certificate: the required worker stops the start.
     let other_key = rcgen::KeyPair::generate().unwrap();
     let mut other = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
     other.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
@@ -561,4 +561,39 @@ async fn a_worker_is_reached_over_tls_verified_by_the_configured_ca() {
     };
     assert!(error.contains("invalid peer certificate"), "{error}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn a_worker_that_starts_after_toolgate_is_connected_in_the_background() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config = format!(
+        "[[remotes]]\nname = \"late\"\nkind = \"worker\"\nendpoint = \"http://127.0.0.1:{port}\"\nprefix = \"py.\"\ntimeout = \"1s\"\n"
+    );
+    let ts = start_with(Config::from_toml(&config).unwrap()).await;
+    let result = dispatch(
+        &ts,
+        request(json!([{"id": "u", "name": "py.word_count", "arguments": {"text": "a b"}}])),
+    )
+    .await;
+    assert_eq!(class(&result.results[0]), ErrorClass::UnknownTool);
+
+    let _worker = PyWorker::start_with(&["--port", &port.to_string()]).await;
+    let mut connected = false;
+    for _ in 0..200 {
+        let result = dispatch(
+            &ts,
+            request(json!([{"id": "w", "name": "py.word_count", "arguments": {"text": "a b"}}])),
+        )
+        .await;
+        if result.all_succeeded {
+            connected = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(connected, "the late worker's tools arrived");
 }
