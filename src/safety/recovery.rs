@@ -42,7 +42,8 @@ pub trait Reflector: Send + Sync {
 }
 
 /// The built-in policy: retries TIMEOUT, TRANSPORT, and TOOL_ERROR the tool marked retryable,
-/// only for tools annotated idempotent or read-only or configured `retry.enabled = true`.
+/// only for tools annotated idempotent or read-only (and not destructive) or configured
+/// `retry.enabled = true`.
 /// Policy refusals, invalid input and unknown tools are never retried.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct DefaultReflector;
@@ -66,9 +67,17 @@ pub fn judge(failure: &Failure<'_>) -> Verdict {
         _ => return give_up("this kind of failure is never retried"),
     };
     let a = failure.annotations;
-    let eligible = failure.retry_enabled.unwrap_or(a.idempotent || a.read_only);
+    // A destructive tool is never retried on its annotations alone, even when it also says it is
+    // idempotent: only an operator's per-tool `retry.enabled = true` retries it.
+    let eligible = failure
+        .retry_enabled
+        .unwrap_or((a.idempotent || a.read_only) && !a.destructive);
     if !eligible {
-        return give_up("the tool is not idempotent or read-only and retry is not enabled for it");
+        return give_up(if a.destructive {
+            "the tool is destructive and retry is not enabled for it"
+        } else {
+            "the tool is not idempotent or read-only and retry is not enabled for it"
+        });
     }
     Verdict::Retry {
         reason: reason.to_owned(),
@@ -131,6 +140,12 @@ mod tests {
         check(ErrorClass::Timeout, false, PLAIN, None, false);
         check(ErrorClass::Timeout, false, PLAIN, Some(true), true);
         check(ErrorClass::Timeout, false, IDEMPOTENT, Some(false), false);
+        let destructive = Annotations {
+            destructive: true,
+            ..IDEMPOTENT
+        };
+        check(ErrorClass::Transport, false, destructive, None, false);
+        check(ErrorClass::Transport, false, destructive, Some(true), true);
         for never in [
             ErrorClass::Blocked,
             ErrorClass::PermissionDenied,
