@@ -91,7 +91,8 @@ def structured(value):
 
 
 class Worker(worker_pb2_grpc.ToolWorkerServicer):
-    def __init__(self):
+    def __init__(self, without=()):
+        self.without = set(without)
         self.cancelled = 0
         self.version = 0
         self.lock = threading.Lock()
@@ -99,6 +100,8 @@ class Worker(worker_pb2_grpc.ToolWorkerServicer):
     def ListTools(self, request, context):
         tools = []
         for tool in TOOLS:
+            if tool.name in self.without:
+                continue
             copy = worker_pb2.WorkerTool()
             copy.CopyFrom(tool)
             if copy.name == "word_count" and self.version > 0:
@@ -145,11 +148,13 @@ class Worker(worker_pb2_grpc.ToolWorkerServicer):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=7001)
+    parser.add_argument("--without", action="append", default=[], metavar="TOOL",
+                        help="leave this tool out of ListTools (repeatable)")
     parser.add_argument("--tls-cert", help="serve TLS with this PEM certificate chain")
     parser.add_argument("--tls-key", help="the PEM private key of --tls-cert")
     args = parser.parse_args()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
-    worker_pb2_grpc.add_ToolWorkerServicer_to_server(Worker(), server)
+    worker_pb2_grpc.add_ToolWorkerServicer_to_server(Worker(args.without), server)
     if args.tls_cert:
         with open(args.tls_cert, "rb") as cert, open(args.tls_key, "rb") as key:
             credentials = grpc.ssl_server_credentials([(key.read(), cert.read())])

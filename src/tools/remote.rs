@@ -239,7 +239,8 @@ pub struct Contributed {
 pub enum Signal {
     /// The remote says its tool list changed (MCP `notifications/tools/list_changed`).
     ListChanged(String),
-    /// The remote's connection is gone (a stdio server exited): reconnect, with backoff.
+    /// The remote's connection is gone (a stdio server exited, a worker is unavailable, a config
+    /// remote was down at start): reconnect and re-list, with backoff.
     Lost(String),
 }
 
@@ -557,7 +558,10 @@ impl Remotes {
         spec: &RemoteSpec,
     ) -> Result<(Vec<Arc<dyn Tool>>, ToolSource), RemoteError> {
         match spec.kind {
-            RemoteKind::Worker => Ok((worker::discover(spec).await?, ToolSource::Worker)),
+            RemoteKind::Worker => Ok((
+                worker::discover(spec, self.signals.clone()).await?,
+                ToolSource::Worker,
+            )),
             RemoteKind::Http => Ok((http::discover(spec)?, ToolSource::Http)),
             RemoteKind::Mcp => {
                 let open = self

@@ -597,3 +597,48 @@ async fn a_worker_that_starts_after_toolgate_is_connected_in_the_background() {
     }
     assert!(connected, "the late worker's tools arrived");
 }
+
+#[tokio::test]
+async fn a_restarted_worker_is_reconnected_and_its_tools_listed_again() {
+    // The first worker leaves whoami out; the restarted one (a new version) offers it.
+    let mut worker = PyWorker::start_with(&["--without", "whoami"]).await;
+    let port = worker.addr.rsplit_once(':').unwrap().1.to_owned();
+    let ts = start_with(worker.config(
+        "[breaker]\ncooldown = \"200ms\"\n[retry]\nmax_retries = 0\n[loop_detection]\nenabled = false\n",
+    ))
+    .await;
+    let call =
+        || request(json!([{"id": "w", "name": "py.word_count", "arguments": {"text": "x y"}}]));
+    assert!(dispatch(&ts, call()).await.all_succeeded);
+    worker.kill().await;
+    let down = dispatch(&ts, call()).await;
+    assert_eq!(class(&down.results[0]), ErrorClass::Transport);
+
+    let _again = PyWorker::start_with(&["--port", &port]).await;
+    let mut back = false;
+    for _ in 0..200 {
+        if dispatch(&ts, call()).await.all_succeeded {
+            back = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(back, "calls work again once the worker is back");
+    let mut listed = false;
+    for _ in 0..200 {
+        let tools = ts
+            .client
+            .clone()
+            .list_tools(pb::ListToolsRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .tools;
+        if tools.iter().any(|t| t.name == "py.whoami") {
+            listed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(listed, "the restarted worker's tools were listed again");
+}

@@ -10,7 +10,7 @@ use tokio_stream::StreamExt;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use tonic::{Code, Status};
 
-use super::{RemoteError, RemoteSpec};
+use super::{RemoteError, RemoteSpec, Signal, Signals};
 use crate::grpc::convert::{struct_from_json, to_json, value_from_json};
 use crate::pb;
 use crate::pb::tool_worker_client::ToolWorkerClient;
@@ -34,6 +34,8 @@ pub struct WorkerTool {
     concurrency_safe: bool,
     resource_key: Option<String>,
     client: ToolWorkerClient<Channel>,
+    /// Tells the manager the worker is gone, so it reconnects and re-lists with backoff.
+    signals: Signals,
 }
 
 /// Connects (so an unreachable worker is reported at once) and lists the worker's tools.
@@ -73,7 +75,10 @@ async fn tls_config(spec: &RemoteSpec) -> Result<ClientTlsConfig, String> {
     Ok(config)
 }
 
-pub async fn discover(spec: &RemoteSpec) -> Result<Vec<Arc<dyn Tool>>, RemoteError> {
+pub async fn discover(
+    spec: &RemoteSpec,
+    signals: Signals,
+) -> Result<Vec<Arc<dyn Tool>>, RemoteError> {
     let invalid = |reason: String| RemoteError::Invalid {
         name: spec.name.clone(),
         reason,
@@ -134,10 +139,21 @@ pub async fn discover(spec: &RemoteSpec) -> Result<Vec<Arc<dyn Tool>>, RemoteErr
                 concurrency_safe: t.concurrency_safe,
                 resource_key: Some(t.resource_key).filter(|k| !k.is_empty()),
                 client: client.clone(),
+                signals: signals.clone(),
             }) as Arc<dyn Tool>
         })
         .collect();
     Ok(tools)
+}
+
+impl WorkerTool {
+    /// Maps a failed call's status; an unreachable worker is also reported to the manager.
+    fn failed(&self, status: &Status) -> ToolError {
+        if status.code() == Code::Unavailable {
+            let _ = self.signals.send(Signal::Lost(self.remote.clone()));
+        }
+        from_status(&self.remote, status)
+    }
 }
 
 /// A status from the worker: unreachable and timing failures are TRANSPORT, a rejected input is
@@ -211,10 +227,10 @@ impl WorkerTool {
             .clone()
             .invoke(request)
             .await
-            .map_err(|s| from_status(&self.remote, &s))?
+            .map_err(|s| self.failed(&s))?
             .into_inner();
         while let Some(message) = stream.next().await {
-            let event = message.map_err(|s| from_status(&self.remote, &s))?;
+            let event = message.map_err(|s| self.failed(&s))?;
             match event.event {
                 Some(pb::invoke_event::Event::Progress(p)) => {
                     if let Some(sink) = &ctx.progress {
