@@ -252,3 +252,52 @@ async fn the_trace_context_reaches_http_tools() {
         .to_owned();
     assert_eq!(fresh.len(), 55, "{fresh}");
 }
+
+#[tokio::test]
+async fn concurrency_safe_http_tools_run_in_parallel() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    // The endpoint counts the requests in flight and answers the highest count it saw.
+    let in_flight = Arc::new((AtomicUsize::new(0), AtomicUsize::new(0)));
+    let app = axum::Router::new().route(
+        "/overlap",
+        post(move || {
+            let counts = in_flight.clone();
+            async move {
+                let now = counts.0.fetch_add(1, Ordering::SeqCst) + 1;
+                counts.1.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                counts.0.fetch_sub(1, Ordering::SeqCst);
+                Json(json!({"max_in_flight": counts.1.load(Ordering::SeqCst)}))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let config = format!(
+        "[[remotes]]\nname = \"overlap\"\nkind = \"http\"\nurl = \"http://{addr}/overlap\"\n\
+         [remotes.definition]\nname = \"overlap\"\nread_only = true\nconcurrency_safe = true\n"
+    );
+    let ts = start_with(Config::from_toml(&config).unwrap()).await;
+    let mut batch = request(json!([
+        {"id": "1", "name": "overlap", "arguments": {"n": 1}},
+        {"id": "2", "name": "overlap", "arguments": {"n": 2}},
+        {"id": "3", "name": "overlap", "arguments": {"n": 3}},
+        {"id": "4", "name": "overlap", "arguments": {"n": 4}},
+    ]));
+    batch.options = Some(pb::DispatchOptions {
+        mode: pb::dispatch_options::Mode::Parallel.into(),
+        max_concurrency: 4,
+        ..Default::default()
+    });
+    let result = dispatch(&ts, batch).await;
+    assert!(result.all_succeeded, "{result:?}");
+    let most = result
+        .results
+        .iter()
+        .map(|r| json_of(&r.result)["max_in_flight"].as_u64().unwrap())
+        .max()
+        .unwrap();
+    assert!(most >= 2, "the calls overlapped on the endpoint: {most}");
+}
