@@ -145,7 +145,9 @@ impl RemoteSpec {
 }
 
 /// Rediscovers a lost remote with exponential backoff until it answers, is unregistered, or the
-/// manager is gone.
+/// manager is gone. Losses reported while the loop runs are absorbed by it: they come from calls
+/// on the connection being replaced. Losses are reported by failing calls, so a new connection
+/// that dies is reported again by the next call that uses it.
 async fn reconnect(remotes: std::sync::Weak<Remotes>, name: String) {
     let mut delay = RECONNECT_FIRST;
     loop {
