@@ -17,7 +17,7 @@ use crate::dispatch::{Batch, Cancel, Dispatcher, Event, NoObserver, Observer};
 use crate::pb;
 use crate::pb::tool_gate_server::ToolGate;
 use crate::tools::BoxFuture;
-use crate::tools::remote::{RemoteSpec, Remotes};
+use crate::tools::remote::{Contributed, RemoteSpec, Remotes};
 
 /// Events buffered per stream before the batch waits for the client to read.
 const EVENT_BUFFER: usize = 64;
@@ -48,6 +48,17 @@ pub struct ToolGateService {
 impl ToolGateService {
     pub fn new(state: Arc<ServiceState>) -> Self {
         ToolGateService { state }
+    }
+
+    /// The current definitions of the tools a remote contributed.
+    fn definitions_of(&self, contributed: &[Contributed]) -> pb::RegisterRemoteResponse {
+        let registry = self.state.dispatcher.registry();
+        let tools = contributed
+            .iter()
+            .filter_map(|c| registry.get(&c.name))
+            .map(convert::tool_definition)
+            .collect();
+        pb::RegisterRemoteResponse { tools }
     }
 
     fn registration_allowed(&self) -> Result<(), RequestError> {
@@ -210,13 +221,7 @@ impl ToolGate for ToolGateService {
             .register(spec)
             .await
             .map_err(RequestError::from)?;
-        let registry = self.state.dispatcher.registry();
-        let tools = contributed
-            .iter()
-            .filter_map(|c| registry.get(&c.name))
-            .map(convert::tool_definition)
-            .collect();
-        Ok(Response::new(pb::RegisterRemoteResponse { tools }))
+        Ok(Response::new(self.definitions_of(&contributed)))
     }
 
     async fn unregister_remote(
@@ -245,13 +250,7 @@ impl ToolGate for ToolGateService {
             .refresh(&name)
             .await
             .map_err(RequestError::from)?;
-        let registry = self.state.dispatcher.registry();
-        let tools = contributed
-            .iter()
-            .filter_map(|c| registry.get(&c.name))
-            .map(convert::tool_definition)
-            .collect();
-        Ok(Response::new(pb::RegisterRemoteResponse { tools }))
+        Ok(Response::new(self.definitions_of(&contributed)))
     }
 
     async fn accept_tool_change(

@@ -318,27 +318,7 @@ impl Remotes {
         if self.lock().contains_key(&spec.name) {
             return Err(RemoteError::Duplicate(spec.name));
         }
-        let (tools, source) = self.discover(&spec).await?;
-        let tools: Vec<Arc<dyn Tool>> = tools
-            .into_iter()
-            .filter(|t| {
-                spec.tools
-                    .iter()
-                    .any(|g| glob_match(g, remote_name(t.as_ref(), &spec.prefix)))
-            })
-            .collect();
-        let names: Vec<String> = tools.iter().map(|t| t.name().to_owned()).collect();
-        let pinned = self.pin_all(&spec, tools);
-        let registered = self.catalog.update(|registry| {
-            for (tool, pin) in &pinned {
-                registry.register_pinned(tool.clone(), source, Some(pin.clone()))?;
-            }
-            Ok::<(), RegistryError>(())
-        });
-        registered.map_err(|source| RemoteError::Registry {
-            name: spec.name.clone(),
-            source,
-        })?;
+        let (names, source) = self.install(&spec, &[]).await?;
         let mut live = self.lock();
         if live.contains_key(&spec.name) {
             // Registered concurrently under the same name: undo ours.
@@ -418,31 +398,7 @@ impl Remotes {
         let Some((spec, old)) = self.lock().get(name).cloned() else {
             return Err(RemoteError::Unknown(name.to_owned()));
         };
-        let (tools, source) = self.discover(&spec).await?;
-        let tools: Vec<Arc<dyn Tool>> = tools
-            .into_iter()
-            .filter(|t| {
-                spec.tools
-                    .iter()
-                    .any(|g| glob_match(g, remote_name(t.as_ref(), &spec.prefix)))
-            })
-            .collect();
-        let names: Vec<String> = tools.iter().map(|t| t.name().to_owned()).collect();
-        let pinned = self.pin_all(&spec, tools);
-        self.catalog
-            .update(|registry| {
-                for gone in &old {
-                    registry.remove(gone);
-                }
-                for (tool, pin) in &pinned {
-                    registry.register_pinned(tool.clone(), source, Some(pin.clone()))?;
-                }
-                Ok::<(), RegistryError>(())
-            })
-            .map_err(|source| RemoteError::Registry {
-                name: name.to_owned(),
-                source,
-            })?;
+        let (names, source) = self.install(&spec, &old).await?;
         if let Some(entry) = self.lock().get_mut(name) {
             entry.1.clone_from(&names);
         }
@@ -450,6 +406,44 @@ impl Remotes {
             .into_iter()
             .map(|name| Contributed { name, source })
             .collect())
+    }
+
+    /// Discovers the remote's tools, keeps those its globs select, pins them and swaps them into
+    /// the catalog in place of `replacing`, all or nothing. Answers the registered names.
+    async fn install(
+        &self,
+        spec: &RemoteSpec,
+        replacing: &[String],
+    ) -> Result<(Vec<String>, ToolSource), RemoteError> {
+        let (tools, source) = self.discover(spec).await?;
+        let pinned: Vec<(Arc<dyn Tool>, Pin)> = tools
+            .into_iter()
+            .filter(|t| {
+                spec.tools
+                    .iter()
+                    .any(|g| glob_match(g, remote_name(t.as_ref(), &spec.prefix)))
+            })
+            .map(|t| {
+                let pin = self.pin(spec, t.as_ref());
+                (t, pin)
+            })
+            .collect();
+        self.catalog
+            .update(|registry| {
+                for gone in replacing {
+                    registry.remove(gone);
+                }
+                for (tool, pin) in &pinned {
+                    registry.register_pinned(tool.clone(), source, Some(pin.clone()))?;
+                }
+                Ok::<(), RegistryError>(())
+            })
+            .map_err(|error| RemoteError::Registry {
+                name: spec.name.clone(),
+                source: error,
+            })?;
+        let names = pinned.iter().map(|(t, _)| t.name().to_owned()).collect();
+        Ok((names, source))
     }
 
     /// Accepts a quarantined tool's new definition: it is pinned and runs again.
@@ -483,16 +477,6 @@ impl Remotes {
             .insert(tool.to_owned(), accepted);
         tracing::info!(tool, "changed tool definition accepted");
         Ok(())
-    }
-
-    fn pin_all(&self, spec: &RemoteSpec, tools: Vec<Arc<dyn Tool>>) -> Vec<(Arc<dyn Tool>, Pin)> {
-        tools
-            .into_iter()
-            .map(|t| {
-                let pin = self.pin(spec, t.as_ref());
-                (t, pin)
-            })
-            .collect()
     }
 
     /// The pin for a discovered tool: new tools are pinned; a changed definition is quarantined
