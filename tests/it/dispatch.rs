@@ -168,14 +168,7 @@ async fn scratch_files_persist_within_a_named_session_only() {
 #[tokio::test]
 async fn list_tools_describes_every_tool_with_its_source() {
     let ts = start().await;
-    let tools = ts
-        .client
-        .clone()
-        .list_tools(pb::ListToolsRequest {})
-        .await
-        .unwrap()
-        .into_inner()
-        .tools;
+    let tools = list_tools(&ts).await;
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
     assert_eq!(
         names,
@@ -226,14 +219,7 @@ async fn builtins_can_be_switched_off() {
     assert_eq!(class(&result.results[0]), ErrorClass::UnknownTool);
     let config = toolgate::config::Config::from_toml("[tools.builtin]\nenabled = false").unwrap();
     let ts = start_with(config).await;
-    let tools = ts
-        .client
-        .clone()
-        .list_tools(pb::ListToolsRequest {})
-        .await
-        .unwrap()
-        .into_inner()
-        .tools;
+    let tools = list_tools(&ts).await;
     assert!(
         tools
             .iter()

@@ -80,14 +80,7 @@ async fn http_tools_post_the_call_and_read_the_reply() {
     let config =
         Config::from_toml(&format!("{config}\n[per_tool.slow]\ntimeout = \"300ms\"")).unwrap();
     let ts = start_with(config).await;
-    let tools = ts
-        .client
-        .clone()
-        .list_tools(pb::ListToolsRequest {})
-        .await
-        .unwrap()
-        .into_inner()
-        .tools;
+    let tools = list_tools(&ts).await;
     let weather = tools.iter().find(|t| t.name == "get_weather").unwrap();
     assert_eq!(weather.source, pb::tool_definition::Source::Http as i32);
 
@@ -280,17 +273,15 @@ async fn concurrency_safe_http_tools_run_in_parallel() {
          [remotes.definition]\nname = \"overlap\"\nread_only = true\nconcurrency_safe = true\n"
     );
     let ts = start_with(Config::from_toml(&config).unwrap()).await;
-    let mut batch = request(json!([
-        {"id": "1", "name": "overlap", "arguments": {"n": 1}},
-        {"id": "2", "name": "overlap", "arguments": {"n": 2}},
-        {"id": "3", "name": "overlap", "arguments": {"n": 3}},
-        {"id": "4", "name": "overlap", "arguments": {"n": 4}},
-    ]));
-    batch.options = Some(pb::DispatchOptions {
-        mode: pb::dispatch_options::Mode::Parallel.into(),
-        max_concurrency: 4,
-        ..Default::default()
-    });
+    let batch = parallel(
+        json!([
+            {"id": "1", "name": "overlap", "arguments": {"n": 1}},
+            {"id": "2", "name": "overlap", "arguments": {"n": 2}},
+            {"id": "3", "name": "overlap", "arguments": {"n": 3}},
+            {"id": "4", "name": "overlap", "arguments": {"n": 4}},
+        ]),
+        4,
+    );
     let result = dispatch(&ts, batch).await;
     assert!(result.all_succeeded, "{result:?}");
     let most = result

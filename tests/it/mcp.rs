@@ -43,14 +43,7 @@ async fn server_everything_over_stdio_answers_every_content_kind() {
     ];
     let ts =
         start_with(Config::from_toml(&stdio_remote("everything", "ev.", &command)).unwrap()).await;
-    let tools = ts
-        .client
-        .clone()
-        .list_tools(pb::ListToolsRequest {})
-        .await
-        .unwrap()
-        .into_inner()
-        .tools;
+    let tools = list_tools(&ts).await;
     let echo = tools
         .iter()
         .find(|t| t.name == "ev.echo")
@@ -106,18 +99,7 @@ async fn server_everything_over_streamable_http() {
         .kill_on_drop(true)
         .spawn()
         .expect("node starts");
-    let mut up = false;
-    for _ in 0..200 {
-        if tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_ok()
-        {
-            up = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(up, "server-everything listens on {port}");
+    wait_for_port(port).await;
     let config = format!(
         "[[remotes]]\nname = \"everything-http\"\nkind = \"mcp\"\nurl = \"http://127.0.0.1:{port}/mcp\"\nprefix = \"evh.\"\ntimeout = \"30s\"\n\
          [breaker]\nfailure_threshold = 1\n[retry]\nmax_retries = 0"
@@ -216,11 +198,7 @@ async fn read_only_mcp_tools_run_in_parallel() {
             .await;
     let calls: Vec<serde_json::Value> =
         (0..3).map(|i| json!({"id": format!("s{i}"), "name": "pm.slow", "arguments": {"seconds": 0.3, "steps": 1 + i}})).collect();
-    let mut req = request(json!(calls));
-    req.options = Some(pb::DispatchOptions {
-        mode: pb::dispatch_options::Mode::Parallel.into(),
-        ..Default::default()
-    });
+    let req = parallel(json!(calls), 0);
     let (events, result) = dispatch_stream(&ts, req).await;
     assert!(result.all_succeeded, "{result:?}");
     let first_three: Vec<bool> = events
@@ -276,15 +254,7 @@ async fn a_stdio_mcp_server_is_registered_at_run_time_only_if_its_program_is_all
 }
 
 async fn names(ts: &TestServer) -> Vec<String> {
-    let tools = ts
-        .client
-        .clone()
-        .list_tools(pb::ListToolsRequest {})
-        .await
-        .unwrap()
-        .into_inner()
-        .tools;
-    tools.into_iter().map(|t| t.name).collect()
+    list_tools(ts).await.into_iter().map(|t| t.name).collect()
 }
 
 #[tokio::test]
@@ -337,14 +307,7 @@ async fn tool_list_changes_are_followed_and_pinned_and_a_crashed_server_is_resta
     assert!(result.all_succeeded, "{result:?}");
     let mut quarantined = false;
     for _ in 0..100 {
-        let tools = ts
-            .client
-            .clone()
-            .list_tools(pb::ListToolsRequest {})
-            .await
-            .unwrap()
-            .into_inner()
-            .tools;
+        let tools = list_tools(&ts).await;
         if tools.iter().any(|t| {
             t.name == "pm.greet" && t.status == pb::tool_definition::Status::Quarantined as i32
         }) {
@@ -418,18 +381,7 @@ async fn a_python_sdk_server_over_streamable_http_gets_the_configured_headers() 
         .kill_on_drop(true)
         .spawn()
         .expect("the python server starts");
-    let mut up = false;
-    for _ in 0..200 {
-        if tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_ok()
-        {
-            up = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(up, "the python server listens on {port}");
+    wait_for_port(port).await;
     let config = format!(
         "[[remotes]]\nname = \"pyhttp\"\nkind = \"mcp\"\nurl = \"http://127.0.0.1:{port}/mcp\"\nprefix = \"ph.\"\ntimeout = \"30s\"\n\
          headers = {{ x-tenant = \"acme\" }}\n"

@@ -11,16 +11,6 @@ use toolgate::pb::dispatch_event::Event;
 
 use crate::support::*;
 
-fn parallel(calls: serde_json::Value, max: u32) -> pb::DispatchBatchRequest {
-    let mut req = request(calls);
-    req.options = Some(pb::DispatchOptions {
-        mode: pb::dispatch_options::Mode::Parallel.into(),
-        max_concurrency: max,
-        ..Default::default()
-    });
-    req
-}
-
 /// "pre:id" / "post:id" in stream order.
 fn timeline(events: &[Event]) -> Vec<String> {
     events

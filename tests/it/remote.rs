@@ -76,14 +76,7 @@ impl PyWorker {
 async fn worker_tools_are_discovered_and_run_with_progress() {
     let worker = PyWorker::start().await;
     let ts = start_with(worker.config("")).await;
-    let tools = ts
-        .client
-        .clone()
-        .list_tools(pb::ListToolsRequest {})
-        .await
-        .unwrap()
-        .into_inner()
-        .tools;
+    let tools = list_tools(&ts).await;
     let remote: Vec<(&str, i32)> = tools
         .iter()
         .filter(|t| t.name.starts_with("py."))
@@ -184,11 +177,7 @@ async fn parallel_calls_to_a_remote_tool_overlap() {
     let calls: Vec<serde_json::Value> = (0..3)
         .map(|i| json!({"id": format!("s{i}"), "name": "py.slow_count", "arguments": {"to": 2, "delay_ms": 100 + i}}))
         .collect();
-    let mut req = request(json!(calls));
-    req.options = Some(pb::DispatchOptions {
-        mode: pb::dispatch_options::Mode::Parallel.into(),
-        ..Default::default()
-    });
+    let req = parallel(json!(calls), 0);
     let (events, result) = dispatch_stream(&ts, req).await;
     assert!(result.all_succeeded, "{result:?}");
     let first_three: Vec<bool> = events
@@ -323,12 +312,7 @@ async fn remotes_are_registered_and_removed_at_run_time_when_allowed() {
         .await
         .unwrap_err();
     assert_eq!(status.code(), tonic::Code::InvalidArgument);
-    let tools = client
-        .list_tools(pb::ListToolsRequest {})
-        .await
-        .unwrap()
-        .into_inner()
-        .tools;
+    let tools = list_tools(&ts).await;
     assert!(
         tools
             .iter()
@@ -379,14 +363,7 @@ async fn the_trace_context_and_call_metadata_reach_the_worker() {
 }
 
 async fn tool(ts: &TestServer, name: &str) -> pb::ToolDefinition {
-    let tools = ts
-        .client
-        .clone()
-        .list_tools(pb::ListToolsRequest {})
-        .await
-        .unwrap()
-        .into_inner()
-        .tools;
+    let tools = list_tools(ts).await;
     tools.into_iter().find(|t| t.name == name).expect("listed")
 }
 
@@ -626,14 +603,7 @@ async fn a_restarted_worker_is_reconnected_and_its_tools_listed_again() {
     assert!(back, "calls work again once the worker is back");
     let mut listed = false;
     for _ in 0..200 {
-        let tools = ts
-            .client
-            .clone()
-            .list_tools(pb::ListToolsRequest {})
-            .await
-            .unwrap()
-            .into_inner()
-            .tools;
+        let tools = list_tools(&ts).await;
         if tools.iter().any(|t| t.name == "py.whoami") {
             listed = true;
             break;

@@ -84,6 +84,42 @@ pub fn with_format(
     req
 }
 
+/// A `PARALLEL` request of these calls (`max` 0: the server's default concurrency).
+pub fn parallel(calls: Value, max: u32) -> pb::DispatchBatchRequest {
+    let mut req = request(calls);
+    req.options = Some(pb::DispatchOptions {
+        mode: pb::dispatch_options::Mode::Parallel.into(),
+        max_concurrency: max,
+        ..Default::default()
+    });
+    req
+}
+
+/// Every tool `ListTools` answers.
+pub async fn list_tools(ts: &TestServer) -> Vec<pb::ToolDefinition> {
+    ts.client
+        .clone()
+        .list_tools(pb::ListToolsRequest {})
+        .await
+        .expect("ListTools answers")
+        .into_inner()
+        .tools
+}
+
+/// Waits (up to 10 s) until something listens on the loopback port.
+pub async fn wait_for_port(port: u16) {
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("nothing listens on 127.0.0.1:{port}");
+}
+
 /// Runs `Dispatch` and returns the result.
 pub async fn dispatch(ts: &TestServer, req: pb::DispatchBatchRequest) -> pb::BatchResult {
     ts.client
