@@ -357,8 +357,7 @@ impl Remotes {
     /// Removes every remote: its tools leave the catalog and MCP sessions close, so stdio servers
     /// are killed. Called when the server stops.
     pub fn close(&self) {
-        let names: Vec<String> = self.lock().keys().cloned().collect();
-        for name in names {
+        for name in self.names() {
             let _ = self.unregister(&name);
         }
     }

@@ -212,14 +212,21 @@ pub async fn list(
     Ok(tools)
 }
 
-/// Sends `notifications/cancelled` for a request if it is dropped before it answers.
+/// Ends a request's bookkeeping however the call ends: its progress sink leaves the routing
+/// table, and a request dropped before it answered gets `notifications/cancelled`.
 struct CancelOnDrop {
     peer: Peer<RoleClient>,
     id: Option<RequestId>,
+    sinks: Sinks,
+    token: ProgressToken,
 }
 
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
+        self.sinks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.token);
         let Some(id) = self.id.take() else { return };
         let peer = self.peer.clone();
         let notification = CancelledNotification::new(CancelledNotificationParam::new(
@@ -293,19 +300,17 @@ impl McpTool {
         let mut guard = CancelOnDrop {
             peer,
             id: Some(handle.id.clone()),
+            sinks: conn.sinks.clone(),
+            token,
         };
         let answer = handle.await_response().await;
         guard.id = None;
-        conn.sinks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&token);
+        drop(guard);
         if matches!(answer, Err(ServiceError::TransportClosed)) {
             let _ = conn.signals.send(Signal::Lost(conn.remote.clone()));
         }
         match answer.map_err(|e| from_service_error(&conn.remote, &e))? {
             ServerResult::CallToolResult(result) => {
-                let output = output_of(&result.content, result.structured_content.clone());
                 if result.is_error.unwrap_or(false) {
                     let text = text_of(&result.content);
                     let message = if text.is_empty() {
@@ -315,7 +320,7 @@ impl McpTool {
                     };
                     return Err(ToolError::failed(message));
                 }
-                Ok(output)
+                Ok(output_of(&result.content, result.structured_content))
             }
             _ => Err(ToolError::failed(format!(
                 "mcp server '{}': unexpected reply to tools/call",
