@@ -90,6 +90,17 @@ pub struct TlsSpec {
     pub domain: Option<String>,
 }
 
+/// Extra time a remote gets past the call's deadline, so toolgate's own deadline (which cancels
+/// the call) decides the result and the remote's clock only stops work that is abandoned.
+const REMOTE_DEADLINE_MARGIN: Duration = Duration::from_millis(100);
+
+/// How long the remote side may take for this call: the time left before its deadline plus the
+/// margin; none without a deadline.
+pub fn remote_timeout(ctx: &super::ToolContext) -> Option<Duration> {
+    let deadline = ctx.deadline?;
+    Some(deadline.saturating_duration_since(tokio::time::Instant::now()) + REMOTE_DEADLINE_MARGIN)
+}
+
 /// Resolves a resource-key reference (`arguments.path` or `input.path`) against an input.
 pub fn resource_key(template: Option<&str>, input: &serde_json::Value) -> Option<String> {
     let template = template?;

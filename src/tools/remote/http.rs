@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -15,9 +14,6 @@ use crate::tools::{Annotations, BoxFuture, Tool, ToolContext, ToolError, ToolOut
 
 /// Characters of a failed reply's body kept in the error.
 const BODY_PREVIEW: usize = 500;
-/// Extra time the server gets past the call's deadline (toolgate's own deadline decides).
-const REMOTE_DEADLINE_MARGIN: Duration = Duration::from_millis(100);
-
 /// `[remotes.definition]` of an HTTP remote: the one tool it is.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -104,9 +100,8 @@ impl HttpTool {
         for (k, v) in &self.headers {
             request = request.header(k, v);
         }
-        if let Some(deadline) = ctx.deadline {
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            request = request.timeout(left + REMOTE_DEADLINE_MARGIN);
+        if let Some(timeout) = super::remote_timeout(ctx) {
+            request = request.timeout(timeout);
         }
         if let Some(traceparent) = &ctx.traceparent {
             request = request.header("traceparent", traceparent);

@@ -8,7 +8,6 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use reqwest::header::{HeaderName, HeaderValue};
 use rmcp::model::{
@@ -27,9 +26,6 @@ use crate::tools::{
     Annotations, BoxFuture, ContentPart, Progress, ProgressSink, Tool, ToolContext, ToolError,
     ToolOutput,
 };
-
-/// Extra time the server gets past the call's deadline (toolgate's own deadline decides).
-const REMOTE_DEADLINE_MARGIN: Duration = Duration::from_millis(100);
 
 type Sinks = Arc<Mutex<HashMap<ProgressToken, ProgressSink>>>;
 
@@ -265,10 +261,7 @@ impl McpTool {
         }
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let mut options = PeerRequestOptions::no_options();
-        if let Some(deadline) = ctx.deadline {
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            options.timeout = Some(left + REMOTE_DEADLINE_MARGIN);
-        }
+        options.timeout = super::remote_timeout(ctx);
         if let Some(traceparent) = &ctx.traceparent {
             let mut meta = serde_json::Map::new();
             meta.insert("traceparent".to_owned(), Value::String(traceparent.clone()));

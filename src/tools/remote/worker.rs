@@ -3,7 +3,6 @@
 //! messages become progress reports, and an unreachable worker is a TRANSPORT error.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde_json::Value;
 use tokio_stream::StreamExt;
@@ -17,9 +16,6 @@ use crate::pb::tool_worker_client::ToolWorkerClient;
 use crate::tools::{
     Annotations, BoxFuture, ContentPart, Progress, Tool, ToolContext, ToolError, ToolOutput,
 };
-
-/// Extra time the remote side gets past the call's deadline (see `invoke`).
-const REMOTE_DEADLINE_MARGIN: Duration = Duration::from_millis(100);
 
 /// One tool of a worker.
 pub struct WorkerTool {
@@ -215,9 +211,8 @@ impl WorkerTool {
         });
         // The call's deadline reaches the worker as the gRPC deadline, with a small margin so
         // toolgate's own deadline (which cancels the stream) decides the call's result.
-        if let Some(deadline) = ctx.deadline {
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            request.set_timeout(left + REMOTE_DEADLINE_MARGIN);
+        if let Some(timeout) = super::remote_timeout(ctx) {
+            request.set_timeout(timeout);
         }
         if let Some(value) = ctx.traceparent.as_deref().and_then(|t| t.parse().ok()) {
             request.metadata_mut().insert("traceparent", value);
