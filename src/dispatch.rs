@@ -51,7 +51,7 @@ pub struct Batch {
     pub options: BatchOptions,
     pub turn: u32,
     /// The trace the batch belongs to (from the client's `traceparent`, or new).
-    pub trace: Option<crate::telemetry::TraceContext>,
+    pub trace: Option<Arc<crate::telemetry::TraceContext>>,
 }
 
 /// A model-facing tool name bound to a registered tool and an input mapping.
@@ -384,7 +384,7 @@ struct BatchScope<'a> {
     observer: &'a dyn Observer,
     turn: u32,
     budget: Option<Arc<Budget>>,
-    trace: Option<&'a crate::telemetry::TraceContext>,
+    trace: Option<&'a Arc<crate::telemetry::TraceContext>>,
 }
 
 impl Dispatcher {

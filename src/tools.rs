@@ -80,8 +80,8 @@ pub struct ToolContext {
     pub deadline: Option<tokio::time::Instant>,
     /// Where the tool may report progress; `None` when nobody listens.
     pub progress: Option<ProgressSink>,
-    /// W3C `traceparent` for calls this tool makes (remote tools pass it on).
-    pub traceparent: Option<String>,
+    /// The batch's trace; `traceparent()` makes the header for a call this tool makes.
+    pub trace: Option<Arc<crate::telemetry::TraceContext>>,
 }
 
 /// A progress report from a running tool.
@@ -140,8 +140,16 @@ impl ToolContext {
             }),
             deadline: None,
             progress: None,
-            traceparent: None,
+            trace: None,
         }
+    }
+
+    /// A W3C `traceparent` for a call this tool makes: the batch's trace, a new span id (each
+    /// execution is its own span). Made on demand, so tools that call nothing pay nothing.
+    pub fn traceparent(&self) -> Option<String> {
+        self.trace
+            .as_deref()
+            .map(crate::telemetry::TraceContext::child)
     }
 }
 

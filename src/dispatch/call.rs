@@ -39,7 +39,7 @@ pub(super) struct CallScope<'a> {
     pub pipeline: &'a Pipeline,
     pub turn: u32,
     pub budget: Option<Arc<Budget>>,
-    pub trace: Option<&'a crate::telemetry::TraceContext>,
+    pub trace: Option<&'a Arc<crate::telemetry::TraceContext>>,
 }
 
 /// How a call ended: a result, and whether it ends the batch.
@@ -497,8 +497,7 @@ async fn run_once(
         metadata: metadata.clone(),
         deadline: None,
         progress: step.wants_events().then_some(progress_tx),
-        // Each execution is its own span of the batch's trace.
-        traceparent: scope.trace.map(crate::telemetry::TraceContext::child),
+        trace: scope.trace.cloned(),
     };
     let token = ctx.cancel.clone();
     let invocation = Invocation {

@@ -121,7 +121,7 @@ impl ToolGate for ToolGateService {
         let trace = trace_context(request.metadata());
         let (mut batch, permit) = self.admit(request.into_inner())?;
         batch.options.deadline = deadline.map(|d| tokio::time::Instant::now() + d);
-        batch.trace = Some(trace);
+        batch.trace = Some(Arc::new(trace));
         let (tx, rx) = mpsc::channel(EVENT_BUFFER);
         let cancel = self.state.shutdown.child();
         let dispatcher = self.state.dispatcher.clone();
@@ -146,7 +146,7 @@ impl ToolGate for ToolGateService {
         let trace = trace_context(request.metadata());
         let (mut batch, _permit) = self.admit(request.into_inner())?;
         batch.options.deadline = deadline.map(|d| tokio::time::Instant::now() + d);
-        batch.trace = Some(trace);
+        batch.trace = Some(Arc::new(trace));
         let cancel = self.state.shutdown.child();
         // tonic drops this future when the client goes or its deadline passes; the guard then
         // fires the batch's cancel so tool tokens fire too.

@@ -103,7 +103,7 @@ impl HttpTool {
         if let Some(timeout) = super::remote_timeout(ctx) {
             request = request.timeout(timeout);
         }
-        if let Some(traceparent) = &ctx.traceparent {
+        if let Some(traceparent) = ctx.traceparent() {
             request = request.header("traceparent", traceparent);
         }
         let response = request.send().await.map_err(|e| {

@@ -262,9 +262,9 @@ impl McpTool {
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let mut options = PeerRequestOptions::no_options();
         options.timeout = super::remote_timeout(ctx);
-        if let Some(traceparent) = &ctx.traceparent {
+        if let Some(traceparent) = ctx.traceparent() {
             let mut meta = serde_json::Map::new();
-            meta.insert("traceparent".to_owned(), Value::String(traceparent.clone()));
+            meta.insert("traceparent".to_owned(), Value::String(traceparent));
             options.meta = Some(rmcp::model::RequestMetaObject(rmcp::model::MetaObject(
                 meta,
             )));

@@ -214,7 +214,7 @@ impl WorkerTool {
         if let Some(timeout) = super::remote_timeout(ctx) {
             request.set_timeout(timeout);
         }
-        if let Some(value) = ctx.traceparent.as_deref().and_then(|t| t.parse().ok()) {
+        if let Some(value) = ctx.traceparent().and_then(|t| t.parse().ok()) {
             request.metadata_mut().insert("traceparent", value);
         }
         let mut stream = self
