@@ -13,6 +13,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::safety::detector::LoopDetector;
+use crate::tools::ScratchDir;
 
 /// Longest session id accepted.
 pub const MAX_SESSION_ID_LEN: usize = 128;
@@ -62,7 +63,7 @@ impl Default for SessionLimits {
 #[derive(Debug)]
 pub struct Session {
     pub id: String,
-    scratch_dir: PathBuf,
+    scratch: ScratchDir,
     /// A session made for one batch; everything goes when the batch ends.
     ephemeral: bool,
     detector: Mutex<LoopDetector>,
@@ -72,23 +73,12 @@ pub struct Session {
     in_use: AtomicUsize,
     /// Ended or evicted while in use: the directory goes when the last batch releases it.
     ended: AtomicBool,
-    /// The scratch directory has been created (saves a syscall on every later call).
-    scratch_ready: AtomicBool,
 }
 
 impl Session {
-    /// The scratch directory, created on first use. An error means tools get a path that does not
-    /// exist (and say so); tools never fall back to a directory shared with other sessions.
-    pub fn scratch_dir(&self) -> PathBuf {
-        if !self.scratch_ready.load(Ordering::Acquire) {
-            match std::fs::create_dir_all(&self.scratch_dir) {
-                Ok(()) => self.scratch_ready.store(true, Ordering::Release),
-                Err(error) => {
-                    tracing::warn!(session = %self.id, %error, "scratch directory could not be created");
-                }
-            }
-        }
-        self.scratch_dir.clone()
+    /// The scratch directory; a scratch tool makes it on first use, nothing else touches disk.
+    pub fn scratch(&self) -> &ScratchDir {
+        &self.scratch
     }
 
     /// The loop-detection window (lock poisoning cannot fail a call: the state is kept).
@@ -191,7 +181,7 @@ impl Sessions {
             .fetch_sub(1, Ordering::SeqCst)
             .saturating_sub(1);
         if remaining == 0 && (session.ephemeral || session.ended.load(Ordering::SeqCst)) {
-            remove_dir(&session.scratch_dir);
+            session.scratch.remove();
         }
     }
 
@@ -239,11 +229,17 @@ impl Sessions {
     pub fn remove_all(&self) {
         let mut live = self.lock();
         for session in live.values() {
-            remove_dir(&session.scratch_dir);
+            session.scratch.remove();
         }
         live.clear();
         if self.owns_base {
-            remove_dir(&self.base);
+            match std::fs::remove_dir_all(&self.base) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(error) => {
+                    tracing::warn!(path = %self.base.display(), %error, "scratch base not removed")
+                }
+            }
         }
     }
 
@@ -252,10 +248,10 @@ impl Sessions {
     }
 
     fn make(&self, id: String, ephemeral: bool, now: Instant) -> Session {
-        let scratch_dir = self.base.join(format!("toolgate-{id}"));
+        let scratch = ScratchDir::new(self.base.join(format!("toolgate-{id}")));
         Session {
             id,
-            scratch_dir,
+            scratch,
             ephemeral,
             detector: Mutex::new(LoopDetector::new(self.limits.loop_window)),
             memory: Mutex::new(VecDeque::new()),
@@ -263,7 +259,6 @@ impl Sessions {
             last_used: Mutex::new(now),
             in_use: AtomicUsize::new(0),
             ended: AtomicBool::new(false),
-            scratch_ready: AtomicBool::new(false),
         }
     }
 }
@@ -287,17 +282,7 @@ fn evict_least_recent(live: &mut HashMap<String, Arc<Session>>) {
 fn retire(session: &Session) {
     session.ended.store(true, Ordering::SeqCst);
     if !session.busy() {
-        remove_dir(&session.scratch_dir);
-    }
-}
-
-fn remove_dir(path: &Path) {
-    match std::fs::remove_dir_all(path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(error) => {
-            tracing::warn!(path = %path.display(), %error, "scratch directory not removed")
-        }
+        session.scratch.remove();
     }
 }
 

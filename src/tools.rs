@@ -20,6 +20,7 @@ pub use builtin::{BUILTIN_NAMES, builtin_tools};
 pub use catalog::Catalog;
 pub use function::FnTool;
 pub use registry::{RegistryError, ToolRegistry, ToolSource};
+pub use scratch::ScratchDir;
 
 /// The boxed future a tool returns; `'a` lets it borrow the tool and its context.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -72,8 +73,8 @@ pub struct ToolContext {
     pub index: usize,
     /// Fires when the call is cancelled or times out.
     pub cancel: CancellationToken,
-    /// The session's private scratch directory; it exists when the tool runs.
-    pub scratch_dir: PathBuf,
+    /// The session's private scratch directory, made the first time a tool calls `create`.
+    pub scratch: ScratchDir,
     /// The call this execution serves, as the model made it.
     pub metadata: Arc<CallMetadata>,
     /// When the call must be done (remote tools pass it on to the remote side).
@@ -132,7 +133,7 @@ impl ToolContext {
             call_id: call_id.to_owned(),
             index,
             cancel: CancellationToken::new(),
-            scratch_dir,
+            scratch: ScratchDir::new(scratch_dir),
             metadata: Arc::new(CallMetadata {
                 tool_call_id: call_id.to_owned(),
                 tool_call_index: index,

@@ -493,7 +493,7 @@ async fn run_once(
         call_id: call.id.clone(),
         index: call.index,
         cancel: scope.cancel.token().child_token(),
-        scratch_dir: scope.session.scratch_dir(),
+        scratch: scope.session.scratch().clone(),
         metadata: metadata.clone(),
         deadline: None,
         progress: step.wants_events().then_some(progress_tx),

@@ -157,7 +157,7 @@ fn harness_with(
         "write_then_hang",
         "test tool",
         |_input, ctx: ToolContext| async move {
-            std::fs::write(ctx.scratch_dir.join("f"), "x")
+            std::fs::write(ctx.scratch.create().await.unwrap().join("f"), "x")
                 .map_err(|e| ToolError::failed(e.to_string()))?;
             std::future::pending().await
         },

@@ -22,11 +22,11 @@ async fn scratch_directories_are_per_session_and_removed() {
     let sessions = Sessions::new(base.clone(), true, SessionLimits::default());
     let named = sessions.open("alpha");
     assert!(Arc::ptr_eq(&named, &sessions.open("alpha")));
-    let dir = named.scratch_dir();
+    let dir = named.scratch().create().await.unwrap().to_path_buf();
     assert_eq!(dir, base.join("toolgate-alpha"));
     assert!(dir.is_dir());
     let once = sessions.open("");
-    let once_dir = once.scratch_dir();
+    let once_dir = once.scratch().create().await.unwrap().to_path_buf();
     assert_ne!(once.id, sessions.open("").id);
     sessions.release(&once);
     assert!(!once_dir.exists());
@@ -38,13 +38,27 @@ async fn scratch_directories_are_per_session_and_removed() {
 }
 
 #[tokio::test]
+async fn opening_and_releasing_sessions_touches_no_disk() {
+    let base = base("lazy");
+    let sessions = Sessions::new(base.clone(), true, SessionLimits::default());
+    let named = sessions.open("delta");
+    let once = sessions.open("");
+    assert!(!base.exists(), "nothing made before a scratch tool asks");
+    sessions.release(&once);
+    sessions.release(&named);
+    assert!(sessions.end("delta"));
+    assert!(!base.exists());
+    sessions.remove_all();
+}
+
+#[tokio::test]
 async fn an_operator_base_directory_is_kept() {
     let base = base("kept");
     std::fs::create_dir_all(&base).unwrap();
     std::fs::write(base.join("keep.txt"), "x").unwrap();
     let sessions = Sessions::new(base.clone(), false, SessionLimits::default());
     let session = sessions.open("beta");
-    let dir = session.scratch_dir();
+    let dir = session.scratch().create().await.unwrap().to_path_buf();
     sessions.release(&session);
     sessions.remove_all();
     assert!(!dir.exists());
@@ -60,7 +74,7 @@ async fn idle_sessions_expire_but_busy_ones_do_not() {
     };
     let sessions = Sessions::new(base("ttl"), true, limits);
     let idle = sessions.open("idle");
-    let idle_dir = idle.scratch_dir();
+    let idle_dir = idle.scratch().create().await.unwrap().to_path_buf();
     sessions.release(&idle);
     let busy = sessions.open("busy");
     tokio::time::advance(Duration::from_secs(61)).await;
@@ -100,7 +114,7 @@ async fn the_least_recently_used_idle_session_is_evicted_at_the_limit() {
 async fn ending_a_session_in_use_removes_its_directory_when_the_batch_ends() {
     let sessions = Sessions::new(base("end"), true, SessionLimits::default());
     let s = sessions.open("gamma");
-    let dir = s.scratch_dir();
+    let dir = s.scratch().create().await.unwrap().to_path_buf();
     assert!(sessions.end("gamma"));
     assert!(!sessions.end("gamma"));
     assert!(dir.exists(), "still in use");

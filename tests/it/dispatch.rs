@@ -166,6 +166,61 @@ async fn scratch_files_persist_within_a_named_session_only() {
 }
 
 #[tokio::test]
+async fn a_scratch_directory_is_made_only_when_a_scratch_tool_runs() {
+    let base = std::env::temp_dir().join(format!("toolgate-it-lazy-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base).unwrap();
+    let mut config = toolgate::config::Config::default();
+    config.sessions.scratch_base = base.clone();
+    let ts = start_with(config).await;
+    let entries = || -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(&base)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+
+    // A fresh session, looked at while its batch is still running.
+    let mut stream = ts
+        .client
+        .clone()
+        .dispatch_batch(request(json!([
+            {"id": "e", "name": "echo", "arguments": {"x": 1}},
+            {"id": "s", "name": "sleep", "arguments": {"ms": 300}},
+        ])))
+        .await
+        .unwrap()
+        .into_inner();
+    use tokio_stream::StreamExt;
+    while let Some(event) = stream.next().await {
+        if let Some(Event::ToolPre(pre)) = event.unwrap().event
+            && pre.id == "s"
+        {
+            break;
+        }
+    }
+    assert_eq!(entries(), Vec::<String>::new(), "a running batch made no directory");
+    while stream.next().await.is_some() {}
+
+    let mut quiet = request(json!([{"id": "e", "name": "echo", "arguments": {}}]));
+    quiet.session_id = "quiet".into();
+    assert!(dispatch(&ts, quiet).await.all_succeeded);
+    assert_eq!(entries(), Vec::<String>::new(), "echo in a named session made none");
+
+    let mut busy = request(
+        json!([{"id": "w", "name": "scratch_write", "arguments": {"path": "a.txt", "content": "x"}}]),
+    );
+    busy.session_id = "busy".into();
+    assert!(dispatch(&ts, busy).await.all_succeeded);
+    assert_eq!(entries(), ["toolgate-busy"], "a scratch tool made its session's");
+    ts.server.shutdown().await.unwrap();
+    assert_eq!(entries(), Vec::<String>::new(), "removed on stop");
+    std::fs::remove_dir_all(&base).unwrap();
+}
+
+#[tokio::test]
 async fn list_tools_describes_every_tool_with_its_source() {
     let ts = start().await;
     let tools = list_tools(&ts).await;
