@@ -318,8 +318,9 @@ impl Dispatcher {
         let duration = started.elapsed();
         span.record("outcome", field::debug(outcome));
         span.record("duration_ms", duration.as_millis());
+        // DEBUG, not INFO: a line per batch at the default level cost a fifth of the throughput.
         span.in_scope(|| {
-            tracing::info!(
+            tracing::debug!(
                 outcome = ?outcome,
                 calls = results.len(),
                 errors = results.iter().filter(|r| !r.success).count(),

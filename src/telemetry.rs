@@ -1,6 +1,8 @@
 //! Logging: a tracing subscriber writing text or JSON to stderr (stdout is kept for the
 //! `listening on` line), and a panic hook that logs panics instead of printing them raw.
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::EnvFilter;
 
 use crate::config::{LogConfig, LogFormat};
@@ -11,8 +13,10 @@ pub fn init(log: &LogConfig) -> anyhow::Result<()> {
         Ok(directives) if !directives.is_empty() => EnvFilter::try_new(directives)?,
         _ => EnvFilter::try_new(&log.level)?,
     };
+    // Colour codes only for a person at a terminal: in a file or a log shipper they are noise.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     let installed = match log.format {
         LogFormat::Text => builder.try_init(),
