@@ -104,13 +104,15 @@ async fn attempts(
         };
 
         // 1. Observers first: every later decision of this attempt happens inside its pre/post frame.
-        step.emit(Event::ToolPre {
-            index: call.index,
-            id: call.id.clone(),
-            attempt,
-            tool: tool.to_owned(),
-        })
-        .await;
+        if step.wants_events() {
+            step.emit(Event::ToolPre {
+                index: call.index,
+                id: call.id.clone(),
+                attempt,
+                tool: tool.to_owned(),
+            })
+            .await;
+        }
 
         // 2. Hooks before anything else decides: a policy refusal must not touch loop counts of
         //    executions or the breaker, and a modified input is what detection and the tool see.
@@ -486,8 +488,14 @@ async fn run_once(
     step: &Step<'_>,
 ) -> Option<Invoked> {
     let scope = step.scope;
-    // Progress reports travel to the observer while the tool runs (only if anyone listens).
-    let (progress_tx, mut progress_rx) = tokio::sync::mpsc::unbounded_channel();
+    // Progress reports travel to the observer while the tool runs; no channel when nobody listens.
+    let (progress_tx, mut progress_rx) = match step.wants_events() {
+        true => {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            (Some(tx), Some(rx))
+        }
+        false => (None, None),
+    };
     let ctx = ToolContext {
         session_id: scope.session.id.clone(),
         call_id: call.id.clone(),
@@ -496,7 +504,7 @@ async fn run_once(
         scratch: scope.session.scratch().clone(),
         metadata: metadata.clone(),
         deadline: None,
-        progress: step.wants_events().then_some(progress_tx),
+        progress: progress_tx,
         trace: scope.trace.cloned(),
     };
     let token = ctx.cancel.clone();
@@ -519,15 +527,27 @@ async fn run_once(
                 let Ok(invoked) = done;
                 break Some(invoked);
             }
-            Some(report) = progress_rx.recv() => step.progress(report).await,
+            Some(report) = next_progress(&mut progress_rx) => step.progress(report).await,
         }
     };
     token.cancel();
     // Reports sent just before the tool returned still reach the observer, in order.
-    while let Ok(report) = progress_rx.try_recv() {
-        step.progress(report).await;
+    if let Some(rx) = progress_rx.as_mut() {
+        while let Ok(report) = rx.try_recv() {
+            step.progress(report).await;
+        }
     }
     invoked
+}
+
+/// The next progress report, or never when nobody listens.
+async fn next_progress(
+    rx: &mut Option<tokio::sync::mpsc::UnboundedReceiver<crate::tools::Progress>>,
+) -> Option<crate::tools::Progress> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
 fn answer(call: &ToolCall, tool: &str, invoked: Option<Invoked>) -> CallResult {
