@@ -1,6 +1,7 @@
 //! The only module that speaks the public API: service adapter, conversions, status mapping,
 //! codec and the server with health, reflection and graceful shutdown.
 
+mod batch_stream;
 pub mod codec;
 pub mod convert;
 pub mod hook_client;

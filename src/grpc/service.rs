@@ -6,11 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
-use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::task::TaskTracker;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 
+use super::batch_stream::BatchStream;
 use super::convert::{self, RequestRules};
 use super::status::RequestError;
 use crate::dispatch::{Batch, Cancel, Dispatcher, Event, NoObserver, Observer};
@@ -95,7 +95,7 @@ impl ToolGateService {
     }
 }
 
-/// Forwards batch events to the response stream.
+/// Forwards batch events to the response stream (a full buffer makes the batch wait).
 struct StreamObserver {
     tx: mpsc::Sender<Result<pb::DispatchEvent, Status>>,
 }
@@ -103,7 +103,7 @@ struct StreamObserver {
 impl Observer for StreamObserver {
     fn on_event(&self, event: Event) -> BoxFuture<'_, ()> {
         Box::pin(async move {
-            // A closed stream means the client left; the watcher cancels the batch.
+            // The receiver lives as long as the batch does: the stream owns both.
             let _ = self.tx.send(Ok(convert::event(event))).await;
         })
     }
@@ -111,7 +111,7 @@ impl Observer for StreamObserver {
 
 #[tonic::async_trait]
 impl ToolGate for ToolGateService {
-    type DispatchBatchStream = ReceiverStream<Result<pb::DispatchEvent, Status>>;
+    type DispatchBatchStream = BatchStream;
 
     async fn dispatch_batch(
         &self,
@@ -125,17 +125,20 @@ impl ToolGate for ToolGateService {
         let (tx, rx) = mpsc::channel(EVENT_BUFFER);
         let cancel = self.state.shutdown.child();
         let dispatcher = self.state.dispatcher.clone();
-        self.state.tracker.spawn(async move {
+        let run = async move {
             let _permit = permit;
-            let observer = StreamObserver { tx: tx.clone() };
-            let watcher = watch_client(&tx, &cancel, deadline);
+            // The stream owns this future: a client that leaves drops it, and the guard then
+            // fires the batch's cancel so tool tokens fire too.
+            let _guard = cancel.token().clone().drop_guard();
+            let observer = StreamObserver { tx };
             let report = tokio::select! {
                 report = dispatcher.run(batch, &observer, &cancel) => report,
-                never = watcher => match never {},
+                never = expire(&cancel, deadline) => match never {},
             };
-            let _ = tx.send(Ok(convert::result_event(&report))).await;
-        });
-        Ok(Response::new(ReceiverStream::new(rx)))
+            convert::result_event(&report)
+        };
+        let run = self.state.tracker.track_future(run);
+        Ok(Response::new(BatchStream::new(Box::pin(run), rx)))
     }
 
     async fn dispatch(
@@ -294,21 +297,12 @@ fn checked_session_id(id: String) -> Result<String, RequestError> {
     Ok(id)
 }
 
-/// Cancels the batch when the client drops the stream or its deadline passes; never returns.
-async fn watch_client(
-    tx: &mpsc::Sender<Result<pb::DispatchEvent, Status>>,
-    cancel: &Cancel,
-    deadline: Option<Duration>,
-) -> Infallible {
-    let expired = async {
-        match deadline {
-            Some(after) => tokio::time::sleep(after).await,
-            None => std::future::pending().await,
-        }
-    };
-    tokio::select! {
-        () = tx.closed() => cancel.cancel("the client went away"),
-        () = expired => cancel.cancel("the request deadline passed"),
+/// Cancels the batch when the request's deadline passes (the batch then answers CANCELLED);
+/// never returns.
+async fn expire(cancel: &Cancel, deadline: Option<Duration>) -> Infallible {
+    if let Some(after) = deadline {
+        tokio::time::sleep(after).await;
+        cancel.cancel("the request deadline passed");
     }
     std::future::pending().await
 }
