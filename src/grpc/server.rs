@@ -73,10 +73,7 @@ pub async fn serve(
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(toolgate)
-        .serve_with_incoming_shutdown(
-            incoming(listener),
-            stop_transport.clone().cancelled_owned(),
-        );
+        .serve_with_incoming_shutdown(incoming(listener), stop_transport.clone().cancelled_owned());
     let lingering = async {
         stop_transport.cancelled().await;
         tokio::time::sleep(CONNECTION_LINGER).await;

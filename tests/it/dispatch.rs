@@ -201,20 +201,32 @@ async fn a_scratch_directory_is_made_only_when_a_scratch_tool_runs() {
             break;
         }
     }
-    assert_eq!(entries(), Vec::<String>::new(), "a running batch made no directory");
+    assert_eq!(
+        entries(),
+        Vec::<String>::new(),
+        "a running batch made no directory"
+    );
     while stream.next().await.is_some() {}
 
     let mut quiet = request(json!([{"id": "e", "name": "echo", "arguments": {}}]));
     quiet.session_id = "quiet".into();
     assert!(dispatch(&ts, quiet).await.all_succeeded);
-    assert_eq!(entries(), Vec::<String>::new(), "echo in a named session made none");
+    assert_eq!(
+        entries(),
+        Vec::<String>::new(),
+        "echo in a named session made none"
+    );
 
     let mut busy = request(
         json!([{"id": "w", "name": "scratch_write", "arguments": {"path": "a.txt", "content": "x"}}]),
     );
     busy.session_id = "busy".into();
     assert!(dispatch(&ts, busy).await.all_succeeded);
-    assert_eq!(entries(), ["toolgate-busy"], "a scratch tool made its session's");
+    assert_eq!(
+        entries(),
+        ["toolgate-busy"],
+        "a scratch tool made its session's"
+    );
     ts.server.shutdown().await.unwrap();
     assert_eq!(entries(), Vec::<String>::new(), "removed on stop");
     std::fs::remove_dir_all(&base).unwrap();
