@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod bindings;
+mod connections;
 mod dispatch;
 mod hooks;
 mod http_tools;

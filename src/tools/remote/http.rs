@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -66,8 +67,7 @@ pub fn discover(spec: &RemoteSpec) -> Result<Vec<Arc<dyn Tool>>, RemoteError> {
         .definition
         .clone()
         .ok_or_else(|| invalid("an http remote needs a [definition] of its tool".to_owned()))?;
-    let client = reqwest::Client::builder()
-        .connect_timeout(spec.timeout)
+    let client = pooled_client(spec.timeout)
         .build()
         .map_err(|e| invalid(format!("http client: {e}")))?;
     Ok(vec![Arc::new(HttpTool {
@@ -78,6 +78,17 @@ pub fn discover(spec: &RemoteSpec) -> Result<Vec<Arc<dyn Tool>>, RemoteError> {
         definition,
         client,
     })])
+}
+
+/// How remote tools reach HTTP servers: one client per remote, whose keep-alive connections
+/// are pooled and reused across calls, with `TCP_NODELAY` so a small request or reply never
+/// waits for the peer's delayed ACK. An idle connection is dropped after 4 s, before the 5 s
+/// keep-alive timeout of Node's and uvicorn's servers closes it under a request already sent.
+pub(super) fn pooled_client(connect_timeout: Duration) -> reqwest::ClientBuilder {
+    reqwest::Client::builder()
+        .connect_timeout(connect_timeout)
+        .tcp_nodelay(true)
+        .pool_idle_timeout(Duration::from_secs(4))
 }
 
 impl HttpTool {

@@ -143,7 +143,9 @@ pub async fn discover(
                     .map_err(|e| invalid(format!("header '{name}': {e}")))?;
                 headers.insert(name, value);
             }
-            let transport = StreamableHttpClientTransport::from_config(
+            let client = http_client(spec).map_err(|e| invalid(format!("http client: {e}")))?;
+            let transport = StreamableHttpClientTransport::with_client(
+                client,
                 StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(headers),
             );
             handler
@@ -167,6 +169,41 @@ pub async fn discover(
     });
     let tools = list(spec, &connection).await?;
     Ok((tools, connection))
+}
+
+/// The HTTP client of a streamable HTTP server: keep-alive connections pooled and reused, with
+/// `TCP_NODELAY`. rmcp's default client keeps no idle connection (`pool_max_idle_per_host(0)`,
+/// to dodge delayed-ACK stalls), so every `tools/call` paid a TCP connect and left a socket in
+/// TIME_WAIT. With Nagle off the stall does not happen (`scripts/bench-remote` shows none), and
+/// rmcp drains a response's SSE stream so the connection goes back to the pool.
+fn http_client(spec: &RemoteSpec) -> reqwest::Result<reqwest::Client> {
+    super::http::pooled_client(spec.timeout)
+        .redirect(same_origin_redirects())
+        .build()
+}
+
+/// rmcp's default redirect policy, which a client of our own must restate: only same-origin 307
+/// and 308 keep the POST and its JSON-RPC body, and a redirect to another origin would hand the
+/// session id and the configured headers to another host.
+fn same_origin_redirects() -> reqwest::redirect::Policy {
+    const MAX_REDIRECTS: usize = 10;
+    reqwest::redirect::Policy::custom(|attempt| {
+        let keeps_body = matches!(
+            attempt.status(),
+            reqwest::StatusCode::TEMPORARY_REDIRECT | reqwest::StatusCode::PERMANENT_REDIRECT
+        );
+        let same_origin = attempt
+            .previous()
+            .first()
+            .is_some_and(|first| first.origin() == attempt.url().origin());
+        if !keeps_body || !same_origin {
+            attempt.stop()
+        } else if attempt.previous().len() > MAX_REDIRECTS {
+            attempt.error(format!("more than {MAX_REDIRECTS} redirects"))
+        } else {
+            attempt.follow()
+        }
+    })
 }
 
 /// Lists the tools over an open connection (a tool list change keeps the session's state).
