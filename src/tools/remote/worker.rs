@@ -17,6 +17,9 @@ use crate::tools::{
     Annotations, BoxFuture, ContentPart, Progress, Tool, ToolContext, ToolError, ToolOutput,
 };
 
+/// How long a call waits for a worker's trailers after its result.
+const TRAILERS_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// One tool of a worker.
 pub struct WorkerTool {
     /// The name toolgate registers (prefix + the worker's name).
@@ -238,6 +241,12 @@ impl WorkerTool {
                     }
                 }
                 Some(pb::invoke_event::Event::Result(result)) => {
+                    // Read the stream to its end (the trailers) before answering. A stream dropped
+                    // before its trailers is reset, the trailers then arrive for a closed stream,
+                    // and h2 counts each against its limit of 1024 locally reset streams per
+                    // connection, past which it closes the worker's channel (ENHANCE_YOUR_CALM).
+                    // Bounded: a worker that never ends its stream must not hold the answer.
+                    let _ = tokio::time::timeout(TRAILERS_WAIT, stream.trailers()).await;
                     let output = output_of(&result);
                     if !result.is_error {
                         return Ok(output);
