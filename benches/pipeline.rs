@@ -18,6 +18,10 @@ use toolgate::dispatch::{
 };
 use toolgate::tools::{BoxFuture, FnTool, ToolContext, ToolOutput, builtin_tools};
 
+// The allocator the `toolgate` binary ships with (src/main.rs), so the figures are the binary's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Every layer and every pipeline stage switched on, with settings that make each one do work.
 const ALL_LAYERS: &str = r#"
 [[hooks.rules]]

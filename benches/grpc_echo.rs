@@ -1,0 +1,148 @@
+//! A bare tonic unary echo server: the baseline `scripts/bench-grpc` measures toolgate against.
+//!
+//! Two unary methods, written by hand the way tonic codegen writes them (there is no .proto):
+//! `/bench.Echo/Echo` answers the request (a `google.protobuf.Value`) unchanged and counts it;
+//! `/bench.Echo/Count` ignores its request and answers the number of echoes served so far as a
+//! `Value` number, so the script can check that every request h2load saw answered was echoed.
+//!
+//! Usage: `grpc_echo [--listen ADDR]` (default `127.0.0.1:0`). Prints `listening on ADDR` as its
+//! first stdout line, accepts connections with TCP_NODELAY like toolgate, stops on SIGINT or
+//! SIGTERM. Other arguments (`cargo bench` passes `--bench`) are ignored.
+
+use std::convert::Infallible;
+use std::error::Error;
+use std::future::{Ready, ready};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+
+use prost_types::Value;
+use prost_types::value::Kind;
+use tokio::signal::unix::{SignalKind, signal};
+use tonic::body::Body;
+use tonic::codegen::{BoxFuture, http};
+use tonic::server::{Grpc, NamedService};
+use tonic::transport::Server;
+use tonic::transport::server::TcpIncoming;
+use tonic::{Request, Response, Status};
+use tonic_prost::ProstCodec;
+
+// The allocator toolgate's binary ships with, so the ratio measures toolgate's work, not malloc.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn Error>> {
+    // Handlers first: a SIGTERM sent as soon as `listening on` appears must stop us cleanly.
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    let stop = async move {
+        tokio::select! {
+            _ = interrupt.recv() => {}
+            _ = terminate.recv() => {}
+        }
+    };
+    let listener = tokio::net::TcpListener::bind(listen_addr()).await?;
+    report(&format!("listening on {}", listener.local_addr()?));
+    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    Server::builder()
+        .add_service(Echo::default())
+        .serve_with_incoming_shutdown(incoming, stop)
+        .await?;
+    Ok(())
+}
+
+/// The `bench.Echo` service: routes by path, like a generated `…Server`.
+#[derive(Clone, Default)]
+struct Echo {
+    served: Arc<AtomicU64>,
+}
+
+impl NamedService for Echo {
+    const NAME: &'static str = "bench.Echo";
+}
+
+impl tower::Service<http::Request<Body>> for Echo {
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<Body>) -> Self::Future {
+        let served = Arc::clone(&self.served);
+        match req.uri().path() {
+            "/bench.Echo/Echo" => Box::pin(async move {
+                let mut grpc = Grpc::new(ProstCodec::default());
+                Ok(grpc.unary(EchoMethod(served), req).await)
+            }),
+            "/bench.Echo/Count" => Box::pin(async move {
+                let mut grpc = Grpc::new(ProstCodec::default());
+                Ok(grpc.unary(CountMethod(served), req).await)
+            }),
+            _ => Box::pin(async { Ok(Status::unimplemented("no such method").into_http()) }),
+        }
+    }
+}
+
+/// `/bench.Echo/Echo`: the request back, counted.
+struct EchoMethod(Arc<AtomicU64>);
+
+impl tower::Service<Request<Value>> for EchoMethod {
+    type Response = Response<Value>;
+    type Error = Status;
+    type Future = Ready<Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<Value>) -> Self::Future {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        ready(Ok(Response::new(request.into_inner())))
+    }
+}
+
+/// `/bench.Echo/Count`: the echoes served so far (exact up to 2^53).
+struct CountMethod(Arc<AtomicU64>);
+
+impl tower::Service<Request<Value>> for CountMethod {
+    type Response = Response<Value>;
+    type Error = Status;
+    type Future = Ready<Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    #[allow(clippy::cast_precision_loss)]
+    fn call(&mut self, _request: Request<Value>) -> Self::Future {
+        let served = self.0.load(Ordering::Relaxed) as f64;
+        ready(Ok(Response::new(Value {
+            kind: Some(Kind::NumberValue(served)),
+        })))
+    }
+}
+
+/// `--listen ADDR` or `--listen=ADDR`, else any free port on loopback.
+fn listen_addr() -> String {
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        if arg == "--listen" {
+            if let Some(addr) = args.next() {
+                return addr;
+            }
+        } else if let Some(addr) = arg.strip_prefix("--listen=") {
+            return addr.to_owned();
+        }
+    }
+    "127.0.0.1:0".to_owned()
+}
+
+/// The one stdout line the script waits for.
+#[allow(clippy::print_stdout)]
+fn report(line: &str) {
+    println!("{line}");
+}

@@ -1,0 +1,468 @@
+#!/usr/bin/env python3
+"""Runs the matrix of `scripts/bench-grpc` against servers it already started, prints the table.
+
+For every case: prebuilds the gRPC request body (5-byte prefix + protobuf), sends those exact
+bytes once with grpcio and checks the decoded reply, then drives it with h2load over h2c on one
+connection at each concurrency (`-m`): a timed warm-up that also measures the rate, then a run
+of a fixed number of requests (about BENCH_SECONDS long). Around the measured run it reads the
+server's success counter (toolgate: GetToolHealth `successes`/`failures` of the tool; the echo
+server: its Count method) and the server's CPU time (/proc/PID/stat), and fails the run when
+h2load saw errors or the server's count did not grow by exactly requests × calls (h2load cannot
+see grpc-status, so a gRPC error or a refused call would otherwise pass as a 200).
+
+Needs grpcio, grpcio-tools and protobuf (the test venv). Settings come from the environment:
+BENCH_SECONDS (measured seconds per cell, default 5), BENCH_WARMUP (seconds, default 1),
+BENCH_CONCURRENCY (default "1,16,64"), BENCH_SLEEP_CONCURRENCY (default "1,16").
+"""
+
+import argparse
+import atexit
+import datetime
+import json
+import math
+import os
+import pathlib
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+SESSION = "bench"
+# The PARALLEL case sleeps 3..10 ms: the longest call, so the ideal batch, is 10 ms. Identical
+# calls (same tool and input) never run together (the planner serializes them so a burst cannot
+# slip past loop detection), so 8 × `{"ms": 10}` would take 8 × 10 ms by design.
+SLEEP_MS = 10
+SLEEPS_MS = list(range(SLEEP_MS - 7, SLEEP_MS + 1))
+ECHO_METHOD = "/bench.Echo/Echo"
+COUNT_METHOD = "/bench.Echo/Count"
+
+
+def env_int(name, default):
+    return int(os.environ.get(name, default))
+
+
+def env_list(name, default):
+    return [int(x) for x in os.environ.get(name, default).split(",") if x.strip()]
+
+
+def load_stubs():
+    """Generates the toolgate stubs from proto/ into a temp dir and imports them."""
+    import grpc_tools
+    from grpc_tools import protoc
+
+    out = tempfile.mkdtemp(prefix="bench-grpc-stubs-")
+    atexit.register(shutil.rmtree, out, ignore_errors=True)
+    well_known = pathlib.Path(grpc_tools.__file__).parent / "_proto"
+    code = protoc.main([
+        "grpc_tools.protoc",
+        f"-I{ROOT / 'proto'}",
+        f"-I{well_known}",
+        f"--python_out={out}",
+        f"--grpc_python_out={out}",
+        str(ROOT / "proto" / "toolgate" / "v1" / "toolgate.proto"),
+    ])
+    if code != 0:
+        sys.exit(f"protoc failed with exit code {code}")
+    sys.path.insert(0, out)
+    from toolgate.v1 import toolgate_pb2, toolgate_pb2_grpc
+
+    return toolgate_pb2, toolgate_pb2_grpc
+
+
+class Server:
+    """A running server, from `ADDR@PID`: where to send requests, whose CPU time to read."""
+
+    def __init__(self, spec):
+        addr, _, pid = spec.rpartition("@")
+        self.addr, self.pid = addr, int(pid)
+
+    def cpu_seconds(self):
+        fields = pathlib.Path(f"/proc/{self.pid}/stat").read_text().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Case:
+    """One request driven by h2load: its body, where it goes, how to check it."""
+
+    def __init__(self, key, label, server, path, message, calls, tool=None, streaming=False,
+                 expect_session=None, expect_results=None):
+        self.key, self.label, self.server, self.path = key, label, server, path
+        self.message, self.calls, self.tool, self.streaming = message, calls, tool, streaming
+        self.expect_session, self.expect_results = expect_session, expect_results
+        payload = message.SerializeToString()
+        self.body = struct.pack(">BI", 0, len(payload)) + payload
+
+
+def openai_call(call_id, name, arguments):
+    return {"id": call_id, "type": "function",
+            "function": {"name": name, "arguments": json.dumps(arguments)}}
+
+
+def build_cases(pb, servers):
+    from google.protobuf import json_format, struct_pb2
+
+    def value(obj):
+        return json_format.ParseDict(obj, struct_pb2.Value())
+
+    def request(calls, session="", parallel=False):
+        req = pb.DispatchBatchRequest(session_id=session, calls=[value(c) for c in calls])
+        if parallel:
+            req.options.mode = pb.DispatchOptions.PARALLEL
+        return req
+
+    one = [openai_call("call_1", "echo", {"text": "hello from h2load"})]
+    # Distinct inputs, so the 8 calls are 8 operations, not a loop warning.
+    eight = [openai_call(f"call_{i}", "echo", {"text": f"hello from h2load, call {i}"})
+             for i in range(8)]
+    sleeps = [openai_call(f"call_{i}", "sleep", {"ms": ms}) for i, ms in enumerate(SLEEPS_MS)]
+
+    def echo_results(calls):
+        return [json.loads(c["function"]["arguments"]) for c in calls]
+
+    tg, named = servers["toolgate"], servers["toolgate_named"]
+    dispatch, batch = "/toolgate.v1.ToolGate/Dispatch", "/toolgate.v1.ToolGate/DispatchBatch"
+    return [
+        Case("echo", "bare tonic echo (baseline)", servers["echo"], ECHO_METHOD,
+             value(one[0]), 1),
+        Case("dispatch_1", "`Dispatch`, 1 echo call, fresh session", tg, dispatch,
+             request(one), 1, "echo", expect_results=echo_results(one)),
+        Case("batch_1", "`DispatchBatch`, 1 echo call, fresh session", tg, batch,
+             request(one), 1, "echo", streaming=True, expect_results=echo_results(one)),
+        Case("dispatch_1_named", "`Dispatch`, 1 echo call, session `bench` \\*", named, dispatch,
+             request(one, SESSION), 1, "echo", expect_session=SESSION,
+             expect_results=echo_results(one)),
+        Case("batch_1_named", "`DispatchBatch`, 1 echo call, session `bench` \\*", named, batch,
+             request(one, SESSION), 1, "echo", streaming=True, expect_session=SESSION,
+             expect_results=echo_results(one)),
+        Case("dispatch_8", "`Dispatch`, 8 echo calls, fresh session", tg, dispatch,
+             request(eight), 8, "echo", expect_results=echo_results(eight)),
+        Case("parallel_sleep", "`DispatchBatch` PARALLEL, 8 sleep calls", tg, batch,
+             request(sleeps, parallel=True), 8, "sleep", streaming=True,
+             expect_results=[{"slept_ms": ms} for ms in SLEEPS_MS]),
+    ]
+
+
+class Checker:
+    """Sends a case's exact body once and checks the reply; reads success counters."""
+
+    def __init__(self, pb, pb_grpc):
+        import grpc
+
+        self.grpc, self.pb, self.pb_grpc, self.channels = grpc, pb, pb_grpc, {}
+
+    def channel(self, server):
+        if server.addr not in self.channels:
+            self.channels[server.addr] = self.grpc.insecure_channel(server.addr)
+        return self.channels[server.addr]
+
+    def verify(self, case):
+        """Raises AssertionError unless the server answers the case's body as expected."""
+        from google.protobuf import json_format, struct_pb2
+
+        ch, raw = self.channel(case.server), case.body[5:]
+        if case.key == "echo":
+            reply = struct_pb2.Value.FromString(ch.unary_unary(case.path)(raw, timeout=10))
+            assert reply == case.message, f"echo answered {reply}"
+            return
+        if case.streaming:
+            events = [self.pb.DispatchEvent.FromString(m)
+                      for m in ch.unary_stream(case.path)(raw, timeout=10)]
+            kinds = [e.WhichOneof("event") for e in events]
+            assert kinds and kinds[-1] == "result" and kinds.count("result") == 1, (
+                f"the stream does not end with exactly one result: {kinds}")
+            result = events[-1].result
+        else:
+            result = self.pb.BatchResult.FromString(ch.unary_unary(case.path)(raw, timeout=10))
+        summary = json_format.MessageToJson(result)
+        assert result.outcome == self.pb.BatchResult.COMPLETED, summary
+        assert result.all_succeeded and result.errors == 0, summary
+        assert result.count == case.calls == len(result.results), summary
+        for res in result.results:
+            assert res.success and res.tool == case.tool, summary
+        got = [json_format.MessageToDict(r.result) for r in result.results]
+        assert got == case.expect_results, f"results {got} != {case.expect_results}"
+        if case.expect_session:
+            assert result.session_id == case.expect_session, summary
+        else:
+            assert result.session_id and result.session_id != SESSION, summary
+
+    def counters(self, case):
+        """(successes, failures) as the server counts them for this case's tool."""
+        from google.protobuf import struct_pb2
+
+        ch = self.channel(case.server)
+        if case.tool is None:
+            count = ch.unary_unary(COUNT_METHOD,
+                                   request_serializer=struct_pb2.Value.SerializeToString,
+                                   response_deserializer=struct_pb2.Value.FromString)
+            return int(count(struct_pb2.Value(), timeout=10).number_value), 0
+        stub = self.pb_grpc.ToolGateStub(ch)
+        reply = stub.GetToolHealth(self.pb.GetToolHealthRequest(tool=case.tool), timeout=10)
+        for health in reply.tools:
+            if health.tool == case.tool:
+                return health.successes, health.failures
+        return 0, 0
+
+
+def machine_busy_seconds():
+    """CPU seconds the whole machine spent busy (all cores), from /proc/stat."""
+    fields = [int(x) for x in pathlib.Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def percentile(sorted_values, p):
+    """Nearest-rank percentile."""
+    if not sorted_values:
+        return float("nan")
+    rank = max(1, math.ceil(p / 100 * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+MIN_REQUESTS = 50
+H2LOAD_SUMMARY = re.compile(r"requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded, "
+                            r"(\d+) failed, (\d+) errored, (\d+) timeout")
+H2LOAD_CODES = re.compile(r"status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx")
+
+
+def h2load(case, concurrency, body, *limits):
+    """Runs h2load on one h2c connection with `concurrency` streams; returns the process."""
+    return subprocess.run(
+        ["h2load", "-c", "1", "-t", "1", "-m", str(concurrency), *limits,
+         "-H", "content-type: application/grpc", "-H", "te: trailers",
+         "-d", str(body), f"http://{case.server.addr}{case.path}"],
+        capture_output=True, text=True, check=False)
+
+
+def settled_counters(checker, case):
+    """The counters once they stop moving (batches cut off by a timed run finish or cancel)."""
+    last = checker.counters(case)
+    for _ in range(50):
+        time.sleep(0.1)
+        now = checker.counters(case)
+        if now == last:
+            return now
+        last = now
+    return last
+
+
+def run_cell(case, concurrency, checker, workdir, seconds, warmup):
+    """Runs one (case, concurrency); returns the cell's figures and its problems.
+
+    A timed warm-up run measures the rate; the measured run then sends a fixed number of
+    requests (rate × seconds), so that every request it starts also finishes and the server's
+    success counter must grow by exactly requests × calls.
+    """
+    tag = f"{case.key}-c{concurrency}"
+    body = workdir / f"{case.key}.body"
+    log = workdir / f"{tag}.tsv"
+    problems = []
+
+    warm = h2load(case, concurrency, body, "-D", str(warmup))
+    rate = H2LOAD_SUMMARY.search(warm.stdout)
+    if warm.returncode != 0 or not rate:
+        problems.append(f"warm-up: h2load exited {warm.returncode}:\n{warm.stdout}{warm.stderr}")
+        return None, problems
+    requests = max(MIN_REQUESTS, round(int(rate.group(4)) / warmup * seconds))
+
+    before = settled_counters(checker, case)
+    cpu0, children0, busy0 = case.server.cpu_seconds(), os.times(), machine_busy_seconds()
+    t0 = time.monotonic()
+    proc = h2load(case, concurrency, body, "-n", str(requests), "--log-file", str(log))
+    wall = time.monotonic() - t0
+    cpu1, children1, busy1 = case.server.cpu_seconds(), os.times(), machine_busy_seconds()
+    after = checker.counters(case)
+    (workdir / f"{tag}.h2load.txt").write_text(proc.stdout + proc.stderr)
+
+    req, codes = H2LOAD_SUMMARY.search(proc.stdout), H2LOAD_CODES.search(proc.stdout)
+    if proc.returncode != 0 or not req or not codes:
+        problems.append(f"h2load exited {proc.returncode}:\n{proc.stdout}{proc.stderr}")
+        return None, problems
+    succeeded, failed, errored, timeout = map(int, req.groups()[3:])
+    ok_2xx, not_2xx = int(codes.group(1)), sum(map(int, codes.groups()[1:]))
+    if (failed or errored or timeout or not_2xx or succeeded != requests
+            or ok_2xx != requests):
+        problems.append(f"h2load sent {requests}: {req.group(0)}; {codes.group(0)}")
+
+    times_us, statuses, first_start, last_end = [], {}, None, None
+    for line in log.read_text().splitlines():
+        start, status, elapsed = (int(x) for x in line.split("\t")[:3])
+        statuses[status] = statuses.get(status, 0) + 1
+        times_us.append(elapsed)
+        first_start = start if first_start is None else min(first_start, start)
+        last_end = start + elapsed if last_end is None else max(last_end, start + elapsed)
+    log.unlink()
+    times_us.sort()
+    if statuses != {200: requests}:
+        problems.append(f"the per-request log has statuses {statuses}, not {requests} × 200")
+
+    # h2load sees only the HTTP status; a gRPC error or a refused call is a 200 to it.
+    grew, failures = after[0] - before[0], after[1] - before[1]
+    want = requests * case.calls
+    if grew != want or failures:
+        problems.append(
+            f"the server counted {grew} successes and {failures} failures of "
+            f"`{case.tool or 'echo'}`, expected {requests} requests × {case.calls} calls = {want}")
+
+    span = (last_end - first_start) / 1e6 if times_us else wall
+    rps = len(times_us) / span
+    client_cpu = (children1.children_user + children1.children_system
+                  - children0.children_user - children0.children_system)
+    server_cpu = cpu1 - cpu0
+    # Whatever else ran on the machine meanwhile (other builds, ...): a noisy cell shows here.
+    other_cpu = max(0.0, (busy1 - busy0) - server_cpu - client_cpu)
+    return {
+        "case": case.key, "concurrency": concurrency, "requests": requests, "seconds": span,
+        "rps": rps, "calls_per_s": rps * case.calls,
+        "p50_us": percentile(times_us, 50), "p99_us": percentile(times_us, 99),
+        "server_cpu_pct": 100 * server_cpu / wall, "client_cpu_pct": 100 * client_cpu / wall,
+        "other_cpu_pct": 100 * other_cpu / wall,
+        "server_successes": grew, "h2load_summary": req.group(0),
+    }, problems
+
+
+def fmt_us(us):
+    return f"{us / 1000:.2f} ms" if us >= 1000 else f"{us:.0f} µs"
+
+
+def fmt_rate(x):
+    return f"{x:,.0f}".replace(",", " ")
+
+
+def render(results, cases, seconds, warmup, meta):
+    by = {(r["case"], r["concurrency"]): r for r in results}
+    lines = [
+        f"gRPC benchmark, {meta['date']}: {meta['machine']}; toolgate `{meta['toolgate']}`; "
+        f"{meta['h2load']}, h2c, one connection, `-m` = concurrency, {warmup} s warm-up + "
+        f"about {seconds} s measured per cell. Server CPU is % of one core (utime+stime over the "
+        f"cell's wall time); h2load runs on the same cores; \"other\" is everything else the "
+        f"machine ran during the cell (more than a few % means a noisy cell). \\* The "
+        f"named-session rows ran on a second toolgate with "
+        f"`TOOLGATE_LOOP_DETECTION__STOP_AFTER=0`: h2load repeats one identical call, which "
+        f"the default loop detection refuses every 11th time in a session; every other row "
+        f"ran on the embedded default config.",
+        "",
+        "| Case | Conc. | req/s | calls/s | p50 | p99 | server CPU | h2load CPU | other CPU "
+        "| calls/s ÷ echo | p50 ÷ echo |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for case in cases:
+        if case.key == "parallel_sleep":
+            continue
+        for (key, conc), r in sorted(by.items(), key=lambda kv: kv[0][1]):
+            if key != case.key:
+                continue
+            base = by.get(("echo", conc))
+            ratio = p50_ratio = "—"
+            if base and case.key != "echo":
+                ratio = f"{r['calls_per_s'] / base['calls_per_s']:.2f}"
+                p50_ratio = f"{r['p50_us'] / base['p50_us']:.1f}"
+            lines.append(
+                f"| {case.label} | {conc} | {fmt_rate(r['rps'])} | {fmt_rate(r['calls_per_s'])} "
+                f"| {fmt_us(r['p50_us'])} | {fmt_us(r['p99_us'])} | {r['server_cpu_pct']:.0f}% "
+                f"| {r['client_cpu_pct']:.0f}% | {r['other_cpu_pct']:.0f}% "
+                f"| {ratio} | {p50_ratio} |")
+    sleep = [r for r in results if r["case"] == "parallel_sleep"]
+    if sleep:
+        lines += [
+            "",
+            f"`DispatchBatch` PARALLEL of 8 `sleep` calls of {SLEEPS_MS[0]}..{SLEEPS_MS[-1]} ms "
+            f"(distinct inputs: identical calls run one after another by design), fresh "
+            f"session: wall time per batch against the ideal {SLEEP_MS} ms (the longest call).",
+            "",
+            "| Conc. | batches/s | calls/s | p50 wall | p99 wall | p50 ÷ ideal | server CPU "
+            "| other CPU |",
+            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for r in sorted(sleep, key=lambda r: r["concurrency"]):
+            lines.append(
+                f"| {r['concurrency']} | {fmt_rate(r['rps'])} | {fmt_rate(r['calls_per_s'])} "
+                f"| {fmt_us(r['p50_us'])} | {fmt_us(r['p99_us'])} "
+                f"| {r['p50_us'] / (SLEEP_MS * 1000):.2f} | {r['server_cpu_pct']:.0f}% "
+                f"| {r['other_cpu_pct']:.0f}% |")
+    return "\n".join(lines) + "\n"
+
+
+def machine():
+    model = "unknown CPU"
+    for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            model = line.split(":", 1)[1].strip()
+            break
+    return f"{os.cpu_count()} cores ({model})"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--toolgate", required=True, help="ADDR@PID, embedded default config")
+    parser.add_argument("--toolgate-named", required=True,
+                        help="ADDR@PID, for the named-session cases")
+    parser.add_argument("--echo", required=True, help="ADDR@PID of grpc_echo")
+    parser.add_argument("--toolgate-label", required=True)
+    parser.add_argument("--out", required=True, type=pathlib.Path)
+    args = parser.parse_args()
+    seconds, warmup = env_int("BENCH_SECONDS", 5), env_int("BENCH_WARMUP", 1)
+    concurrency = env_list("BENCH_CONCURRENCY", "1,16,64")
+    sleep_concurrency = env_list("BENCH_SLEEP_CONCURRENCY", "1,16")
+
+    pb, pb_grpc = load_stubs()
+    servers = {"toolgate": Server(args.toolgate),
+               "toolgate_named": Server(args.toolgate_named),
+               "echo": Server(args.echo)}
+    cases = build_cases(pb, servers)
+    checker = Checker(pb, pb_grpc)
+    workdir = args.out / "raw"
+    workdir.mkdir(parents=True, exist_ok=True)
+
+    started = time.monotonic()
+    problems = []
+    for case in cases:
+        (workdir / f"{case.key}.body").write_bytes(case.body)
+        try:
+            checker.verify(case)
+            print(f"checked one reply: {case.label}", flush=True)
+        except Exception as e:  # an assertion, or the RPC failed
+            problems.append(f"{case.key}: the reply check failed: {e}")
+    if problems:
+        sys.exit("\n".join(problems))
+
+    plan = [(c, conc) for conc in concurrency for c in cases if c.key != "parallel_sleep"]
+    plan += [(c, conc) for conc in sleep_concurrency for c in cases if c.key == "parallel_sleep"]
+    results = []
+    for case, conc in plan:
+        cell, cell_problems = run_cell(case, conc, checker, workdir, seconds, warmup)
+        for p in cell_problems:
+            problems.append(f"{case.key} at concurrency {conc}: {p}")
+            print(f"PROBLEM {case.key} c={conc}: {p}", file=sys.stderr, flush=True)
+        if cell:
+            results.append(cell)
+            print(f"{case.key:>18} c={conc:<3} {cell['rps']:>9.0f} req/s  "
+                  f"p50 {fmt_us(cell['p50_us']):>9}  p99 {fmt_us(cell['p99_us']):>9}  "
+                  f"server CPU {cell['server_cpu_pct']:.0f}%  other {cell['other_cpu_pct']:.0f}%",
+                  flush=True)
+
+    h2load_version = subprocess.run(["h2load", "--version"], capture_output=True, text=True,
+                                    check=False).stdout.strip()
+    meta = {"date": datetime.date.today().isoformat(), "machine": machine(),
+            "toolgate": args.toolgate_label, "h2load": h2load_version}
+    table = render(results, cases, seconds, warmup, meta)
+    (args.out / "results.md").write_text(table)
+    (args.out / "results.json").write_text(json.dumps({"meta": meta, "results": results},
+                                                      indent=2))
+    print()
+    print(table, end="")
+    print(f"\n(the benchmark took {time.monotonic() - started:.0f} s; table also in "
+          f"{args.out / 'results.md'})", file=sys.stderr)
+    if problems:
+        print(f"\n{len(problems)} problem(s):", file=sys.stderr)
+        for p in problems:
+            print(f"- {p}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
