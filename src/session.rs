@@ -4,7 +4,7 @@
 //! Invariant: a session's scratch directory is `<base>/toolgate-<id>/` and no id can name a path
 //! outside the base, because ids are restricted to `[A-Za-z0-9._-]` and may not be `.` or `..`.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -71,6 +71,8 @@ pub struct Session {
     memory_entries: usize,
     last_used: Mutex<Instant>,
     in_use: AtomicUsize,
+    /// Its key in `Live::order` (changed only under the sessions' lock).
+    stamp: AtomicU64,
     /// Ended or evicted while in use: the directory goes when the last batch releases it.
     ended: AtomicBool,
 }
@@ -129,8 +131,50 @@ pub struct Sessions {
     /// Whether the base directory is this server's own (removed on stop) or an operator's.
     owns_base: bool,
     limits: SessionLimits,
-    live: Mutex<HashMap<String, Arc<Session>>>,
+    live: Mutex<Live>,
     next_ephemeral: AtomicU64,
+}
+
+/// The named sessions and their recency, so finding the least recently used one to evict does
+/// not scan them all (at capacity every new session evicts one).
+#[derive(Debug, Default)]
+struct Live {
+    by_id: HashMap<String, Arc<Session>>,
+    /// Last use (a stamp from `clock`) → id, oldest first.
+    order: BTreeMap<u64, String>,
+    clock: u64,
+}
+
+impl Live {
+    /// Marks `session` as just used.
+    fn touch(&mut self, session: &Session) {
+        self.clock += 1;
+        let previous = session.stamp.swap(self.clock, Ordering::Relaxed);
+        self.order.remove(&previous);
+        self.order.insert(self.clock, session.id.clone());
+    }
+
+    fn remove(&mut self, id: &str) -> Option<Arc<Session>> {
+        let session = self.by_id.remove(id)?;
+        self.order.remove(&session.stamp.load(Ordering::Relaxed));
+        Some(session)
+    }
+
+    /// Evicts the least recently used session that no batch is using. Busy sessions are at
+    /// most the running batches, so this skips few entries.
+    fn evict_least_recent(&mut self) {
+        let oldest = self
+            .order
+            .values()
+            .find(|id| self.by_id.get(*id).is_some_and(|s| !s.busy()))
+            .cloned();
+        if let Some(id) = oldest
+            && let Some(session) = self.remove(&id)
+        {
+            tracing::debug!(session = %id, "session evicted");
+            retire(&session);
+        }
+    }
 }
 
 impl Sessions {
@@ -141,7 +185,7 @@ impl Sessions {
             base,
             owns_base,
             limits,
-            live: Mutex::new(HashMap::new()),
+            live: Mutex::default(),
             next_ephemeral: AtomicU64::new(1),
         }
     }
@@ -161,21 +205,34 @@ impl Sessions {
             return session;
         }
         let mut live = self.lock();
-        if !live.contains_key(id) && live.len() >= self.limits.max_sessions {
-            evict_least_recent(&mut live);
+        if !live.by_id.contains_key(id) && live.by_id.len() >= self.limits.max_sessions {
+            live.evict_least_recent();
         }
         let session = live
+            .by_id
             .entry(id.to_owned())
             .or_insert_with(|| Arc::new(self.make(id.to_owned(), false, now)))
             .clone();
         session.in_use.fetch_add(1, Ordering::SeqCst);
         session.touch(now);
+        live.touch(&session);
         session
     }
 
     /// A batch is done with `session`.
     pub fn release(&self, session: &Session) {
         session.touch(Instant::now());
+        if !session.ephemeral {
+            let mut live = self.lock();
+            // Only the live session of that id: an ended one must not reappear in the order.
+            if live
+                .by_id
+                .get(&session.id)
+                .is_some_and(|s| std::ptr::eq(Arc::as_ptr(s), session))
+            {
+                live.touch(session);
+            }
+        }
         let remaining = session
             .in_use
             .fetch_sub(1, Ordering::SeqCst)
@@ -187,7 +244,7 @@ impl Sessions {
 
     /// The live named session, if any (not an ephemeral one).
     pub fn get(&self, id: &str) -> Option<Arc<Session>> {
-        self.lock().get(id).cloned()
+        self.lock().by_id.get(id).cloned()
     }
 
     /// Drops a session; true if it was live. A batch still using it keeps its state until it ends.
@@ -204,6 +261,7 @@ impl Sessions {
         let ttl = self.limits.idle_ttl;
         let mut live = self.lock();
         let expired: Vec<String> = live
+            .by_id
             .iter()
             .filter(|(_, s)| !s.busy() && now.saturating_duration_since(s.idle_since()) >= ttl)
             .map(|(id, _)| id.clone())
@@ -218,20 +276,20 @@ impl Sessions {
     }
 
     pub fn len(&self) -> usize {
-        self.lock().len()
+        self.lock().by_id.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.lock().is_empty()
+        self.lock().by_id.is_empty()
     }
 
     /// Removes every scratch directory (server stop).
     pub fn remove_all(&self) {
         let mut live = self.lock();
-        for session in live.values() {
+        for session in live.by_id.values() {
             session.scratch.remove();
         }
-        live.clear();
+        *live = Live::default();
         if self.owns_base {
             match std::fs::remove_dir_all(&self.base) {
                 Ok(()) => {}
@@ -243,7 +301,7 @@ impl Sessions {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Arc<Session>>> {
+    fn lock(&self) -> MutexGuard<'_, Live> {
         self.live.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -258,23 +316,9 @@ impl Sessions {
             memory_entries: self.limits.memory_entries,
             last_used: Mutex::new(now),
             in_use: AtomicUsize::new(0),
+            stamp: AtomicU64::new(0),
             ended: AtomicBool::new(false),
         }
-    }
-}
-
-/// Evicts the least recently used session that no batch is using.
-fn evict_least_recent(live: &mut HashMap<String, Arc<Session>>) {
-    let oldest = live
-        .iter()
-        .filter(|(_, s)| !s.busy())
-        .min_by_key(|(_, s)| s.idle_since())
-        .map(|(id, _)| id.clone());
-    if let Some(id) = oldest
-        && let Some(session) = live.remove(&id)
-    {
-        tracing::debug!(session = %id, "session evicted");
-        retire(&session);
     }
 }
 

@@ -144,3 +144,36 @@ async fn memory_is_bounded_and_cut_by_characters() {
     sessions.release(&s);
     sessions.remove_all();
 }
+
+#[tokio::test(start_paused = true)]
+async fn eviction_skips_busy_sessions_and_the_recency_order_stays_in_step() {
+    let limits = SessionLimits {
+        max_sessions: 3,
+        ..SessionLimits::default()
+    };
+    let sessions = Sessions::new(base("order"), true, limits);
+    let busy = sessions.open("busy");
+    for id in ["a", "b"] {
+        let s = sessions.open(id);
+        sessions.release(&s);
+    }
+    // "busy" is the oldest but in use: "a" goes.
+    let c = sessions.open("c");
+    assert!(sessions.get("busy").is_some());
+    assert!(sessions.get("a").is_none());
+    // An ended session released after a new one of the same id opened leaves no stale entry.
+    assert!(sessions.end("c"));
+    let c2 = sessions.open("c");
+    sessions.release(&c);
+    sessions.release(&c2);
+    sessions.release(&busy);
+    for round in 0..50 {
+        let s = sessions.open(&format!("x{round}"));
+        sessions.release(&s);
+    }
+    let live = sessions.lock();
+    assert_eq!(live.by_id.len(), 3);
+    assert_eq!(live.order.len(), 3, "one order entry per live session");
+    drop(live);
+    sessions.remove_all();
+}
