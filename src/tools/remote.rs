@@ -309,11 +309,18 @@ impl Remotes {
                             tokio::spawn(reconnect(Arc::downgrade(&remotes), name));
                         }
                     }
-                    Signal::ListChanged(name) => {
-                        if let Err(error) = remotes.refresh(&name).await {
+                    Signal::ListChanged(name) => match remotes.refresh(&name).await {
+                        Ok(_) => {}
+                        // A server may announce a change while it is still being discovered
+                        // (server-everything does, during initialize): discovery lists the tools
+                        // itself, so there is nothing to refresh yet and nothing to warn about.
+                        Err(RemoteError::Unknown(_)) => {
+                            tracing::debug!(remote = %name, "tool list changed before registration");
+                        }
+                        Err(error) => {
                             tracing::warn!(remote = %name, %error, "refresh after a tool list change failed");
                         }
-                    }
+                    },
                 }
             }
         });
