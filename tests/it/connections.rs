@@ -3,7 +3,6 @@
 //! a connection each.
 
 use std::net::SocketAddr;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -78,24 +77,7 @@ async fn sequential_http_tool_calls_share_one_connection() {
 
 #[tokio::test]
 async fn sequential_mcp_calls_over_streamable_http_reuse_connections() {
-    let everything = crate::peers::testenv()
-        .join("node/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
-    assert!(everything.exists(), "{} is missing", everything.display());
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let _server = tokio::process::Command::new("node")
-        .arg(everything)
-        .arg("streamableHttp")
-        .env("PORT", port.to_string())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("node starts");
-    wait_for_port(port).await;
+    let (_server, port) = crate::mcp::everything_over_http().await;
     let (proxy, accepted) = counting_proxy(SocketAddr::from(([127, 0, 0, 1], port))).await;
     let config = format!(
         "[[remotes]]\nname = \"everything-http\"\nkind = \"mcp\"\nurl = \"http://{proxy}/mcp\"\n\

@@ -87,10 +87,10 @@ fn free_port() -> u16 {
         .port()
 }
 
-#[tokio::test]
-async fn server_everything_over_streamable_http() {
+/// server-everything over streamable HTTP on a free port, killed when the child drops.
+pub(crate) async fn everything_over_http() -> (tokio::process::Child, u16) {
     let port = free_port();
-    let mut child = tokio::process::Command::new("node")
+    let child = tokio::process::Command::new("node")
         .arg(everything_js())
         .arg("streamableHttp")
         .env("PORT", port.to_string())
@@ -100,6 +100,12 @@ async fn server_everything_over_streamable_http() {
         .spawn()
         .expect("node starts");
     wait_for_port(port).await;
+    (child, port)
+}
+
+#[tokio::test]
+async fn server_everything_over_streamable_http() {
+    let (mut child, port) = everything_over_http().await;
     let config = format!(
         "[[remotes]]\nname = \"everything-http\"\nkind = \"mcp\"\nurl = \"http://127.0.0.1:{port}/mcp\"\nprefix = \"evh.\"\ntimeout = \"30s\"\n\
          [breaker]\nfailure_threshold = 1\n[retry]\nmax_retries = 0"
