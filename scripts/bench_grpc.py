@@ -16,18 +16,15 @@ BENCH_CONCURRENCY (default "1,16,64"), BENCH_SLEEP_CONCURRENCY (default "1,16").
 """
 
 import argparse
-import atexit
 import datetime
 import json
 import math
 import os
 import pathlib
 import re
-import shutil
 import struct
 import subprocess
 import sys
-import tempfile
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -50,27 +47,11 @@ def env_list(name, default):
 
 
 def load_stubs():
-    """Generates the toolgate stubs from proto/ into a temp dir and imports them."""
-    import grpc_tools
-    from grpc_tools import protoc
+    """The toolgate stubs, generated from proto/ by the examples' own loader."""
+    sys.path.insert(0, str(ROOT / "examples" / "python"))
+    import toolgate_stubs
 
-    out = tempfile.mkdtemp(prefix="bench-grpc-stubs-")
-    atexit.register(shutil.rmtree, out, ignore_errors=True)
-    well_known = pathlib.Path(grpc_tools.__file__).parent / "_proto"
-    code = protoc.main([
-        "grpc_tools.protoc",
-        f"-I{ROOT / 'proto'}",
-        f"-I{well_known}",
-        f"--python_out={out}",
-        f"--grpc_python_out={out}",
-        str(ROOT / "proto" / "toolgate" / "v1" / "toolgate.proto"),
-    ])
-    if code != 0:
-        sys.exit(f"protoc failed with exit code {code}")
-    sys.path.insert(0, out)
-    from toolgate.v1 import toolgate_pb2, toolgate_pb2_grpc
-
-    return toolgate_pb2, toolgate_pb2_grpc
+    return toolgate_stubs.load()
 
 
 class Server:
