@@ -8,6 +8,7 @@ mod normalized;
 mod openai;
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
@@ -35,7 +36,8 @@ pub struct ToolCall {
     /// The requested tool name (empty when the element had none).
     pub name: String,
     /// Parsed arguments: always a JSON object for a runnable call, `Null` when unparsable.
-    pub arguments: Value,
+    /// Shared, not copied, by the call's metadata, its tool input and its result.
+    pub arguments: Arc<Value>,
     /// The arguments' JSON text, when the model sent text.
     pub raw_arguments: Option<String>,
     pub shape: Option<CallShape>,
@@ -234,7 +236,7 @@ fn finish(
         id,
         id_generated,
         name: p.name.clone().unwrap_or_default(),
-        arguments: Value::Null,
+        arguments: Arc::new(Value::Null),
         raw_arguments,
         shape: p.shape,
     };
@@ -262,7 +264,7 @@ fn finish(
         return reject(call, Rejection::InvalidCall, message);
     }
     match parse_arguments(&p.arguments, limits) {
-        Ok(arguments) => call.arguments = arguments,
+        Ok(arguments) => call.arguments = Arc::new(arguments),
         Err(message) => return reject(call, Rejection::InvalidArguments, message),
     }
     if duplicate {

@@ -177,7 +177,7 @@ pub struct Dispatcher {
 /// One call, ready to run: the tool it targets and the input that tool receives.
 struct Prepared<'r> {
     registered: Option<&'r Registered>,
-    input: Value,
+    input: Arc<Value>,
     metadata: Arc<CallMetadata>,
 }
 
@@ -275,7 +275,7 @@ impl Dispatcher {
             // Every call is announced before anything executes, including calls that will not run.
             for received in batch.calls.iter().filter(|_| observer.wants_events()) {
                 let call = &received.call;
-                let mut arguments = call.arguments.clone();
+                let mut arguments = Value::clone(&call.arguments);
                 self.pipeline.redactor.redact_value(&mut arguments);
                 // Events carry a bounded preview; the result carries the arguments whole.
                 let text = json::canonical(&arguments);
@@ -407,7 +407,7 @@ impl Dispatcher {
                 if received.rejection.is_some() {
                     return Prepared {
                         registered: None,
-                        input: Value::Null,
+                        input: Arc::new(Value::Null),
                         metadata,
                     };
                 }
@@ -426,7 +426,7 @@ impl Dispatcher {
                             tool_call_id: &call.id,
                             context: &batch.context,
                         };
-                        mapping::resolve(spec, &scope)
+                        Arc::new(mapping::resolve(spec, &scope))
                     }
                     None => call.arguments.clone(),
                 };

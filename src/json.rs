@@ -51,7 +51,14 @@ fn write_scalar<T: serde::Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) {
 
 /// FNV-1a 64 over bytes: a stable hash (unlike `DefaultHasher`) for digests and loop detection.
 pub fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    fnv1a_extend(FNV1A_OFFSET, bytes)
+}
+
+/// FNV-1a 64's starting value.
+pub const FNV1A_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// Continues an FNV-1a 64 hash with more bytes: hashing parts in turn equals hashing them joined.
+pub fn fnv1a_extend(mut hash: u64, bytes: &[u8]) -> u64 {
     for byte in bytes {
         hash ^= u64::from(*byte);
         hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
@@ -87,9 +94,19 @@ pub fn type_name(value: &Value) -> &'static str {
 
 /// Cuts `text` to at most `max` characters (not bytes), appending `…` when it was cut.
 pub fn truncate_chars(text: &str, max: usize) -> String {
+    let mut out = String::new();
+    push_truncated(&mut out, text, max);
+    out
+}
+
+/// Appends `text` cut to at most `max` characters, with `…` when cut.
+pub fn push_truncated(out: &mut String, text: &str, max: usize) {
     match text.char_indices().nth(max) {
-        None => text.to_owned(),
-        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => out.push_str(text),
+        Some((cut, _)) => {
+            out.push_str(&text[..cut]);
+            out.push('…');
+        }
     }
 }
 
@@ -119,6 +136,18 @@ mod tests {
         );
         check(json!(21.0), "21.0");
         check(json!({}), "{}");
+    }
+
+    #[test]
+    fn hashing_parts_in_turn_equals_hashing_them_joined() {
+        let parts = fnv1a_extend(fnv1a_extend(FNV1A_OFFSET, b"NONE\0"), b"hello");
+        assert_eq!(parts, fnv1a(b"NONE\0hello"));
+    }
+
+    #[test]
+    fn truncation_counts_characters_and_marks_the_cut() {
+        assert_eq!(truncate_chars("héllo", 2), "hé…");
+        assert_eq!(truncate_chars("héllo", 5), "héllo");
     }
 
     #[test]

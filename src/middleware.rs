@@ -41,7 +41,8 @@ pub use validate::{Validate, ValidateLayer};
 pub struct Invocation {
     /// The tool to run (the registered name).
     pub tool: String,
-    pub input: Value,
+    /// Shared with the driver, which keeps it for post hooks and retries; the tool gets a copy.
+    pub input: Arc<Value>,
     pub ctx: ToolContext,
     /// The model turn, for cache lifetimes counted in turns.
     pub turn: u32,

@@ -93,11 +93,15 @@ impl Session {
         if self.memory_entries == 0 {
             return;
         }
-        let entry = format!(
-            "tool={tool}; input={}; result={}",
-            crate::json::truncate_chars(input, MEMORY_FIELD_CHARS),
-            crate::json::truncate_chars(result, MEMORY_FIELD_CHARS)
-        );
+        let fields =
+            input.len().min(4 * MEMORY_FIELD_CHARS) + result.len().min(4 * MEMORY_FIELD_CHARS);
+        let mut entry = String::with_capacity(tool.len() + fields + 32);
+        entry.push_str("tool=");
+        entry.push_str(tool);
+        entry.push_str("; input=");
+        crate::json::push_truncated(&mut entry, input, MEMORY_FIELD_CHARS);
+        entry.push_str("; result=");
+        crate::json::push_truncated(&mut entry, result, MEMORY_FIELD_CHARS);
         let mut memory = self.memory.lock().unwrap_or_else(|p| p.into_inner());
         if memory.len() >= self.memory_entries {
             memory.pop_front();

@@ -103,8 +103,8 @@ pub struct CallMetadata {
     pub tool_name: String,
     pub tool_call_id: String,
     pub tool_call_index: usize,
-    /// The model's parsed arguments.
-    pub tool_arguments: Value,
+    /// The model's parsed arguments (shared with the call).
+    pub tool_arguments: Arc<Value>,
     /// The arguments' JSON text, when the model sent text.
     pub raw_arguments: Option<String>,
 }
@@ -116,7 +116,7 @@ impl CallMetadata {
             "id": self.tool_call_id,
             "index": self.tool_call_index,
             "name": self.tool_name,
-            "arguments": self.tool_arguments,
+            "arguments": &*self.tool_arguments,
         });
         if let Some(raw) = &self.raw_arguments {
             call["raw_arguments"] = Value::String(raw.clone());

@@ -25,7 +25,7 @@ fn check(elements: Value, expected: &[Expected<'_>]) {
         assert_eq!(received.call.id, *id, "id of element {i}");
         assert_eq!(received.call.name, *name, "name of element {i}");
         assert_eq!(
-            &received.call.arguments, arguments,
+            &*received.call.arguments, arguments,
             "arguments of element {i}"
         );
         assert_eq!(

@@ -53,7 +53,7 @@ pub(super) struct Answered {
 pub(super) async fn execute(
     call: &ToolCall,
     registered: &Registered,
-    input: Value,
+    input: Arc<Value>,
     metadata: Arc<CallMetadata>,
     scope: &CallScope<'_>,
 ) -> Answered {
@@ -87,7 +87,7 @@ async fn attempts(
     call: &ToolCall,
     registered: &Registered,
     tool: &str,
-    mut input: Value,
+    mut input: Arc<Value>,
     metadata: &Arc<CallMetadata>,
     scope: &CallScope<'_>,
 ) -> Answered {
@@ -146,8 +146,10 @@ async fn attempts(
         }
         // A refused call still goes through the loop pre-check, so hammering a blocked tool stops.
         let refusal = match gate {
-            Gate::Proceed(next) => {
-                input = next;
+            Gate::Proceed(modified) => {
+                if let Some(next) = modified {
+                    input = Arc::new(next);
+                }
                 None
             }
             Gate::Refuse(message) => Some(message),
@@ -387,7 +389,7 @@ async fn attempts(
             };
         }
         if let Some(fixed) = correction.filter(Value::is_object) {
-            input = fixed;
+            input = Arc::new(fixed);
         }
     }
 }
@@ -483,7 +485,7 @@ impl Step<'_> {
 /// cancelled; the tool's token fires either way once its future is gone.
 async fn run_once(
     call: &ToolCall,
-    input: &Value,
+    input: &Arc<Value>,
     tool: &str,
     metadata: &Arc<CallMetadata>,
     step: &Step<'_>,
@@ -591,8 +593,9 @@ fn health_outcome(result: &CallResult) -> HealthOutcome {
 
 /// The result's identity for loop detection: class and content, FNV-1a.
 pub(super) fn result_hash(result: &CallResult) -> u64 {
-    let text = format!("{}\u{0}{}", result.error_class.name(), result.content);
-    json::fnv1a(text.as_bytes())
+    let hash = json::fnv1a_extend(json::FNV1A_OFFSET, result.error_class.name().as_bytes());
+    let hash = json::fnv1a_extend(hash, &[0]);
+    json::fnv1a_extend(hash, result.content.as_bytes())
 }
 
 /// The one line appended to a result when its call starts to loop.

@@ -99,7 +99,7 @@ mod tests {
             id: id.into(),
             id_generated: generated,
             name: "t".into(),
-            arguments: json!({}),
+            arguments: json!({}).into(),
             raw_arguments: None,
             shape: None,
         };
@@ -155,7 +155,7 @@ mod tests {
             id: "a".into(),
             id_generated: false,
             name: "t".into(),
-            arguments: json!({}),
+            arguments: json!({}).into(),
             raw_arguments: None,
             shape: None,
         };

@@ -1,5 +1,6 @@
 //! The answer to one call (`CallResult`), its error classes, and how `content` is derived.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -74,7 +75,7 @@ pub struct CallResult {
     /// The tool that ran; empty when none did.
     pub tool: String,
     pub success: bool,
-    pub arguments: Value,
+    pub arguments: Arc<Value>,
     pub result: Value,
     /// Exactly what the tool message carries.
     pub content: String,
@@ -195,7 +196,7 @@ mod tests {
             id: "c1".into(),
             id_generated: false,
             name: "t".into(),
-            arguments: json!({}),
+            arguments: json!({}).into(),
             raw_arguments: None,
             shape: None,
         }

@@ -47,6 +47,8 @@ struct Key {
 
 #[derive(Debug, Clone)]
 struct Entry {
+    /// The map's own key, for the recency order.
+    key: Arc<Key>,
     output: ToolOutput,
     stored_at: Instant,
     turn: u32,
@@ -57,8 +59,9 @@ struct Entry {
 /// Entries plus their recency order (use stamp → key), so eviction is O(log n).
 #[derive(Debug, Default)]
 struct Store {
-    entries: HashMap<Key, Entry>,
-    order: BTreeMap<u64, Key>,
+    entries: HashMap<Arc<Key>, Entry>,
+    /// Shares the keys of `entries`: a use re-stamps without copying the key.
+    order: BTreeMap<u64, Arc<Key>>,
     clock: u64,
 }
 
@@ -69,7 +72,7 @@ impl Store {
         if let Some(entry) = self.entries.get_mut(key) {
             self.order.remove(&entry.used);
             entry.used = stamp;
-            self.order.insert(stamp, key.clone());
+            self.order.insert(stamp, entry.key.clone());
         }
         stamp
     }
@@ -133,21 +136,25 @@ impl ResultCache {
             };
             store.entries.remove(&oldest);
         }
+        store.clock += 1;
+        let stamp = store.clock;
+        let key = Arc::new(key);
+        store.order.insert(stamp, key.clone());
         let entry = Entry {
+            key: key.clone(),
             output,
             stored_at: now,
             turn,
             path,
-            used: 0,
+            used: stamp,
         };
-        store.entries.insert(key.clone(), entry);
-        store.touch(&key);
+        store.entries.insert(key, entry);
     }
 
     fn invalidate(&self, path: &str) {
         self.epoch.fetch_add(1, Ordering::SeqCst);
         let mut store = self.lock();
-        let doomed: Vec<Key> = store
+        let doomed: Vec<Arc<Key>> = store
             .entries
             .iter()
             .filter(|(_, e)| e.path.as_deref() == Some(path))
@@ -235,7 +242,8 @@ where
             .invalidators
             .get(&inv.tool)
             .and_then(|p| pointer_str(&inv.input, p));
-        let Some(rule) = self.rules.get(&inv.tool).cloned() else {
+        let rules = self.rules.clone();
+        let Some(rule) = rules.get(&inv.tool) else {
             let running = self.inner.call(inv);
             let cache = self.cache.clone();
             return Box::pin(async move {
@@ -255,7 +263,7 @@ where
             input: json::canonical(&inv.input),
         };
         let now = Instant::now();
-        if let Some(output) = self.cache.get(&key, &rule, inv.turn, now) {
+        if let Some(output) = self.cache.get(&key, rule, inv.turn, now) {
             let mut invoked = Invoked::reply(Reply::Output(output));
             invoked.cached = true;
             return Box::pin(async move { Ok(invoked) });

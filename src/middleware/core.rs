@@ -55,7 +55,7 @@ impl Service<Invocation> for Core {
                 return Ok(Invoked::error(ErrorClass::Quarantined, message));
             }
             let tool = registered.tool.clone();
-            let running = AssertUnwindSafe(tool.call(inv.input, &inv.ctx))
+            let running = AssertUnwindSafe(tool.call(Arc::unwrap_or_clone(inv.input), &inv.ctx))
                 .catch_unwind()
                 .await;
             let reply = match running {

@@ -1,5 +1,6 @@
 //! Layer tests: each layer over a fake core with `ServiceBuilder`, on paused time.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use serde_json::json;
@@ -11,7 +12,7 @@ use crate::tools::{ToolSource, builtin_tools};
 fn invocation(tool: &str, input: Value) -> Invocation {
     Invocation {
         tool: tool.into(),
-        input,
+        input: Arc::new(input),
         ctx: ToolContext::new("s1", "c1", 0, std::env::temp_dir()),
         turn: 1,
         requested_timeout: None,
@@ -33,7 +34,9 @@ fn fake(
             if let Some(ms) = inv.input.get("ms").and_then(Value::as_u64) {
                 tokio::time::sleep(Duration::from_millis(ms)).await;
             }
-            Ok::<_, Infallible>(Invoked::reply(Reply::Output(ToolOutput::Json(inv.input))))
+            Ok::<_, Infallible>(Invoked::reply(Reply::Output(ToolOutput::Json(
+                Arc::unwrap_or_clone(inv.input),
+            ))))
         }
     })
 }

@@ -69,8 +69,9 @@ pub struct GateRecord {
 /// The combined pre-tool verdict.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Gate {
-    /// Run with this input (the original, or the last modification).
-    Proceed(Value),
+    /// Run: with the last modification, or with the input as given when no hook modified it
+    /// (`None`, so the common case copies nothing).
+    Proceed(Option<Value>),
     /// Do not run; the text is the soft error the model reads.
     Refuse(String),
 }
@@ -104,11 +105,11 @@ impl Hooks {
 
     /// Asks the applicable hooks in order; the first Block or Ask wins.
     pub async fn pre_tool_use(&self, call: &PreToolUse<'_>) -> (Gate, Vec<GateRecord>) {
-        let mut input = call.input.clone();
+        let mut modified: Option<Value> = None;
         let mut records = Vec::new();
         for hook in self.hooks.iter().filter(|h| h.applies_to(call.tool)) {
             let asked = PreToolUse {
-                input: &input,
+                input: modified.as_ref().unwrap_or(call.input),
                 ..call.clone()
             };
             let (decision, reason) = hook.pre_tool_use(&asked).await;
@@ -119,7 +120,7 @@ impl Hooks {
             });
             match decision {
                 Decision::Allow => {}
-                Decision::Modify(modified) => input = modified,
+                Decision::Modify(next) => modified = Some(next),
                 Decision::Block(reason) => return (Gate::Refuse(reason), records),
                 Decision::Ask(message) => {
                     let text = format!(
@@ -129,7 +130,7 @@ impl Hooks {
                 }
             }
         }
-        (Gate::Proceed(input), records)
+        (Gate::Proceed(modified), records)
     }
 
     /// Notifies every applicable hook, in order.
@@ -213,7 +214,7 @@ mod tests {
             Fixed("a", Decision::Allow),
         ]);
         let (gate, records) = set.pre_tool_use(&call("t")).await;
-        assert_eq!(gate, Gate::Proceed(json!({"a": 2})));
+        assert_eq!(gate, Gate::Proceed(Some(json!({"a": 2}))));
         assert_eq!(records.len(), 2);
     }
 
@@ -221,9 +222,9 @@ mod tests {
     async fn hooks_apply_only_to_their_tools_and_an_empty_set_allows() {
         let set = hooks(vec![Fixed("b", Decision::Block("no".into()))]);
         let (gate, records) = set.pre_tool_use(&call("exempt")).await;
-        assert_eq!(gate, Gate::Proceed(json!({"a": 1})));
+        assert_eq!(gate, Gate::Proceed(None), "the input as given");
         assert!(records.is_empty());
         let (gate, _) = Hooks::default().pre_tool_use(&call("t")).await;
-        assert_eq!(gate, Gate::Proceed(json!({"a": 1})));
+        assert_eq!(gate, Gate::Proceed(None), "the input as given");
     }
 }

@@ -102,7 +102,7 @@ impl HttpTool {
             "metadata": {
                 "tool_call": m.tool_call(),
                 "tool_name": m.tool_name,
-                "tool_arguments": m.tool_arguments,
+                "tool_arguments": &*m.tool_arguments,
                 "tool_call_id": m.tool_call_id,
                 "tool_call_index": m.tool_call_index,
             },
