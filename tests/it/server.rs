@@ -24,17 +24,6 @@ async fn health(ts: &TestServer, service: &str) -> ServingStatus {
     ServingStatus::try_from(response.into_inner().status).expect("known status")
 }
 
-/// Polls `condition` every 10 ms for up to 10 s.
-async fn eventually(what: &str, mut condition: impl AsyncFnMut() -> bool) {
-    for _ in 0..1000 {
-        if condition().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("never happened: {what}");
-}
-
 /// Opens a stream and reads until the first `tool_pre`, so the batch is known to be running.
 async fn running(ts: &TestServer, calls: serde_json::Value) -> tonic::Streaming<pb::DispatchEvent> {
     let mut stream = ts
