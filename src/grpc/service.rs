@@ -333,18 +333,4 @@ fn grpc_timeout(metadata: &MetadataMap) -> Option<Duration> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn grpc_timeout_header_is_parsed() {
-        let mut m = MetadataMap::new();
-        assert_eq!(grpc_timeout(&m), None);
-        m.insert("grpc-timeout", "250m".parse().unwrap());
-        assert_eq!(grpc_timeout(&m), Some(Duration::from_millis(250)));
-        m.insert("grpc-timeout", "3S".parse().unwrap());
-        assert_eq!(grpc_timeout(&m), Some(Duration::from_secs(3)));
-        m.insert("grpc-timeout", "bad".parse().unwrap());
-        assert_eq!(grpc_timeout(&m), None);
-    }
-}
+mod tests;

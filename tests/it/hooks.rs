@@ -232,7 +232,18 @@ async fn a_grpc_hook_service_decides_and_is_told_of_every_executed_attempt() {
     );
     assert_eq!(json_of(&r[2].result), json!({"x": 1, "stamped_by": "hook"}));
     assert_eq!(class(&r[3]), ErrorClass::ToolError);
-    assert!(gates(&events).iter().all(|g| g.2 == "policy"));
+    // Every call is gated, each decision by the one hook.
+    use pb::gate_decision::Verdict;
+    let gate = |id: &str, verdict: Verdict| (id.to_owned(), verdict as i32, "policy".to_owned());
+    assert_eq!(
+        gates(&events),
+        [
+            gate("n", Verdict::Block),
+            gate("s", Verdict::Ask),
+            gate("e", Verdict::Modify),
+            gate("f", Verdict::Allow),
+        ]
+    );
     // Post-tool hooks hear about executed attempts only, with the wire class name.
     assert_eq!(
         *hooks.posts.lock().unwrap(),

@@ -5,7 +5,6 @@
 
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::time::Duration;
 
 use serde_json::json;
 use toolgate::config::Config;
@@ -177,24 +176,15 @@ async fn a_python_sdk_server_reports_progress_errors_and_sees_cancellation() {
             >= 1
     );
     // notifications/cancelled reached the server.
-    let mut seen = 0;
-    for _ in 0..100 {
+    eventually("the server saw the call cancelled", async || {
         let check = dispatch(
             &ts,
             request(json!([{"id": "c", "name": "pm.cancellations"}])),
         )
         .await;
-        seen = if check.results[0].content.contains("\"cancelled\": 1") {
-            1
-        } else {
-            0
-        };
-        if seen == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(seen, 1, "the server saw the call cancelled");
+        check.results[0].content.contains("\"cancelled\": 1")
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -279,18 +269,11 @@ async fn tool_list_changes_are_followed_and_pinned_and_a_crashed_server_is_resta
     )
     .await;
     assert!(result.all_succeeded, "{result:?}");
-    let mut learned = false;
-    for _ in 0..100 {
-        if names(&ts).await.contains(&"pm.greet".to_owned()) {
-            learned = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(
-        learned,
-        "notifications/tools/list_changed refreshed the tools"
-    );
+    eventually(
+        "notifications/tools/list_changed refreshed the tools",
+        async || names(&ts).await.contains(&"pm.greet".to_owned()),
+    )
+    .await;
     let result = dispatch(
         &ts,
         request(json!([{"id": "g", "name": "pm.greet", "arguments": {"name": "Ada"}}])),
@@ -311,18 +294,12 @@ async fn tool_list_changes_are_followed_and_pinned_and_a_crashed_server_is_resta
     )
     .await;
     assert!(result.all_succeeded, "{result:?}");
-    let mut quarantined = false;
-    for _ in 0..100 {
-        let tools = list_tools(&ts).await;
-        if tools.iter().any(|t| {
+    eventually("a reworded tool is quarantined", async || {
+        list_tools(&ts).await.iter().any(|t| {
             t.name == "pm.greet" && t.status == pb::tool_definition::Status::Quarantined as i32
-        }) {
-            quarantined = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(quarantined, "a reworded tool is quarantined");
+        })
+    })
+    .await;
     let result = dispatch(
         &ts,
         request(json!([{"id": "q", "name": "pm.greet", "arguments": {"name": "Ada"}}])),
@@ -346,9 +323,8 @@ async fn tool_list_changes_are_followed_and_pinned_and_a_crashed_server_is_resta
     // The server process exits; toolgate starts it again (after a backoff) and calls work again.
     let result = dispatch(&ts, request(json!([{"id": "c", "name": "pm.crash"}]))).await;
     assert!(!result.results[0].success);
-    let mut back = false;
     let mut last = String::new();
-    for _ in 0..200 {
+    eventually("the crashed server was restarted", async || {
         let result = dispatch(
             &ts,
             request(
@@ -357,20 +333,21 @@ async fn tool_list_changes_are_followed_and_pinned_and_a_crashed_server_is_resta
         )
         .await;
         if result.all_succeeded {
-            back = true;
-            break;
+            return true;
         }
-        last = format!(
+        // Each new answer goes to the captured output, which is shown if the wait fails.
+        let answer = format!(
             "{:?}: {}",
             class(&result.results[0]),
             result.results[0].error
         );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(
-        back,
-        "the crashed server was restarted; last answer: {last}"
-    );
+        if answer != last {
+            eprintln!("not restarted yet: {answer}");
+            last = answer;
+        }
+        false
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -436,13 +413,9 @@ async fn a_stdio_mcp_server_is_killed_when_the_server_stops() {
     } = ts;
     drop((client, channel));
     server.shutdown().await.unwrap();
-    let mut gone = false;
-    for _ in 0..100 {
-        if process_gone(pid) {
-            gone = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(gone, "the MCP server process {pid} outlived toolgate");
+    eventually(
+        &format!("the MCP server process {pid} ends with toolgate"),
+        async || process_gone(pid),
+    )
+    .await;
 }

@@ -2,7 +2,6 @@
 //! recovering, retries, health, memory, and session expiry and ending.
 
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use serde_json::json;
 use toolgate::config::Config;
@@ -135,16 +134,20 @@ async fn the_breaker_opens_after_failures_and_recovers_through_a_probe() {
     // The tool recovers; after the cooldown one probe runs and closes the breaker.
     ts.switch_ok.store(true, Ordering::SeqCst);
     let mut recovered = None;
-    for _ in 0..100 {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let (events, result) =
-            dispatch_stream(&ts, request(json!([{"id": "p", "name": "switch"}]))).await;
-        if result.all_succeeded {
+    eventually(
+        "the breaker lets a probe through after its cooldown",
+        async || {
+            let (events, result) =
+                dispatch_stream(&ts, request(json!([{"id": "p", "name": "switch"}]))).await;
+            if !result.all_succeeded {
+                return false;
+            }
             recovered = Some(events);
-            break;
-        }
-    }
-    let events = recovered.expect("the breaker lets a probe through after its cooldown");
+            true
+        },
+    )
+    .await;
+    let events = recovered.expect("the successful probe's events");
     let changes: Vec<(i32, i32)> = events
         .iter()
         .filter_map(|e| match e {
@@ -243,15 +246,10 @@ async fn sessions_expire_when_idle_and_end_on_request() {
         }
     };
     assert!(memory_of("short").await.is_ok());
-    let mut expired = false;
-    for _ in 0..200 {
-        tokio::time::sleep(Duration::from_millis(25)).await;
-        if memory_of("short").await.is_err() {
-            expired = true;
-            break;
-        }
-    }
-    assert!(expired, "the idle session expires");
+    eventually("the idle session expires", async || {
+        memory_of("short").await.is_err()
+    })
+    .await;
     // Its scratch file went with it.
     let read = json!([{"id": "r", "name": "scratch_read", "arguments": {"path": "a.txt"}}]);
     let result = dispatch(&ts, in_session("short", read)).await;

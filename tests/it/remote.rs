@@ -3,7 +3,6 @@
 //! parallel calls, transport failures opening the breaker, and run-time registration.
 
 use std::process::Stdio;
-use std::time::Duration;
 
 use serde_json::json;
 use tokio::io::AsyncBufReadExt;
@@ -152,22 +151,18 @@ async fn a_slow_remote_call_is_cut_by_its_deadline_and_cancelled_on_the_worker()
         result.results[0].error,
         "Tool 'py.slow_count' timed out after 300ms"
     );
-    let mut seen = 0.0;
-    for _ in 0..100 {
+    eventually("the worker saw the call cancelled", async || {
         let check = dispatch(
             &ts,
             request(json!([{"id": "c", "name": "py.cancellations"}])),
         )
         .await;
-        seen = json_of(&check.results[0].result)["cancelled"]
+        let seen = json_of(&check.results[0].result)["cancelled"]
             .as_f64()
             .unwrap_or(0.0);
-        if seen >= 1.0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(seen >= 1.0, "the worker saw the call cancelled");
+        seen >= 1.0
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -559,20 +554,15 @@ async fn a_worker_that_starts_after_toolgate_is_connected_in_the_background() {
     assert_eq!(class(&result.results[0]), ErrorClass::UnknownTool);
 
     let _worker = PyWorker::start_with(&["--port", &port.to_string()]).await;
-    let mut connected = false;
-    for _ in 0..200 {
-        let result = dispatch(
+    eventually("the late worker's tools arrived", async || {
+        dispatch(
             &ts,
             request(json!([{"id": "w", "name": "py.word_count", "arguments": {"text": "a b"}}])),
         )
-        .await;
-        if result.all_succeeded {
-            connected = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(connected, "the late worker's tools arrived");
+        .await
+        .all_succeeded
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -592,23 +582,13 @@ async fn a_restarted_worker_is_reconnected_and_its_tools_listed_again() {
     assert_eq!(class(&down.results[0]), ErrorClass::Transport);
 
     let _again = PyWorker::start_with(&["--port", &port]).await;
-    let mut back = false;
-    for _ in 0..200 {
-        if dispatch(&ts, call()).await.all_succeeded {
-            back = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(back, "calls work again once the worker is back");
-    let mut listed = false;
-    for _ in 0..200 {
-        let tools = list_tools(&ts).await;
-        if tools.iter().any(|t| t.name == "py.whoami") {
-            listed = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(listed, "the restarted worker's tools were listed again");
+    eventually("calls work again once the worker is back", async || {
+        dispatch(&ts, call()).await.all_succeeded
+    })
+    .await;
+    eventually(
+        "the restarted worker's tools were listed again",
+        async || list_tools(&ts).await.iter().any(|t| t.name == "py.whoami"),
+    )
+    .await;
 }

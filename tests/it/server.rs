@@ -24,17 +24,6 @@ async fn health(ts: &TestServer, service: &str) -> ServingStatus {
     ServingStatus::try_from(response.into_inner().status).expect("known status")
 }
 
-/// Polls `condition` every 10 ms for up to 10 s.
-async fn eventually(what: &str, mut condition: impl AsyncFnMut() -> bool) {
-    for _ in 0..1000 {
-        if condition().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("never happened: {what}");
-}
-
 /// Opens a stream and reads until the first `tool_pre`, so the batch is known to be running.
 async fn running(ts: &TestServer, calls: serde_json::Value) -> tonic::Streaming<pb::DispatchEvent> {
     let mut stream = ts
@@ -206,13 +195,44 @@ async fn a_grpc_deadline_cancels_a_streaming_batch() {
     let ts = start().await;
     let mut req = tonic::Request::new(request(json!([{"id": "w", "name": "wait_cancel"}])));
     req.set_timeout(Duration::from_millis(200));
-    let outcome = ts.client.clone().dispatch_batch(req).await;
-    // Either the client sees its deadline, or the server's final result reports the cancel.
-    if let Ok(response) = outcome {
-        let mut stream = response.into_inner();
-        while let Some(Ok(message)) = stream.next().await {
-            if let Some(Event::Result(result)) = message.event {
-                assert_eq!(result.outcome, pb::batch_result::Outcome::Cancelled as i32);
+    // Either the call or the stream ends with a deadline status, or the server's final result
+    // reports the cancel; a stream that just stops says nothing and fails the test.
+    let deadline_status = |status: &tonic::Status| {
+        assert!(
+            matches!(
+                status.code(),
+                tonic::Code::DeadlineExceeded | tonic::Code::Cancelled
+            ),
+            "{status:?}"
+        );
+    };
+    match ts.client.clone().dispatch_batch(req).await {
+        Err(status) => deadline_status(&status),
+        Ok(response) => {
+            let mut stream = response.into_inner();
+            let mut result = None;
+            let mut error = None;
+            while let Some(message) = stream.next().await {
+                match message {
+                    Ok(message) => {
+                        if let Some(Event::Result(r)) = message.event {
+                            result = Some(r);
+                        }
+                    }
+                    Err(status) => {
+                        error = Some(status);
+                        break;
+                    }
+                }
+            }
+            match (result, error) {
+                (Some(result), _) => {
+                    assert_eq!(result.outcome, pb::batch_result::Outcome::Cancelled as i32);
+                    assert_eq!(result.outcome_reason, "the request deadline passed");
+                    assert_eq!(class(&result.results[0]), pb::ErrorClass::Cancelled);
+                }
+                (None, Some(status)) => deadline_status(&status),
+                (None, None) => panic!("the stream ended with neither a result nor an error"),
             }
         }
     }

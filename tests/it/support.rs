@@ -106,18 +106,38 @@ pub async fn list_tools(ts: &TestServer) -> Vec<pb::ToolDefinition> {
         .tools
 }
 
-/// Waits (up to 10 s) until something listens on the loopback port.
-pub async fn wait_for_port(port: u16) {
-    for _ in 0..200 {
-        if tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_ok()
-        {
+/// How long `eventually` waits in all before it fails the test.
+const PATIENCE: Duration = Duration::from_secs(10);
+/// How often `eventually` checks its condition.
+const POLL_EVERY: Duration = Duration::from_millis(10);
+
+/// Checks `condition` every 10 ms until it holds; fails the test, naming `what`, once 10 s
+/// have passed without it. The one way the tests wait for something that happens in the
+/// background (a restart, a notification, an expiry).
+pub async fn eventually(what: &str, mut condition: impl AsyncFnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        if condition().await {
             return;
         }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        if tokio::time::Instant::now() >= deadline {
+            panic!("never happened within {PATIENCE:?}: {what}");
+        }
+        tokio::time::sleep(POLL_EVERY).await;
     }
-    panic!("nothing listens on 127.0.0.1:{port}");
+}
+
+/// Waits (up to 10 s) until something listens on the loopback port.
+pub async fn wait_for_port(port: u16) {
+    eventually(
+        &format!("something listens on 127.0.0.1:{port}"),
+        async || {
+            tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+        },
+    )
+    .await;
 }
 
 /// Runs `Dispatch` and returns the result.
