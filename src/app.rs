@@ -16,7 +16,6 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::{Config, ConfigError, FailureModeConfig, PermissionDecision, RuleAction};
 use crate::dispatch::{Binding, Cancel, Dispatcher, Pipeline};
-use crate::grpc::hook_client::GrpcHook;
 use crate::grpc::server::ServeSettings;
 use crate::grpc::{RequestRules, ServeError, ServiceState};
 use crate::middleware::{
@@ -24,7 +23,9 @@ use crate::middleware::{
 };
 use crate::safety::breaker::BreakerConfig;
 use crate::safety::health::Health;
-use crate::safety::hooks::{Action, CommandHook, Condition, FailureMode, Hook, Hooks, RuleHook};
+use crate::safety::hooks::{
+    Action, CommandHook, Condition, FailureMode, GrpcHook, Hook, Hooks, RuleHook,
+};
 use crate::safety::policy::Policy;
 use crate::safety::recovery::{DefaultReflector, Reflector};
 use crate::session::{SessionLimits, Sessions};

@@ -1,12 +1,6 @@
 //! Typed configuration: the embedded default, a TOML file and `TOOLGATE_*` environment variables,
 //! merged in that order, then validated with every problem reported at once.
 
-pub(crate) mod duration;
-mod optional_duration;
-
-/// Durations as text in any deserialized definition (`"10s"`).
-pub(crate) use duration as duration_text;
-
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -16,6 +10,8 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use toml::Table;
 
+use crate::duration;
+use crate::duration::optional as optional_duration;
 use crate::tools::BUILTIN_NAMES;
 
 /// The embedded default configuration, as shipped.

@@ -2,167 +2,41 @@
 //! Invariant: `run` returns one `CallResult` per received call, at the call's index, stamped with
 //! the call's id, whatever the tools do; a tool can only produce soft errors.
 
+mod batch;
 mod call;
 mod cancel;
 mod events;
 mod messages;
+mod pipeline;
 pub mod plan;
 mod result;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use tokio::time::Instant;
 use tracing::{Instrument, field};
 
 use crate::calls::Received;
 use crate::json;
 use crate::mapping;
-use crate::middleware::{self, Budget, MiddlewareConfig, Redactor, ToolService};
+use crate::middleware::{self, Budget};
 use crate::safety::detector::{Check, Operation};
 use crate::safety::health::Health;
-use crate::safety::hooks::Hooks;
-use crate::safety::policy::Policy;
-use crate::safety::recovery::{DefaultReflector, Reflector};
 use crate::session::{Session, Sessions};
 use crate::tools::registry::Registered;
 use crate::tools::{CallMetadata, Catalog, ToolRegistry};
 
-pub use call::readable;
+pub use crate::tools::{ErrorClass, content_of};
+pub use batch::{Batch, BatchOptions, BatchReport, Binding, Mode, Outcome};
 pub use cancel::Cancel;
 pub use events::{Event, NoObserver, Observer};
 pub use messages::{MessageFormat, tool_messages};
-pub use result::{CallResult, ErrorClass, content_of};
-
-/// One batch of received calls and how to run it.
-#[derive(Debug, Clone)]
-pub struct Batch {
-    /// A validated session id; empty means a fresh session for this batch only.
-    pub session_id: String,
-    pub calls: Vec<Received>,
-    /// The request context that input references read.
-    pub context: Map<String, Value>,
-    /// The request's bindings; they override the server's bindings of the same name.
-    pub bindings: BTreeMap<String, Binding>,
-    pub options: BatchOptions,
-    pub turn: u32,
-    /// The trace the batch belongs to (from the client's `traceparent`, or new).
-    pub trace: Option<Arc<crate::telemetry::TraceContext>>,
-}
-
-/// A model-facing tool name bound to a registered tool and an input mapping.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Binding {
-    /// The registered tool to run.
-    pub tool: String,
-    /// The input mapping (see `mapping`); `None` passes the call's arguments.
-    pub input: Option<Value>,
-}
-
-/// Per-batch settings, already resolved against server defaults.
-#[derive(Debug, Clone, Copy)]
-pub struct BatchOptions {
-    pub message_format: MessageFormat,
-    /// The request's own per-call timeout; `None` uses the tool's or the server's.
-    pub call_timeout: Option<Duration>,
-    /// The request's deadline (from gRPC); no call runs past it.
-    pub deadline: Option<Instant>,
-    pub mode: Mode,
-    /// Stop at the first failed call: the calls that ran keep their results, the rest are
-    /// SKIPPED, and the batch ends FAILED_FAST.
-    pub fail_fast: bool,
-}
-
-/// How the calls of a batch are scheduled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Mode {
-    /// One call at a time, in the model's order.
-    #[default]
-    Sequential,
-    /// Calls that do not conflict run together, at most `max_concurrency` at once.
-    Parallel { max_concurrency: usize },
-}
-
-/// How a batch ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    Completed,
-    FailedFast,
-    Cancelled,
-    LoopDetected,
-    RecoveryExhausted,
-}
-
-/// Everything a batch produced.
-#[derive(Debug, Clone)]
-pub struct BatchReport {
-    pub session_id: String,
-    /// One per call, in the model's order.
-    pub results: Vec<CallResult>,
-    /// Tool messages in the requested format.
-    pub messages: Vec<Map<String, Value>>,
-    pub outcome: Outcome,
-    pub outcome_reason: String,
-    pub duration: Duration,
-}
-
-impl BatchReport {
-    /// Number of results with success false.
-    pub fn errors(&self) -> usize {
-        self.results.iter().filter(|r| !r.success).count()
-    }
-
-    pub fn all_succeeded(&self) -> bool {
-        self.errors() == 0
-    }
-}
-
-/// The safety pipeline's parts, shared by every call of a server.
-#[derive(Clone)]
-pub struct Pipeline {
-    pub hooks: Hooks,
-    pub health: Arc<Health>,
-    pub policy: Arc<Policy>,
-    pub reflector: Arc<dyn Reflector>,
-    /// The middleware stack around every tool invocation.
-    pub service: ToolService,
-    /// Also applied to memory and event arguments.
-    pub redactor: Arc<Redactor>,
-    /// Characters shared by all results of a batch (0 = none).
-    pub batch_budget_chars: usize,
-    pub suggestion_threshold: f64,
-    /// Longest argument or result preview carried by an event.
-    pub preview_chars: usize,
-    /// Longest error text in a result or the fail-fast reason.
-    pub max_error_chars: usize,
-}
-
-impl Pipeline {
-    /// A pipeline with no hooks, the built-in reflector and the middleware `config` describes.
-    pub fn new(
-        catalog: Arc<Catalog>,
-        health: Arc<Health>,
-        policy: Policy,
-        config: &MiddlewareConfig,
-    ) -> Self {
-        Pipeline {
-            hooks: Hooks::default(),
-            health,
-            policy: Arc::new(policy),
-            reflector: Arc::new(DefaultReflector),
-            service: middleware::stack(config, catalog),
-            redactor: config.redactor.clone(),
-            batch_budget_chars: 0,
-            suggestion_threshold: config.suggestion_threshold,
-            preview_chars: 1024,
-            max_error_chars: 2000,
-        }
-    }
-}
+pub use pipeline::Pipeline;
+pub use result::CallResult;
 
 /// Runs batches against a registry of tools.
 #[derive(Clone)]
@@ -369,8 +243,8 @@ impl Dispatcher {
         let result = CallResult::refused(call, ErrorClass::UnknownTool, message);
         if let Some(th) = self.pipeline.policy.loop_thresholds(&call.name) {
             let op = Operation {
-                tool: call.name.clone(),
-                input,
+                tool: &call.name,
+                input: &input,
                 result: call::result_hash(&result),
             };
             let _ = session.detector().record(op, th);
@@ -386,7 +260,7 @@ struct BatchScope<'a> {
     observer: &'a dyn Observer,
     turn: u32,
     budget: Option<Arc<Budget>>,
-    trace: Option<&'a Arc<crate::telemetry::TraceContext>>,
+    trace: Option<&'a Arc<crate::trace::TraceContext>>,
 }
 
 impl Dispatcher {

@@ -4,7 +4,6 @@
 mod batch_stream;
 pub mod codec;
 pub mod convert;
-pub mod hook_client;
 pub(crate) mod server;
 mod service;
 mod status;

@@ -22,8 +22,8 @@ use tokio::time::Instant;
 use tower::ServiceBuilder;
 use tower::util::BoxCloneSyncService;
 
-use crate::dispatch::ErrorClass;
 use crate::safety::hooks::GateRecord;
+use crate::tools::ErrorClass;
 use crate::tools::{Catalog, ToolContext, ToolOutput};
 
 pub use cache::{Cache, CacheLayer, CacheRule, CacheScope, ResultCache};

@@ -4,6 +4,7 @@
 mod builtin;
 mod catalog;
 mod function;
+mod outcome;
 pub(crate) mod registry;
 pub mod remote;
 mod scratch;
@@ -19,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 pub use builtin::{BUILTIN_NAMES, builtin_tools};
 pub use catalog::Catalog;
 pub use function::FnTool;
+pub use outcome::{ErrorClass, content_of};
 pub use registry::{RegistryError, ToolRegistry, ToolSource};
 pub use scratch::ScratchDir;
 
@@ -82,7 +84,7 @@ pub struct ToolContext {
     /// Where the tool may report progress; `None` when nobody listens.
     pub progress: Option<ProgressSink>,
     /// The batch's trace; `traceparent()` makes the header for a call this tool makes.
-    pub trace: Option<Arc<crate::telemetry::TraceContext>>,
+    pub trace: Option<Arc<crate::trace::TraceContext>>,
 }
 
 /// A progress report from a running tool.
@@ -148,9 +150,7 @@ impl ToolContext {
     /// A W3C `traceparent` for a call this tool makes: the batch's trace, a new span id (each
     /// execution is its own span). Made on demand, so tools that call nothing pay nothing.
     pub fn traceparent(&self) -> Option<String> {
-        self.trace
-            .as_deref()
-            .map(crate::telemetry::TraceContext::child)
+        self.trace.as_deref().map(crate::trace::TraceContext::child)
     }
 }
 

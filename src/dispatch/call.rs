@@ -6,19 +6,18 @@
 //! model's call id whatever the tool returned.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde_json::Value;
 use tokio::time::Instant;
 use tower::ServiceExt;
 use tracing::{Instrument, field};
 
+use super::batch::{BatchOptions, Outcome};
 use super::cancel::Cancel;
 use super::events::{Event, Observer};
-use super::result::{CallResult, ErrorClass};
-use super::{BatchOptions, Outcome, Pipeline};
+use super::pipeline::Pipeline;
+use super::result::CallResult;
 use crate::calls::ToolCall;
-use crate::json;
 use crate::middleware::{Budget, Invocation, Invoked, Reply};
 use crate::safety::backoff::RETRY_CEILING;
 use crate::safety::breaker::{Admission, Transition};
@@ -27,8 +26,10 @@ use crate::safety::health::HealthOutcome;
 use crate::safety::hooks::{Gate, PostToolUse, PreToolUse};
 use crate::safety::recovery::{Failure, Verdict};
 use crate::session::Session;
+use crate::tools::ErrorClass;
 use crate::tools::registry::Registered;
 use crate::tools::{CallMetadata, ToolContext};
+use crate::{hash, json};
 
 /// What a call needs from its batch.
 pub(super) struct CallScope<'a> {
@@ -39,7 +40,7 @@ pub(super) struct CallScope<'a> {
     pub pipeline: &'a Pipeline,
     pub turn: u32,
     pub budget: Option<Arc<Budget>>,
-    pub trace: Option<&'a Arc<crate::telemetry::TraceContext>>,
+    pub trace: Option<&'a Arc<crate::trace::TraceContext>>,
 }
 
 /// How a call ended: a result, and whether it ends the batch.
@@ -266,8 +267,8 @@ async fn attempts(
         // 7. Detection records before observers see the result, so they see the state that includes it.
         if let Some(th) = thresholds {
             let op = Operation {
-                tool: tool.to_owned(),
-                input: canonical_input.clone(),
+                tool,
+                input: &canonical_input,
                 result: result_hash(&result),
             };
             let warning = scope.session.detector().record(op, th);
@@ -464,8 +465,8 @@ impl Step<'_> {
         result.attempts = self.attempt - 1;
         if let Some(th) = self.scope.pipeline.policy.loop_thresholds(self.tool) {
             let op = Operation {
-                tool: self.tool.to_owned(),
-                input: canonical_input.to_owned(),
+                tool: self.tool,
+                input: canonical_input,
                 result: result_hash(&result),
             };
             // A refusal is never retried, so a warning here has no later result to ride on;
@@ -593,9 +594,9 @@ fn health_outcome(result: &CallResult) -> HealthOutcome {
 
 /// The result's identity for loop detection: class and content, FNV-1a.
 pub(super) fn result_hash(result: &CallResult) -> u64 {
-    let hash = json::fnv1a_extend(json::FNV1A_OFFSET, result.error_class.name().as_bytes());
-    let hash = json::fnv1a_extend(hash, &[0]);
-    json::fnv1a_extend(hash, result.content.as_bytes())
+    let hash = hash::fnv1a_extend(hash::FNV1A_OFFSET, result.error_class.name().as_bytes());
+    let hash = hash::fnv1a_extend(hash, &[0]);
+    hash::fnv1a_extend(hash, result.content.as_bytes())
 }
 
 /// The one line appended to a result when its call starts to loop.
@@ -618,38 +619,9 @@ fn entropy(index: usize, attempt: u32) -> u64 {
     nanos ^ ((index as u64) << 32) ^ u64::from(attempt)
 }
 
-/// A duration for people: `250ms`, `1.5s`, `2m`, `1m30s`.
-pub fn readable(d: Duration) -> String {
-    let ms = d.as_millis();
-    if ms < 1000 {
-        return format!("{ms}ms");
-    }
-    if ms < 60_000 {
-        let text = format!("{:.3}", d.as_secs_f64());
-        let text = text.trim_end_matches('0').trim_end_matches('.');
-        return format!("{text}s");
-    }
-    let (m, s) = (d.as_secs() / 60, d.as_secs() % 60);
-    if s == 0 {
-        format!("{m}m")
-    } else {
-        format!("{m}m{s}s")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations_read_well_below_a_second_too() {
-        assert_eq!(readable(Duration::from_millis(250)), "250ms");
-        assert_eq!(readable(Duration::from_millis(1500)), "1.5s");
-        assert_eq!(readable(Duration::from_secs(1)), "1s");
-        assert_eq!(readable(Duration::from_secs(60)), "1m");
-        assert_eq!(readable(Duration::from_secs(90)), "1m30s");
-        assert_eq!(readable(Duration::from_micros(1)), "0ms");
-    }
 
     #[test]
     fn the_loop_warning_is_one_line() {

@@ -4,10 +4,10 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::result::ErrorClass;
 use crate::safety::breaker::BreakerState;
 use crate::safety::hooks::GateRecord;
 use crate::tools::BoxFuture;
+use crate::tools::ErrorClass;
 
 /// Something that happened while a batch ran. Events of one call pair by (id, attempt).
 #[derive(Debug, Clone, PartialEq)]

@@ -90,7 +90,7 @@ fn gemini_part(r: &CallResult) -> Value {
 mod tests {
     use super::*;
     use crate::calls::ToolCall;
-    use crate::dispatch::result::ErrorClass;
+    use crate::tools::ErrorClass;
     use crate::tools::ToolOutput;
 
     fn results() -> Vec<CallResult> {

@@ -1,4 +1,4 @@
-//! The answer to one call (`CallResult`), its error classes, and how `content` is derived.
+//! The answer to one call (`CallResult`) and how its `content` is derived from the output.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -6,53 +6,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::calls::{Rejection, ToolCall};
-use crate::json;
-use crate::tools::{ContentPart, ToolOutput};
-
-/// Why a call did not succeed; mirrors `toolgate.v1.ErrorClass`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorClass {
-    None,
-    InvalidCall,
-    InvalidArguments,
-    DuplicateId,
-    UnknownTool,
-    Blocked,
-    PermissionDenied,
-    CircuitOpen,
-    Timeout,
-    Cancelled,
-    ToolError,
-    Panic,
-    Transport,
-    LoopStopped,
-    Skipped,
-    Quarantined,
-}
-
-impl ErrorClass {
-    /// The name used on the wire (`TOOL_ERROR`), for hooks and logs.
-    pub fn name(self) -> &'static str {
-        match self {
-            ErrorClass::None => "NONE",
-            ErrorClass::InvalidCall => "INVALID_CALL",
-            ErrorClass::InvalidArguments => "INVALID_ARGUMENTS",
-            ErrorClass::DuplicateId => "DUPLICATE_ID",
-            ErrorClass::UnknownTool => "UNKNOWN_TOOL",
-            ErrorClass::Blocked => "BLOCKED",
-            ErrorClass::PermissionDenied => "PERMISSION_DENIED",
-            ErrorClass::CircuitOpen => "CIRCUIT_OPEN",
-            ErrorClass::Timeout => "TIMEOUT",
-            ErrorClass::Cancelled => "CANCELLED",
-            ErrorClass::ToolError => "TOOL_ERROR",
-            ErrorClass::Panic => "PANIC",
-            ErrorClass::Transport => "TRANSPORT",
-            ErrorClass::LoopStopped => "LOOP_STOPPED",
-            ErrorClass::Skipped => "SKIPPED",
-            ErrorClass::Quarantined => "QUARANTINED",
-        }
-    }
-}
+use crate::tools::{ContentPart, ErrorClass, ToolOutput, content_of};
 
 impl From<Rejection> for ErrorClass {
     fn from(rejection: Rejection) -> Self {
@@ -154,14 +108,6 @@ impl CallResult {
                 self.parts = parts;
             }
         }
-    }
-}
-
-/// A string result is used verbatim; any other JSON is canonical compact JSON.
-pub fn content_of(value: &Value) -> String {
-    match value {
-        Value::String(text) => text.clone(),
-        other => json::canonical(other),
     }
 }
 

@@ -5,14 +5,15 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use super::*;
 use crate::calls::{IntakeLimits, intake};
 use crate::config::Config;
 use crate::safety::breaker::BreakerConfig;
-use crate::safety::hooks::{Decision, Hook, PreToolUse};
-use crate::safety::recovery::Failure;
+use crate::safety::hooks::{Decision, Hook, Hooks, PreToolUse};
+use crate::safety::policy::Policy;
+use crate::safety::recovery::{Failure, Reflector};
 use crate::session::SessionLimits;
 use crate::tools::{
     Annotations, BoxFuture, FnTool, ToolContext, ToolError, ToolOutput, ToolSource, builtin_tools,

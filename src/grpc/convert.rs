@@ -4,8 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use prost_types::value::Kind;
-use serde_json::{Map, Number, Value};
+use serde_json::{Map, Value};
 
 use super::status::RequestError;
 use crate::calls::{self, IntakeLimits};
@@ -15,6 +14,8 @@ use crate::dispatch::{
     Outcome,
 };
 use crate::pb;
+use crate::protojson;
+pub use crate::protojson::{struct_from_json, to_json, value_from_json};
 use crate::safety::breaker::BreakerState;
 use crate::safety::health::{HealthReport, Status};
 use crate::safety::hooks::Decision;
@@ -24,9 +25,6 @@ use crate::tools::{ContentPart, ToolSource};
 
 /// Concurrency of a PARALLEL batch that does not say.
 const DEFAULT_MAX_CONCURRENCY: u32 = 8;
-
-/// Largest integer magnitude a protobuf double carries exactly (2^53).
-const MAX_EXACT_INTEGER: f64 = 9_007_199_254_740_992.0;
 
 /// Server settings a request is checked against.
 #[derive(Debug, Clone, Copy)]
@@ -187,13 +185,13 @@ fn options_from(
     ))
 }
 
-/// A protobuf `Value` as JSON. Integral numbers within ±2^53 become JSON integers.
+/// A protobuf `Value` as JSON, refused past `max_depth` levels of nesting.
 pub fn json_from_value(
     value: &prost_types::Value,
     max_depth: usize,
     path: &str,
 ) -> Result<Value, RequestError> {
-    convert_value(value, max_depth, 0, path)
+    protojson::to_json_within(value, max_depth, path).map_err(RequestError::Invalid)
 }
 
 fn json_from_struct(
@@ -201,98 +199,7 @@ fn json_from_struct(
     max_depth: usize,
     path: &str,
 ) -> Result<Map<String, Value>, RequestError> {
-    match convert_struct(value, max_depth, 1, path)? {
-        Value::Object(map) => Ok(map),
-        _ => Ok(Map::new()),
-    }
-}
-
-fn convert_value(
-    value: &prost_types::Value,
-    max_depth: usize,
-    depth: usize,
-    path: &str,
-) -> Result<Value, RequestError> {
-    let too_deep = || RequestError::Invalid(format!("{path} nests deeper than {max_depth} levels"));
-    Ok(match &value.kind {
-        None | Some(Kind::NullValue(_)) => Value::Null,
-        Some(Kind::BoolValue(b)) => Value::Bool(*b),
-        Some(Kind::StringValue(s)) => Value::String(s.clone()),
-        Some(Kind::NumberValue(n)) => json_number(*n).ok_or_else(|| {
-            RequestError::Invalid(format!("{path} holds a number that is not finite"))
-        })?,
-        Some(Kind::StructValue(s)) => convert_struct(s, max_depth, depth + 1, path)?,
-        Some(Kind::ListValue(list)) => {
-            if depth + 1 > max_depth {
-                return Err(too_deep());
-            }
-            let items = list
-                .values
-                .iter()
-                .map(|v| convert_value(v, max_depth, depth + 1, path))
-                .collect::<Result<Vec<_>, _>>()?;
-            Value::Array(items)
-        }
-    })
-}
-
-fn convert_struct(
-    value: &prost_types::Struct,
-    max_depth: usize,
-    depth: usize,
-    path: &str,
-) -> Result<Value, RequestError> {
-    if depth > max_depth {
-        return Err(RequestError::Invalid(format!(
-            "{path} nests deeper than {max_depth} levels"
-        )));
-    }
-    let mut map = Map::new();
-    for (key, member) in &value.fields {
-        map.insert(key.clone(), convert_value(member, max_depth, depth, path)?);
-    }
-    Ok(Value::Object(map))
-}
-
-fn json_number(n: f64) -> Option<Value> {
-    if !n.is_finite() {
-        return None;
-    }
-    if n.fract() == 0.0 && n.abs() <= MAX_EXACT_INTEGER {
-        // Exact: |n| <= 2^53 fits an i64 without rounding.
-        #[allow(clippy::cast_possible_truncation)]
-        return Some(Value::Number(Number::from(n as i64)));
-    }
-    Number::from_f64(n).map(Value::Number)
-}
-
-/// A protobuf `Value` as JSON for clients (no depth limit beyond protobuf's own).
-pub fn to_json(value: &prost_types::Value) -> Value {
-    convert_value(value, usize::MAX, 0, "value").unwrap_or(Value::Null)
-}
-
-/// JSON as a protobuf `Value` (numbers become doubles).
-pub fn value_from_json(value: &Value) -> prost_types::Value {
-    let kind = match value {
-        Value::Null => Kind::NullValue(0),
-        Value::Bool(b) => Kind::BoolValue(*b),
-        Value::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or(0.0)),
-        Value::String(s) => Kind::StringValue(s.clone()),
-        Value::Array(items) => Kind::ListValue(prost_types::ListValue {
-            values: items.iter().map(value_from_json).collect(),
-        }),
-        Value::Object(map) => Kind::StructValue(struct_from_json(map)),
-    };
-    prost_types::Value { kind: Some(kind) }
-}
-
-pub fn struct_from_json(map: &Map<String, Value>) -> prost_types::Struct {
-    prost_types::Struct {
-        fields: map
-            .iter()
-            .map(|(k, v)| (k.clone(), value_from_json(v)))
-            .collect(),
-    }
+    protojson::struct_to_json_within(value, max_depth, path).map_err(RequestError::Invalid)
 }
 
 pub fn duration(d: Duration) -> prost_types::Duration {

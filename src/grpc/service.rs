@@ -308,12 +308,12 @@ async fn expire(cancel: &Cancel, deadline: Option<Duration>) -> Infallible {
 }
 
 /// The client's W3C trace context (`traceparent` metadata), or a new trace.
-fn trace_context(metadata: &MetadataMap) -> crate::telemetry::TraceContext {
+fn trace_context(metadata: &MetadataMap) -> crate::trace::TraceContext {
     metadata
         .get("traceparent")
         .and_then(|v| v.to_str().ok())
-        .and_then(crate::telemetry::TraceContext::parse)
-        .unwrap_or_else(crate::telemetry::TraceContext::new_trace)
+        .and_then(crate::trace::TraceContext::parse)
+        .unwrap_or_else(crate::trace::TraceContext::new_trace)
 }
 
 /// The client's `grpc-timeout` header (`<digits><unit>`, units H M S m u n), if any.

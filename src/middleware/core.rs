@@ -9,7 +9,7 @@ use futures::FutureExt;
 use tower::Service;
 
 use super::{Invocation, Invoked, Reply};
-use crate::dispatch::ErrorClass;
+use crate::tools::ErrorClass;
 use crate::tools::{BoxFuture, Catalog, ToolErrorKind};
 
 /// Runs registered tools.

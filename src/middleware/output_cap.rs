@@ -11,7 +11,7 @@ use std::task::{Context, Poll};
 use tower::{Layer, Service};
 
 use super::{Invocation, Invoked, Reply};
-use crate::dispatch::content_of;
+use crate::tools::content_of;
 use crate::tools::{BoxFuture, ContentPart, ToolOutput};
 
 /// Characters left of a batch-wide output budget.

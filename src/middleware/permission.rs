@@ -8,9 +8,10 @@ use std::task::{Context, Poll};
 use tower::{Layer, Service};
 
 use super::{Invocation, Invoked};
-use crate::dispatch::ErrorClass;
-use crate::safety::hooks::{Decision, GateRecord, glob_match};
+use crate::glob::glob_match;
+use crate::safety::hooks::{Decision, GateRecord};
 use crate::tools::BoxFuture;
+use crate::tools::ErrorClass;
 
 /// What a rule decides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

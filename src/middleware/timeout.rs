@@ -11,8 +11,9 @@ use tokio::time::Instant;
 use tower::{Layer, Service};
 
 use super::{Invocation, Invoked};
-use crate::dispatch::{ErrorClass, readable};
+use crate::duration::readable;
 use crate::tools::BoxFuture;
+use crate::tools::ErrorClass;
 
 /// Applies `Timeout`.
 #[derive(Debug, Clone)]

@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 use tower::{Layer, Service};
 
 use super::{Invocation, Invoked, Reply};
-use crate::dispatch::ErrorClass;
+use crate::tools::ErrorClass;
 use crate::tools::{BoxFuture, Catalog, ToolRegistry};
 
 /// Names listed before `... (and N more)`.

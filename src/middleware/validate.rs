@@ -9,7 +9,7 @@ use std::task::{Context, Poll};
 use tower::{Layer, Service};
 
 use super::{Invocation, Invoked};
-use crate::dispatch::ErrorClass;
+use crate::tools::ErrorClass;
 use crate::tools::{BoxFuture, Catalog};
 
 /// Violations listed before "and N more".

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::hash::mix;
+
 /// Retries after which one more failure ends the batch (RECOVERY_EXHAUSTED), whatever a
 /// reflector or the config says: the 6th execution is the last.
 pub const RETRY_CEILING: u32 = 5;
@@ -38,15 +40,6 @@ impl Backoff {
         let spread = u64::try_from(half.as_nanos()).unwrap_or(u64::MAX).max(1);
         half + Duration::from_nanos(mix(entropy) % spread)
     }
-}
-
-/// A 64-bit finalizer (splitmix64) so consecutive seeds give unrelated jitter (and unrelated
-/// trace and span ids, in `telemetry`).
-pub fn mix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
 }
 
 #[cfg(test)]

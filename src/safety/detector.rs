@@ -1,9 +1,14 @@
 //! Loop detection as a plain state machine over a session's recent operations.
-//! An operation is (tool, canonical input, result hash); the hash is FNV-1a, stable everywhere.
+//! An operation is (tool, canonical input, result hash). The window keeps digests, never the
+//! inputs: a session's detector stays a few dozen bytes per operation whatever the arguments.
 //! Unlike the reference, the stop applies to the call about to repeat the looping operation (not
 //! to whatever call comes next), and the warning is reported once per pattern.
 
+use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::hash::{Hash, Hasher};
+
+use crate::{hash, json};
 
 /// Thresholds for one tool (already resolved from global and per-tool config).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -14,12 +19,12 @@ pub struct Thresholds {
     pub stop_after: u32,
 }
 
-/// One recorded operation.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Operation {
-    pub tool: String,
+/// One operation to record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Operation<'a> {
+    pub tool: &'a str,
     /// Canonical JSON of the input.
-    pub input: String,
+    pub input: &'a str,
     pub result: u64,
 }
 
@@ -41,20 +46,44 @@ pub struct Warning {
     pub pattern: String,
 }
 
+/// A (tool, input) pair as two independent 64-bit digests: telling two calls apart wrongly
+/// would take a collision in both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct CallKey(u64, u64);
+
+impl CallKey {
+    fn of(tool: &str, input: &str) -> Self {
+        let fnv = hash::fnv1a_extend(hash::FNV1A_OFFSET, tool.as_bytes());
+        let fnv = hash::fnv1a_extend(hash::fnv1a_extend(fnv, &[0]), input.as_bytes());
+        let mut sip = DefaultHasher::new();
+        tool.hash(&mut sip);
+        input.hash(&mut sip);
+        CallKey(fnv, sip.finish())
+    }
+}
+
+/// A recorded operation: the call and what it returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct OpKey {
+    call: CallKey,
+    result: u64,
+}
+
 /// A session's sliding window of operations.
 #[derive(Debug, Clone)]
 pub struct LoopDetector {
     capacity: usize,
-    window: VecDeque<Operation>,
-    counts: HashMap<Operation, u32>,
-    /// The latest result seen for each (tool, input) still in the window: the prediction.
-    latest: HashMap<(String, String), (u64, u32)>,
-    warned: HashSet<Operation>,
+    window: VecDeque<OpKey>,
+    counts: HashMap<OpKey, u32>,
+    /// The latest result seen for each call still in the window (the prediction), and how many
+    /// of the window's operations are that call.
+    latest: HashMap<CallKey, (u64, u32)>,
+    warned: HashSet<OpKey>,
 }
 
 /// How a pattern is shown: `tool(input)`, with long inputs cut.
 pub fn pattern(tool: &str, input: &str) -> String {
-    format!("{tool}({})", crate::json::truncate_chars(input, 200))
+    format!("{tool}({})", json::truncate_chars(input, 200))
 }
 
 impl LoopDetector {
@@ -75,16 +104,15 @@ impl LoopDetector {
         if thresholds.stop_after == 0 {
             return Check::Pass;
         }
-        let key = (tool.to_owned(), input.to_owned());
-        let Some((result, _)) = self.latest.get(&key) else {
+        let call = CallKey::of(tool, input);
+        let Some(&(result, _)) = self.latest.get(&call) else {
             return Check::Pass;
         };
-        let op = Operation {
-            tool: tool.to_owned(),
-            input: input.to_owned(),
-            result: *result,
-        };
-        let repeats = self.counts.get(&op).copied().unwrap_or(0);
+        let repeats = self
+            .counts
+            .get(&OpKey { call, result })
+            .copied()
+            .unwrap_or(0);
         if repeats >= thresholds.stop_after {
             Check::Stop {
                 repeats,
@@ -96,25 +124,28 @@ impl LoopDetector {
     }
 
     /// Records an executed (or refused) attempt; reports the warning once per pattern.
-    pub fn record(&mut self, op: Operation, thresholds: Thresholds) -> Option<Warning> {
+    pub fn record(&mut self, op: Operation<'_>, thresholds: Thresholds) -> Option<Warning> {
         if self.window.len() >= self.capacity
             && let Some(old) = self.window.pop_front()
         {
-            self.forget(&old);
+            self.forget(old);
         }
-        let count = self.counts.entry(op.clone()).or_insert(0);
+        let key = OpKey {
+            call: CallKey::of(op.tool, op.input),
+            result: op.result,
+        };
+        let count = self.counts.entry(key).or_insert(0);
         *count += 1;
         let repeats = *count;
-        let key = (op.tool.clone(), op.input.clone());
-        let entry = self.latest.entry(key).or_insert((op.result, 0));
+        let entry = self.latest.entry(key.call).or_insert((op.result, 0));
         entry.0 = op.result;
         entry.1 += 1;
-        self.window.push_back(op.clone());
+        self.window.push_back(key);
         let warn = thresholds.warn_after > 0 && repeats >= thresholds.warn_after;
-        if warn && self.warned.insert(op.clone()) {
+        if warn && self.warned.insert(key) {
             return Some(Warning {
                 repeats,
-                pattern: pattern(&op.tool, &op.input),
+                pattern: pattern(op.tool, op.input),
             });
         }
         None
@@ -122,11 +153,11 @@ impl LoopDetector {
 
     /// Forgets every operation of (tool, input): a stop uses the pattern up.
     pub fn clear(&mut self, tool: &str, input: &str) {
-        let matches = |op: &Operation| op.tool == tool && op.input == input;
-        self.window.retain(|op| !matches(op));
-        self.counts.retain(|op, _| !matches(op));
-        self.warned.retain(|op| !matches(op));
-        self.latest.remove(&(tool.to_owned(), input.to_owned()));
+        let call = CallKey::of(tool, input);
+        self.window.retain(|op| op.call != call);
+        self.counts.retain(|op, _| op.call != call);
+        self.warned.retain(|op| op.call != call);
+        self.latest.remove(&call);
     }
 
     pub fn len(&self) -> usize {
@@ -137,19 +168,18 @@ impl LoopDetector {
         self.window.is_empty()
     }
 
-    fn forget(&mut self, old: &Operation) {
-        if let Some(count) = self.counts.get_mut(old) {
+    fn forget(&mut self, old: OpKey) {
+        if let Some(count) = self.counts.get_mut(&old) {
             *count -= 1;
             if *count == 0 {
-                self.counts.remove(old);
-                self.warned.remove(old);
+                self.counts.remove(&old);
+                self.warned.remove(&old);
             }
         }
-        let key = (old.tool.clone(), old.input.clone());
-        if let Some(entry) = self.latest.get_mut(&key) {
+        if let Some(entry) = self.latest.get_mut(&old.call) {
             entry.1 -= 1;
             if entry.1 == 0 {
-                self.latest.remove(&key);
+                self.latest.remove(&old.call);
             }
         }
     }
@@ -164,10 +194,10 @@ mod tests {
         stop_after: 10,
     };
 
-    fn op(tool: &str, input: &str, result: u64) -> Operation {
+    fn op<'a>(tool: &'a str, input: &'a str, result: u64) -> Operation<'a> {
         Operation {
-            tool: tool.into(),
-            input: input.into(),
+            tool,
+            input,
             result,
         }
     }

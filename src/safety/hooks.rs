@@ -5,7 +5,7 @@
 //! every executed attempt.
 
 mod command;
-mod glob;
+mod grpc;
 mod rules;
 
 use std::sync::Arc;
@@ -15,7 +15,7 @@ use serde_json::Value;
 use crate::tools::BoxFuture;
 
 pub use command::{CommandHook, FailureMode};
-pub use glob::glob_match;
+pub use grpc::GrpcHook;
 pub use rules::{Action, Condition, RuleHook};
 
 /// What a pre-tool hook sees.

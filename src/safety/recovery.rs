@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::dispatch::ErrorClass;
+use crate::tools::ErrorClass;
 use crate::tools::{Annotations, BoxFuture};
 
 /// A failed attempt, as a reflector sees it.

@@ -15,7 +15,7 @@ use serde::Deserialize;
 
 use super::registry::{Pin, definition_digest};
 use super::{Catalog, RegistryError, Tool, ToolSource};
-use crate::safety::hooks::glob_match;
+use crate::glob::glob_match;
 
 /// How toolgate reaches a remote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -46,7 +46,7 @@ pub struct RemoteSpec {
     #[serde(default = "everything")]
     pub tools: Vec<String>,
     /// Connect and discovery timeout; calls are bounded by the call deadline.
-    #[serde(default = "ten_seconds", with = "crate::config::duration_text")]
+    #[serde(default = "ten_seconds", with = "crate::duration")]
     pub timeout: Duration,
     /// Http: the URL the tool is POSTed to.
     #[serde(default)]

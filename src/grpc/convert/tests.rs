@@ -1,5 +1,6 @@
 //! Conversion tests: JSON numbers, nesting limits, request checks and by_id.
 
+use prost_types::value::Kind;
 use serde_json::json;
 
 use super::*;

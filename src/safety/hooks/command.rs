@@ -10,7 +10,8 @@ use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 
-use super::{Decision, Hook, PostToolUse, PreToolUse, glob_match};
+use super::{Decision, Hook, PostToolUse, PreToolUse};
+use crate::glob::glob_match;
 use crate::tools::BoxFuture;
 
 /// What a failing hook (crash, timeout, bad exit code) means for the call.
@@ -94,7 +95,7 @@ impl CommandHook {
             .map_err(|_| {
                 format!(
                     "timed out after {}",
-                    crate::dispatch::readable(self.timeout)
+                    crate::duration::readable(self.timeout)
                 )
             })?
             .map_err(|e| format!("failed while running: {e}"))?;

@@ -4,7 +4,8 @@
 use regex::Regex;
 use serde_json::Value;
 
-use super::{Decision, Hook, PreToolUse, glob_match};
+use super::{Decision, Hook, PreToolUse};
+use crate::glob::glob_match;
 use crate::tools::BoxFuture;
 
 /// One condition on the input; all of a rule's conditions must hold.

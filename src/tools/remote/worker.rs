@@ -10,9 +10,9 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use tonic::{Code, Status};
 
 use super::{RemoteError, RemoteSpec, Signal, Signals};
-use crate::grpc::convert::{struct_from_json, to_json, value_from_json};
 use crate::pb;
 use crate::pb::tool_worker_client::ToolWorkerClient;
+use crate::protojson::{struct_from_json, to_json, value_from_json};
 use crate::tools::{
     Annotations, BoxFuture, ContentPart, Progress, Tool, ToolContext, ToolError, ToolOutput,
 };
@@ -253,7 +253,7 @@ impl WorkerTool {
                     }
                     let text = match &output {
                         ToolOutput::Text(t) => t.clone(),
-                        other => crate::dispatch::content_of(&match other {
+                        other => crate::tools::content_of(&match other {
                             ToolOutput::Json(v) => v.clone(),
                             _ => Value::Null,
                         }),

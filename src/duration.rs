@@ -1,4 +1,7 @@
-//! Durations in config files as text: "250ms", "10s", "2m", "1h", or combinations like "1m30s".
+//! Durations as text, both ways: parsed from config and definitions ("250ms", "10s", "2m", "1h",
+//! "1m30s") and written for people in messages (`readable`).
+
+pub mod optional;
 
 use std::time::Duration;
 
@@ -38,6 +41,25 @@ pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duratio
     parse(&text).map_err(serde::de::Error::custom)
 }
 
+/// A duration for people: `250ms`, `1.5s`, `2m`, `1m30s`.
+pub fn readable(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1000 {
+        return format!("{ms}ms");
+    }
+    if ms < 60_000 {
+        let text = format!("{:.3}", d.as_secs_f64());
+        let text = text.trim_end_matches('0').trim_end_matches('.');
+        return format!("{text}s");
+    }
+    let (m, s) = (d.as_secs() / 60, d.as_secs() % 60);
+    if s == 0 {
+        format!("{m}m")
+    } else {
+        format!("{m}m{s}s")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -51,5 +73,15 @@ mod tests {
         for bad in ["", "10", "s", "1.5s", "10 s", "-1s", "3d"] {
             assert!(parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn durations_read_well_below_a_second_too() {
+        assert_eq!(readable(Duration::from_millis(250)), "250ms");
+        assert_eq!(readable(Duration::from_millis(1500)), "1.5s");
+        assert_eq!(readable(Duration::from_secs(1)), "1s");
+        assert_eq!(readable(Duration::from_secs(60)), "1m");
+        assert_eq!(readable(Duration::from_secs(90)), "1m30s");
+        assert_eq!(readable(Duration::from_micros(1)), "0ms");
     }
 }

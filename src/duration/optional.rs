@@ -8,6 +8,6 @@ pub fn deserialize<'de, D: Deserializer<'de>>(
     deserializer: D,
 ) -> Result<Option<Duration>, D::Error> {
     let text = Option::<String>::deserialize(deserializer)?;
-    text.map(|t| super::duration::parse(&t).map_err(serde::de::Error::custom))
+    text.map(|t| super::parse(&t).map_err(serde::de::Error::custom))
         .transpose()
 }

@@ -7,11 +7,12 @@ use std::time::Duration;
 use serde_json::Value;
 use tonic::transport::{Channel, Endpoint};
 
-use super::convert::{struct_from_json, to_json};
+use super::{Decision, FailureMode, Hook, PostToolUse, PreToolUse};
+use crate::glob::glob_match;
 use crate::pb;
 use crate::pb::pre_tool_use_response::Decision as Wire;
 use crate::pb::tool_hooks_client::ToolHooksClient;
-use crate::safety::hooks::{Decision, FailureMode, Hook, PostToolUse, PreToolUse, glob_match};
+use crate::protojson::{struct_from_json, to_json};
 use crate::tools::BoxFuture;
 
 /// A hook served by a remote `ToolHooks` service.
@@ -84,7 +85,7 @@ impl Hook for GrpcHook {
                 Err(_) => {
                     return self.failed(&format!(
                         "no answer within {}",
-                        crate::dispatch::readable(self.timeout)
+                        crate::duration::readable(self.timeout)
                     ));
                 }
                 Ok(Err(status)) => {

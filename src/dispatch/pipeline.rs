@@ -1,0 +1,53 @@
+//! The safety pipeline's shared parts: hooks, health, policy, recovery, the middleware stack.
+
+use std::sync::Arc;
+
+use crate::middleware::{self, MiddlewareConfig, Redactor, ToolService};
+use crate::safety::health::Health;
+use crate::safety::hooks::Hooks;
+use crate::safety::policy::Policy;
+use crate::safety::recovery::{DefaultReflector, Reflector};
+use crate::tools::Catalog;
+
+/// The safety pipeline's parts, shared by every call of a server.
+#[derive(Clone)]
+pub struct Pipeline {
+    pub hooks: Hooks,
+    pub health: Arc<Health>,
+    pub policy: Arc<Policy>,
+    pub reflector: Arc<dyn Reflector>,
+    /// The middleware stack around every tool invocation.
+    pub service: ToolService,
+    /// Also applied to memory and event arguments.
+    pub redactor: Arc<Redactor>,
+    /// Characters shared by all results of a batch (0 = none).
+    pub batch_budget_chars: usize,
+    pub suggestion_threshold: f64,
+    /// Longest argument or result preview carried by an event.
+    pub preview_chars: usize,
+    /// Longest error text in a result or the fail-fast reason.
+    pub max_error_chars: usize,
+}
+
+impl Pipeline {
+    /// A pipeline with no hooks, the built-in reflector and the middleware `config` describes.
+    pub fn new(
+        catalog: Arc<Catalog>,
+        health: Arc<Health>,
+        policy: Policy,
+        config: &MiddlewareConfig,
+    ) -> Self {
+        Pipeline {
+            hooks: Hooks::default(),
+            health,
+            policy: Arc::new(policy),
+            reflector: Arc::new(DefaultReflector),
+            service: middleware::stack(config, catalog),
+            redactor: config.redactor.clone(),
+            batch_budget_chars: 0,
+            suggestion_threshold: config.suggestion_threshold,
+            preview_chars: 1024,
+            max_error_chars: 2000,
+        }
+    }
+}

@@ -1,0 +1,51 @@
+//! Small non-cryptographic hashes with fixed outputs: FNV-1a 64 for digests and identities that
+//! must be stable everywhere, and the splitmix64 finalizer for jitter and ids.
+
+/// FNV-1a 64 over bytes: a stable hash (unlike `DefaultHasher`) for digests and loop detection.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    fnv1a_extend(FNV1A_OFFSET, bytes)
+}
+
+/// FNV-1a 64's starting value.
+pub const FNV1A_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// Continues an FNV-1a 64 hash with more bytes: hashing parts in turn equals hashing them joined.
+pub fn fnv1a_extend(mut hash: u64, bytes: &[u8]) -> u64 {
+    for byte in bytes {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash
+}
+
+/// A 64-bit finalizer (splitmix64) so consecutive seeds give unrelated jitter (and unrelated
+/// trace and span ids).
+pub fn mix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hashing_parts_in_turn_equals_hashing_them_joined() {
+        let parts = fnv1a_extend(fnv1a_extend(FNV1A_OFFSET, b"NONE\0"), b"hello");
+        assert_eq!(parts, fnv1a(b"NONE\0hello"));
+    }
+
+    #[test]
+    fn fnv1a_matches_the_published_vectors() {
+        assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
+    }
+
+    #[test]
+    fn consecutive_seeds_mix_to_unrelated_values() {
+        assert_ne!(mix(1) >> 32, mix(2) >> 32);
+        assert_eq!(mix(7), mix(7));
+    }
+}
