@@ -23,8 +23,7 @@ use tracing::{Instrument, field};
 use crate::calls::Received;
 use crate::json;
 use crate::mapping;
-use crate::middleware::{self, Budget};
-use crate::safety::detector::{Check, Operation};
+use crate::middleware::Budget;
 use crate::safety::health::Health;
 use crate::session::{Session, Sessions};
 use crate::tools::registry::Registered;
@@ -215,44 +214,6 @@ impl Dispatcher {
     }
 }
 
-impl Dispatcher {
-    /// `tool 'x' is not available`; recorded for loop detection so a model hammering a missing
-    /// tool is stopped too.
-    fn unknown_tool(&self, call: &crate::calls::ToolCall, session: &Session) -> call::Answered {
-        let input = json::canonical(&call.arguments);
-        if let Some(th) = self.pipeline.policy.loop_thresholds(&call.name) {
-            let check = session.detector().check(&call.name, &input, th);
-            if let Check::Stop { repeats, pattern } = check {
-                session.detector().clear(&call.name, &input);
-                let reason = format!("Loop detected: {pattern} repeated {repeats} times");
-                let message = format!("dispatch refused before execution: {reason}");
-                return call::Answered {
-                    result: CallResult::refused(call, ErrorClass::LoopStopped, message),
-                    hard: Some((Outcome::LoopDetected, reason)),
-                };
-            }
-        }
-        let mut message = format!("tool '{}' is not available", call.name);
-        if let Some(candidate) = middleware::suggest(
-            &call.name,
-            &self.catalog.snapshot(),
-            self.pipeline.suggestion_threshold,
-        ) {
-            message.push_str(&format!(". Did you mean '{candidate}'?"));
-        }
-        let result = CallResult::refused(call, ErrorClass::UnknownTool, message);
-        if let Some(th) = self.pipeline.policy.loop_thresholds(&call.name) {
-            let op = Operation {
-                tool: &call.name,
-                input: &input,
-                result: call::result_hash(&result),
-            };
-            let _ = session.detector().record(op, th);
-        }
-        call::Answered { result, hard: None }
-    }
-}
-
 /// What every call of a batch shares.
 struct BatchScope<'a> {
     session: &'a Session,
@@ -418,7 +379,12 @@ impl Dispatcher {
                 hard: None,
             },
             // Unknown names are answered here and never dispatched.
-            (None, None) => self.unknown_tool(call, scope.session),
+            (None, None) => call::unknown_tool(
+                call,
+                scope.session,
+                &self.pipeline,
+                &self.catalog.snapshot(),
+            ),
             (None, Some(registered)) => {
                 let call_scope = call::CallScope {
                     session: scope.session,

@@ -33,7 +33,9 @@ pub use permission::{Permission, PermissionLayer, PermissionRule, Verdict as Per
 pub use redact::{Redact, RedactLayer, Redactor};
 pub use select::{Select, SelectLayer, select};
 pub use timeout::{Timeout, TimeoutLayer};
-pub use unknown_tool::{UnknownTool, UnknownToolLayer, not_found, similarity, suggest};
+pub use unknown_tool::{
+    UnknownTool, UnknownToolLayer, not_available, similarity, suggest, unknown_tool_message,
+};
 pub use validate::{Validate, ValidateLayer};
 
 /// One execution of a tool, as the middleware sees it.

@@ -41,7 +41,7 @@ impl Service<Invocation> for Core {
                 // The suggestion layer adds the names; the class is what it keys on.
                 return Ok(Invoked::error(
                     ErrorClass::UnknownTool,
-                    super::not_found(&inv.tool, &registry),
+                    super::not_available(&inv.tool),
                 ));
             };
             if let Some(pin) = &registered.pin

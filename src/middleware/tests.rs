@@ -334,6 +334,10 @@ async fn the_stack_redacts_even_cached_replays_and_suggests_names() {
     assert_eq!(class, ErrorClass::UnknownTool);
     assert_eq!(
         message,
-        "Tool not found: slep. Available: echo, now, scratch_list, scratch_read, scratch_write, sleep. Did you mean 'sleep'?"
+        crate::middleware::unknown_tool_message("slep", &registry().snapshot(), 0.4)
+    );
+    assert_eq!(
+        message, "tool 'slep' is not available. Did you mean 'sleep'?",
+        "the stack answers in the same text as intake"
     );
 }

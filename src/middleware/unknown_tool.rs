@@ -1,5 +1,5 @@
-//! Unknown tools: `Tool not found: x. Available: a, b, c` from the core, and `. Did you mean 'y'?`
-//! when a registered name is similar enough. Decided from the typed class, never from the text.
+//! Unknown tools: `tool 'x' is not available` from the core, and `. Did you mean 'y'?` when a
+//! registered name is similar enough. Decided from the typed class, never from the text.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -11,24 +11,24 @@ use super::{Invocation, Invoked, Reply};
 use crate::tools::ErrorClass;
 use crate::tools::{BoxFuture, Catalog, ToolRegistry};
 
-/// Names listed before `... (and N more)`.
-const LISTED: usize = 10;
+/// The one answer to a name no registered tool has: `tool 'x' is not available`, plus
+/// `. Did you mean 'y'?` when a registered name is similar enough. Intake's pre-answer and the
+/// stack's (core + this layer) both read exactly this.
+pub fn unknown_tool_message(name: &str, registry: &ToolRegistry, threshold: f64) -> String {
+    let mut message = not_available(name);
+    if let Some(candidate) = suggest(name, registry, threshold) {
+        message.push_str(&did_you_mean(&candidate));
+    }
+    message
+}
 
-/// `Tool not found: x. Available: a, b, c` (sorted, at most 10, then `... (and N more)`).
-pub fn not_found(name: &str, registry: &ToolRegistry) -> String {
-    let names: Vec<&str> = registry.iter().map(|r| r.tool.name()).collect();
-    let available = if names.is_empty() {
-        "none registered".to_owned()
-    } else if names.len() <= LISTED {
-        names.join(", ")
-    } else {
-        format!(
-            "{}... (and {} more)",
-            names[..LISTED].join(", "),
-            names.len() - LISTED
-        )
-    };
-    format!("Tool not found: {name}. Available: {available}")
+/// `tool 'x' is not available`: the core's answer, before this layer adds a suggestion.
+pub fn not_available(name: &str) -> String {
+    format!("tool '{name}' is not available")
+}
+
+fn did_you_mean(candidate: &str) -> String {
+    format!(". Did you mean '{candidate}'?")
 }
 
 /// Similarity of two names in [0, 1]: longest common subsequence over the longer length, plus a
@@ -142,7 +142,7 @@ where
             } = &mut invoked.reply
                 && let Some(candidate) = suggest(&name, &catalog.snapshot(), threshold)
             {
-                message.push_str(&format!(". Did you mean '{candidate}'?"));
+                message.push_str(&did_you_mean(&candidate));
             }
             Ok(invoked)
         })
@@ -163,14 +163,14 @@ mod tests {
     }
 
     #[test]
-    fn not_found_lists_sorted_names() {
+    fn an_unknown_name_reads_the_same_with_or_without_a_suggestion() {
         assert_eq!(
-            not_found("x", &registry(0)),
-            "Tool not found: x. Available: none registered"
+            unknown_tool_message("x", &registry(0), 0.4),
+            "tool 'x' is not available"
         );
         assert_eq!(
-            not_found("x", &registry(2)),
-            "Tool not found: x. Available: echo, sleep"
+            unknown_tool_message("slep", &registry(2), 0.4),
+            "tool 'slep' is not available. Did you mean 'sleep'?"
         );
     }
 

@@ -4,9 +4,7 @@
 //! Unlike the reference, the stop applies to the call about to repeat the looping operation (not
 //! to whatever call comes next), and the warning is reported once per pattern.
 
-use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::hash::{Hash, Hasher};
 
 use crate::{hash, json};
 
@@ -55,10 +53,9 @@ impl CallKey {
     fn of(tool: &str, input: &str) -> Self {
         let fnv = hash::fnv1a_extend(hash::FNV1A_OFFSET, tool.as_bytes());
         let fnv = hash::fnv1a_extend(hash::fnv1a_extend(fnv, &[0]), input.as_bytes());
-        let mut sip = DefaultHasher::new();
-        tool.hash(&mut sip);
-        input.hash(&mut sip);
-        CallKey(fnv, sip.finish())
+        // Tool and input are hashed apart and combined asymmetrically, so pairs do not alias.
+        let words = hash::mix(hash::words64(tool.as_bytes())) ^ hash::words64(input.as_bytes());
+        CallKey(fnv, words)
     }
 }
 
