@@ -6,8 +6,10 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+
+use parking_lot::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -85,7 +87,7 @@ impl Session {
 
     /// The loop-detection window (lock poisoning cannot fail a call: the state is kept).
     pub fn detector(&self) -> MutexGuard<'_, LoopDetector> {
-        self.detector.lock().unwrap_or_else(|p| p.into_inner())
+        self.detector.lock()
     }
 
     /// Remembers a successful call as `tool={name}; input={…}; result={…}`.
@@ -102,7 +104,7 @@ impl Session {
         crate::json::push_truncated(&mut entry, input, MEMORY_FIELD_CHARS);
         entry.push_str("; result=");
         crate::json::push_truncated(&mut entry, result, MEMORY_FIELD_CHARS);
-        let mut memory = self.memory.lock().unwrap_or_else(|p| p.into_inner());
+        let mut memory = self.memory.lock();
         if memory.len() >= self.memory_entries {
             memory.pop_front();
         }
@@ -111,16 +113,16 @@ impl Session {
 
     /// Memory entries, oldest first.
     pub fn memory(&self) -> Vec<String> {
-        let memory = self.memory.lock().unwrap_or_else(|p| p.into_inner());
+        let memory = self.memory.lock();
         memory.iter().cloned().collect()
     }
 
     fn touch(&self, now: Instant) {
-        *self.last_used.lock().unwrap_or_else(|p| p.into_inner()) = now;
+        *self.last_used.lock() = now;
     }
 
     fn idle_since(&self) -> Instant {
-        *self.last_used.lock().unwrap_or_else(|p| p.into_inner())
+        *self.last_used.lock()
     }
 
     fn busy(&self) -> bool {
@@ -306,7 +308,7 @@ impl Sessions {
     }
 
     fn lock(&self) -> MutexGuard<'_, Live> {
-        self.live.lock().unwrap_or_else(|p| p.into_inner())
+        self.live.lock()
     }
 
     fn make(&self, id: String, ephemeral: bool, now: Instant) -> Session {

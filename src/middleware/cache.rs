@@ -6,8 +6,10 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+
+use parking_lot::Mutex;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -102,8 +104,8 @@ impl ResultCache {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Store> {
-        self.store.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, Store> {
+        self.store.lock()
     }
 
     fn get(&self, key: &Key, rule: &CacheRule, turn: u32, now: Instant) -> Option<ToolOutput> {

@@ -3,7 +3,9 @@
 
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::task::{Context, Poll};
 
 use tower::{Layer, Service};
@@ -61,7 +63,7 @@ impl<S> Layer<S> for ValidateLayer {
 impl<S> Validate<S> {
     /// The tool's validator, compiled once (schemas of registered tools do not change).
     fn validator(&self, tool: &str) -> Option<Arc<jsonschema::Validator>> {
-        let mut guard = self.compiled.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = self.compiled.lock();
         let generation = self.catalog.generation();
         if guard.0 != generation {
             *guard = (generation, HashMap::new());

@@ -2,8 +2,8 @@
 //! Only outcomes that say something about the tool count; the driver decides which (see
 //! `HealthOutcome`), and gates and records under the same name: the tool that runs.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -101,7 +101,7 @@ impl Health {
 
     /// Every gated tool's health, sorted by name.
     pub fn report(&self, now: Instant) -> Vec<HealthReport> {
-        let tools = self.tools.lock().unwrap_or_else(|p| p.into_inner());
+        let tools = self.tools.lock();
         let mut out: Vec<HealthReport> =
             tools.iter().map(|(name, e)| e.report(name, now)).collect();
         out.sort_by(|a, b| a.tool.cmp(&b.tool));
@@ -109,7 +109,7 @@ impl Health {
     }
 
     fn with<T>(&self, tool: &str, f: impl FnOnce(&mut Entry) -> T) -> T {
-        let mut tools = self.tools.lock().unwrap_or_else(|p| p.into_inner());
+        let mut tools = self.tools.lock();
         let entry = tools.entry(tool.to_owned()).or_insert_with(|| Entry {
             calls: 0,
             successes: 0,

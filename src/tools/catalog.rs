@@ -2,8 +2,10 @@
 //! go). Readers take a cheap snapshot; writers clone, change and swap, so a batch that took a
 //! snapshot is never disturbed by a registration.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+
+use parking_lot::RwLock;
 
 use super::registry::ToolRegistry;
 
@@ -24,10 +26,7 @@ impl Catalog {
 
     /// The registry as it is now.
     pub fn snapshot(&self) -> Arc<ToolRegistry> {
-        self.current
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.current.read().clone()
     }
 
     /// Changes with every successful update (for caches of per-tool data).
@@ -41,7 +40,7 @@ impl Catalog {
         &self,
         change: impl FnOnce(&mut ToolRegistry) -> Result<T, E>,
     ) -> Result<T, E> {
-        let mut current = self.current.write().unwrap_or_else(|p| p.into_inner());
+        let mut current = self.current.write();
         let mut next = (**current).clone();
         let out = change(&mut next)?;
         *current = Arc::new(next);
