@@ -14,19 +14,14 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::{Config, ConfigError, FailureModeConfig, PermissionDecision, RuleAction};
+use crate::config::{Config, ConfigError};
 use crate::dispatch::{Binding, Cancel, Dispatcher, Pipeline};
 use crate::grpc::server::ServeSettings;
 use crate::grpc::{RequestRules, ServeError, ServiceState};
-use crate::middleware::{
-    CacheRule, CacheScope, MiddlewareConfig, PermissionRule, PermissionVerdict, Redactor,
-};
+use crate::middleware::{CacheRule, MiddlewareConfig, PermissionRule, Redactor};
 use crate::safety::breaker::BreakerConfig;
 use crate::safety::health::Health;
-use crate::safety::hooks::{
-    Action, CommandHook, Condition, FailureMode, GrpcHook, Hook, Hooks, RuleHook,
-};
-use crate::safety::policy::Policy;
+use crate::safety::hooks::{CommandHook, GrpcHook, Hook, Hooks, RuleHook};
 use crate::safety::recovery::{DefaultReflector, Reflector};
 use crate::session::{SessionLimits, Sessions};
 use crate::tools::remote::{RemoteError, Remotes};
@@ -127,12 +122,14 @@ impl Server {
 
     /// Starts on an already bound listener.
     pub async fn start_on(self, listener: TcpListener) -> Result<RunningServer, StartError> {
+        // The one validation on the start path: configs from `Config::load` were checked there,
+        // but an embedder's config may have been built or changed in code.
         self.config.validate()?;
         let addr = listener.local_addr().map_err(|source| StartError::Bind {
             addr: "listener".to_owned(),
             source,
         })?;
-        let dispatcher = self.dispatcher()?;
+        let dispatcher = self.build()?;
         let sessions = dispatcher.sessions_handle();
         // Remotes from the config are connected before serving; one that cannot be reached is
         // connected in the background (or stops the start when it is `required`).
@@ -184,6 +181,11 @@ impl Server {
     /// in-process (benchmarks, embedders that call `Dispatcher::run` directly).
     pub fn dispatcher(&self) -> Result<Dispatcher, StartError> {
         self.config.validate()?;
+        self.build()
+    }
+
+    /// The dispatcher from a config already validated.
+    fn build(&self) -> Result<Dispatcher, StartError> {
         let registry = Arc::new(Catalog::new(self.registry()?));
         let sessions = Arc::new(sessions(&self.config));
         let pipeline = self.pipeline(registry.clone())?;
@@ -220,7 +222,7 @@ impl Server {
         let mut hooks = configured_hooks(c).map_err(StartError::Hooks)?;
         hooks.extend(self.hooks.iter().cloned());
         let middleware = middleware_config(c).map_err(StartError::Hooks)?;
-        let mut pipeline = Pipeline::new(registry, health, Policy::from_config(c), &middleware);
+        let mut pipeline = Pipeline::new(registry, health, c.policy(), &middleware);
         pipeline.hooks = Hooks::new(hooks);
         pipeline.reflector = self.reflector.clone();
         pipeline.batch_budget_chars = c.output.batch_budget_chars;
@@ -264,11 +266,7 @@ pub(crate) fn middleware_config(c: &Config) -> Result<MiddlewareConfig, String> 
         .map(|(i, r)| PermissionRule {
             id: r.id.clone().unwrap_or_else(|| format!("rules[{i}]")),
             tools: r.tools.clone(),
-            verdict: match r.decision {
-                PermissionDecision::Allow => PermissionVerdict::Allow,
-                PermissionDecision::Deny => PermissionVerdict::Deny,
-                PermissionDecision::Ask => PermissionVerdict::Ask,
-            },
+            verdict: r.decision,
             reason: r.reason.clone(),
         })
         .collect();
@@ -293,11 +291,7 @@ pub(crate) fn middleware_config(c: &Config) -> Result<MiddlewareConfig, String> 
             let rule = CacheRule {
                 ttl: tool.cache.ttl,
                 ttl_turns: tool.cache.ttl_turns,
-                scope: if tool.cache.scope.as_deref() == Some("global") {
-                    CacheScope::Global
-                } else {
-                    CacheScope::Session
-                },
+                scope: tool.cache.scope,
                 path: tool.cache.path.clone(),
             };
             m.cache_rules.insert(name.clone(), rule);
@@ -314,57 +308,30 @@ pub(crate) fn middleware_config(c: &Config) -> Result<MiddlewareConfig, String> 
 
 /// Hooks from the config, in the documented order: rules, command hooks, gRPC hooks.
 fn configured_hooks(config: &Config) -> Result<Vec<Arc<dyn Hook>>, String> {
-    let mode = |m: FailureModeConfig| match m {
-        FailureModeConfig::FailOpen => FailureMode::FailOpen,
-        FailureModeConfig::FailClosed => FailureMode::FailClosed,
-    };
     let mut hooks: Vec<Arc<dyn Hook>> = Vec::new();
     for (i, rule) in config.hooks.rules.iter().enumerate() {
-        let mut conditions = Vec::new();
-        for c in &rule.when {
-            let pointer = c.pointer.clone();
-            let condition = match (&c.equals, &c.regex, c.exists) {
-                (Some(value), None, None) => Condition::Equals {
-                    pointer,
-                    value: value.clone(),
-                },
-                (None, Some(re), None) => Condition::Matches {
-                    pointer,
-                    regex: regex::Regex::new(re).map_err(|e| format!("hooks.rules[{i}]: {e}"))?,
-                },
-                (None, None, Some(exists)) => Condition::Exists { pointer, exists },
-                _ => {
-                    return Err(format!(
-                        "hooks.rules[{i}]: each condition needs exactly one test"
-                    ));
-                }
-            };
-            conditions.push(condition);
-        }
-        let action = match rule.action {
-            RuleAction::Allow => Action::Allow,
-            RuleAction::Block => Action::Block,
-            RuleAction::Ask => Action::Ask,
-        };
+        let conditions = rule
+            .when
+            .iter()
+            .enumerate()
+            .map(|(j, c)| {
+                c.condition()
+                    .map_err(|problem| format!("hooks.rules[{i}].when[{j}]: {problem}"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let id = rule.id.clone().unwrap_or_else(|| format!("rules[{i}]"));
         hooks.push(Arc::new(RuleHook::new(
             id,
             rule.tools.clone(),
             conditions,
-            action,
+            rule.action,
             rule.reason.clone(),
         )));
     }
     for (i, h) in config.hooks.command.iter().enumerate() {
         let name = h.name.clone().unwrap_or_else(|| format!("command[{i}]"));
-        let hook = CommandHook::new(
-            name,
-            &h.command,
-            h.tools.clone(),
-            h.timeout,
-            mode(h.failure_mode),
-        )
-        .ok_or_else(|| format!("hooks.command[{i}]: name a program to run"))?;
+        let hook = CommandHook::new(name, &h.command, h.tools.clone(), h.timeout, h.failure_mode)
+            .ok_or_else(|| format!("hooks.command[{i}]: name a program to run"))?;
         hooks.push(Arc::new(hook));
     }
     for (i, h) in config.hooks.grpc.iter().enumerate() {
@@ -374,7 +341,7 @@ fn configured_hooks(config: &Config) -> Result<Vec<Arc<dyn Hook>>, String> {
             &h.endpoint,
             h.tools.clone(),
             h.timeout,
-            mode(h.failure_mode),
+            h.failure_mode,
         )?;
         hooks.push(Arc::new(hook));
     }

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use toolgate::config::{Config, LogFormat};
+use toolgate::config::Config;
 
 // Every request allocates many small, short-lived objects (protobuf values, JSON, strings) across
 // worker threads; glibc's malloc/free were a fifth of the server's CPU under load.
@@ -74,26 +74,14 @@ fn check_config(file: &std::path::Path) -> ExitCode {
 }
 
 fn serve(args: ServeArgs) -> ExitCode {
-    let mut config = match Config::load(args.config.as_deref(), std::env::vars()) {
+    // The command line's settings go in as the last overrides, so one validation covers them.
+    let config = match Config::load(args.config.as_deref(), overrides(&args)) {
         Ok(config) => config,
         Err(e) => {
             report_error(&e.to_string());
             return ExitCode::FAILURE;
         }
     };
-    if let Some(listen) = args.listen {
-        config.server.listen = listen;
-    }
-    if let Some(format) = args.log_format {
-        config.log.format = match format {
-            LogFormatArg::Text => LogFormat::Text,
-            LogFormatArg::Json => LogFormat::Json,
-        };
-    }
-    if let Err(e) = config.validate() {
-        report_error(&e.to_string());
-        return ExitCode::FAILURE;
-    }
     if let Err(e) = toolgate::telemetry::init(&config.log) {
         report_error(&e.to_string());
         return ExitCode::FAILURE;
@@ -113,6 +101,26 @@ fn serve(args: ServeArgs) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The environment with the command line's settings added as `TOOLGATE_*` variables that win.
+fn overrides(args: &ServeArgs) -> Vec<(String, String)> {
+    let mut vars: Vec<(String, String)> = std::env::vars().collect();
+    let mut set = |names: &[&str], value: &str| {
+        vars.retain(|(name, _)| !names.contains(&name.as_str()));
+        vars.push((names[0].to_owned(), value.to_owned()));
+    };
+    if let Some(listen) = &args.listen {
+        set(&["TOOLGATE_SERVER__LISTEN", "TOOLGATE_LISTEN"], listen);
+    }
+    if let Some(format) = args.log_format {
+        let format = match format {
+            LogFormatArg::Text => "text",
+            LogFormatArg::Json => "json",
+        };
+        set(&["TOOLGATE_LOG__FORMAT"], format);
+    }
+    vars
 }
 
 async fn run(config: Config) -> anyhow::Result<()> {

@@ -1,5 +1,8 @@
 //! Config loading tests: defaults, precedence, and reporting every problem at once.
 
+use std::path::Path;
+use std::time::Duration;
+
 use super::*;
 
 fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -145,4 +148,64 @@ url = "ftp://x"
         !text.contains("tlsworker"),
         "an https worker is fine:\n{text}"
     );
+}
+
+#[test]
+fn settings_the_code_has_a_type_for_are_read_into_that_type() {
+    use crate::middleware::{CacheScope, PermissionVerdict};
+    use crate::safety::hooks::{Action, FailureMode};
+    let c = Config::from_toml(
+        "[breaker]\nfailure_threshold = 1\ncooldown = \"5s\"\n\
+         [bindings.weather]\ntool = \"echo\"\n\
+         [per_tool.t.cache]\nenabled = true\nscope = \"global\"\n\
+         [[permissions.rules]]\ndecision = \"deny\"\n\
+         [[hooks.rules]]\naction = \"block\"\n\
+         [[hooks.command]]\ncommand = [\"guard\"]\nfailure_mode = \"fail_open\"",
+    )
+    .unwrap();
+    assert_eq!(
+        c.breaker,
+        crate::safety::breaker::BreakerConfig {
+            failure_threshold: 1,
+            cooldown: Duration::from_secs(5),
+            probe_lease: Duration::from_secs(30),
+        }
+    );
+    assert_eq!(
+        c.bindings["weather"],
+        crate::dispatch::Binding {
+            tool: "echo".into(),
+            input: None
+        }
+    );
+    assert_eq!(c.per_tool["t"].cache.scope, CacheScope::Global);
+    assert_eq!(c.permissions.rules[0].decision, PermissionVerdict::Deny);
+    assert_eq!(c.hooks.rules[0].action, Action::Block);
+    assert_eq!(c.hooks.command[0].failure_mode, FailureMode::FailOpen);
+}
+
+#[test]
+fn a_value_outside_a_closed_set_names_the_choices() {
+    let err = Config::from_toml("[per_tool.t.cache]\nscope = \"world\"").unwrap_err();
+    let text = err.problems.join("\n");
+    assert!(
+        text.contains("world") && text.contains("session") && text.contains("global"),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_unknown_section_message_lists_every_section() {
+    let err = Config::from_toml("[nope]\nx = 1").unwrap_err();
+    assert_eq!(
+        err.problems,
+        [format!(
+            "unknown section 'nope' (known: {})",
+            SECTIONS.join(", ")
+        )]
+    );
+    for name in ["server", "bindings", "remotes", "log"] {
+        assert!(SECTIONS.contains(&name));
+    }
+    assert_eq!(SECTIONS.len(), 21);
 }

@@ -27,12 +27,15 @@ pub struct Batch {
     pub trace: Option<Arc<crate::trace::TraceContext>>,
 }
 
-/// A model-facing tool name bound to a registered tool and an input mapping.
-#[derive(Debug, Clone, PartialEq)]
+/// A model-facing tool name bound to a registered tool and an input mapping (a request's
+/// `bindings`, or `[bindings.<name>]` in config).
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Binding {
     /// The registered tool to run.
     pub tool: String,
     /// The input mapping (see `mapping`); `None` passes the call's arguments.
+    #[serde(default)]
     pub input: Option<Value>,
 }
 

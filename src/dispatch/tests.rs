@@ -12,7 +12,6 @@ use crate::calls::{IntakeLimits, intake};
 use crate::config::Config;
 use crate::safety::breaker::BreakerConfig;
 use crate::safety::hooks::{Decision, Hook, Hooks, PreToolUse};
-use crate::safety::policy::Policy;
 use crate::safety::recovery::{Failure, Reflector};
 use crate::session::SessionLimits;
 use crate::tools::{
@@ -223,12 +222,7 @@ fn harness_with(
     }
     let registry = Arc::new(crate::tools::Catalog::new(registry));
     let middleware = crate::app::middleware_config(&config).unwrap();
-    let mut pipeline = Pipeline::new(
-        registry.clone(),
-        health,
-        Policy::from_config(&config),
-        &middleware,
-    );
+    let mut pipeline = Pipeline::new(registry.clone(), health, config.policy(), &middleware);
     pipeline.hooks = Hooks::new(hooks);
     if let Some(r) = reflector {
         pipeline.reflector = r;

@@ -8,11 +8,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-
-use parking_lot::Mutex;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use tokio::time::Instant;
 use tower::{Layer, Service};
 
@@ -20,8 +19,9 @@ use super::{Invocation, Invoked, Reply};
 use crate::json;
 use crate::tools::{BoxFuture, ToolOutput};
 
-/// Whose calls share entries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// Whose calls share entries (`scope = "session" | "global"` in config).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum CacheScope {
     /// Entries are per session (the safe default: tools may read session state).
     #[default]

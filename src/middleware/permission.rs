@@ -13,8 +13,9 @@ use crate::safety::hooks::{Decision, GateRecord};
 use crate::tools::BoxFuture;
 use crate::tools::ErrorClass;
 
-/// What a rule decides.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a rule decides (`decision = "allow" | "deny" | "ask"` in config).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Verdict {
     Allow,
     Deny,

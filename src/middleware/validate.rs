@@ -4,10 +4,9 @@
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::Arc;
-
-use parking_lot::Mutex;
 use std::task::{Context, Poll};
 
+use parking_lot::Mutex;
 use tower::{Layer, Service};
 
 use super::{Invocation, Invoked};

@@ -5,14 +5,17 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// Breaker thresholds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Breaker thresholds (the `[breaker]` config section).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct BreakerConfig {
     /// Consecutive failures that open the breaker; 0 never opens it.
     pub failure_threshold: u32,
     /// How long an open breaker refuses before it admits one probe.
+    #[serde(with = "crate::duration")]
     pub cooldown: Duration,
     /// How long a probe may run before its slot is considered lost.
+    #[serde(with = "crate::duration")]
     pub probe_lease: Duration,
 }
 

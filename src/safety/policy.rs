@@ -1,8 +1,6 @@
-//! The pipeline's settings, resolved once from the config: global values plus per-tool overrides.
+//! The pipeline's settings: global values plus per-tool overrides (built by `config`).
 
 use std::collections::BTreeMap;
-
-use crate::config::{Config, PerTool};
 
 use super::backoff::Backoff;
 use super::detector::Thresholds;
@@ -16,7 +14,31 @@ pub struct Policy {
     pub memory_enabled: bool,
     pub backoff: Backoff,
     pub max_retries: u32,
-    pub per_tool: BTreeMap<String, PerTool>,
+    pub per_tool: BTreeMap<String, ToolOverrides>,
+}
+
+/// One tool's overrides of the loop and retry settings.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ToolOverrides {
+    pub loop_detection: PerToolLoop,
+    pub retry: PerToolRetry,
+}
+
+/// `[per_tool.<name>.retry]`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PerToolRetry {
+    pub enabled: Option<bool>,
+    pub max_retries: Option<u32>,
+}
+
+/// `[per_tool.<name>.loop_detection]`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PerToolLoop {
+    pub warn_after: Option<u32>,
+    pub stop_after: Option<u32>,
+    pub exempt: bool,
 }
 
 impl Default for Thresholds {
@@ -29,25 +51,6 @@ impl Default for Thresholds {
 }
 
 impl Policy {
-    pub fn from_config(config: &Config) -> Self {
-        Policy {
-            loop_enabled: config.loop_detection.enabled,
-            append_loop_warning: config.loop_detection.append_warning,
-            loop_thresholds: Thresholds {
-                warn_after: config.loop_detection.warn_after,
-                stop_after: config.loop_detection.stop_after,
-            },
-            memory_enabled: config.memory.enabled,
-            backoff: Backoff {
-                base: config.retry.base_delay,
-                max: config.retry.max_delay,
-                jitter: config.retry.jitter,
-            },
-            max_retries: config.retry.max_retries,
-            per_tool: config.per_tool.clone(),
-        }
-    }
-
     /// Loop thresholds for `tool`; `None` when detection is off or the tool is exempt.
     pub fn loop_thresholds(&self, tool: &str) -> Option<Thresholds> {
         if !self.loop_enabled {
@@ -85,6 +88,7 @@ impl Policy {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Config;
 
     #[test]
     fn per_tool_overrides_win() {
@@ -93,7 +97,7 @@ mod tests {
              [per_tool.fetch.retry]\nenabled = true\nmax_retries = 5",
         )
         .unwrap();
-        let p = Policy::from_config(&config);
+        let p = config.policy();
         assert_eq!(
             p.loop_thresholds("poll"),
             Some(Thresholds {

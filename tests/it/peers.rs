@@ -31,9 +31,14 @@ struct Binary {
 
 impl Binary {
     fn start(extra: &[&str]) -> Binary {
+        Binary::start_with(extra, &[])
+    }
+
+    fn start_with(extra: &[&str], env: &[(&str, &str)]) -> Binary {
         let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
             .args(["serve", "--listen", "127.0.0.1:0"])
             .args(extra)
+            .envs(env.iter().copied())
             .env_remove("TOOLGATE_CONFIG")
             .env("RUST_LOG", "info")
             .stdout(Stdio::piped())
@@ -190,6 +195,44 @@ fn a_bad_config_exits_non_zero_listing_every_problem() {
         .unwrap();
     assert!(output.status.success());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn command_line_settings_win_over_the_environment_and_are_validated_with_the_config() {
+    let server = Binary::start_with(
+        &["--log-format", "json"],
+        &[("TOOLGATE_LOG__FORMAT", "text")],
+    );
+    let (status, log) = server.terminate();
+    assert!(status.success(), "{log}");
+    let lines: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(!lines.is_empty());
+    for line in lines {
+        let parsed: serde_json::Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("not a JSON log line ({e}): {line}"));
+        assert!(parsed.get("fields").is_some(), "{line}");
+    }
+
+    // A bad --listen is reported in the same list as the config file's own problems.
+    let dir = std::env::temp_dir().join(format!("toolgate-peers-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("bad.toml");
+    std::fs::write(&file, "[limits]\nmax_calls = 0\n").unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["--config", file.to_str().unwrap(), "--listen", "nowhere"])
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_contains(
+        &stderr,
+        &[
+            "invalid configuration",
+            "server.listen: 'nowhere'",
+            "limits.max_calls: must be at least 1",
+        ],
+    );
 }
 
 #[test]

@@ -92,11 +92,11 @@ const LAYERS: &[&[&str]] = &[
     &["json", "trace", "protojson"],
     &["calls", "mapping"],
     &["tools"],
-    &["config"],
     &["safety"],
     &["session"],
     &["middleware"],
     &["dispatch"],
+    &["config"],
     &["grpc", "telemetry"],
     &["app"],
 ];

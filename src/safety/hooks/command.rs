@@ -15,7 +15,9 @@ use crate::glob::glob_match;
 use crate::tools::BoxFuture;
 
 /// What a failing hook (crash, timeout, bad exit code) means for the call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// In config: `failure_mode = "fail_open" | "fail_closed"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum FailureMode {
     /// The call runs.
     FailOpen,

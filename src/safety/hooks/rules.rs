@@ -26,8 +26,9 @@ pub enum Condition {
     },
 }
 
-/// What a matching rule does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a matching rule does (`action = "allow" | "block" | "ask"` in config).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Action {
     Allow,
     Block,

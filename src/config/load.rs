@@ -1,0 +1,145 @@
+//! Loading: the embedded default, then a TOML file, then `TOOLGATE_*` variables, merged as TOML
+//! tables in that order; then each section typed on its own, so one bad section does not hide
+//! problems in another; then validation, so every problem comes back at once.
+
+use std::path::Path;
+
+use serde::de::DeserializeOwned;
+use toml::Table;
+
+use super::{Config, ConfigError, DEFAULT_TOML, ENV_PREFIX};
+
+impl Config {
+    /// Loads the embedded default, then `file` (if any), then `TOOLGATE_*` variables from `env`.
+    pub fn load(
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Config, ConfigError> {
+        let mut problems = Vec::new();
+        let mut table = parse_toml(DEFAULT_TOML, "embedded default", &mut problems);
+        if let Some(path) = file {
+            match std::fs::read_to_string(path) {
+                Ok(text) => {
+                    let overrides = parse_toml(&text, &path.display().to_string(), &mut problems);
+                    merge(&mut table, overrides);
+                }
+                Err(e) => problems.push(format!("{}: cannot read: {e}", path.display())),
+            }
+        }
+        apply_env(&mut table, env, &mut problems);
+        finish(table, problems)
+    }
+
+    /// Parses a TOML document on top of the embedded default, without the environment.
+    pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
+        let mut problems = Vec::new();
+        let mut table = parse_toml(DEFAULT_TOML, "embedded default", &mut problems);
+        merge(&mut table, parse_toml(text, "config", &mut problems));
+        finish(table, problems)
+    }
+}
+
+/// Types the merged table and checks it, adding to the problems found while merging.
+fn finish(table: Table, mut problems: Vec<String>) -> Result<Config, ConfigError> {
+    let config = Config::read_sections(table, &mut problems);
+    problems.extend(config.problems());
+    if problems.is_empty() {
+        Ok(config)
+    } else {
+        Err(ConfigError { problems })
+    }
+}
+
+fn parse_toml(text: &str, origin: &str, problems: &mut Vec<String>) -> Table {
+    match text.parse::<Table>() {
+        Ok(table) => table,
+        Err(e) => {
+            problems.push(format!("{origin}: {}", e.to_string().trim_end()));
+            Table::new()
+        }
+    }
+}
+
+/// Deep-merges `overrides` into `base`: tables merge key by key, anything else replaces.
+fn merge(base: &mut Table, overrides: Table) {
+    for (key, value) in overrides {
+        match (base.get_mut(&key), value) {
+            (Some(toml::Value::Table(into)), toml::Value::Table(from)) => merge(into, from),
+            (_, value) => {
+                base.insert(key, value);
+            }
+        }
+    }
+}
+
+/// `TOOLGATE_SECTION__KEY=value` sets `section.key`; the value is read as a TOML value when it
+/// parses as one (`100`, `true`, `["a"]`) and as a string otherwise. `TOOLGATE_LISTEN` is short
+/// for `TOOLGATE_SERVER__LISTEN`. Variables without `__` are not config keys and are ignored.
+fn apply_env(
+    table: &mut Table,
+    env: impl IntoIterator<Item = (String, String)>,
+    problems: &mut Vec<String>,
+) {
+    let mut vars: Vec<(String, String)> = env
+        .into_iter()
+        .filter(|(k, _)| k.starts_with(ENV_PREFIX))
+        .collect();
+    vars.sort();
+    for (name, raw) in vars {
+        let rest = &name[ENV_PREFIX.len()..];
+        let path: Vec<String> = if rest == "LISTEN" {
+            vec!["server".into(), "listen".into()]
+        } else if rest.contains("__") {
+            rest.split("__").map(str::to_lowercase).collect()
+        } else {
+            continue;
+        };
+        if path.iter().any(String::is_empty) {
+            problems.push(format!("{name}: malformed variable name"));
+            continue;
+        }
+        let value = format!("v = {raw}")
+            .parse::<Table>()
+            .ok()
+            .and_then(|mut t| t.remove("v"))
+            .unwrap_or(toml::Value::String(raw));
+        if let Err(part) = set_path(table, &path, value) {
+            problems.push(format!("{name}: '{part}' is not a section"));
+        }
+    }
+}
+
+/// Sets `path` in nested tables, creating them; fails with the segment that is not a table.
+fn set_path(table: &mut Table, path: &[String], value: toml::Value) -> Result<(), String> {
+    match path {
+        [] => Ok(()),
+        [last] => {
+            table.insert(last.clone(), value);
+            Ok(())
+        }
+        [first, rest @ ..] => {
+            let entry = table
+                .entry(first.clone())
+                .or_insert_with(|| toml::Value::Table(Table::new()));
+            match entry {
+                toml::Value::Table(next) => set_path(next, rest, value),
+                _ => Err(first.clone()),
+            }
+        }
+    }
+}
+
+pub(super) fn section<T: DeserializeOwned>(
+    table: &mut Table,
+    name: &str,
+    into: &mut T,
+    problems: &mut Vec<String>,
+) {
+    let Some(value) = table.remove(name) else {
+        return;
+    };
+    match value.try_into::<T>() {
+        Ok(parsed) => *into = parsed,
+        Err(e) => problems.push(format!("[{name}]: {}", e.message().trim_end())),
+    }
+}

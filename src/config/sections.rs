@@ -1,0 +1,448 @@
+//! The config's section types, one per `[section]`, with their defaults. Where the code has a
+//! type for a setting, the section holds that type itself (no mirror types): breaker, bindings,
+//! rule actions, hook failure modes, permission verdicts, cache scopes, per-tool loop and retry.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::duration;
+use crate::duration::optional as optional_duration;
+use crate::middleware::{CacheScope, PermissionVerdict};
+use crate::safety::hooks::{Action, Condition, FailureMode};
+use crate::safety::policy::{PerToolLoop, PerToolRetry};
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    pub listen: String,
+    pub max_message_bytes: usize,
+    pub max_concurrent_batches: usize,
+    #[serde(with = "duration")]
+    pub shutdown_grace: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    pub max_calls: u32,
+    pub max_calls_ceiling: u32,
+    pub max_json_depth: usize,
+    /// The highest options.max_concurrency a PARALLEL batch may ask for.
+    pub max_concurrency: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DispatchConfig {
+    #[serde(with = "duration")]
+    pub call_timeout: Duration,
+    #[serde(with = "duration")]
+    pub max_call_timeout: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SessionsConfig {
+    /// Empty: a per-server directory under the system temp dir.
+    pub scratch_base: PathBuf,
+    #[serde(with = "duration")]
+    pub idle_ttl: Duration,
+    pub max_sessions: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MemoryConfig {
+    pub enabled: bool,
+    pub max_entries: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LoopDetectionConfig {
+    pub enabled: bool,
+    pub window: usize,
+    pub warn_after: u32,
+    pub stop_after: u32,
+    pub append_warning: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetrySection {
+    pub max_retries: u32,
+    #[serde(with = "duration")]
+    pub base_delay: Duration,
+    #[serde(with = "duration")]
+    pub max_delay: Duration,
+    pub jitter: bool,
+}
+
+/// Pre- and post-tool hooks, consulted in this order: rules, then command hooks, then gRPC hooks.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HooksConfig {
+    pub rules: Vec<RuleConfig>,
+    pub command: Vec<CommandHookConfig>,
+    pub grpc: Vec<GrpcHookConfig>,
+}
+
+/// `[[hooks.rules]]`: when the tool matches and every condition holds, take the action.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuleConfig {
+    /// Shown as the gate decision's source; default `rules[<n>]`.
+    #[serde(default)]
+    pub id: Option<String>,
+    /// Tool-name glob (`*`, `?`).
+    #[serde(default = "any_tool")]
+    pub tools: String,
+    pub action: Action,
+    #[serde(default)]
+    pub reason: String,
+    #[serde(default)]
+    pub when: Vec<ConditionConfig>,
+}
+
+/// One condition: a JSON pointer into the input and exactly one test.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConditionConfig {
+    pub pointer: String,
+    #[serde(default)]
+    pub equals: Option<serde_json::Value>,
+    #[serde(default)]
+    pub regex: Option<String>,
+    #[serde(default)]
+    pub exists: Option<bool>,
+}
+
+/// `[[hooks.command]]`: a program run per call with the call as JSON on stdin.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommandHookConfig {
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Program and arguments (no shell).
+    pub command: Vec<String>,
+    #[serde(default = "any_tool")]
+    pub tools: String,
+    #[serde(default = "command_timeout", with = "duration")]
+    pub timeout: Duration,
+    #[serde(default)]
+    pub failure_mode: FailureMode,
+}
+
+/// `[[hooks.grpc]]`: a remote `toolgate.v1.ToolHooks` service.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GrpcHookConfig {
+    #[serde(default)]
+    pub name: Option<String>,
+    /// `http://host:port`.
+    pub endpoint: String,
+    #[serde(default = "any_tool")]
+    pub tools: String,
+    #[serde(default = "grpc_timeout", with = "duration")]
+    pub timeout: Duration,
+    #[serde(default)]
+    pub failure_mode: FailureMode,
+}
+
+impl ConditionConfig {
+    /// The condition this entry describes; `Err` says why it describes none (the one place the
+    /// shape is checked: validation lists the error, the server builds from the `Ok`).
+    pub fn condition(&self) -> Result<Condition, String> {
+        if !self.pointer.is_empty() && !self.pointer.starts_with('/') {
+            return Err(format!(
+                "pointer '{}' must be empty or start with '/'",
+                self.pointer
+            ));
+        }
+        let pointer = self.pointer.clone();
+        match (&self.equals, &self.regex, self.exists) {
+            (Some(value), None, None) => Ok(Condition::Equals {
+                pointer,
+                value: value.clone(),
+            }),
+            (None, Some(re), None) => regex::Regex::new(re)
+                .map(|regex| Condition::Matches { pointer, regex })
+                .map_err(|e| format!("regex does not compile: {e}")),
+            (None, None, Some(exists)) => Ok(Condition::Exists { pointer, exists }),
+            _ => Err("set exactly one of equals, regex, exists".to_owned()),
+        }
+    }
+}
+
+fn any_tool() -> String {
+    "*".to_owned()
+}
+
+fn command_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+
+fn grpc_timeout() -> Duration {
+    Duration::from_secs(2)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ValidationConfig {
+    pub enabled: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OutputConfig {
+    pub max_chars: usize,
+    pub batch_budget_chars: usize,
+    /// Longest error text in a result or a fail-fast reason.
+    pub max_error_chars: usize,
+    /// Longest argument or result preview carried by an event.
+    pub event_preview_chars: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RedactionConfig {
+    pub enabled: bool,
+    pub entropy: bool,
+    pub patterns: Vec<RedactionPattern>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedactionPattern {
+    pub kind: String,
+    pub regex: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CacheConfig {
+    pub max_entries: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UnknownToolConfig {
+    pub suggestion_threshold: f64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PermissionsConfig {
+    pub rules: Vec<PermissionRuleConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PermissionRuleConfig {
+    #[serde(default)]
+    pub id: Option<String>,
+    #[serde(default = "any_tool")]
+    pub tools: String,
+    pub decision: PermissionVerdict,
+    #[serde(default)]
+    pub reason: String,
+}
+
+/// `[remote_registration]`: whether clients may add and remove remotes at run time.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RemoteRegistrationConfig {
+    pub enabled: bool,
+    /// Programs a run-time registered stdio MCP server may run (exact `command[0]` values).
+    pub stdio_commands: Vec<String>,
+}
+
+/// Overrides for one tool, under `[per_tool.<name>]`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PerTool {
+    #[serde(with = "optional_duration")]
+    pub timeout: Option<Duration>,
+    pub max_output_chars: Option<usize>,
+    pub retry: PerToolRetry,
+    pub loop_detection: PerToolLoop,
+    pub cache: PerToolCache,
+    /// JSON pointer of the path this tool writes: its success evicts cached entries of that path.
+    pub invalidates_path: Option<String>,
+    /// `false`: JSON objects this tool returns pass through whole (no result selection).
+    pub select_result: Option<bool>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PerToolCache {
+    pub enabled: bool,
+    #[serde(with = "optional_duration")]
+    pub ttl: Option<Duration>,
+    pub ttl_turns: Option<u32>,
+    pub scope: CacheScope,
+    /// JSON pointer of the path this tool reads.
+    pub path: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ToolsConfig {
+    pub builtin: BuiltinConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BuiltinConfig {
+    pub enabled: bool,
+    pub exclude: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    pub level: String,
+    pub format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: "127.0.0.1:50051".to_owned(),
+            max_message_bytes: 4 * 1024 * 1024,
+            max_concurrent_batches: 256,
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_calls: 64,
+            max_calls_ceiling: 1024,
+            max_json_depth: 64,
+            max_concurrency: 64,
+        }
+    }
+}
+
+impl Default for DispatchConfig {
+    fn default() -> Self {
+        DispatchConfig {
+            call_timeout: Duration::from_secs(60),
+            max_call_timeout: Duration::from_secs(3600),
+        }
+    }
+}
+
+impl Default for SessionsConfig {
+    fn default() -> Self {
+        SessionsConfig {
+            scratch_base: PathBuf::new(),
+            idle_ttl: Duration::from_secs(30 * 60),
+            max_sessions: 10_000,
+        }
+    }
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        MemoryConfig {
+            enabled: true,
+            max_entries: 100,
+        }
+    }
+}
+
+impl Default for LoopDetectionConfig {
+    fn default() -> Self {
+        LoopDetectionConfig {
+            enabled: true,
+            window: 100,
+            warn_after: 3,
+            stop_after: 10,
+            append_warning: true,
+        }
+    }
+}
+
+impl Default for RetrySection {
+    fn default() -> Self {
+        RetrySection {
+            max_retries: 3,
+            base_delay: Duration::from_millis(100),
+            max_delay: Duration::from_secs(30),
+            jitter: false,
+        }
+    }
+}
+
+impl Default for ValidationConfig {
+    fn default() -> Self {
+        ValidationConfig { enabled: true }
+    }
+}
+
+impl Default for OutputConfig {
+    fn default() -> Self {
+        OutputConfig {
+            max_chars: 100_000,
+            batch_budget_chars: 0,
+            max_error_chars: 2000,
+            event_preview_chars: 1024,
+        }
+    }
+}
+
+impl Default for RedactionConfig {
+    fn default() -> Self {
+        RedactionConfig {
+            enabled: true,
+            entropy: false,
+            patterns: Vec::new(),
+        }
+    }
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig { max_entries: 1000 }
+    }
+}
+
+impl Default for UnknownToolConfig {
+    fn default() -> Self {
+        UnknownToolConfig {
+            suggestion_threshold: 0.4,
+        }
+    }
+}
+
+impl Default for BuiltinConfig {
+    fn default() -> Self {
+        BuiltinConfig {
+            enabled: true,
+            exclude: Vec::new(),
+        }
+    }
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            level: "info".to_owned(),
+            format: LogFormat::Text,
+        }
+    }
+}

@@ -1,0 +1,164 @@
+//! Validation: the values checked against each other and the server's hard limits, every
+//! problem listed at once. The only place config values are judged.
+
+use std::net::SocketAddr;
+
+use super::{Config, ConfigError, HooksConfig};
+use crate::tools::BUILTIN_NAMES;
+
+impl Config {
+    /// Checks the values against each other and the server's hard limits.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let problems = self.problems();
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigError { problems })
+        }
+    }
+
+    pub(super) fn problems(&self) -> Vec<String> {
+        let mut p = Vec::new();
+        if self.server.listen.parse::<SocketAddr>().is_err() {
+            p.push(format!(
+                "server.listen: '{}' is not an address such as 127.0.0.1:50051",
+                self.server.listen
+            ));
+        }
+        if self.server.max_message_bytes < 1024 {
+            p.push("server.max_message_bytes: must be at least 1024".to_owned());
+        }
+        if self.server.max_concurrent_batches == 0 {
+            p.push("server.max_concurrent_batches: must be at least 1".to_owned());
+        }
+        let limits = &self.limits;
+        if limits.max_calls == 0 {
+            p.push("limits.max_calls: must be at least 1".to_owned());
+        }
+        if limits.max_calls > limits.max_calls_ceiling {
+            p.push(format!(
+                "limits.max_calls: {} is above limits.max_calls_ceiling ({})",
+                limits.max_calls, limits.max_calls_ceiling
+            ));
+        }
+        // Protobuf decoding stops at 100 nested messages; deeper JSON could never arrive anyway.
+        if limits.max_concurrency == 0 {
+            p.push("limits.max_concurrency: must be at least 1".to_owned());
+        }
+        if !(1..=100).contains(&limits.max_json_depth) {
+            p.push("limits.max_json_depth: must be from 1 to 100".to_owned());
+        }
+        if self.dispatch.call_timeout.is_zero() {
+            p.push("dispatch.call_timeout: must be longer than zero".to_owned());
+        }
+        if self.dispatch.call_timeout > self.dispatch.max_call_timeout {
+            p.push("dispatch.call_timeout: is above dispatch.max_call_timeout".to_owned());
+        }
+        if self.sessions.max_sessions == 0 {
+            p.push("sessions.max_sessions: must be at least 1".to_owned());
+        }
+        if self.sessions.idle_ttl.is_zero() {
+            p.push("sessions.idle_ttl: must be longer than zero".to_owned());
+        }
+        if self.loop_detection.window == 0 {
+            p.push("loop_detection.window: must be at least 1".to_owned());
+        }
+        if self.retry.base_delay > self.retry.max_delay {
+            p.push("retry.base_delay: is above retry.max_delay".to_owned());
+        }
+        p.extend(self.hooks.problems());
+        if !(0.0..=1.0).contains(&self.unknown_tool.suggestion_threshold) {
+            p.push("unknown_tool.suggestion_threshold: must be from 0 to 1".to_owned());
+        }
+        for (i, pattern) in self.redaction.patterns.iter().enumerate() {
+            if let Err(e) = regex::Regex::new(&pattern.regex) {
+                p.push(format!(
+                    "redaction.patterns[{i}]: regex does not compile: {e}"
+                ));
+            }
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for (i, remote) in self.remotes.iter().enumerate() {
+            if !names.insert(&remote.name) {
+                p.push(format!(
+                    "remotes[{i}]: the name '{}' is used twice",
+                    remote.name
+                ));
+            }
+            if let Err(reason) = remote.check() {
+                p.push(format!("remotes[{i}] ({}): {reason}", remote.name));
+            }
+        }
+        for (name, binding) in &self.bindings {
+            match &binding.input {
+                None => {}
+                Some(input @ serde_json::Value::Object(_)) => {
+                    for problem in crate::mapping::problems(input) {
+                        p.push(format!("bindings.{name}.{problem}"));
+                    }
+                }
+                Some(_) => p.push(format!("bindings.{name}.input: must be a table")),
+            }
+        }
+        for (name, tool) in &self.per_tool {
+            let pointers = [&tool.cache.path, &tool.invalidates_path];
+            for pointer in pointers.into_iter().flatten() {
+                if !pointer.is_empty() && !pointer.starts_with('/') {
+                    p.push(format!(
+                        "per_tool.{name}: pointer '{pointer}' must start with '/'"
+                    ));
+                }
+            }
+            if tool.timeout.is_some_and(|t| t.is_zero()) {
+                p.push(format!("per_tool.{name}.timeout: must be longer than zero"));
+            }
+        }
+        for name in &self.tools.builtin.exclude {
+            if !BUILTIN_NAMES.contains(&name.as_str()) {
+                p.push(format!(
+                    "tools.builtin.exclude: '{name}' is not a built-in tool (built-ins: {})",
+                    BUILTIN_NAMES.join(", ")
+                ));
+            }
+        }
+        if tracing_subscriber::EnvFilter::try_new(&self.log.level).is_err() {
+            p.push(format!(
+                "log.level: '{}' is not a valid log filter",
+                self.log.level
+            ));
+        }
+        p
+    }
+}
+
+impl HooksConfig {
+    pub(super) fn problems(&self) -> Vec<String> {
+        let mut p = Vec::new();
+        for (i, rule) in self.rules.iter().enumerate() {
+            for (j, c) in rule.when.iter().enumerate() {
+                if let Err(problem) = c.condition() {
+                    p.push(format!("hooks.rules[{i}].when[{j}]: {problem}"));
+                }
+            }
+        }
+        for (i, hook) in self.command.iter().enumerate() {
+            if hook.command.first().is_none_or(String::is_empty) {
+                p.push(format!("hooks.command[{i}].command: name a program to run"));
+            }
+        }
+        for (i, hook) in self.grpc.iter().enumerate() {
+            let authority = hook
+                .endpoint
+                .strip_prefix("http://")
+                .or_else(|| hook.endpoint.strip_prefix("https://"))
+                .unwrap_or("");
+            if authority.is_empty() || authority.contains(char::is_whitespace) {
+                p.push(format!(
+                    "hooks.grpc[{i}].endpoint: '{}' is not a URL such as http://127.0.0.1:7000",
+                    hook.endpoint
+                ));
+            }
+        }
+        p
+    }
+}
