@@ -1,6 +1,8 @@
 //! The config's section types, one per `[section]`, with their defaults. Where the code has a
 //! type for a setting, the section holds that type itself (no mirror types): breaker, bindings,
 //! rule actions, hook failure modes, permission verdicts, cache scopes, per-tool loop and retry.
+//! Over 400 lines because it is one small type per section with its `Default`: the defaults sit
+//! next to their fields, where the test pinning them to `config/default.toml` points.
 
 use std::path::PathBuf;
 use std::time::Duration;
