@@ -7,41 +7,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{RemoteError, RemoteSpec};
+use super::{HttpToolDefinition, RemoteError, RemoteSpec};
 use crate::tools::{Annotations, BoxFuture, Tool, ToolContext, ToolError, ToolOutput};
 
 /// Characters of a failed reply's body kept in the error.
 const BODY_PREVIEW: usize = 500;
-/// `[remotes.definition]` of an HTTP remote: the one tool it is.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct HttpToolDefinition {
-    pub name: String,
-    #[serde(default)]
-    pub description: String,
-    #[serde(default = "any_object")]
-    pub input_schema: Value,
-    #[serde(default)]
-    pub read_only: bool,
-    #[serde(default)]
-    pub destructive: bool,
-    #[serde(default)]
-    pub idempotent: bool,
-    #[serde(default)]
-    pub open_world: bool,
-    #[serde(default)]
-    pub concurrency_safe: bool,
-    /// A reference into the input naming the resource a call touches (`arguments.path`).
-    #[serde(default)]
-    pub resource_key: Option<String>,
-}
-
-fn any_object() -> Value {
-    json!({"type": "object"})
-}
 
 /// A tool served over HTTP.
 pub struct HttpTool {
