@@ -198,6 +198,26 @@ fn output_of(result: &pb::InvokeResult) -> ToolOutput {
     }
 }
 
+/// The call's answer: the output, or for a result that is an error, a failure whose message is
+/// the text the output reads as.
+fn answer(result: &pb::InvokeResult) -> Result<ToolOutput, ToolError> {
+    let output = output_of(result);
+    if !result.is_error {
+        return Ok(output);
+    }
+    let text = output.text();
+    let error = ToolError::failed(if text.is_empty() {
+        "the worker reported an error".to_owned()
+    } else {
+        text
+    });
+    Err(if result.retryable {
+        error.retryable()
+    } else {
+        error
+    })
+}
+
 impl WorkerTool {
     async fn invoke(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let m = &ctx.metadata;
@@ -247,27 +267,7 @@ impl WorkerTool {
                     // connection, past which it closes the worker's channel (ENHANCE_YOUR_CALM).
                     // Bounded: a worker that never ends its stream must not hold the answer.
                     let _ = tokio::time::timeout(TRAILERS_WAIT, stream.trailers()).await;
-                    let output = output_of(&result);
-                    if !result.is_error {
-                        return Ok(output);
-                    }
-                    let text = match &output {
-                        ToolOutput::Text(t) => t.clone(),
-                        other => crate::tools::content_of(&match other {
-                            ToolOutput::Json(v) => v.clone(),
-                            _ => Value::Null,
-                        }),
-                    };
-                    let error = ToolError::failed(if text.is_empty() {
-                        "the worker reported an error".to_owned()
-                    } else {
-                        text
-                    });
-                    return Err(if result.retryable {
-                        error.retryable()
-                    } else {
-                        error
-                    });
+                    return answer(&result);
                 }
                 None => {}
             }
@@ -311,5 +311,45 @@ impl Tool for WorkerTool {
         ctx: &'a ToolContext,
     ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(self.invoke(input, ctx))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(text: &str) -> pb::ContentPart {
+        pb::ContentPart {
+            part: Some(pb::content_part::Part::Text(text.to_owned())),
+        }
+    }
+
+    fn failing(content: Vec<pb::ContentPart>) -> pb::InvokeResult {
+        pb::InvokeResult {
+            content,
+            is_error: true,
+            ..pb::InvokeResult::default()
+        }
+    }
+
+    #[track_caller]
+    fn check(result: pb::InvokeResult, message: &str) {
+        let error = answer(&result).unwrap_err();
+        assert_eq!(error.message, message);
+    }
+
+    #[test]
+    fn a_failing_result_reads_as_the_text_of_its_content() {
+        check(failing(vec![text("no such user")]), "no such user");
+        check(
+            failing(vec![text("no such user"), text("tried alice")]),
+            "no such user\ntried alice",
+        );
+        check(failing(Vec::new()), "the worker reported an error");
+        let structured = pb::InvokeResult {
+            structured: Some(value_from_json(&serde_json::json!({"code": 7}))),
+            ..failing(vec![text("ignored")])
+        };
+        check(structured, r#"{"code":7}"#);
     }
 }
