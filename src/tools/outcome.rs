@@ -61,6 +61,16 @@ impl ToolOutput {
             ToolOutput::Parts(parts) => parts_text(parts),
         }
     }
+
+    /// Output made of content parts, in its simplest form: no parts is empty text, one text
+    /// part is that text, anything else stays parts.
+    pub fn from_parts(parts: Vec<ContentPart>) -> ToolOutput {
+        match parts.as_slice() {
+            [] => ToolOutput::Text(String::new()),
+            [ContentPart::Text(text)] => ToolOutput::Text(text.clone()),
+            _ => ToolOutput::Parts(parts),
+        }
+    }
 }
 
 /// A string result is used verbatim; any other JSON is canonical compact JSON.
@@ -113,6 +123,33 @@ mod tests {
                 ContentPart::Text("second".into()),
             ]),
             "first\n[image: image/png]\nsecond",
+        );
+    }
+
+    #[test]
+    fn parts_take_their_simplest_form() {
+        let text = |t: &str| ContentPart::Text(t.to_owned());
+        let image = ContentPart::Image {
+            mime_type: "image/png".into(),
+            data: "AAA=".into(),
+        };
+        assert_eq!(
+            ToolOutput::from_parts(Vec::new()),
+            ToolOutput::Text(String::new())
+        );
+        assert_eq!(
+            ToolOutput::from_parts(vec![text("one")]),
+            ToolOutput::Text("one".into())
+        );
+        let several = vec![text("one"), text("two")];
+        assert_eq!(
+            ToolOutput::from_parts(several.clone()),
+            ToolOutput::Parts(several)
+        );
+        let picture = vec![image];
+        assert_eq!(
+            ToolOutput::from_parts(picture.clone()),
+            ToolOutput::Parts(picture)
         );
     }
 }

@@ -342,7 +342,8 @@ impl McpTool {
         match answer.map_err(|e| from_service_error(&conn.remote, &e))? {
             ServerResult::CallToolResult(result) => {
                 if result.is_error.unwrap_or(false) {
-                    let text = text_of(&result.content);
+                    // The error reads as the content; a structured result does not replace it.
+                    let text = output_of(&result.content, None).text();
                     let message = if text.is_empty() {
                         "the MCP tool reported an error".to_owned()
                     } else {
@@ -360,20 +361,12 @@ impl McpTool {
     }
 }
 
-fn text_of(content: &[ContentBlock]) -> String {
-    content
-        .iter()
-        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
 /// `structuredContent` is the result when present; otherwise the content blocks.
 fn output_of(content: &[ContentBlock], structured: Option<Value>) -> ToolOutput {
     if let Some(value) = structured {
         return ToolOutput::Json(value);
     }
-    let parts: Vec<ContentPart> = content
+    let parts = content
         .iter()
         .filter_map(|c| {
             if let Some(t) = c.as_text() {
@@ -386,11 +379,7 @@ fn output_of(content: &[ContentBlock], structured: Option<Value>) -> ToolOutput 
             }
         })
         .collect();
-    match parts.as_slice() {
-        [] => ToolOutput::Text(String::new()),
-        [ContentPart::Text(text)] => ToolOutput::Text(text.clone()),
-        _ => ToolOutput::Parts(parts),
-    }
+    ToolOutput::from_parts(parts)
 }
 
 impl Tool for McpTool {

@@ -179,7 +179,7 @@ fn output_of(result: &pb::InvokeResult) -> ToolOutput {
     if let Some(structured) = &result.structured {
         return ToolOutput::Json(to_json(structured));
     }
-    let parts: Vec<ContentPart> = result
+    let parts = result
         .content
         .iter()
         .filter_map(|p| match &p.part {
@@ -191,11 +191,7 @@ fn output_of(result: &pb::InvokeResult) -> ToolOutput {
             None => None,
         })
         .collect();
-    match parts.as_slice() {
-        [] => ToolOutput::Text(String::new()),
-        [ContentPart::Text(text)] => ToolOutput::Text(text.clone()),
-        _ => ToolOutput::Parts(parts),
-    }
+    ToolOutput::from_parts(parts)
 }
 
 /// The call's answer: the output, or for a result that is an error, a failure whose message is
