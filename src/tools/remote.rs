@@ -1,14 +1,14 @@
 //! Remote tools: tools served by another process. `spec` is a remote's definition, `manager`
-//! the registry of connected remotes, and each protocol has one adapter (`worker`, `mcp`,
-//! `http`) that turns a call into that protocol and its answer back into a tool output.
+//! the registry of connected remotes, `tool` what every remote tool shares (its definition and
+//! the one `Tool` impl), and each protocol has one adapter (`worker`, `mcp`, `http`) that turns
+//! a call into that protocol and its answer back into a tool output.
 
 pub mod http;
 mod manager;
 pub mod mcp;
 mod spec;
+mod tool;
 pub mod worker;
-
-use std::time::Duration;
 
 use super::RegistryError;
 
@@ -44,26 +44,3 @@ pub enum Signal {
 
 /// Where adapters send signals.
 pub type Signals = tokio::sync::mpsc::UnboundedSender<Signal>;
-
-/// Extra time a remote gets past the call's deadline, so toolgate's own deadline (which cancels
-/// the call) decides the result and the remote's clock only stops work that is abandoned.
-const REMOTE_DEADLINE_MARGIN: Duration = Duration::from_millis(100);
-
-/// How long the remote side may take for this call: the time left before its deadline plus the
-/// margin; none without a deadline.
-pub fn remote_timeout(ctx: &crate::tools::ToolContext) -> Option<Duration> {
-    let deadline = ctx.deadline?;
-    Some(deadline.saturating_duration_since(tokio::time::Instant::now()) + REMOTE_DEADLINE_MARGIN)
-}
-
-/// Resolves a resource-key reference (`arguments.path` or `input.path`) against an input.
-pub fn resource_key(template: Option<&str>, input: &serde_json::Value) -> Option<String> {
-    let template = template?;
-    let path = template
-        .strip_prefix("arguments.")
-        .or_else(|| template.strip_prefix("input."))?;
-    crate::mapping::path(input, path).map(|v| match v {
-        serde_json::Value::String(s) => s.clone(),
-        other => crate::json::canonical(other),
-    })
-}
