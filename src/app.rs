@@ -404,14 +404,9 @@ impl RunningServer {
     }
 
     /// Waits until the server stops (after a shutdown handle fired, or a transport failure).
+    /// A server task that panicked or was aborted is `ServeError::TaskFailed`, never `Ok`.
     pub async fn wait(self) -> Result<(), ServeError> {
-        match self.task.await {
-            Ok(result) => result,
-            Err(join) => {
-                tracing::error!(error = %join, "server task failed");
-                Ok(())
-            }
-        }
+        self.task.await.map_err(ServeError::TaskFailed)?
     }
 }
 
@@ -419,5 +414,40 @@ impl ShutdownHandle {
     /// Starts a graceful shutdown; returns at once.
     pub fn shutdown(&self) {
         self.trigger.cancel();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_aborted_server_task_is_an_error() {
+        let server = Server::new(Config::default()).start_local().await.unwrap();
+        server.task.abort();
+        let error = server.wait().await.unwrap_err();
+        assert!(
+            matches!(&error, ServeError::TaskFailed(join) if join.is_cancelled()),
+            "{error}"
+        );
+        assert!(
+            error.to_string().starts_with("the server task failed: "),
+            "{error}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_panicked_server_task_is_an_error() {
+        let server = RunningServer {
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            trigger: CancellationToken::new(),
+            task: tokio::spawn(async { panic!("the server broke") }),
+        };
+        let error = server.wait().await.unwrap_err();
+        assert!(
+            matches!(&error, ServeError::TaskFailed(join) if join.is_panic()),
+            "{error}"
+        );
+        assert!(error.to_string().contains("the server broke"), "{error}");
     }
 }

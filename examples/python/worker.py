@@ -15,7 +15,9 @@ Tools:
   word_count {text}            counts words and characters (read-only, safe to run in parallel)
   slow_count {to, delay_ms}    counts slowly, streaming a progress event per step; stops at once
                                when toolgate cancels the call (deadline or client gone)
-  fail_on_purpose {message}    reports an error (is_error) with the given message
+  fail_on_purpose {message, details}
+                               reports an error (is_error): the message, then each detail as
+                               a content part of its own
   whoami {}                    the call metadata and traceparent the worker received
   bump_description {}          changes word_count's description (definition pinning demo)
   cancellations {}             how many calls this worker has seen cancelled
@@ -60,7 +62,8 @@ TOOLS = [
         concurrency_safe=True),
     worker_pb2.WorkerTool(
         name="fail_on_purpose", description="Always fails with the given message.",
-        input_schema=schema({"message": {"type": "string"}}),
+        input_schema=schema({"message": {"type": "string"},
+                             "details": {"type": "array", "items": {"type": "string"}}}),
         concurrency_safe=True),
     worker_pb2.WorkerTool(
         name="whoami", description="The call metadata this worker received (for tracing demos).",
@@ -127,9 +130,9 @@ class Worker(worker_pb2_grpc.ToolWorkerServicer):
                     progress=step, total=to, message=f"counted {step}"))
             yield text(f"counted to {to}")
         elif request.tool == "fail_on_purpose":
+            texts = [args.get("message", "failed on purpose")] + args.get("details", [])
             yield worker_pb2.InvokeEvent(result=worker_pb2.InvokeResult(
-                content=[toolgate_pb2.ContentPart(text=args.get("message", "failed on purpose"))],
-                is_error=True))
+                content=[toolgate_pb2.ContentPart(text=t) for t in texts], is_error=True))
         elif request.tool == "whoami":
             metadata = dict(context.invocation_metadata())
             yield structured({"traceparent": metadata.get("traceparent"), "tool_name": request.tool_name,

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::calls::{Rejection, ToolCall};
-use crate::tools::{ContentPart, ErrorClass, ToolOutput, content_of};
+use crate::tools::{ContentPart, ErrorClass, ToolOutput};
 
 impl From<Rejection> for ErrorClass {
     fn from(rejection: Rejection) -> Self {
@@ -93,34 +93,16 @@ impl CallResult {
     }
 
     fn set_output(&mut self, output: ToolOutput) {
+        self.content = output.text();
         match output {
-            ToolOutput::Text(text) => {
-                self.content = text.clone();
-                self.result = Value::String(text);
-            }
-            ToolOutput::Json(value) => {
-                self.content = content_of(&value);
-                self.result = value;
-            }
+            ToolOutput::Text(text) => self.result = Value::String(text),
+            ToolOutput::Json(value) => self.result = value,
             ToolOutput::Parts(parts) => {
-                self.content = parts_text(&parts);
                 self.result = Value::Array(parts.iter().map(part_json).collect());
                 self.parts = parts;
             }
         }
     }
-}
-
-/// Text parts joined by newlines; images appear as a marker so the model knows they exist.
-fn parts_text(parts: &[ContentPart]) -> String {
-    let pieces: Vec<String> = parts
-        .iter()
-        .map(|part| match part {
-            ContentPart::Text(text) => text.clone(),
-            ContentPart::Image { mime_type, .. } => format!("[image: {mime_type}]"),
-        })
-        .collect();
-    pieces.join("\n")
 }
 
 fn part_json(part: &ContentPart) -> Value {

@@ -35,6 +35,9 @@ pub enum ServeError {
     Reflection(#[from] tonic_reflection::server::Error),
     #[error("transport failed: {0}")]
     Transport(#[from] tonic::transport::Error),
+    /// The task serving the server panicked or was aborted, so it never finished its shutdown.
+    #[error("the server task failed: {0}")]
+    TaskFailed(tokio::task::JoinError),
 }
 
 /// Serves on `listener` until `trigger` fires, then shuts down gracefully.

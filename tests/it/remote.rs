@@ -133,6 +133,30 @@ async fn worker_tools_are_discovered_and_run_with_progress() {
 }
 
 #[tokio::test]
+async fn a_worker_error_in_several_parts_reads_as_the_parts_text() {
+    let worker = PyWorker::start().await;
+    let ts = start_with(worker.config("")).await;
+    let result = dispatch(
+        &ts,
+        request(
+            json!([{"id": "f", "name": "py.fail_on_purpose", "arguments": {
+                "message": "no such user", "details": ["tried alice", "tried bob"]
+            }}]),
+        ),
+    )
+    .await;
+    let r = &result.results[0];
+    assert_eq!(
+        (class(r), r.error.as_str(), r.content.as_str()),
+        (
+            ErrorClass::ToolError,
+            "no such user\ntried alice\ntried bob",
+            "no such user\ntried alice\ntried bob"
+        )
+    );
+}
+
+#[tokio::test]
 async fn a_slow_remote_call_is_cut_by_its_deadline_and_cancelled_on_the_worker() {
     let worker = PyWorker::start().await;
     let ts = start_with(worker.config(

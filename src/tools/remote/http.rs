@@ -7,49 +7,21 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{RemoteError, RemoteSpec};
+use super::tool::{Invoke, RemoteDefinition, RemoteTool, remote_timeout};
+use super::{HttpToolDefinition, RemoteError, RemoteSpec};
 use crate::tools::{Annotations, BoxFuture, Tool, ToolContext, ToolError, ToolOutput};
 
 /// Characters of a failed reply's body kept in the error.
 const BODY_PREVIEW: usize = 500;
-/// `[remotes.definition]` of an HTTP remote: the one tool it is.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct HttpToolDefinition {
-    pub name: String,
-    #[serde(default)]
-    pub description: String,
-    #[serde(default = "any_object")]
-    pub input_schema: Value,
-    #[serde(default)]
-    pub read_only: bool,
-    #[serde(default)]
-    pub destructive: bool,
-    #[serde(default)]
-    pub idempotent: bool,
-    #[serde(default)]
-    pub open_world: bool,
-    #[serde(default)]
-    pub concurrency_safe: bool,
-    /// A reference into the input naming the resource a call touches (`arguments.path`).
-    #[serde(default)]
-    pub resource_key: Option<String>,
-}
 
-fn any_object() -> Value {
-    json!({"type": "object"})
-}
-
-/// A tool served over HTTP.
-pub struct HttpTool {
-    name: String,
+/// Where an HTTP tool is POSTed.
+struct Endpoint {
+    /// The remote's name, for errors.
     remote: String,
     url: String,
     headers: BTreeMap<String, String>,
-    definition: HttpToolDefinition,
     client: reqwest::Client,
 }
 
@@ -63,21 +35,41 @@ pub fn discover(spec: &RemoteSpec) -> Result<Vec<Arc<dyn Tool>>, RemoteError> {
         .url
         .clone()
         .ok_or_else(|| invalid("an http remote needs a url".to_owned()))?;
-    let definition = spec
+    let configured = spec
         .definition
         .clone()
         .ok_or_else(|| invalid("an http remote needs a [definition] of its tool".to_owned()))?;
     let client = pooled_client(spec.timeout)
         .build()
         .map_err(|e| invalid(format!("http client: {e}")))?;
-    Ok(vec![Arc::new(HttpTool {
-        name: format!("{}{}", spec.prefix, definition.name),
+    let endpoint = Arc::new(Endpoint {
         remote: spec.name.clone(),
         url,
         headers: spec.headers.clone(),
-        definition,
         client,
-    })])
+    });
+    Ok(vec![Arc::new(RemoteTool::new(
+        definition(&spec.prefix, configured),
+        endpoint,
+    ))])
+}
+
+/// The configured definition, as the model sees it.
+fn definition(prefix: &str, d: HttpToolDefinition) -> RemoteDefinition {
+    RemoteDefinition {
+        name: format!("{prefix}{}", d.name),
+        remote_name: d.name,
+        description: d.description,
+        input_schema: d.input_schema,
+        annotations: Annotations {
+            read_only: d.read_only,
+            destructive: d.destructive,
+            idempotent: d.idempotent,
+            open_world: d.open_world,
+        },
+        concurrency_safe: d.concurrency_safe,
+        resource_key: d.resource_key,
+    }
 }
 
 /// How remote tools reach HTTP servers: one client per remote, whose keep-alive connections
@@ -91,13 +83,18 @@ pub(super) fn pooled_client(connect_timeout: Duration) -> reqwest::ClientBuilder
         .pool_idle_timeout(Duration::from_secs(4))
 }
 
-impl HttpTool {
-    async fn post(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+impl Endpoint {
+    async fn post(
+        &self,
+        tool: &RemoteDefinition,
+        input: Value,
+        ctx: &ToolContext,
+    ) -> Result<ToolOutput, ToolError> {
         let m = &ctx.metadata;
         let body = json!({
             "call_id": ctx.call_id,
             "session_id": ctx.session_id,
-            "name": self.definition.name,
+            "name": tool.remote_name,
             "input": input,
             "metadata": {
                 "tool_call": m.tool_call(),
@@ -111,7 +108,7 @@ impl HttpTool {
         for (k, v) in &self.headers {
             request = request.header(k, v);
         }
-        if let Some(timeout) = super::remote_timeout(ctx) {
+        if let Some(timeout) = remote_timeout(ctx) {
             request = request.timeout(timeout);
         }
         if let Some(traceparent) = ctx.traceparent() {
@@ -144,36 +141,13 @@ impl HttpTool {
     }
 }
 
-impl Tool for HttpTool {
-    fn name(&self) -> &str {
-        &self.name
-    }
-    fn description(&self) -> &str {
-        &self.definition.description
-    }
-    fn input_schema(&self) -> Value {
-        self.definition.input_schema.clone()
-    }
-    fn annotations(&self) -> Annotations {
-        let d = &self.definition;
-        Annotations {
-            read_only: d.read_only,
-            destructive: d.destructive,
-            idempotent: d.idempotent,
-            open_world: d.open_world,
-        }
-    }
-    fn is_concurrency_safe(&self, _input: &Value) -> bool {
-        self.definition.concurrency_safe
-    }
-    fn resource_key(&self, input: &Value) -> Option<String> {
-        super::resource_key(self.definition.resource_key.as_deref(), input)
-    }
-    fn call<'a>(
+impl Invoke for Endpoint {
+    fn invoke<'a>(
         &'a self,
+        tool: &'a RemoteDefinition,
         input: Value,
         ctx: &'a ToolContext,
     ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
-        Box::pin(self.post(input, ctx))
+        Box::pin(self.post(tool, input, ctx))
     }
 }

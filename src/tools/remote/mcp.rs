@@ -7,8 +7,9 @@
 //! `notifications/cancelled` to the server.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
+use parking_lot::Mutex;
 use reqwest::header::{HeaderName, HeaderValue};
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CancelledNotification, CancelledNotificationParam,
@@ -21,6 +22,7 @@ use rmcp::transport::{ConfigureCommandExt, StreamableHttpClientTransport, TokioC
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceError, ServiceExt};
 use serde_json::Value;
 
+use super::tool::{Invoke, RemoteDefinition, RemoteTool, remote_timeout};
 use super::{RemoteError, RemoteSpec, Signal, Signals};
 use crate::tools::{
     Annotations, BoxFuture, ContentPart, Progress, ProgressSink, Tool, ToolContext, ToolError,
@@ -44,12 +46,7 @@ impl ClientHandler for Handler {
         params: ProgressNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) -> impl Future<Output = ()> + Send + '_ {
-        let sink = self
-            .sinks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&params.progress_token)
-            .cloned();
+        let sink = self.sinks.lock().get(&params.progress_token).cloned();
         if let Some(sink) = sink {
             let _ = sink.send(Progress {
                 progress: params.progress,
@@ -69,23 +66,13 @@ impl ClientHandler for Handler {
     }
 }
 
-/// One connection to an MCP server, shared by its tools; closing it (the last tool dropped)
-/// ends the session and, for stdio, kills the process.
+/// One connection to an MCP server, shared by its tools (each call runs on it); closing it (the
+/// last tool dropped) ends the session and, for stdio, kills the process.
 pub struct Connection {
     service: RunningService<RoleClient, Handler>,
     sinks: Sinks,
     remote: String,
     signals: Signals,
-}
-
-/// One tool of an MCP server.
-pub struct McpTool {
-    name: String,
-    remote_tool: String,
-    description: String,
-    schema: Value,
-    annotations: Annotations,
-    connection: Arc<Connection>,
 }
 
 impl std::fmt::Debug for Connection {
@@ -219,30 +206,40 @@ pub async fn list(
         .await
         .map_err(|_| unreachable("tools/list did not answer in time".to_owned()))?
         .map_err(|e| unreachable(format!("tools/list failed: {e}")))?;
+    let remote: Arc<dyn Invoke> = connection.clone();
     let tools = listed
         .into_iter()
         .map(|t| {
-            let a = t.annotations.clone().unwrap_or_default();
-            Arc::new(McpTool {
-                name: format!("{}{}", spec.prefix, t.name),
-                remote_tool: t.name.to_string(),
-                description: t.description.as_deref().unwrap_or_default().to_owned(),
-                schema: Value::Object((*t.input_schema).clone()),
-                annotations: Annotations {
-                    read_only: a.read_only_hint.unwrap_or(false),
-                    // MCP's default for destructiveHint is true, but only for tools that are
-                    // not read-only.
-                    destructive: a
-                        .destructive_hint
-                        .unwrap_or(!a.read_only_hint.unwrap_or(false)),
-                    idempotent: a.idempotent_hint.unwrap_or(false),
-                    open_world: a.open_world_hint.unwrap_or(true),
-                },
-                connection: connection.clone(),
-            }) as Arc<dyn Tool>
+            Arc::new(RemoteTool::new(
+                definition(&spec.prefix, &t),
+                remote.clone(),
+            )) as Arc<dyn Tool>
         })
         .collect();
     Ok(tools)
+}
+
+/// What the server lists of a tool, as the model sees it. Read-only MCP tools are safe to run
+/// beside other calls.
+fn definition(prefix: &str, tool: &rmcp::model::Tool) -> RemoteDefinition {
+    let a = tool.annotations.clone().unwrap_or_default();
+    let read_only = a.read_only_hint.unwrap_or(false);
+    RemoteDefinition {
+        name: format!("{prefix}{}", tool.name),
+        remote_name: tool.name.to_string(),
+        description: tool.description.as_deref().unwrap_or_default().to_owned(),
+        input_schema: Value::Object((*tool.input_schema).clone()),
+        annotations: Annotations {
+            read_only,
+            // MCP's default for destructiveHint is true, but only for tools that are not
+            // read-only.
+            destructive: a.destructive_hint.unwrap_or(!read_only),
+            idempotent: a.idempotent_hint.unwrap_or(false),
+            open_world: a.open_world_hint.unwrap_or(true),
+        },
+        concurrency_safe: read_only,
+        resource_key: None,
+    }
 }
 
 /// Ends a request's bookkeeping however the call ends: its progress sink leaves the routing
@@ -256,10 +253,7 @@ struct CancelOnDrop {
 
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
-        self.sinks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&self.token);
+        self.sinks.lock().remove(&self.token);
         let Some(id) = self.id.take() else { return };
         let peer = self.peer.clone();
         let notification = CancelledNotification::new(CancelledNotificationParam::new(
@@ -285,20 +279,24 @@ fn from_service_error(remote: &str, error: &ServiceError) -> ToolError {
     }
 }
 
-impl McpTool {
-    async fn invoke(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let conn = &self.connection;
+impl Connection {
+    async fn call(
+        &self,
+        tool: &RemoteDefinition,
+        input: Value,
+        ctx: &ToolContext,
+    ) -> Result<ToolOutput, ToolError> {
         let arguments = match input {
             Value::Object(map) => Some(map),
             _ => None,
         };
-        let mut params = CallToolRequestParams::new(self.remote_tool.clone());
+        let mut params = CallToolRequestParams::new(tool.remote_name.clone());
         if let Some(arguments) = arguments {
             params = params.with_arguments(arguments);
         }
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let mut options = PeerRequestOptions::no_options();
-        options.timeout = super::remote_timeout(ctx);
+        options.timeout = remote_timeout(ctx);
         if let Some(traceparent) = ctx.traceparent() {
             let mut meta = serde_json::Map::new();
             meta.insert("traceparent".to_owned(), Value::String(traceparent));
@@ -306,7 +304,7 @@ impl McpTool {
                 meta,
             )));
         }
-        let peer = conn.service.peer().clone();
+        let peer = self.service.peer().clone();
         let handle = match peer.send_cancellable_request(request, options).await {
             Ok(handle) => handle,
             Err(e) => {
@@ -315,34 +313,32 @@ impl McpTool {
                     e,
                     ServiceError::TransportClosed | ServiceError::TransportSend(_)
                 ) {
-                    let _ = conn.signals.send(Signal::Lost(conn.remote.clone()));
+                    let _ = self.signals.send(Signal::Lost(self.remote.clone()));
                 }
-                return Err(from_service_error(&conn.remote, &e));
+                return Err(from_service_error(&self.remote, &e));
             }
         };
         let token = handle.progress_token.clone();
         if let Some(sink) = &ctx.progress {
-            conn.sinks
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(token.clone(), sink.clone());
+            self.sinks.lock().insert(token.clone(), sink.clone());
         }
         let mut guard = CancelOnDrop {
             peer,
             id: Some(handle.id.clone()),
-            sinks: conn.sinks.clone(),
+            sinks: self.sinks.clone(),
             token,
         };
         let answer = handle.await_response().await;
         guard.id = None;
         drop(guard);
         if matches!(answer, Err(ServiceError::TransportClosed)) {
-            let _ = conn.signals.send(Signal::Lost(conn.remote.clone()));
+            let _ = self.signals.send(Signal::Lost(self.remote.clone()));
         }
-        match answer.map_err(|e| from_service_error(&conn.remote, &e))? {
+        match answer.map_err(|e| from_service_error(&self.remote, &e))? {
             ServerResult::CallToolResult(result) => {
                 if result.is_error.unwrap_or(false) {
-                    let text = text_of(&result.content);
+                    // The error reads as the content; a structured result does not replace it.
+                    let text = output_of(&result.content, None).text();
                     let message = if text.is_empty() {
                         "the MCP tool reported an error".to_owned()
                     } else {
@@ -354,18 +350,10 @@ impl McpTool {
             }
             _ => Err(ToolError::failed(format!(
                 "mcp server '{}': unexpected reply to tools/call",
-                conn.remote
+                self.remote
             ))),
         }
     }
-}
-
-fn text_of(content: &[ContentBlock]) -> String {
-    content
-        .iter()
-        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 /// `structuredContent` is the result when present; otherwise the content blocks.
@@ -373,7 +361,7 @@ fn output_of(content: &[ContentBlock], structured: Option<Value>) -> ToolOutput 
     if let Some(value) = structured {
         return ToolOutput::Json(value);
     }
-    let parts: Vec<ContentPart> = content
+    let parts = content
         .iter()
         .filter_map(|c| {
             if let Some(t) = c.as_text() {
@@ -386,35 +374,16 @@ fn output_of(content: &[ContentBlock], structured: Option<Value>) -> ToolOutput 
             }
         })
         .collect();
-    match parts.as_slice() {
-        [] => ToolOutput::Text(String::new()),
-        [ContentPart::Text(text)] => ToolOutput::Text(text.clone()),
-        _ => ToolOutput::Parts(parts),
-    }
+    ToolOutput::from_parts(parts)
 }
 
-impl Tool for McpTool {
-    fn name(&self) -> &str {
-        &self.name
-    }
-    fn description(&self) -> &str {
-        &self.description
-    }
-    fn input_schema(&self) -> Value {
-        self.schema.clone()
-    }
-    fn annotations(&self) -> Annotations {
-        self.annotations
-    }
-    /// Read-only MCP tools are safe to run beside other calls.
-    fn is_concurrency_safe(&self, _input: &Value) -> bool {
-        self.annotations.read_only
-    }
-    fn call<'a>(
+impl Invoke for Connection {
+    fn invoke<'a>(
         &'a self,
+        tool: &'a RemoteDefinition,
         input: Value,
         ctx: &'a ToolContext,
     ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
-        Box::pin(self.invoke(input, ctx))
+        Box::pin(self.call(tool, input, ctx))
     }
 }

@@ -9,6 +9,7 @@ use tokio_stream::StreamExt;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use tonic::{Code, Status};
 
+use super::tool::{Invoke, RemoteDefinition, RemoteTool, remote_timeout};
 use super::{RemoteError, RemoteSpec, Signal, Signals};
 use crate::pb;
 use crate::pb::tool_worker_client::ToolWorkerClient;
@@ -20,24 +21,15 @@ use crate::tools::{
 /// How long a call waits for a worker's trailers after its result.
 const TRAILERS_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
 
-/// One tool of a worker.
-pub struct WorkerTool {
-    /// The name toolgate registers (prefix + the worker's name).
-    name: String,
-    /// The worker's own name for it.
-    remote_tool: String,
+/// A connected worker, shared by its tools.
+struct Worker {
+    /// The remote's name, for errors and signals.
     remote: String,
-    description: String,
-    schema: Value,
-    annotations: Annotations,
-    concurrency_safe: bool,
-    resource_key: Option<String>,
     client: ToolWorkerClient<Channel>,
     /// Tells the manager the worker is gone, so it reconnects and re-lists with backoff.
     signals: Signals,
 }
 
-/// Connects (so an unreachable worker is reported at once) and lists the worker's tools.
 /// An error and its causes ("transport error" alone does not say that a certificate was
 /// refused).
 fn with_causes(error: &dyn std::error::Error) -> String {
@@ -74,6 +66,7 @@ async fn tls_config(spec: &RemoteSpec) -> Result<ClientTlsConfig, String> {
     Ok(config)
 }
 
+/// Connects (so an unreachable worker is reported at once) and lists the worker's tools.
 pub async fn discover(
     spec: &RemoteSpec,
     signals: Signals,
@@ -110,42 +103,49 @@ pub async fn discover(
         .map_err(|_| unreachable("ListTools did not answer in time".to_owned()))?
         .map_err(|s| unreachable(format!("ListTools failed: {:?}: {}", s.code(), s.message())))?
         .into_inner();
+    let worker: Arc<dyn Invoke> = Arc::new(Worker {
+        remote: spec.name.clone(),
+        client,
+        signals,
+    });
     let tools = listed
         .tools
         .into_iter()
         .map(|t| {
-            let annotations = t.annotations.unwrap_or_default();
-            let schema = t
-                .input_schema
-                .map(|s| {
-                    to_json(&prost_types::Value {
-                        kind: Some(prost_types::value::Kind::StructValue(s)),
-                    })
-                })
-                .unwrap_or_else(|| serde_json::json!({"type": "object"}));
-            Arc::new(WorkerTool {
-                name: format!("{}{}", spec.prefix, t.name),
-                remote_tool: t.name,
-                remote: spec.name.clone(),
-                description: t.description,
-                schema,
-                annotations: Annotations {
-                    read_only: annotations.read_only,
-                    destructive: annotations.destructive,
-                    idempotent: annotations.idempotent,
-                    open_world: annotations.open_world,
-                },
-                concurrency_safe: t.concurrency_safe,
-                resource_key: Some(t.resource_key).filter(|k| !k.is_empty()),
-                client: client.clone(),
-                signals: signals.clone(),
-            }) as Arc<dyn Tool>
+            Arc::new(RemoteTool::new(definition(&spec.prefix, t), worker.clone())) as Arc<dyn Tool>
         })
         .collect();
     Ok(tools)
 }
 
-impl WorkerTool {
+/// What the worker says of one of its tools, as the model sees it.
+fn definition(prefix: &str, tool: pb::WorkerTool) -> RemoteDefinition {
+    let annotations = tool.annotations.unwrap_or_default();
+    let input_schema = tool
+        .input_schema
+        .map(|s| {
+            to_json(&prost_types::Value {
+                kind: Some(prost_types::value::Kind::StructValue(s)),
+            })
+        })
+        .unwrap_or_else(|| serde_json::json!({"type": "object"}));
+    RemoteDefinition {
+        name: format!("{prefix}{}", tool.name),
+        remote_name: tool.name,
+        description: tool.description,
+        input_schema,
+        annotations: Annotations {
+            read_only: annotations.read_only,
+            destructive: annotations.destructive,
+            idempotent: annotations.idempotent,
+            open_world: annotations.open_world,
+        },
+        concurrency_safe: tool.concurrency_safe,
+        resource_key: Some(tool.resource_key).filter(|k| !k.is_empty()),
+    }
+}
+
+impl Worker {
     /// Maps a failed call's status; an unreachable worker is also reported to the manager.
     fn failed(&self, status: &Status) -> ToolError {
         if status.code() == Code::Unavailable {
@@ -179,7 +179,7 @@ fn output_of(result: &pb::InvokeResult) -> ToolOutput {
     if let Some(structured) = &result.structured {
         return ToolOutput::Json(to_json(structured));
     }
-    let parts: Vec<ContentPart> = result
+    let parts = result
         .content
         .iter()
         .filter_map(|p| match &p.part {
@@ -191,18 +191,39 @@ fn output_of(result: &pb::InvokeResult) -> ToolOutput {
             None => None,
         })
         .collect();
-    match parts.as_slice() {
-        [] => ToolOutput::Text(String::new()),
-        [ContentPart::Text(text)] => ToolOutput::Text(text.clone()),
-        _ => ToolOutput::Parts(parts),
-    }
+    ToolOutput::from_parts(parts)
 }
 
-impl WorkerTool {
-    async fn invoke(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+/// The call's answer: the output, or for a result that is an error, a failure whose message is
+/// the text the output reads as.
+fn answer(result: &pb::InvokeResult) -> Result<ToolOutput, ToolError> {
+    let output = output_of(result);
+    if !result.is_error {
+        return Ok(output);
+    }
+    let text = output.text();
+    let error = ToolError::failed(if text.is_empty() {
+        "the worker reported an error".to_owned()
+    } else {
+        text
+    });
+    Err(if result.retryable {
+        error.retryable()
+    } else {
+        error
+    })
+}
+
+impl Worker {
+    async fn call(
+        &self,
+        tool: &RemoteDefinition,
+        input: Value,
+        ctx: &ToolContext,
+    ) -> Result<ToolOutput, ToolError> {
         let m = &ctx.metadata;
         let mut request = tonic::Request::new(pb::InvokeRequest {
-            tool: self.remote_tool.clone(),
+            tool: tool.remote_name.clone(),
             call_id: ctx.call_id.clone(),
             session_id: ctx.session_id.clone(),
             input: input.as_object().map(struct_from_json),
@@ -214,7 +235,7 @@ impl WorkerTool {
         });
         // The call's deadline reaches the worker as the gRPC deadline, with a small margin so
         // toolgate's own deadline (which cancels the stream) decides the call's result.
-        if let Some(timeout) = super::remote_timeout(ctx) {
+        if let Some(timeout) = remote_timeout(ctx) {
             request.set_timeout(timeout);
         }
         if let Some(value) = ctx.traceparent().and_then(|t| t.parse().ok()) {
@@ -247,27 +268,7 @@ impl WorkerTool {
                     // connection, past which it closes the worker's channel (ENHANCE_YOUR_CALM).
                     // Bounded: a worker that never ends its stream must not hold the answer.
                     let _ = tokio::time::timeout(TRAILERS_WAIT, stream.trailers()).await;
-                    let output = output_of(&result);
-                    if !result.is_error {
-                        return Ok(output);
-                    }
-                    let text = match &output {
-                        ToolOutput::Text(t) => t.clone(),
-                        other => crate::tools::content_of(&match other {
-                            ToolOutput::Json(v) => v.clone(),
-                            _ => Value::Null,
-                        }),
-                    };
-                    let error = ToolError::failed(if text.is_empty() {
-                        "the worker reported an error".to_owned()
-                    } else {
-                        text
-                    });
-                    return Err(if result.retryable {
-                        error.retryable()
-                    } else {
-                        error
-                    });
+                    return answer(&result);
                 }
                 None => {}
             }
@@ -279,37 +280,53 @@ impl WorkerTool {
     }
 }
 
-impl Tool for WorkerTool {
-    fn name(&self) -> &str {
-        &self.name
-    }
-    fn description(&self) -> &str {
-        &self.description
-    }
-    fn input_schema(&self) -> Value {
-        self.schema.clone()
-    }
-    fn annotations(&self) -> Annotations {
-        self.annotations
-    }
-    fn is_concurrency_safe(&self, _input: &Value) -> bool {
-        self.concurrency_safe
-    }
-    fn resource_key(&self, input: &Value) -> Option<String> {
-        let template = self.resource_key.as_deref()?;
-        let path = template
-            .strip_prefix("arguments.")
-            .or_else(|| template.strip_prefix("input."))?;
-        crate::mapping::path(input, path).map(|v| match v {
-            Value::String(s) => s.clone(),
-            other => crate::json::canonical(other),
-        })
-    }
-    fn call<'a>(
+impl Invoke for Worker {
+    fn invoke<'a>(
         &'a self,
+        tool: &'a RemoteDefinition,
         input: Value,
         ctx: &'a ToolContext,
     ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
-        Box::pin(self.invoke(input, ctx))
+        Box::pin(self.call(tool, input, ctx))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(text: &str) -> pb::ContentPart {
+        pb::ContentPart {
+            part: Some(pb::content_part::Part::Text(text.to_owned())),
+        }
+    }
+
+    fn failing(content: Vec<pb::ContentPart>) -> pb::InvokeResult {
+        pb::InvokeResult {
+            content,
+            is_error: true,
+            ..pb::InvokeResult::default()
+        }
+    }
+
+    #[track_caller]
+    fn check(result: pb::InvokeResult, message: &str) {
+        let error = answer(&result).unwrap_err();
+        assert_eq!(error.message, message);
+    }
+
+    #[test]
+    fn a_failing_result_reads_as_the_text_of_its_content() {
+        check(failing(vec![text("no such user")]), "no such user");
+        check(
+            failing(vec![text("no such user"), text("tried alice")]),
+            "no such user\ntried alice",
+        );
+        check(failing(Vec::new()), "the worker reported an error");
+        let structured = pb::InvokeResult {
+            structured: Some(value_from_json(&serde_json::json!({"code": 7}))),
+            ..failing(vec![text("ignored")])
+        };
+        check(structured, r#"{"code":7}"#);
     }
 }
