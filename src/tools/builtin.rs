@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
-use super::scratch::{ScratchList, ScratchRead, ScratchWrite};
+use super::scratch::{SCRATCH_LIST, SCRATCH_READ, SCRATCH_WRITE};
 use super::{Annotations, BoxFuture, Tool, ToolContext, ToolError, ToolOutput};
 
 /// Names of every built-in tool, for config validation.
@@ -20,16 +20,10 @@ pub const BUILTIN_NAMES: &[&str] = &[
 
 /// The built-in tools minus the excluded names.
 pub fn builtin_tools(exclude: &[String]) -> Vec<Arc<dyn Tool>> {
-    let all: Vec<Arc<dyn Tool>> = vec![
-        Arc::new(Echo),
-        Arc::new(Sleep),
-        Arc::new(Now),
-        Arc::new(ScratchWrite),
-        Arc::new(ScratchRead),
-        Arc::new(ScratchList),
-    ];
-    all.into_iter()
-        .filter(|t| !exclude.iter().any(|e| e == t.name()))
+    [ECHO, SLEEP, NOW, SCRATCH_WRITE, SCRATCH_READ, SCRATCH_LIST]
+        .into_iter()
+        .filter(|t| !exclude.iter().any(|e| e == t.name))
+        .map(|t| Arc::new(t) as Arc<dyn Tool>)
         .collect()
 }
 
@@ -43,116 +37,121 @@ const READ_ONLY: Annotations = Annotations {
 /// Longest `sleep` accepted, so a model cannot park a call for hours.
 const MAX_SLEEP_MS: u64 = 3_600_000;
 
-struct Echo;
-
-impl Tool for Echo {
-    fn name(&self) -> &str {
-        "echo"
-    }
-    fn description(&self) -> &str {
-        "Returns its input unchanged."
-    }
-    fn input_schema(&self) -> Value {
-        json!({"type": "object", "additionalProperties": true})
-    }
-    fn annotations(&self) -> Annotations {
-        READ_ONLY
-    }
-    fn is_concurrency_safe(&self, _input: &Value) -> bool {
-        true
-    }
-    fn call<'a>(
-        &'a self,
-        input: Value,
-        _ctx: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
-        Box::pin(async move { Ok(ToolOutput::Json(input)) })
-    }
+/// A built-in tool: a fixed definition and the function that runs it. Every built-in is one of
+/// these, so the `Tool` getters are written once.
+pub(super) struct Builtin {
+    pub name: &'static str,
+    pub description: &'static str,
+    pub input_schema: fn() -> Value,
+    pub annotations: Annotations,
+    pub concurrency_safe: bool,
+    /// Calls naming the same `path` touch the same file (the scratch tools' resource key).
+    pub path_is_resource: bool,
+    pub run: for<'a> fn(Value, &'a ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>>,
 }
 
-struct Sleep;
-
-impl Tool for Sleep {
+impl Tool for Builtin {
     fn name(&self) -> &str {
-        "sleep"
+        self.name
     }
     fn description(&self) -> &str {
-        "Waits the given number of milliseconds, then returns; stops at once when cancelled."
+        self.description
     }
     fn input_schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {"ms": {"type": "integer", "minimum": 0, "maximum": MAX_SLEEP_MS}},
-            "required": ["ms"],
-            "additionalProperties": false
-        })
+        (self.input_schema)()
     }
     fn annotations(&self) -> Annotations {
-        READ_ONLY
+        self.annotations
     }
     fn is_concurrency_safe(&self, _input: &Value) -> bool {
-        true
+        self.concurrency_safe
+    }
+    fn resource_key(&self, input: &Value) -> Option<String> {
+        let path = input.get("path").and_then(Value::as_str);
+        path.filter(|_| self.path_is_resource).map(str::to_owned)
     }
     fn call<'a>(
         &'a self,
         input: Value,
         ctx: &'a ToolContext,
     ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
-        Box::pin(async move {
-            let Some(ms) = input
-                .get("ms")
-                .and_then(Value::as_u64)
-                .filter(|ms| *ms <= MAX_SLEEP_MS)
-            else {
-                return Err(ToolError::invalid_input(format!(
-                    "'ms' must be an integer from 0 to {MAX_SLEEP_MS}"
-                )));
-            };
-            tokio::select! {
-                biased;
-                () = ctx.cancel.cancelled() => Err(ToolError::failed("sleep cancelled")),
-                () = tokio::time::sleep(Duration::from_millis(ms)) => Ok(ToolOutput::Json(json!({"slept_ms": ms}))),
-            }
-        })
+        (self.run)(input, ctx)
     }
 }
 
-struct Now;
+const ECHO: Builtin = Builtin {
+    name: "echo",
+    description: "Returns its input unchanged.",
+    input_schema: || json!({"type": "object", "additionalProperties": true}),
+    annotations: READ_ONLY,
+    concurrency_safe: true,
+    path_is_resource: false,
+    run: echo,
+};
 
-impl Tool for Now {
-    fn name(&self) -> &str {
-        "now"
-    }
-    fn description(&self) -> &str {
-        "Returns the current UTC time as RFC 3339 text and as Unix milliseconds."
-    }
-    fn input_schema(&self) -> Value {
-        json!({"type": "object", "properties": {}, "additionalProperties": false})
-    }
-    fn annotations(&self) -> Annotations {
-        Annotations {
-            idempotent: false,
-            ..READ_ONLY
-        }
-    }
-    fn is_concurrency_safe(&self, _input: &Value) -> bool {
-        true
-    }
-    fn call<'a>(
-        &'a self,
-        _input: Value,
-        _ctx: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
-        Box::pin(async move {
-            let since_epoch = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_err(|_| ToolError::failed("the system clock is before 1970"))?;
-            let unix_ms = u64::try_from(since_epoch.as_millis()).unwrap_or(u64::MAX);
-            Ok(ToolOutput::Json(
-                json!({"utc": rfc3339(unix_ms), "unix_ms": unix_ms}),
-            ))
+const SLEEP: Builtin = Builtin {
+    name: "sleep",
+    description: "Waits the given number of milliseconds, then returns; stops at once when cancelled.",
+    input_schema: || {
+        json!({
+            "type": "object",
+            "properties": {"ms": {"type": "integer", "minimum": 0, "maximum": MAX_SLEEP_MS}},
+            "required": ["ms"],
+            "additionalProperties": false
         })
-    }
+    },
+    annotations: READ_ONLY,
+    concurrency_safe: true,
+    path_is_resource: false,
+    run: sleep,
+};
+
+const NOW: Builtin = Builtin {
+    name: "now",
+    description: "Returns the current UTC time as RFC 3339 text and as Unix milliseconds.",
+    input_schema: || json!({"type": "object", "properties": {}, "additionalProperties": false}),
+    annotations: Annotations {
+        idempotent: false,
+        ..READ_ONLY
+    },
+    concurrency_safe: true,
+    path_is_resource: false,
+    run: now,
+};
+
+fn echo<'a>(input: Value, _ctx: &'a ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+    Box::pin(async move { Ok(ToolOutput::Json(input)) })
+}
+
+fn sleep<'a>(input: Value, ctx: &'a ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+    Box::pin(async move {
+        let Some(ms) = input
+            .get("ms")
+            .and_then(Value::as_u64)
+            .filter(|ms| *ms <= MAX_SLEEP_MS)
+        else {
+            return Err(ToolError::invalid_input(format!(
+                "'ms' must be an integer from 0 to {MAX_SLEEP_MS}"
+            )));
+        };
+        tokio::select! {
+            biased;
+            () = ctx.cancel.cancelled() => Err(ToolError::failed("sleep cancelled")),
+            () = tokio::time::sleep(Duration::from_millis(ms)) => Ok(ToolOutput::Json(json!({"slept_ms": ms}))),
+        }
+    })
+}
+
+fn now<'a>(_input: Value, _ctx: &'a ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+    Box::pin(async move {
+        let since_epoch = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_err(|_| ToolError::failed("the system clock is before 1970"))?;
+        let unix_ms = u64::try_from(since_epoch.as_millis()).unwrap_or(u64::MAX);
+        Ok(ToolOutput::Json(
+            json!({"utc": rfc3339(unix_ms), "unix_ms": unix_ms}),
+        ))
+    })
 }
 
 /// Formats Unix milliseconds as `YYYY-MM-DDTHH:MM:SS.mmmZ` (proleptic Gregorian, UTC).
@@ -201,19 +200,19 @@ mod tests {
 
     #[tokio::test]
     async fn echo_returns_its_input() {
-        let out = Echo.call(json!({"a": [1, 2]}), &ctx()).await.unwrap();
+        let out = ECHO.call(json!({"a": [1, 2]}), &ctx()).await.unwrap();
         assert_eq!(out, ToolOutput::Json(json!({"a": [1, 2]})));
     }
 
     #[tokio::test(start_paused = true)]
     async fn sleep_waits_and_stops_on_cancel() {
         let ctx = ctx();
-        let out = Sleep.call(json!({"ms": 50}), &ctx).await.unwrap();
+        let out = SLEEP.call(json!({"ms": 50}), &ctx).await.unwrap();
         assert_eq!(out, ToolOutput::Json(json!({"slept_ms": 50})));
         ctx.cancel.cancel();
-        let err = Sleep.call(json!({"ms": 60_000}), &ctx).await.unwrap_err();
+        let err = SLEEP.call(json!({"ms": 60_000}), &ctx).await.unwrap_err();
         assert_eq!(err.message, "sleep cancelled");
-        let err = Sleep.call(json!({"ms": -1}), &ctx).await.unwrap_err();
+        let err = SLEEP.call(json!({"ms": -1}), &ctx).await.unwrap_err();
         assert_eq!(err.kind, crate::tools::ToolErrorKind::InvalidInput);
     }
 

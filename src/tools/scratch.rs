@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde_json::{Value, json};
 
-use super::{Annotations, BoxFuture, Tool, ToolContext, ToolError, ToolOutput, input_str};
+use super::builtin::Builtin;
+use super::{Annotations, BoxFuture, ToolContext, ToolError, ToolOutput, input_str};
 
 /// Largest file the scratch tools write or read, in bytes.
 const MAX_FILE_BYTES: usize = 1024 * 1024;
@@ -81,18 +82,10 @@ async fn root(ctx: &ToolContext) -> Result<&Path, ToolError> {
         .map_err(|e| ToolError::failed(format!("scratch directory unavailable: {e}")))
 }
 
-pub(super) struct ScratchWrite;
-pub(super) struct ScratchRead;
-pub(super) struct ScratchList;
-
-impl Tool for ScratchWrite {
-    fn name(&self) -> &str {
-        "scratch_write"
-    }
-    fn description(&self) -> &str {
-        "Writes text to a file in the session's scratch directory, creating parent directories."
-    }
-    fn input_schema(&self) -> Value {
+pub(super) const SCRATCH_WRITE: Builtin = Builtin {
+    name: "scratch_write",
+    description: "Writes text to a file in the session's scratch directory, creating parent directories.",
+    input_schema: || {
         json!({
             "type": "object",
             "properties": {
@@ -102,166 +95,151 @@ impl Tool for ScratchWrite {
             "required": ["path", "content"],
             "additionalProperties": false
         })
-    }
-    fn annotations(&self) -> Annotations {
-        Annotations {
-            idempotent: true,
-            ..Annotations::default()
-        }
-    }
-    fn resource_key(&self, input: &Value) -> Option<String> {
-        input.get("path").and_then(Value::as_str).map(str::to_owned)
-    }
-    fn call<'a>(
-        &'a self,
-        input: Value,
-        ctx: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
-        Box::pin(async move {
-            let path = required_str(&input, "path")?;
-            let Some(content) = input_str(&input, "content")? else {
-                return Err(ToolError::invalid_input("'content' is required"));
-            };
-            if content.len() > MAX_FILE_BYTES {
-                return Err(ToolError::invalid_input(format!(
-                    "content is {} bytes; the limit is {MAX_FILE_BYTES}",
-                    content.len()
-                )));
-            }
-            let root = root(ctx).await?;
-            let target = confine(root, path)?;
-            // Checked before creating parents: a symlinked directory must not lead outside,
-            // and create_dir_all would otherwise follow it.
-            confine_resolved(root, &target, path).await?;
-            if let Some(parent) = target.parent() {
-                tokio::fs::create_dir_all(parent)
-                    .await
-                    .map_err(|e| io_error(path, &e))?;
-            }
-            tokio::fs::write(&target, content)
-                .await
-                .map_err(|e| io_error(path, &e))?;
-            Ok(ToolOutput::Json(
-                json!({"path": path, "bytes": content.len()}),
-            ))
-        })
-    }
-}
+    },
+    annotations: Annotations {
+        idempotent: true,
+        read_only: false,
+        destructive: false,
+        open_world: false,
+    },
+    concurrency_safe: false,
+    path_is_resource: true,
+    run: scratch_write,
+};
 
-impl Tool for ScratchRead {
-    fn name(&self) -> &str {
-        "scratch_read"
-    }
-    fn description(&self) -> &str {
-        "Reads a text file from the session's scratch directory."
-    }
-    fn input_schema(&self) -> Value {
+pub(super) const SCRATCH_READ: Builtin = Builtin {
+    name: "scratch_read",
+    description: "Reads a text file from the session's scratch directory.",
+    input_schema: || {
         json!({
             "type": "object",
             "properties": {"path": {"type": "string"}},
             "required": ["path"],
             "additionalProperties": false
         })
-    }
-    fn annotations(&self) -> Annotations {
-        Annotations {
-            read_only: true,
-            idempotent: true,
-            ..Annotations::default()
-        }
-    }
-    fn is_concurrency_safe(&self, _input: &Value) -> bool {
-        true
-    }
-    fn resource_key(&self, input: &Value) -> Option<String> {
-        input.get("path").and_then(Value::as_str).map(str::to_owned)
-    }
-    fn call<'a>(
-        &'a self,
-        input: Value,
-        ctx: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
-        Box::pin(async move {
-            let path = required_str(&input, "path")?;
-            let root = root(ctx).await?;
-            let target = confine(root, path)?;
-            confine_resolved(root, &target, path).await?;
-            let meta = tokio::fs::metadata(&target)
-                .await
-                .map_err(|e| io_error(path, &e))?;
-            if meta.len() > MAX_FILE_BYTES as u64 {
-                return Err(ToolError::failed(format!(
-                    "'{path}' is {} bytes; the limit is {MAX_FILE_BYTES}",
-                    meta.len()
-                )));
-            }
-            let bytes = tokio::fs::read(&target)
-                .await
-                .map_err(|e| io_error(path, &e))?;
-            let text = String::from_utf8(bytes)
-                .map_err(|_| ToolError::failed(format!("'{path}' is not UTF-8 text")))?;
-            Ok(ToolOutput::Text(text))
-        })
-    }
-}
+    },
+    annotations: READ_ONLY_FILES,
+    concurrency_safe: true,
+    path_is_resource: true,
+    run: scratch_read,
+};
 
-impl Tool for ScratchList {
-    fn name(&self) -> &str {
-        "scratch_list"
-    }
-    fn description(&self) -> &str {
-        "Lists the entries of a directory in the session's scratch directory (default: its root)."
-    }
-    fn input_schema(&self) -> Value {
+pub(super) const SCRATCH_LIST: Builtin = Builtin {
+    name: "scratch_list",
+    description: "Lists the entries of a directory in the session's scratch directory (default: its root).",
+    input_schema: || {
         json!({
             "type": "object",
             "properties": {"path": {"type": "string"}},
             "additionalProperties": false
         })
-    }
-    fn annotations(&self) -> Annotations {
-        Annotations {
-            read_only: true,
-            idempotent: true,
-            ..Annotations::default()
+    },
+    annotations: READ_ONLY_FILES,
+    concurrency_safe: true,
+    path_is_resource: false,
+    run: scratch_list,
+};
+
+/// Read-only and idempotent; not open-world.
+const READ_ONLY_FILES: Annotations = Annotations {
+    read_only: true,
+    idempotent: true,
+    destructive: false,
+    open_world: false,
+};
+
+fn scratch_write<'a>(
+    input: Value,
+    ctx: &'a ToolContext,
+) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+    Box::pin(async move {
+        let path = required_str(&input, "path")?;
+        let Some(content) = input_str(&input, "content")? else {
+            return Err(ToolError::invalid_input("'content' is required"));
+        };
+        if content.len() > MAX_FILE_BYTES {
+            return Err(ToolError::invalid_input(format!(
+                "content is {} bytes; the limit is {MAX_FILE_BYTES}",
+                content.len()
+            )));
         }
-    }
-    fn is_concurrency_safe(&self, _input: &Value) -> bool {
-        true
-    }
-    fn call<'a>(
-        &'a self,
-        input: Value,
-        ctx: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
-        Box::pin(async move {
-            let path = input_str(&input, "path")?.unwrap_or("");
-            let root = root(ctx).await?;
-            let target = if path.is_empty() || path == "." {
-                root.to_path_buf()
-            } else {
-                confine(root, path)?
-            };
-            confine_resolved(root, &target, path).await?;
-            let mut dir = tokio::fs::read_dir(&target)
+        let root = root(ctx).await?;
+        let target = confine(root, path)?;
+        // Checked before creating parents: a symlinked directory must not lead outside,
+        // and create_dir_all would otherwise follow it.
+        confine_resolved(root, &target, path).await?;
+        if let Some(parent) = target.parent() {
+            tokio::fs::create_dir_all(parent)
                 .await
                 .map_err(|e| io_error(path, &e))?;
-            let mut entries = Vec::new();
-            while let Some(entry) = dir.next_entry().await.map_err(|e| io_error(path, &e))? {
-                let kind = match entry.file_type().await {
-                    Ok(t) if t.is_dir() => "dir",
-                    Ok(_) => "file",
-                    Err(_) => "unknown",
-                };
-                entries.push(json!({"name": entry.file_name().to_string_lossy(), "kind": kind}));
-                if entries.len() >= MAX_LIST_ENTRIES {
-                    break;
-                }
+        }
+        tokio::fs::write(&target, content)
+            .await
+            .map_err(|e| io_error(path, &e))?;
+        Ok(ToolOutput::Json(
+            json!({"path": path, "bytes": content.len()}),
+        ))
+    })
+}
+
+fn scratch_read<'a>(
+    input: Value,
+    ctx: &'a ToolContext,
+) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+    Box::pin(async move {
+        let path = required_str(&input, "path")?;
+        let root = root(ctx).await?;
+        let target = confine(root, path)?;
+        confine_resolved(root, &target, path).await?;
+        let meta = tokio::fs::metadata(&target)
+            .await
+            .map_err(|e| io_error(path, &e))?;
+        if meta.len() > MAX_FILE_BYTES as u64 {
+            return Err(ToolError::failed(format!(
+                "'{path}' is {} bytes; the limit is {MAX_FILE_BYTES}",
+                meta.len()
+            )));
+        }
+        let bytes = tokio::fs::read(&target)
+            .await
+            .map_err(|e| io_error(path, &e))?;
+        let text = String::from_utf8(bytes)
+            .map_err(|_| ToolError::failed(format!("'{path}' is not UTF-8 text")))?;
+        Ok(ToolOutput::Text(text))
+    })
+}
+
+fn scratch_list<'a>(
+    input: Value,
+    ctx: &'a ToolContext,
+) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+    Box::pin(async move {
+        let path = input_str(&input, "path")?.unwrap_or("");
+        let root = root(ctx).await?;
+        let target = if path.is_empty() || path == "." {
+            root.to_path_buf()
+        } else {
+            confine(root, path)?
+        };
+        confine_resolved(root, &target, path).await?;
+        let mut dir = tokio::fs::read_dir(&target)
+            .await
+            .map_err(|e| io_error(path, &e))?;
+        let mut entries = Vec::new();
+        while let Some(entry) = dir.next_entry().await.map_err(|e| io_error(path, &e))? {
+            let kind = match entry.file_type().await {
+                Ok(t) if t.is_dir() => "dir",
+                Ok(_) => "file",
+                Err(_) => "unknown",
+            };
+            entries.push(json!({"name": entry.file_name().to_string_lossy(), "kind": kind}));
+            if entries.len() >= MAX_LIST_ENTRIES {
+                break;
             }
-            entries.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
-            Ok(ToolOutput::Json(json!({"path": path, "entries": entries})))
-        })
-    }
+        }
+        entries.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+        Ok(ToolOutput::Json(json!({"path": path, "entries": entries})))
+    })
 }
 
 fn required_str<'a>(input: &'a Value, key: &str) -> Result<&'a str, ToolError> {
@@ -326,6 +304,7 @@ fn io_error(path: &str, error: &std::io::Error) -> ToolError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tools::Tool;
 
     fn scratch(name: &str) -> ToolContext {
         let dir = std::env::temp_dir().join(format!(
@@ -340,16 +319,16 @@ mod tests {
     #[tokio::test]
     async fn write_read_list_round_trip() {
         let ctx = scratch("roundtrip");
-        ScratchWrite
+        SCRATCH_WRITE
             .call(json!({"path": "a/b.txt", "content": "héllo"}), &ctx)
             .await
             .unwrap();
-        let read = ScratchRead
+        let read = SCRATCH_READ
             .call(json!({"path": "a/b.txt"}), &ctx)
             .await
             .unwrap();
         assert_eq!(read, ToolOutput::Text("héllo".into()));
-        let list = ScratchList.call(json!({}), &ctx).await.unwrap();
+        let list = SCRATCH_LIST.call(json!({}), &ctx).await.unwrap();
         assert_eq!(
             list,
             ToolOutput::Json(json!({"path": "", "entries": [{"name": "a", "kind": "dir"}]}))
@@ -361,7 +340,7 @@ mod tests {
     async fn paths_that_escape_are_soft_errors() {
         let ctx = scratch("escape");
         for path in ["../x", "/etc/passwd", "a/../../x", ".", ""] {
-            let err = ScratchWrite
+            let err = SCRATCH_WRITE
                 .call(json!({"path": path, "content": "x"}), &ctx)
                 .await
                 .unwrap_err();
@@ -371,7 +350,7 @@ mod tests {
                 "{path}: {err}"
             );
         }
-        let err = ScratchRead
+        let err = SCRATCH_READ
             .call(json!({"path": "../../etc/passwd"}), &ctx)
             .await
             .unwrap_err();
@@ -386,17 +365,17 @@ mod tests {
     async fn symlinks_out_of_the_directory_are_refused() {
         let ctx = scratch("symlink");
         std::os::unix::fs::symlink("/etc", ctx.scratch.path().join("link")).unwrap();
-        let err = ScratchRead
+        let err = SCRATCH_READ
             .call(json!({"path": "link/hostname"}), &ctx)
             .await
             .unwrap_err();
         assert!(err.message.contains("through a symlink"), "{err}");
-        let err = ScratchWrite
+        let err = SCRATCH_WRITE
             .call(json!({"path": "link/new", "content": "x"}), &ctx)
             .await
             .unwrap_err();
         assert!(err.message.contains("through a symlink"), "{err}");
-        let err = ScratchWrite
+        let err = SCRATCH_WRITE
             .call(
                 json!({"path": "link/toolgate-new-dir/f", "content": "x"}),
                 &ctx,
@@ -411,7 +390,7 @@ mod tests {
     #[tokio::test]
     async fn missing_files_say_so() {
         let ctx = scratch("missing");
-        let err = ScratchRead
+        let err = SCRATCH_READ
             .call(json!({"path": "nope.txt"}), &ctx)
             .await
             .unwrap_err();

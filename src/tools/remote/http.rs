@@ -27,10 +27,7 @@ struct Endpoint {
 
 /// Builds the remote's one tool (nothing to discover: the definition is in the config).
 pub fn discover(spec: &RemoteSpec) -> Result<Vec<Arc<dyn Tool>>, RemoteError> {
-    let invalid = |reason: String| RemoteError::Invalid {
-        name: spec.name.clone(),
-        reason,
-    };
+    let invalid = |reason: String| spec.invalid(reason);
     let url = spec
         .url
         .clone()

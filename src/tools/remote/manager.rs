@@ -85,10 +85,7 @@ impl Remotes {
 
     /// Connects, discovers the remote's tools and registers them all, or nothing.
     pub async fn register(&self, spec: RemoteSpec) -> Result<Vec<Contributed>, RemoteError> {
-        spec.check().map_err(|reason| RemoteError::Invalid {
-            name: spec.name.clone(),
-            reason,
-        })?;
+        spec.check().map_err(|reason| spec.invalid(reason))?;
         if self.lock().contains_key(&spec.name) {
             return Err(RemoteError::Duplicate(spec.name));
         }

@@ -88,14 +88,8 @@ pub async fn discover(
     spec: &RemoteSpec,
     signals: Signals,
 ) -> Result<(Vec<Arc<dyn Tool>>, Arc<Connection>), RemoteError> {
-    let unreachable = |reason: String| RemoteError::Unreachable {
-        name: spec.name.clone(),
-        reason,
-    };
-    let invalid = |reason: String| RemoteError::Invalid {
-        name: spec.name.clone(),
-        reason,
-    };
+    let unreachable = |reason: String| spec.unreachable(reason);
+    let invalid = |reason: String| spec.invalid(reason);
     let handler = Handler {
         sinks: Sinks::default(),
         remote: spec.name.clone(),
@@ -198,10 +192,7 @@ pub async fn list(
     spec: &RemoteSpec,
     connection: &Arc<Connection>,
 ) -> Result<Vec<Arc<dyn Tool>>, RemoteError> {
-    let unreachable = |reason: String| RemoteError::Unreachable {
-        name: spec.name.clone(),
-        reason,
-    };
+    let unreachable = |reason: String| spec.unreachable(reason);
     let listed = tokio::time::timeout(spec.timeout, connection.service.peer().list_all_tools())
         .await
         .map_err(|_| unreachable("tools/list did not answer in time".to_owned()))?

@@ -109,6 +109,22 @@ fn any_object() -> Value {
 }
 
 impl RemoteSpec {
+    /// This remote is invalid: a definition or configuration problem (INVALID_ARGUMENT).
+    pub fn invalid(&self, reason: impl Into<String>) -> super::RemoteError {
+        super::RemoteError::Invalid {
+            name: self.name.clone(),
+            reason: reason.into(),
+        }
+    }
+
+    /// This remote cannot be reached now (UNAVAILABLE; a config remote is retried).
+    pub fn unreachable(&self, reason: impl Into<String>) -> super::RemoteError {
+        super::RemoteError::Unreachable {
+            name: self.name.clone(),
+            reason: reason.into(),
+        }
+    }
+
     /// Checks what can be checked without connecting.
     pub fn check(&self) -> Result<(), String> {
         if self.name.is_empty() {

@@ -71,14 +71,8 @@ pub async fn discover(
     spec: &RemoteSpec,
     signals: Signals,
 ) -> Result<Vec<Arc<dyn Tool>>, RemoteError> {
-    let invalid = |reason: String| RemoteError::Invalid {
-        name: spec.name.clone(),
-        reason,
-    };
-    let unreachable = |reason: String| RemoteError::Unreachable {
-        name: spec.name.clone(),
-        reason,
-    };
+    let invalid = |reason: String| spec.invalid(reason);
+    let unreachable = |reason: String| spec.unreachable(reason);
     let endpoint = spec
         .endpoint
         .clone()
