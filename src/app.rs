@@ -3,7 +3,7 @@
 //! its address and a shutdown handle back.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -348,6 +348,45 @@ fn configured_hooks(config: &Config) -> Result<Vec<Arc<dyn Hook>>, String> {
     Ok(hooks)
 }
 
+/// Removes the scratch bases (`toolgate-<pid>-<serial>`) that servers left in `temp` when they
+/// were killed: only that naming pattern, and only when the owning process is gone. Where
+/// processes cannot be looked up (no `/proc`), nothing is removed.
+fn remove_stale_bases(temp: &Path) {
+    if !Path::new("/proc/self").exists() {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(temp) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(stale_base_owner) else {
+            continue;
+        };
+        if pid == std::process::id() || Path::new("/proc").join(pid.to_string()).exists() {
+            continue;
+        }
+        match std::fs::remove_dir_all(entry.path()) {
+            Ok(()) => {
+                tracing::info!(path = %entry.path().display(), pid, "removed a stale scratch base")
+            }
+            Err(error) => {
+                tracing::debug!(path = %entry.path().display(), %error, "stale scratch base not removed")
+            }
+        }
+    }
+}
+
+/// The owning pid of a scratch base name `toolgate-<pid>-<serial>`; `None` for anything else.
+fn stale_base_owner(name: &str) -> Option<u32> {
+    let (pid, serial) = name.strip_prefix("toolgate-")?.split_once('-')?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(pid) || !digits(serial) {
+        return None;
+    }
+    pid.parse().ok()
+}
+
 fn sessions(config: &Config) -> Sessions {
     let limits = SessionLimits {
         idle_ttl: config.sessions.idle_ttl,
@@ -361,9 +400,10 @@ fn sessions(config: &Config) -> Sessions {
     };
     let configured = &config.sessions.scratch_base;
     if configured.as_os_str().is_empty() {
+        let temp = std::env::temp_dir();
+        remove_stale_bases(&temp);
         let serial = SERVER_SERIAL.fetch_add(1, Ordering::Relaxed);
-        let base: PathBuf =
-            std::env::temp_dir().join(format!("toolgate-{}-{serial}", std::process::id()));
+        let base: PathBuf = temp.join(format!("toolgate-{}-{serial}", std::process::id()));
         Sessions::new(base, true, limits)
     } else {
         Sessions::new(configured.clone(), false, limits)
@@ -420,6 +460,37 @@ impl ShutdownHandle {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_scratch_bases_of_dead_processes_are_removed() {
+        assert_eq!(stale_base_owner("toolgate-123-0"), Some(123));
+        for other in [
+            "toolgate-abc-0",
+            "toolgate-12",
+            "toolgate-12-",
+            "toolgate--1",
+            "mine-1-2",
+        ] {
+            assert_eq!(stale_base_owner(other), None, "{other}");
+        }
+        let temp = std::env::temp_dir().join(format!("toolgate-stale-test-{}", std::process::id()));
+        std::fs::create_dir_all(&temp).unwrap();
+        // pid 4194304 is above Linux's pid_max, so it is never alive.
+        let dead = temp.join("toolgate-4194304-0");
+        let alive = temp.join(format!("toolgate-{}-9", std::process::id()));
+        let unrelated = temp.join("toolgate-notes");
+        for dir in [&dead, &alive, &unrelated] {
+            std::fs::create_dir_all(dir.join("session")).unwrap();
+        }
+        remove_stale_bases(&temp);
+        let proc_exists = Path::new("/proc/self").exists();
+        assert_eq!(dead.exists(), !proc_exists, "a dead process's base goes");
+        assert!(
+            alive.exists() && unrelated.exists(),
+            "nothing else is touched"
+        );
+        std::fs::remove_dir_all(&temp).unwrap();
+    }
 
     #[tokio::test]
     async fn an_aborted_server_task_is_an_error() {

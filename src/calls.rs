@@ -118,41 +118,114 @@ pub fn intake(elements: &[Value], limits: IntakeLimits) -> Vec<Received> {
 }
 
 /// Extracts the call elements from a whole assistant message or a Responses output list.
+/// Nothing is dropped silently: items that are neither a call nor a known non-call part (text,
+/// thinking, reasoning, images, ...) are kept as elements, so intake answers them INVALID_CALL;
+/// and a message with no call and no text at all is an error.
 pub fn extract_calls(message: &Value) -> Result<Vec<Value>, String> {
-    let call_like = |items: &Vec<Value>| -> Vec<Value> {
-        items
-            .iter()
-            .filter(|item| detect(item).is_some())
-            .cloned()
-            .collect()
-    };
-    match message {
+    let found = match message {
         // A Responses output list (or Anthropic blocks / Gemini parts given bare).
-        Value::Array(items) => Ok(call_like(items)),
+        Value::Array(items) => sort_items(items),
         Value::Object(map) => {
             if let Some(calls) = map.get("tool_calls") {
+                let text = map.get("content").is_some_and(has_text);
                 return match calls {
-                    Value::Array(items) => Ok(items.clone()),
-                    Value::Null => Ok(Vec::new()),
+                    Value::Array(items) if !items.is_empty() || text => Ok(items.clone()),
+                    Value::Array(_) | Value::Null if text => Ok(Vec::new()),
+                    Value::Array(_) | Value::Null => Err(no_call_no_text()),
                     other => Err(format!(
                         "assistant_message.tool_calls must be an array, got {}",
                         json::type_name(other)
                     )),
                 };
             }
-            for key in ["content", "parts", "output"] {
-                if let Some(Value::Array(items)) = map.get(key) {
-                    return Ok(call_like(items));
+            match ["content", "parts", "output"]
+                .iter()
+                .find_map(|k| map.get(*k))
+            {
+                Some(Value::Array(items)) => sort_items(items),
+                // An assistant message that asked for no tools: text content only.
+                Some(content) if map.contains_key("role") && has_text(content) => {
+                    return Ok(Vec::new());
                 }
+                _ if map.contains_key("role") => return Err(no_call_no_text()),
+                _ => return Err(unrecognised_message()),
             }
-            // An assistant message that asked for no tools (for example text content only).
-            if map.contains_key("role") {
-                return Ok(Vec::new());
-            }
-            Err(unrecognised_message())
         }
-        _ => Err(unrecognised_message()),
+        _ => return Err(unrecognised_message()),
+    };
+    if found.elements.is_empty() && !found.text {
+        return Err(no_call_no_text());
     }
+    Ok(found.elements)
+}
+
+/// The items of a message that intake must answer, and whether the message says anything.
+struct Found {
+    elements: Vec<Value>,
+    text: bool,
+}
+
+fn sort_items(items: &[Value]) -> Found {
+    let mut found = Found {
+        elements: Vec::new(),
+        text: false,
+    };
+    for item in items {
+        if detect(item).is_some() || !is_known_non_call(item) {
+            found.elements.push(item.clone());
+        } else {
+            found.text |= has_text(item);
+        }
+    }
+    found
+}
+
+/// A part or block every provider sends beside calls: Anthropic and Responses items carry a
+/// `type`; Gemini parts are keyed by what they hold.
+fn is_known_non_call(item: &Value) -> bool {
+    const GEMINI_PARTS: &[&str] = &[
+        "text",
+        "thought",
+        "thoughtSignature",
+        "thought_signature",
+        "inlineData",
+        "inline_data",
+        "fileData",
+        "file_data",
+        "executableCode",
+        "executable_code",
+        "codeExecutionResult",
+        "code_execution_result",
+        "functionResponse",
+        "function_response",
+        "videoMetadata",
+        "video_metadata",
+    ];
+    let Some(map) = item.as_object() else {
+        return false;
+    };
+    map.get("type").is_some_and(Value::is_string)
+        || map.keys().any(|k| GEMINI_PARTS.contains(&k.as_str()))
+}
+
+/// Whether content holds any text: a string, a text part, or a message with text parts.
+fn has_text(content: &Value) -> bool {
+    match content {
+        Value::String(text) => !text.trim().is_empty(),
+        Value::Array(items) => items.iter().any(has_text),
+        Value::Object(map) => {
+            map.get("text").is_some_and(has_text)
+                || map.get("content").is_some_and(has_text)
+                || map.get("parts").is_some_and(has_text)
+        }
+        _ => false,
+    }
+}
+
+fn no_call_no_text() -> String {
+    "assistant_message has no tool call and no text: nothing to dispatch and nothing the model \
+     said (send the calls themselves in `calls`, or the whole assistant message)"
+        .to_owned()
 }
 
 fn unrecognised_message() -> String {
@@ -166,7 +239,10 @@ fn unrecognised_message() -> String {
 fn detect(element: &Value) -> Option<CallShape> {
     let map = element.as_object()?;
     let kind = map.get("type").and_then(Value::as_str);
-    if map.contains_key("functionCall") {
+    // Gemini parts in either spelling: the SDKs write `function_call` (proto field names) as
+    // readily as `functionCall` (the JSON mapping).
+    let gemini_snake = kind.is_none() && map.get("function_call").is_some_and(Value::is_object);
+    if map.contains_key("functionCall") || gemini_snake {
         Some(CallShape::Gemini)
     } else if kind == Some("tool_use") {
         Some(CallShape::Anthropic)

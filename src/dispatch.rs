@@ -72,7 +72,8 @@ impl Dispatcher {
     }
 
     /// Checks bindings before any call uses them: every target is registered and every
-    /// mapping is an object without malformed references. Lists every problem.
+    /// mapping is an object whose `$literal`s stand alone. Lists every problem. (A malformed
+    /// reference is not one: it resolves to null.)
     pub fn check_bindings(&self, bindings: &BTreeMap<String, Binding>) -> Result<(), String> {
         let mut problems = Vec::new();
         for (name, binding) in bindings {

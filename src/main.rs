@@ -62,7 +62,10 @@ fn main() -> ExitCode {
 
 fn check_config(file: &std::path::Path) -> ExitCode {
     match Config::load(Some(file), std::env::vars()) {
-        Ok(_) => {
+        Ok(config) => {
+            for warning in config.warnings() {
+                report(&format!("{}: warning: {warning}", file.display()));
+            }
             report(&format!("{}: ok", file.display()));
             ExitCode::SUCCESS
         }
@@ -86,6 +89,9 @@ fn serve(args: ServeArgs) -> ExitCode {
         report_error(&e.to_string());
         return ExitCode::FAILURE;
     }
+    for warning in config.warnings() {
+        tracing::warn!(%warning, "config warning");
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(e) => {
@@ -93,7 +99,11 @@ fn serve(args: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(config)) {
+    let outcome = runtime.block_on(run(config));
+    // The server has drained by now; what is left are idle blocking-pool threads (and any work a
+    // drain gave up on), which dropping the runtime would wait for. Exit now instead.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %e, "server failed");

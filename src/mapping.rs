@@ -118,35 +118,51 @@ fn index(segment: &str) -> Option<usize> {
     }
 }
 
-/// Problems with a mapping that should be fixed before any call uses it: references with an
-/// empty segment or a trailing dot, and a `$literal` object with other keys.
+/// Problems that make a mapping meaningless, so nothing may use it: a `$literal` object with
+/// other keys.
 pub fn problems(spec: &Value) -> Vec<String> {
-    let mut out = Vec::new();
-    check(spec, "input", &mut out);
-    out
+    let mut found = Found::default();
+    check(spec, "input", &mut found);
+    found.problems
 }
 
-fn check(spec: &Value, at: &str, out: &mut Vec<String>) {
+/// References that are malformed but still resolve, to null, as the source text says ("empty
+/// path segments resolve to JSON null ... Missing values do not fail dispatch by themselves"):
+/// an empty segment or a trailing dot. Worth a warning, never a refusal.
+pub fn warnings(spec: &Value) -> Vec<String> {
+    let mut found = Found::default();
+    check(spec, "input", &mut found);
+    found.warnings
+}
+
+#[derive(Default)]
+struct Found {
+    problems: Vec<String>,
+    warnings: Vec<String>,
+}
+
+fn check(spec: &Value, at: &str, found: &mut Found) {
     match spec {
         Value::String(reference) => {
             for prefix in ["arguments.", "call.", "ctx."] {
                 if let Some(rest) = reference.strip_prefix(prefix)
                     && (rest.is_empty() || rest.split('.').any(str::is_empty))
                 {
-                    out.push(format!(
-                        "{at}: '{reference}' has an empty path segment or a trailing dot"
+                    found.warnings.push(format!(
+                        "{at}: '{reference}' has an empty path segment or a trailing dot, so it \
+                         always resolves to null"
                     ));
                 }
             }
         }
         Value::Array(items) => {
             for (i, item) in items.iter().enumerate() {
-                check(item, &format!("{at}[{i}]"), out);
+                check(item, &format!("{at}[{i}]"), found);
             }
         }
         Value::Object(map) => {
             if map.contains_key(LITERAL) && map.len() > 1 {
-                out.push(format!(
+                found.problems.push(format!(
                     "{at}: a {{\"{LITERAL}\": ...}} object must have no other key"
                 ));
                 return;
@@ -155,7 +171,7 @@ fn check(spec: &Value, at: &str, out: &mut Vec<String>) {
                 return;
             }
             for (key, value) in map {
-                check(value, &format!("{at}.{key}"), out);
+                check(value, &format!("{at}.{key}"), found);
             }
         }
         _ => {}

@@ -79,6 +79,9 @@ pub struct Invoked {
     pub truncated: bool,
     /// Permission decisions, for `gate_decision` events.
     pub gates: Vec<GateRecord>,
+    /// A layer answered before the tool ran (permission, validation, quarantine, unknown tool):
+    /// the attempt is not an execution.
+    pub refused: bool,
 }
 
 impl Invoked {
@@ -88,6 +91,7 @@ impl Invoked {
             cached: false,
             truncated: false,
             gates: Vec::new(),
+            refused: false,
         }
     }
 
@@ -98,6 +102,13 @@ impl Invoked {
             retryable: false,
             output: None,
         })
+    }
+
+    /// A refusal before the tool ran.
+    pub fn refused(class: ErrorClass, message: impl Into<String>) -> Self {
+        let mut invoked = Invoked::error(class, message);
+        invoked.refused = true;
+        invoked
     }
 }
 

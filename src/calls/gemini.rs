@@ -1,4 +1,5 @@
-//! Gemini shape: `{functionCall: {name, args: {...}, id?}}` parts.
+//! Gemini shape: `{functionCall: {name, args: {...}, id?}}` parts, also spelled `function_call`
+//! (what the Python SDK's `to_json_dict()` writes).
 
 use serde_json::{Map, Value};
 
@@ -10,7 +11,7 @@ pub(super) fn parse(map: &Map<String, Value>) -> Parsed {
         shape: Some(CallShape::Gemini),
         ..Parsed::default()
     };
-    match map.get("functionCall") {
+    match map.get("functionCall").or_else(|| map.get("function_call")) {
         Some(Value::Object(call)) => {
             parsed.id = string_member(call, "id");
             parsed.name = string_member(call, "name");

@@ -340,3 +340,79 @@ fn unrecognised_assistant_messages_are_errors() {
             .contains("must be an array")
     );
 }
+
+#[test]
+fn gemini_parts_are_read_in_either_spelling() {
+    check(
+        json!([{"function_call": {"name": "get_weather", "args": {"city": "Paris"}, "id": "g1"}},
+               {"functionCall": {"name": "get_weather", "args": {"city": "Rome"}}}]),
+        &[
+            ("g1", "get_weather", json!({"city": "Paris"}), None),
+            ("call_1", "get_weather", json!({"city": "Rome"}), None),
+        ],
+    );
+    // `Content.to_json_dict()` of google-genai.
+    check_extract(
+        json!({"role": "model", "parts": [
+            {"function_call": {"name": "a", "args": {"x": 1}}},
+            {"function_call": {"name": "b", "args": {}}}]}),
+        &["call_0", "call_1"],
+    );
+}
+
+#[test]
+fn args_is_the_arguments_of_a_normalized_call() {
+    // What google-genai's `response.function_calls` dump as.
+    check(
+        json!([{"id": "c1", "name": "get_weather", "args": {"city": "Paris"}}]),
+        &[("c1", "get_weather", json!({"city": "Paris"}), None)],
+    );
+}
+
+#[test]
+fn arguments_under_another_key_are_refused_not_dropped() {
+    for key in ["input", "parameters", "params"] {
+        let element = json!({"id": "c1", "name": "t", key: {"city": "Paris"}});
+        check(
+            json!([element.clone()]),
+            &[("c1", "t", Value::Null, Some(Rejection::InvalidCall))],
+        );
+        assert!(message_of(element).contains(&format!("'{key}'")), "{key}");
+    }
+}
+
+#[test]
+fn nothing_in_an_assistant_message_is_dropped_silently() {
+    // An unknown part is answered (INVALID_CALL), not skipped.
+    let elements = extract_calls(&json!({"role": "model", "parts": [
+        {"functionCall": {"name": "a", "args": {}}}, {"mystery": {"name": "b"}}]}))
+    .unwrap();
+    assert_eq!(elements.len(), 2);
+    assert_eq!(
+        intake(&elements, LIMITS)[1].rejection.as_ref().map(|r| r.0),
+        Some(Rejection::InvalidCall)
+    );
+    // No call and no text: there is nothing to answer and nothing the model said.
+    for message in [
+        json!({"role": "model", "parts": []}),
+        json!({"role": "assistant", "content": null, "tool_calls": []}),
+        json!({"role": "assistant"}),
+        json!([{"type": "reasoning", "id": "rs", "summary": []}]),
+    ] {
+        let err = extract_calls(&message).unwrap_err();
+        assert!(err.contains("no tool call and no text"), "{message}: {err}");
+    }
+    // Text alone is an answer without tools.
+    for message in [
+        json!({"role": "model", "parts": [{"text": "Paris is sunny."}]}),
+        json!({"role": "assistant", "content": [{"type": "text", "text": "Done."}]}),
+        json!([{"type": "message", "role": "assistant",
+                "content": [{"type": "output_text", "text": "Done."}]}]),
+    ] {
+        assert_eq!(
+            extract_calls(&message).unwrap(),
+            Vec::<Value>::new(),
+            "{message}"
+        );
+    }
+}

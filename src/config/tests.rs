@@ -209,3 +209,15 @@ fn the_unknown_section_message_lists_every_section() {
     }
     assert_eq!(SECTIONS.len(), 21);
 }
+
+#[test]
+fn a_malformed_binding_reference_is_a_warning_not_an_error() {
+    let c = Config::from_toml("[bindings.x]\ntool = \"echo\"\ninput = { user = \"ctx.user.\" }")
+        .expect("a malformed reference resolves to null: the config is valid");
+    let warnings = c.warnings();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].starts_with("bindings.x.input.user: 'ctx.user.'"),
+        "{warnings:?}"
+    );
+}

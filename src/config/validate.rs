@@ -131,6 +131,22 @@ impl Config {
     }
 }
 
+impl Config {
+    /// What is allowed but probably not meant: binding references that always resolve to null.
+    /// `check-config` prints these; the server logs them at start.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut w = Vec::new();
+        for (name, binding) in &self.bindings {
+            if let Some(input) = &binding.input {
+                for warning in crate::mapping::warnings(input) {
+                    w.push(format!("bindings.{name}.{warning}"));
+                }
+            }
+        }
+        w
+    }
+}
+
 impl HooksConfig {
     pub(super) fn problems(&self) -> Vec<String> {
         let mut p = Vec::new();

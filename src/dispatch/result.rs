@@ -45,6 +45,16 @@ pub struct CallResult {
 }
 
 impl CallResult {
+    /// Records how many times the tool ran; `tool` is empty when it never did (a refusal by a
+    /// hook, loop detection, the breaker or a middleware layer), so an audit never reads a
+    /// refused tool as run.
+    pub fn set_executions(&mut self, executions: u32) {
+        self.attempts = executions;
+        if executions == 0 {
+            self.tool.clear();
+        }
+    }
+
     /// A call answered without running: its content is the error text.
     pub fn refused(call: &ToolCall, class: ErrorClass, message: String) -> Self {
         CallResult {

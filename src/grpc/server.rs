@@ -40,6 +40,16 @@ pub enum ServeError {
     TaskFailed(tokio::task::JoinError),
 }
 
+/// Reflection over toolgate's protos, listing only what this server serves: the descriptor set
+/// also holds `ToolHooks` and `ToolWorker`, protocols toolgate calls but does not answer.
+fn reflection() -> tonic_reflection::server::Builder<'static> {
+    tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .with_service_name("toolgate.v1.ToolGate")
+        .with_service_name("grpc.health.v1.Health")
+}
+
 /// Serves on `listener` until `trigger` fires, then shuts down gracefully.
 pub async fn serve(
     listener: TcpListener,
@@ -51,14 +61,12 @@ pub async fn serve(
     health
         .set_serving::<ToolGateServer<ToolGateService>>()
         .await;
-    let reflection_v1 = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    let reflection_v1 = reflection()
+        .with_service_name("grpc.reflection.v1.ServerReflection")
         .build_v1()?;
     // grpcurl 1.8 and other older clients speak only v1alpha.
-    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    let reflection_v1alpha = reflection()
+        .with_service_name("grpc.reflection.v1alpha.ServerReflection")
         .build_v1alpha()?;
     let toolgate = ToolGateServer::new(ToolGateService::new(state.clone()))
         .max_decoding_message_size(settings.max_message_bytes);

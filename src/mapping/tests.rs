@@ -198,21 +198,38 @@ fn a_private_sibling_never_comes_along() {
 }
 
 #[test]
-fn malformed_references_are_reported_before_use() {
+fn malformed_references_are_warnings_and_a_mixed_literal_is_a_problem() {
+    let clean = json!({"a": "arguments.city", "b": "ctx.user.name", "c": {"$literal": "ctx."}});
+    assert!(problems(&clean).is_empty());
+    assert!(warnings(&clean).is_empty());
+    let spec = json!({"a": "ctx.user.", "b": ["arguments..x"], "c": {"$literal": 1, "other": 2}, "d": "call."});
+    let found = problems(&spec);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].starts_with("input.c:"), "{found:?}");
+    let warned = warnings(&spec);
+    assert_eq!(warned.len(), 3, "{warned:?}");
     assert!(
-        problems(&json!({"a": "arguments.city", "b": "ctx.user.name", "c": {"$literal": "ctx."}}))
-            .is_empty()
-    );
-    let found = problems(
-        &json!({"a": "ctx.user.", "b": ["arguments..x"], "c": {"$literal": 1, "other": 2}, "d": "call."}),
-    );
-    assert_eq!(found.len(), 4, "{found:?}");
-    assert!(
-        found.iter().any(|p| p.starts_with("input.a: 'ctx.user.'")),
-        "{found:?}"
+        warned.iter().any(|p| p.starts_with("input.a: 'ctx.user.'")),
+        "{warned:?}"
     );
     assert!(
-        found.iter().any(|p| p.starts_with("input.b[0]:")),
-        "{found:?}"
+        warned.iter().any(|p| p.starts_with("input.b[0]:")),
+        "{warned:?}"
     );
+}
+
+#[test]
+fn malformed_references_resolve_to_null() {
+    // The source text: "ctx.user. is malformed and also selects null. The same rule applies to
+    // arguments.* and call.*, including a trailing dot with no field."
+    for reference in [
+        "ctx.user.",
+        "ctx.",
+        "arguments..city",
+        "arguments.",
+        "call.",
+        "call.arguments.",
+    ] {
+        check(json!(reference), Value::Null);
+    }
 }

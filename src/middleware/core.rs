@@ -39,7 +39,7 @@ impl Service<Invocation> for Core {
         Box::pin(async move {
             let Some(registered) = registry.get(&inv.tool) else {
                 // The suggestion layer adds the names; the class is what it keys on.
-                return Ok(Invoked::error(
+                return Ok(Invoked::refused(
                     ErrorClass::UnknownTool,
                     super::not_available(&inv.tool),
                 ));
@@ -52,7 +52,7 @@ impl Service<Invocation> for Core {
                      an operator must accept the change before it runs again",
                     inv.tool, pin.digest
                 );
-                return Ok(Invoked::error(ErrorClass::Quarantined, message));
+                return Ok(Invoked::refused(ErrorClass::Quarantined, message));
             }
             let tool = registered.tool.clone();
             let running = AssertUnwindSafe(tool.call(Arc::unwrap_or_clone(inv.input), &inv.ctx))

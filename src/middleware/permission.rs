@@ -87,7 +87,7 @@ where
         };
         let source = format!("permissions[{}]", rule.id);
         let refuse = |decision: Decision, text: String| {
-            let mut invoked = Invoked::error(ErrorClass::PermissionDenied, text);
+            let mut invoked = Invoked::refused(ErrorClass::PermissionDenied, text);
             invoked.gates.push(GateRecord {
                 source: source.clone(),
                 decision,

@@ -140,7 +140,7 @@ where
                 inv.tool
             );
             return Box::pin(
-                async move { Ok(Invoked::error(ErrorClass::InvalidArguments, message)) },
+                async move { Ok(Invoked::refused(ErrorClass::InvalidArguments, message)) },
             );
         }
         Box::pin(self.inner.call(inv))

@@ -44,7 +44,11 @@ async fn permission_rules_deny_with_a_gate_decision_and_are_never_retried() {
         w.error,
         "Permission denied for tool 'scratch_write': this agent is read-only"
     );
-    assert_eq!(w.attempts, 1, "a refusal is never retried");
+    assert_eq!(
+        (w.tool.as_str(), w.attempts),
+        ("", 0),
+        "a refusal is never retried, and the tool never ran"
+    );
     assert!(
         result.results[1]
             .error

@@ -105,6 +105,50 @@ fn assert_contains(output: &str, expected: &[&str]) {
 }
 
 #[test]
+fn calls_as_the_official_sdks_dump_them_are_read_exactly() {
+    let env = testenv();
+    let server = Binary::start(&[]);
+    let output = run(Command::new(env.join("venv/bin/python"))
+        .arg(Path::new(REPO).join("tests/sdk/sdk_shapes.py"))
+        .args(["--addr", &server.addr]));
+    assert_contains(
+        &output,
+        &[
+            "ok openai chat message.to_dict()",
+            "ok openai responses output list",
+            "ok anthropic message.to_dict()",
+            "ok google-genai content.to_json_dict()",
+            "ok google-genai part.to_json_dict() in calls",
+            "ok google-genai response.function_calls dumped in calls",
+            "every SDK shape read exactly",
+        ],
+    );
+}
+
+#[test]
+fn reflection_lists_only_the_services_toolgate_serves() {
+    let env = testenv();
+    let server = Binary::start(&[]);
+    let output =
+        run(Command::new(env.join("venv/bin/grpcurl")).args(["-plaintext", &server.addr, "list"]));
+    let listed: Vec<&str> = output
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    // Not toolgate.v1.ToolHooks or toolgate.v1.ToolWorker: toolgate calls those, it does not
+    // serve them. (grpcurl 1.8 asks over reflection v1alpha, so that is the one it lists.)
+    assert_eq!(
+        listed,
+        [
+            "grpc.health.v1.Health",
+            "grpc.reflection.v1alpha.ServerReflection",
+            "toolgate.v1.ToolGate"
+        ]
+    );
+}
+
+#[test]
 fn the_grpcurl_demo_runs_against_the_binary() {
     let env = testenv();
     let server = Binary::start(&[]);

@@ -285,3 +285,73 @@ async fn sessions_expire_when_idle_and_end_on_request() {
         .unwrap_err();
     assert_eq!(status.code(), tonic::Code::InvalidArgument);
 }
+
+/// (error class, tool, attempts) of each result.
+fn ran(result: &pb::BatchResult) -> Vec<(ErrorClass, String, u32)> {
+    result
+        .results
+        .iter()
+        .map(|r| (class(r), r.tool.clone(), r.attempts))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_refused_call_says_no_tool_ran() {
+    let config = Config::from_toml(
+        r#"
+        [[hooks.rules]]
+        tools = "now"
+        action = "block"
+        reason = "no clocks today"
+        [[permissions.rules]]
+        tools = "scratch_write"
+        decision = "deny"
+        reason = "read-only"
+        [breaker]
+        failure_threshold = 1
+        [per_tool.fail.retry]
+        enabled = false
+        [loop_detection]
+        warn_after = 0
+        stop_after = 2
+        "#,
+    )
+    .unwrap();
+    let ts = start_with(config).await;
+    let refusals = dispatch(
+        &ts,
+        request(json!([
+            {"id": "h", "name": "now"},
+            {"id": "p", "name": "scratch_write", "arguments": {"path": "a", "content": "x"}},
+            {"id": "v", "name": "sleep", "arguments": {"ms": "soon"}},
+            {"id": "f1", "name": "fail"},
+            {"id": "f2", "name": "fail"},
+        ])),
+    )
+    .await;
+    assert_eq!(
+        ran(&refusals),
+        [
+            (ErrorClass::Blocked, String::new(), 0),
+            (ErrorClass::PermissionDenied, String::new(), 0),
+            (ErrorClass::InvalidArguments, String::new(), 0),
+            (ErrorClass::ToolError, "fail".to_owned(), 1),
+            (ErrorClass::CircuitOpen, String::new(), 0),
+        ]
+    );
+    let mut looping = request(json!([
+        {"id": "e1", "name": "echo", "arguments": {"a": 1}},
+        {"id": "e2", "name": "echo", "arguments": {"a": 1}},
+        {"id": "e3", "name": "echo", "arguments": {"a": 1}},
+    ]));
+    looping.session_id = "loops".into();
+    let stopped = dispatch(&ts, looping).await;
+    assert_eq!(
+        ran(&stopped),
+        [
+            (ErrorClass::None, "echo".to_owned(), 1),
+            (ErrorClass::None, "echo".to_owned(), 1),
+            (ErrorClass::LoopStopped, String::new(), 0),
+        ]
+    );
+}

@@ -38,9 +38,11 @@ impl Step<'_> {
                 ..
             })
         );
+        let refused = invoked.as_ref().is_some_and(|i| i.refused);
         let mut result = self.answer(invoked);
         result.id.clone_from(&self.call.id);
-        result.attempts = self.attempt;
+        // A layer's refusal is not an execution of the tool.
+        result.set_executions(self.attempt - u32::from(refused));
         result.duration = duration;
         (result, retryable)
     }

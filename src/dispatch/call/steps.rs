@@ -124,7 +124,7 @@ impl Step<'_> {
             stop.message(),
             None,
         );
-        result.attempts = self.attempt - 1;
+        result.set_executions(self.attempt - 1);
         self.post(&result).await;
         Answered {
             result,
@@ -141,7 +141,7 @@ impl Step<'_> {
         guard: &LoopGuard<'_>,
     ) -> Answered {
         let mut result = CallResult::failed(self.call, self.tool, class, message, None);
-        result.attempts = self.attempt - 1;
+        result.set_executions(self.attempt - 1);
         guard.record_refusal(&result);
         self.post(&result).await;
         Answered::soft(result)
@@ -337,7 +337,7 @@ impl Step<'_> {
             );
             let mut cancelled =
                 CallResult::failed(self.call, tool, ErrorClass::Cancelled, message, None);
-            cancelled.attempts = attempt;
+            cancelled.set_executions(attempt);
             cancelled.duration = result.duration;
             return Recovery::Answer(Box::new(Answered {
                 result: cancelled,
