@@ -256,6 +256,11 @@ fn confine(root: &Path, relative: &str) -> Result<PathBuf, ToolError> {
             "path '{relative}' escapes the scratch directory: use a relative path without '..'"
         ))
     };
+    if relative.contains('\0') {
+        return Err(ToolError::invalid_input(
+            "the path contains a NUL byte, which no file name can".to_owned(),
+        ));
+    }
     let mut out = root.to_path_buf();
     for component in Path::new(relative).components() {
         match component {
@@ -294,9 +299,17 @@ async fn confine_resolved(root: &Path, target: &Path, relative: &str) -> Result<
     }
 }
 
+/// A filesystem error as the call's answer. What the input named wrongly (a missing file, a
+/// name no path can have, a file where a directory was meant) is the call's fault: it is
+/// INVALID_ARGUMENTS and never counts against the tool's health, so one session's bad paths
+/// cannot open the breaker for everyone.
 fn io_error(path: &str, error: &std::io::Error) -> ToolError {
     match error.kind() {
-        ErrorKind::NotFound => ToolError::failed(format!("'{path}' does not exist")),
+        ErrorKind::NotFound => ToolError::invalid_input(format!("'{path}' does not exist")),
+        ErrorKind::InvalidInput
+        | ErrorKind::InvalidFilename
+        | ErrorKind::NotADirectory
+        | ErrorKind::IsADirectory => ToolError::invalid_input(format!("'{path}': {error}")),
         _ => ToolError::failed(format!("'{path}': {error}")),
     }
 }
@@ -395,6 +408,8 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(err.message, "'nope.txt' does not exist");
+        // The input's fault, not the tool's: never a health failure.
+        assert_eq!(err.kind, crate::tools::ToolErrorKind::InvalidInput);
         let _ = std::fs::remove_dir_all(ctx.scratch.path());
     }
 }

@@ -321,3 +321,40 @@ fn the_agent_loop_example_runs_two_turns_with_a_context_binding() {
         "the unselected context field leaked:\n{output}"
     );
 }
+
+/// The server's resident memory, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[tokio::test]
+async fn loop_detection_keeps_digests_not_whole_inputs() {
+    if !Path::new("/proc/self/status").exists() {
+        return;
+    }
+    let server = Binary::start_with(&[], &[("TOOLGATE_SERVER__MAX_MESSAGE_BYTES", "8388608")]);
+    let mut client =
+        toolgate::pb::tool_gate_client::ToolGateClient::connect(format!("http://{}", server.addr))
+            .await
+            .unwrap()
+            .max_decoding_message_size(64 << 20)
+            .max_encoding_message_size(64 << 20);
+    let before = rss_kib(server.child.id());
+    // 40 distinct calls of 3.5 MB arguments in one session: all in its loop window (100).
+    for i in 0..40 {
+        let pad = format!("{i:06}{}", "x".repeat(3_500_000));
+        let mut req = crate::support::request(serde_json::json!([
+            {"id": format!("c{i}"), "name": "now", "arguments": {"pad": pad}}
+        ]));
+        req.session_id = "big".into();
+        client.dispatch(req).await.unwrap();
+    }
+    let after = rss_kib(server.child.id());
+    // With whole inputs in the window this read ~530 MB; with digests ~65 MB.
+    assert!(
+        after < 200 * 1024,
+        "RSS grew from {before} KiB to {after} KiB over 140 MB of arguments"
+    );
+}

@@ -355,3 +355,32 @@ async fn a_refused_call_says_no_tool_ran() {
         ]
     );
 }
+
+#[tokio::test]
+async fn bad_paths_from_one_session_do_not_open_the_breaker_for_everyone() {
+    // The default breaker opens after 3 consecutive failures.
+    let ts = start().await;
+    let mut bad = request(json!([
+        {"id": "a", "name": "scratch_read", "arguments": {"path": "missing-1.txt"}},
+        {"id": "b", "name": "scratch_read", "arguments": {"path": "missing-2.txt"}},
+        {"id": "c", "name": "scratch_read", "arguments": {"path": "bad\u{0}name"}},
+        {"id": "d", "name": "scratch_read", "arguments": {"path": "missing-3.txt"}},
+    ]));
+    bad.session_id = "careless".into();
+    let result = dispatch(&ts, bad).await;
+    for r in &result.results {
+        assert_eq!(class(r), ErrorClass::InvalidArguments, "{r:?}");
+    }
+    let health = health_of(&ts, "scratch_read").await;
+    assert_eq!(health.failures, 0, "{health:?}");
+    assert_eq!(health.breaker, pb::BreakerState::Closed as i32);
+    // Another session reads its own file as usual.
+    let mut good = request(json!([
+        {"id": "w", "name": "scratch_write", "arguments": {"path": "n.txt", "content": "hi"}},
+        {"id": "r", "name": "scratch_read", "arguments": {"path": "n.txt"}},
+    ]));
+    good.session_id = "careful".into();
+    let result = dispatch(&ts, good).await;
+    assert!(result.all_succeeded, "{:?}", result.results);
+    assert_eq!(result.results[1].content, "hi");
+}
