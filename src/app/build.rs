@@ -1,0 +1,194 @@
+//! What the config makes at start: the middleware settings, the configured hooks and the session
+//! table (with stale scratch bases cleared), and the task that expires idle sessions.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::config::Config;
+use crate::middleware::{CacheRule, MiddlewareConfig, PermissionRule, Redactor};
+use crate::safety::hooks::{CommandHook, GrpcHook, Hook, RuleHook};
+use crate::session::{SessionLimits, Sessions};
+
+/// Distinguishes the default scratch bases of servers in one process.
+static SERVER_SERIAL: AtomicU64 = AtomicU64::new(1);
+
+/// The middleware settings from the config: global values plus per-tool overrides.
+pub(crate) fn middleware_config(c: &Config) -> Result<MiddlewareConfig, String> {
+    let redactor = if c.redaction.enabled {
+        let custom: Vec<(String, String)> = c
+            .redaction
+            .patterns
+            .iter()
+            .map(|p| (p.kind.clone(), p.regex.clone()))
+            .collect();
+        Redactor::new(&custom, c.redaction.entropy)?
+    } else {
+        Redactor::disabled()
+    };
+    let permissions = c
+        .permissions
+        .rules
+        .iter()
+        .enumerate()
+        .map(|(i, r)| PermissionRule {
+            id: r.id.clone().unwrap_or_else(|| format!("rules[{i}]")),
+            tools: r.tools.clone(),
+            verdict: r.decision,
+            reason: r.reason.clone(),
+        })
+        .collect();
+    let mut m = MiddlewareConfig {
+        default_timeout: c.dispatch.call_timeout,
+        permissions,
+        validate: c.validation.enabled,
+        max_output_chars: c.output.max_chars,
+        redactor: Arc::new(redactor),
+        cache_max_entries: c.cache.max_entries,
+        suggestion_threshold: c.unknown_tool.suggestion_threshold,
+        ..MiddlewareConfig::default()
+    };
+    for (name, tool) in &c.per_tool {
+        if let Some(t) = tool.timeout {
+            m.tool_timeouts.insert(name.clone(), t);
+        }
+        if let Some(chars) = tool.max_output_chars {
+            m.tool_output_chars.insert(name.clone(), chars);
+        }
+        if tool.cache.enabled {
+            let rule = CacheRule {
+                ttl: tool.cache.ttl,
+                ttl_turns: tool.cache.ttl_turns,
+                scope: tool.cache.scope,
+                path: tool.cache.path.clone(),
+            };
+            m.cache_rules.insert(name.clone(), rule);
+        }
+        if let Some(pointer) = &tool.invalidates_path {
+            m.cache_invalidators.insert(name.clone(), pointer.clone());
+        }
+        if tool.select_result == Some(false) {
+            m.select_pass_through.insert(name.clone());
+        }
+    }
+    Ok(m)
+}
+
+/// Hooks from the config, in the documented order: rules, command hooks, gRPC hooks.
+pub(super) fn configured_hooks(config: &Config) -> Result<Vec<Arc<dyn Hook>>, String> {
+    let mut hooks: Vec<Arc<dyn Hook>> = Vec::new();
+    for (i, rule) in config.hooks.rules.iter().enumerate() {
+        let conditions = rule
+            .when
+            .iter()
+            .enumerate()
+            .map(|(j, c)| {
+                c.condition()
+                    .map_err(|problem| format!("hooks.rules[{i}].when[{j}]: {problem}"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let id = rule.id.clone().unwrap_or_else(|| format!("rules[{i}]"));
+        hooks.push(Arc::new(RuleHook::new(
+            id,
+            rule.tools.clone(),
+            conditions,
+            rule.action,
+            rule.reason.clone(),
+        )));
+    }
+    for (i, h) in config.hooks.command.iter().enumerate() {
+        let name = h.name.clone().unwrap_or_else(|| format!("command[{i}]"));
+        let hook = CommandHook::new(name, &h.command, h.tools.clone(), h.timeout, h.failure_mode)
+            .ok_or_else(|| format!("hooks.command[{i}]: name a program to run"))?;
+        hooks.push(Arc::new(hook));
+    }
+    for (i, h) in config.hooks.grpc.iter().enumerate() {
+        let name = h.name.clone().unwrap_or_else(|| format!("grpc[{i}]"));
+        let hook = GrpcHook::new(
+            name,
+            &h.endpoint,
+            h.tools.clone(),
+            h.timeout,
+            h.failure_mode,
+        )?;
+        hooks.push(Arc::new(hook));
+    }
+    Ok(hooks)
+}
+
+/// Removes the scratch bases (`toolgate-<pid>-<serial>`) that servers left in `temp` when they
+/// were killed: only that naming pattern, and only when the owning process is gone. Where
+/// processes cannot be looked up (no `/proc`), nothing is removed.
+pub(super) fn remove_stale_bases(temp: &Path) {
+    if !Path::new("/proc/self").exists() {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(temp) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(stale_base_owner) else {
+            continue;
+        };
+        if pid == std::process::id() || Path::new("/proc").join(pid.to_string()).exists() {
+            continue;
+        }
+        match std::fs::remove_dir_all(entry.path()) {
+            Ok(()) => {
+                tracing::info!(path = %entry.path().display(), pid, "removed a stale scratch base")
+            }
+            Err(error) => {
+                tracing::debug!(path = %entry.path().display(), %error, "stale scratch base not removed")
+            }
+        }
+    }
+}
+
+/// The owning pid of a scratch base name `toolgate-<pid>-<serial>`; `None` for anything else.
+pub(super) fn stale_base_owner(name: &str) -> Option<u32> {
+    let (pid, serial) = name.strip_prefix("toolgate-")?.split_once('-')?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(pid) || !digits(serial) {
+        return None;
+    }
+    pid.parse().ok()
+}
+
+pub(super) fn sessions(config: &Config) -> Sessions {
+    let limits = SessionLimits {
+        idle_ttl: config.sessions.idle_ttl,
+        max_sessions: config.sessions.max_sessions,
+        loop_window: config.loop_detection.window,
+        memory_entries: if config.memory.enabled {
+            config.memory.max_entries
+        } else {
+            0
+        },
+    };
+    let configured = &config.sessions.scratch_base;
+    if configured.as_os_str().is_empty() {
+        let temp = std::env::temp_dir();
+        remove_stale_bases(&temp);
+        let serial = SERVER_SERIAL.fetch_add(1, Ordering::Relaxed);
+        let base: PathBuf = temp.join(format!("toolgate-{}-{serial}", std::process::id()));
+        Sessions::new(base, true, limits)
+    } else {
+        Sessions::new(configured.clone(), false, limits)
+    }
+}
+
+/// Drops idle sessions, checking four times per TTL (at most once a minute, at least every 10 ms).
+pub(super) async fn sweep_sessions(sessions: Arc<Sessions>, idle_ttl: Duration) {
+    let every = (idle_ttl / 4).clamp(Duration::from_millis(10), Duration::from_secs(60));
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let expired = sessions.sweep(tokio::time::Instant::now());
+        if expired > 0 {
+            tracing::debug!(expired, "idle sessions dropped");
+        }
+    }
+}

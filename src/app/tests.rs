@@ -1,0 +1,67 @@
+//! Start and stop: a crashed server task is an error, and stale scratch bases are cleared.
+
+use std::path::Path;
+
+use super::build::{remove_stale_bases, stale_base_owner};
+use super::*;
+
+#[test]
+fn only_scratch_bases_of_dead_processes_are_removed() {
+    assert_eq!(stale_base_owner("toolgate-123-0"), Some(123));
+    for other in [
+        "toolgate-abc-0",
+        "toolgate-12",
+        "toolgate-12-",
+        "toolgate--1",
+        "mine-1-2",
+    ] {
+        assert_eq!(stale_base_owner(other), None, "{other}");
+    }
+    let temp = std::env::temp_dir().join(format!("toolgate-stale-test-{}", std::process::id()));
+    std::fs::create_dir_all(&temp).unwrap();
+    // pid 4194304 is above Linux's pid_max, so it is never alive.
+    let dead = temp.join("toolgate-4194304-0");
+    let alive = temp.join(format!("toolgate-{}-9", std::process::id()));
+    let unrelated = temp.join("toolgate-notes");
+    for dir in [&dead, &alive, &unrelated] {
+        std::fs::create_dir_all(dir.join("session")).unwrap();
+    }
+    remove_stale_bases(&temp);
+    let proc_exists = Path::new("/proc/self").exists();
+    assert_eq!(dead.exists(), !proc_exists, "a dead process's base goes");
+    assert!(
+        alive.exists() && unrelated.exists(),
+        "nothing else is touched"
+    );
+    std::fs::remove_dir_all(&temp).unwrap();
+}
+
+#[tokio::test]
+async fn an_aborted_server_task_is_an_error() {
+    let server = Server::new(Config::default()).start_local().await.unwrap();
+    server.task.abort();
+    let error = server.wait().await.unwrap_err();
+    assert!(
+        matches!(&error, ServeError::TaskFailed(join) if join.is_cancelled()),
+        "{error}"
+    );
+    assert!(
+        error.to_string().starts_with("the server task failed: "),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn a_panicked_server_task_is_an_error() {
+    let server = RunningServer {
+        addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        trigger: CancellationToken::new(),
+        task: tokio::spawn(async { panic!("the server broke") }),
+    };
+    let error = server.wait().await.unwrap_err();
+    assert!(
+        matches!(&error, ServeError::TaskFailed(join) if join.is_panic()),
+        "{error}"
+    );
+    assert!(error.to_string().contains("the server broke"), "{error}");
+}
