@@ -333,7 +333,7 @@ impl Default for Limits {
         Limits {
             max_calls: 64,
             max_calls_ceiling: 1024,
-            max_json_depth: 64,
+            max_json_depth: 32,
             max_concurrency: 64,
         }
     }

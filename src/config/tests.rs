@@ -71,7 +71,7 @@ fn every_problem_is_listed() {
     for expected in [
         "server.listen: 'nowhere'",
         "limits.max_calls: must be at least 1",
-        "limits.max_json_depth: must be from 1 to 100",
+        "limits.max_json_depth: must be from 1 to 32",
         "[dispatch]: 'soon' is not a duration",
         "tools.builtin.exclude: 'nope' is not a built-in tool",
         "unknown section 'bogus'",

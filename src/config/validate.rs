@@ -45,8 +45,13 @@ impl Config {
         if limits.max_concurrency == 0 {
             p.push("limits.max_concurrency: must be at least 1".to_owned());
         }
-        if !(1..=100).contains(&limits.max_json_depth) {
-            p.push("limits.max_json_depth: must be from 1 to 100".to_owned());
+        // Deeper arguments could be accepted but never answered: the reply would nest deeper
+        // than protobuf decoders accept.
+        let deepest = crate::protojson::MAX_REPLY_DEPTH;
+        if !(1..=deepest).contains(&limits.max_json_depth) {
+            p.push(format!(
+                "limits.max_json_depth: must be from 1 to {deepest} (a reply nests deeper than protobuf decoders accept past {deepest})"
+            ));
         }
         if self.dispatch.call_timeout.is_zero() {
             p.push("dispatch.call_timeout: must be longer than zero".to_owned());

@@ -240,6 +240,7 @@ async fn list_tools_describes_every_tool_with_its_source() {
     assert_eq!(
         names,
         [
+            "deep",
             "echo",
             "explode",
             "fail",

@@ -189,3 +189,44 @@ async fn an_unrecognised_assistant_message_is_invalid_argument() {
         status.message()
     );
 }
+
+/// JSON text of objects nested `levels` deep.
+fn nested_text(levels: usize) -> String {
+    format!("{}1{}", "{\"a\":".repeat(levels), "}".repeat(levels))
+}
+
+#[tokio::test]
+async fn every_reply_decodes_whatever_the_depth_of_arguments_and_results() {
+    let ts = start().await;
+    // The client is the generated one: prost stops decoding at 100 nested messages, as
+    // protobuf decoders in other languages do.
+    let (events, result) = dispatch_stream(
+        &ts,
+        request(json!([
+            {"id": "ok", "name": "echo", "arguments": nested_text(32)},
+            {"id": "too_deep", "name": "echo", "arguments": nested_text(33)},
+            {"id": "deep_result", "name": "deep", "arguments": {"levels": 40}},
+        ])),
+    )
+    .await;
+    assert!(!events.is_empty());
+    let r = &result.results;
+    assert!(r[0].success, "{:?}", r[0]);
+    assert_eq!(
+        (class(&r[1]), r[1].error.as_str()),
+        (
+            ErrorClass::InvalidArguments,
+            "arguments nest 33 levels deep; the limit is 32"
+        )
+    );
+    // A result too deep for the reply comes back as its JSON text, whole.
+    assert!(r[2].success, "{:?}", r[2]);
+    let text = json_of(&r[2].result);
+    let text = text.as_str().expect("carried as text");
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(text)
+            .unwrap()
+            .pointer(&"/a".repeat(40)),
+        Some(&json!("bottom"))
+    );
+}

@@ -99,7 +99,7 @@ async fn deeply_nested_argument_text_is_a_soft_error() {
     assert_eq!(class(&result.results[0]), pb::ErrorClass::InvalidArguments);
     assert_eq!(
         result.results[0].error,
-        "arguments nest 70 levels deep; the limit is 64"
+        "arguments nest 70 levels deep; the limit is 32"
     );
 }
 

@@ -211,6 +211,18 @@ fn test_tools(
     };
     server
         .tool(FnTool::new(
+            "deep",
+            "returns JSON nested `levels` objects deep (at most 100)",
+            |input: Value, _ctx| async move {
+                let levels = input["levels"].as_u64().unwrap_or(1).min(100);
+                let mut value = serde_json::json!("bottom");
+                for _ in 0..levels {
+                    value = serde_json::json!({ "a": value });
+                }
+                Ok(ToolOutput::Json(value))
+            },
+        ))
+        .tool(FnTool::new(
             "meta",
             "returns its input and the call metadata",
             |input: Value, ctx: ToolContext| async move {

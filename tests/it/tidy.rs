@@ -89,8 +89,8 @@ fn log_messages_are_lowercase() {
 /// modules of lower layers only: never its own layer's neighbours, never a higher layer.
 const LAYERS: &[&[&str]] = &[
     &["hash", "duration", "glob", "pb"],
-    &["json", "trace", "protojson"],
-    &["calls", "mapping"],
+    &["json", "trace"],
+    &["protojson", "calls", "mapping"],
     &["tools"],
     &["safety"],
     &["session"],
