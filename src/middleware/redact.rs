@@ -1,6 +1,8 @@
 //! Redaction: secrets removed from results and errors before anything leaves the pipeline:
-//! bearer tokens, key/value API keys, AWS access keys, PEM private keys, GitHub and GitLab tokens,
-//! configured patterns, and an optional entropy heuristic; each replaced by `[REDACTED:<kind>]`.
+//! bearer and basic credentials, key/value API keys, AWS access keys, PEM private keys, the
+//! prefixed keys of GitHub, GitLab, OpenAI, Anthropic, Stripe, Slack, Google, SendGrid, Hugging
+//! Face and npm, JWTs, passwords in URLs, configured patterns, and an optional entropy heuristic;
+//! each replaced by `[REDACTED:<kind>]`.
 
 use std::borrow::Cow;
 use std::convert::Infallible;
@@ -18,8 +20,66 @@ use crate::tools::{BoxFuture, ContentPart, ToolOutput};
 const BUILTIN: &[(&str, &str, &str)] = &[
     (
         "pem_private_key",
-        r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z0-9 ]*PRIVATE KEY-----",
+        // A block cut before its END line is redacted to the end of the text.
+        r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----(?:[\s\S]*?-----END [A-Z0-9 ]*PRIVATE KEY-----|[\s\S]*)",
         "[REDACTED:pem_private_key]",
+    ),
+    // Provider keys with a recognisable prefix (the gitleaks rule set's formats). Anthropic
+    // comes before OpenAI: both start with `sk-`.
+    (
+        "anthropic_key",
+        r"\bsk-ant-[A-Za-z0-9_\-]{20,}",
+        "[REDACTED:anthropic_key]",
+    ),
+    (
+        "openai_key",
+        r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,}",
+        "[REDACTED:openai_key]",
+    ),
+    (
+        "stripe_key",
+        r"\b(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}",
+        "[REDACTED:stripe_key]",
+    ),
+    (
+        "slack_token",
+        r"\bxox[abeoprs]-[A-Za-z0-9\-]{10,}",
+        "[REDACTED:slack_token]",
+    ),
+    (
+        "google_api_key",
+        r"\bAIza[0-9A-Za-z_\-]{35}",
+        "[REDACTED:google_api_key]",
+    ),
+    (
+        "sendgrid_key",
+        r"\bSG\.[A-Za-z0-9_\-]{16,}\.[A-Za-z0-9_\-]{16,}",
+        "[REDACTED:sendgrid_key]",
+    ),
+    (
+        "huggingface_token",
+        r"\bhf_[A-Za-z0-9]{30,}",
+        "[REDACTED:huggingface_token]",
+    ),
+    (
+        "npm_token",
+        r"\bnpm_[A-Za-z0-9]{36}",
+        "[REDACTED:npm_token]",
+    ),
+    (
+        "jwt",
+        r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}",
+        "[REDACTED:jwt]",
+    ),
+    (
+        "url_credentials",
+        r"(?i)(?P<k>\b[a-z][a-z0-9+.\-]*://)[^/\s:@]+:[^/\s@]+@",
+        "${k}[REDACTED:url_credentials]@",
+    ),
+    (
+        "basic_auth",
+        r"(?i)\bbasic\s+[A-Za-z0-9+/]{12,}={0,2}",
+        "[REDACTED:basic_auth]",
     ),
     (
         "bearer",
@@ -292,7 +352,8 @@ mod tests {
         );
         check(
             "\"OPENAI_API_KEY\": \"sk-abcdefghijklmnop1234\"",
-            "\"OPENAI_API_KEY\": \"[REDACTED:api_key_kv]\"",
+            // The provider's own format names the kind more precisely than the key does.
+            "\"OPENAI_API_KEY\": \"[REDACTED:openai_key]\"",
         );
         check(
             "key AKIAABCDEFGHIJKLMNOP here",
@@ -309,6 +370,90 @@ mod tests {
         check("glpat-abcdefghij0123456789", "[REDACTED:gitlab_token]");
         check("see TKT-123456", "see [REDACTED:ticket]");
         check("nothing secret here", "nothing secret here");
+    }
+
+    /// Secrets in the formats of this field, each of which must be redacted.
+    const POSITIVES: &[(&str, &str)] = &[
+        ("openai_key", "sk-abcdefghijklmnopqrstuvwxyz0123456789ABCD"),
+        (
+            "openai_key",
+            "sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z_Ab3dEf6hIj9kL",
+        ),
+        (
+            "anthropic_key",
+            "sk-ant-api03-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zAb3dEf6hIj9kLm2n-AA",
+        ),
+        (
+            "slack_token",
+            "xoxb-1234567890-0987654321-AbCdEfGhIjKlMnOpQrStUvWx",
+        ),
+        ("stripe_key", "sk_live_4eC39HqLyjWDarjtT1zdp7dc"),
+        ("google_api_key", "AIzaSyA1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q"),
+        (
+            "sendgrid_key",
+            "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",
+        ),
+        ("huggingface_token", "hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567"),
+        ("npm_token", "npm_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"),
+        (
+            "jwt",
+            "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+        ),
+        (
+            "url_credentials",
+            "postgres://admin:hunter2secret@db.internal:5432/app",
+        ),
+        (
+            "basic_auth",
+            "Authorization: Basic dXNlcjpwYXNzd29yZDEyMw==",
+        ),
+        (
+            "pem_private_key",
+            "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC",
+        ),
+        ("github_token", "ghp_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"),
+        ("aws_access_key", "AKIAIOSFODNN7EXAMPLE"),
+    ];
+
+    /// Look-alikes that must survive untouched.
+    const NEGATIVES: &[&str] = &[
+        "550e8400-e29b-41d4-a716-446655440000",
+        "commit 4727fa7c1d2e3f4a5b6c7d8e9f0a1b2c3d4e5f6a",
+        "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==",
+        "the_quick_brown_fox_jumps_over_the_lazy_dog_identifier",
+        "https://docs.example.com/guide/install?lang=en#step-2",
+        "mailto:someone@example.com",
+        "skeleton-key-of-the-castle",
+        "task-list: sk-1 done",
+        "Basic usage: run it",
+        "eyJhbGciOi is the start of many tokens",
+    ];
+
+    #[test]
+    fn a_corpus_of_this_fields_secrets_is_redacted_and_look_alikes_survive() {
+        let r = Redactor::new(&[], false).unwrap();
+        let missed: Vec<&str> = POSITIVES
+            .iter()
+            .filter(|(kind, secret)| {
+                let text = format!("value: {secret} end");
+                let out = r.redact(&text);
+                out.contains(secret) || !out.contains(&format!("[REDACTED:{kind}]"))
+            })
+            .map(|(kind, _)| *kind)
+            .collect();
+        let mangled: Vec<&str> = NEGATIVES
+            .iter()
+            .copied()
+            .filter(|text| r.redact(text) != *text)
+            .collect();
+        assert!(
+            missed.is_empty() && mangled.is_empty(),
+            "false negatives {}/{}: {missed:?}; false positives {}/{}: {mangled:?}",
+            missed.len(),
+            POSITIVES.len(),
+            mangled.len(),
+            NEGATIVES.len()
+        );
     }
 
     #[test]

@@ -210,3 +210,31 @@ async fn unknown_names_get_a_suggestion_when_one_is_close() {
         "tool 'get_weather' is not available"
     );
 }
+
+#[tokio::test]
+async fn provider_keys_never_come_back_in_a_result() {
+    let ts = start().await;
+    let secrets = json!({
+        "openai": "sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z_Ab3dEf6hIj9kL",
+        "anthropic": "sk-ant-api03-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zAb3dEf6hIj9kLm2n-AA",
+        "db": "postgres://admin:hunter2secret@db.internal:5432/app",
+        "id": "550e8400-e29b-41d4-a716-446655440000",
+    });
+    let result = dispatch(
+        &ts,
+        request(json!([{"id": "e", "name": "echo", "arguments": secrets}])),
+    )
+    .await;
+    let content = &result.results[0].content;
+    for leaked in ["Ab3dEf6hIj9kLm2n", "hunter2secret"] {
+        assert!(!content.contains(leaked), "{content}");
+    }
+    for kept in [
+        "[REDACTED:openai_key]",
+        "[REDACTED:anthropic_key]",
+        "postgres://[REDACTED:url_credentials]@db.internal:5432/app",
+        "550e8400-e29b-41d4-a716-446655440000",
+    ] {
+        assert!(content.contains(kept), "{kept} missing in {content}");
+    }
+}
