@@ -108,6 +108,29 @@ const BUILTIN: &[(&str, &str, &str)] = &[
     ),
 ];
 
+/// A field named like a secret (`api_key`, `client_secret`, `password`) holds one when its string
+/// value is at least this long; shorter values (`""`, `"none"`) are left as they are.
+const SECRET_FIELD_MIN: usize = 8;
+
+/// Whether a field or pair name says its value is a secret: it ends with one of the usual words,
+/// so `openai_api_key` and `access_token` are, `max_tokens` and `tokenizer` are not.
+fn is_secret_name(name: &str) -> bool {
+    const ENDINGS: &[&str] = &[
+        "api_key",
+        "apikey",
+        "secret",
+        "token",
+        "password",
+        "passwd",
+        "access_key",
+        "credential",
+        "credentials",
+        "private_key",
+    ];
+    let name = name.to_ascii_lowercase().replace('-', "_");
+    ENDINGS.iter().any(|ending| name.ends_with(ending))
+}
+
 /// Runs of secret-alphabet characters at least this long are scored by the entropy heuristic.
 const ENTROPY_MIN_LEN: usize = 32;
 /// Shannon entropy (bits per character) at or above which such a run is treated as a secret.
@@ -213,8 +236,44 @@ impl Redactor {
                 }
             }
             Value::Array(items) => items.iter_mut().for_each(|v| self.redact_value(v)),
-            Value::Object(map) => map.values_mut().for_each(|v| self.redact_value(v)),
+            Value::Object(map) => self.redact_object(map),
             _ => {}
+        }
+    }
+
+    /// An object's values, its keys (a secret used as a key), the value of a field whose name
+    /// says it holds a secret (`"api_key": "..."`, whatever the secret looks like), and the
+    /// `value` of a `{"name": "api_key", "value": "..."}` pair.
+    fn redact_object(&self, map: &mut serde_json::Map<String, Value>) {
+        let pair_is_secret = ["name", "key"].iter().any(|k| {
+            map.get(*k)
+                .and_then(Value::as_str)
+                .is_some_and(is_secret_name)
+        });
+        for (key, value) in map.iter_mut() {
+            let named_secret = is_secret_name(key) || (pair_is_secret && key == "value");
+            match value {
+                Value::String(text) if named_secret && text.chars().count() >= SECRET_FIELD_MIN => {
+                    *text = "[REDACTED:secret_field]".to_owned();
+                }
+                other => self.redact_value(other),
+            }
+        }
+        let renamed: Vec<(String, String)> = map
+            .keys()
+            .filter_map(|k| match self.redact(k) {
+                Cow::Owned(r) => Some((k.clone(), r)),
+                Cow::Borrowed(_) => None,
+            })
+            .collect();
+        for (n, (old, mut new)) in renamed.into_iter().enumerate() {
+            if let Some(value) = map.remove(&old) {
+                // Two secrets that redact alike keep both values.
+                if map.contains_key(&new) {
+                    new = format!("{new}#{}", n + 2);
+                }
+                map.insert(new, value);
+            }
         }
     }
 
@@ -453,6 +512,29 @@ mod tests {
             POSITIVES.len(),
             mangled.len(),
             NEGATIVES.len()
+        );
+    }
+
+    #[test]
+    fn secrets_in_json_are_found_by_their_names_and_as_keys() {
+        let r = Redactor::new(&[], false).unwrap();
+        let mut value = serde_json::json!({
+            "api_key": "short-but-real1",
+            "config": {"client_secret": "plain words here", "max_tokens": 512, "tokenizer": "cl100k_base"},
+            "env": [{"name": "OPENAI_API_KEY", "value": "anything at all"}, {"name": "HOME", "value": "/home/ada"}],
+            "sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z_Ab3dEf6hIj9kL": true,
+            "password": "none",
+        });
+        r.redact_value(&mut value);
+        assert_eq!(
+            value,
+            serde_json::json!({
+                "api_key": "[REDACTED:secret_field]",
+                "config": {"client_secret": "[REDACTED:secret_field]", "max_tokens": 512, "tokenizer": "cl100k_base"},
+                "env": [{"name": "OPENAI_API_KEY", "value": "[REDACTED:secret_field]"}, {"name": "HOME", "value": "/home/ada"}],
+                "[REDACTED:openai_key]": true,
+                "password": "none",
+            })
         );
     }
 

@@ -219,6 +219,8 @@ async fn provider_keys_never_come_back_in_a_result() {
         "anthropic": "sk-ant-api03-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zAb3dEf6hIj9kLm2n-AA",
         "db": "postgres://admin:hunter2secret@db.internal:5432/app",
         "id": "550e8400-e29b-41d4-a716-446655440000",
+        "client_secret": "plain words here",
+        "env": [{"name": "STRIPE_API_KEY", "value": "whatever it is"}],
     });
     let result = dispatch(
         &ts,
@@ -226,7 +228,12 @@ async fn provider_keys_never_come_back_in_a_result() {
     )
     .await;
     let content = &result.results[0].content;
-    for leaked in ["Ab3dEf6hIj9kLm2n", "hunter2secret"] {
+    for leaked in [
+        "Ab3dEf6hIj9kLm2n",
+        "hunter2secret",
+        "plain words here",
+        "whatever it is",
+    ] {
         assert!(!content.contains(leaked), "{content}");
     }
     for kept in [
