@@ -108,6 +108,9 @@ const BUILTIN: &[(&str, &str, &str)] = &[
     ),
 ];
 
+/// Object keys shorter than this are never scanned as secrets (every built-in format is longer).
+const SECRET_KEY_MIN: usize = 16;
+
 /// A field named like a secret (`api_key`, `client_secret`, `password`) holds one when its string
 /// value is at least this long; shorter values (`""`, `"none"`) are left as they are.
 const SECRET_FIELD_MIN: usize = 8;
@@ -127,8 +130,16 @@ fn is_secret_name(name: &str) -> bool {
         "credentials",
         "private_key",
     ];
-    let name = name.to_ascii_lowercase().replace('-', "_");
-    ENDINGS.iter().any(|ending| name.ends_with(ending))
+    // Compared in place (case-insensitive, `-` as `_`): this runs for every key of every object.
+    let name = name.as_bytes();
+    ENDINGS.iter().any(|ending| {
+        let ending = ending.as_bytes();
+        name.len() >= ending.len()
+            && name[name.len() - ending.len()..]
+                .iter()
+                .zip(ending)
+                .all(|(&c, &e)| c.to_ascii_lowercase() == e || (c == b'-' && e == b'_'))
+    })
 }
 
 /// Runs of secret-alphabet characters at least this long are scored by the entropy heuristic.
@@ -259,8 +270,10 @@ impl Redactor {
                 other => self.redact_value(other),
             }
         }
+        // Every built-in secret format is at least 16 characters long: shorter keys are names.
         let renamed: Vec<(String, String)> = map
             .keys()
+            .filter(|k| k.len() >= SECRET_KEY_MIN)
             .filter_map(|k| match self.redact(k) {
                 Cow::Owned(r) => Some((k.clone(), r)),
                 Cow::Borrowed(_) => None,
