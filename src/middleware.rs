@@ -45,6 +45,9 @@ pub struct Invocation {
     pub tool: String,
     /// Shared with the driver, which keeps it for post hooks and retries; the tool gets a copy.
     pub input: Arc<Value>,
+    /// The canonical JSON of `input`, when the driver has already built it (for loop detection),
+    /// so the cache keys on it without building it again.
+    pub canonical: Option<Arc<str>>,
     pub ctx: ToolContext,
     /// The model turn, for cache lifetimes counted in turns.
     pub turn: u32,

@@ -142,7 +142,7 @@ async fn attempts(
         // 5. Cancel-or-run, biased to cancel, through the middleware stack (deadline,
         //    permissions, validation, cache, redaction, output cap) around the tool itself;
         //    6. the result is stamped with the model's id, whatever the tool or a layer put there.
-        let (mut result, retryable) = step.run(&input, metadata).await;
+        let (mut result, retryable) = step.run(&input, &guard.input, metadata).await;
         if let Some(cancelled) = step.settle_cancelled(&mut result, probe).await {
             return cancelled;
         }

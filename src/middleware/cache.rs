@@ -44,7 +44,7 @@ pub struct CacheRule {
 struct Key {
     scope: String,
     tool: String,
-    input: String,
+    input: Arc<str>,
 }
 
 #[derive(Debug, Clone)]
@@ -262,7 +262,10 @@ where
                 CacheScope::Global => String::new(),
             },
             tool: inv.tool.clone(),
-            input: json::canonical(&inv.input),
+            input: inv
+                .canonical
+                .clone()
+                .unwrap_or_else(|| json::canonical(&inv.input).into()),
         };
         let now = Instant::now();
         if let Some(output) = self.cache.get(&key, rule, inv.turn, now) {

@@ -13,6 +13,7 @@ fn invocation(tool: &str, input: Value) -> Invocation {
     Invocation {
         tool: tool.into(),
         input: Arc::new(input),
+        canonical: None,
         ctx: ToolContext::new("s1", "c1", 0, std::env::temp_dir()),
         turn: 1,
         requested_timeout: None,

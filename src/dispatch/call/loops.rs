@@ -1,6 +1,8 @@
 //! Loop detection around one call: the guard that checks and records its operation, and the
 //! texts a stopped or warned loop produces, written once for executed, refused and unknown calls.
 
+use std::sync::Arc;
+
 use serde_json::Value;
 
 use crate::dispatch::result::CallResult;
@@ -13,8 +15,8 @@ use crate::session::Session;
 pub(super) struct LoopGuard<'a> {
     session: &'a Session,
     tool: &'a str,
-    /// Canonical JSON of the input; memory records it too.
-    pub input: String,
+    /// Canonical JSON of the input; memory records it too, and the cache keys on it.
+    pub input: Arc<str>,
     /// `None` when loop detection is off for this tool.
     pub thresholds: Option<Thresholds>,
 }
@@ -45,7 +47,7 @@ impl<'a> LoopGuard<'a> {
         LoopGuard {
             session,
             tool,
-            input: json::canonical(input),
+            input: json::canonical(input).into(),
             thresholds: policy.loop_thresholds(tool),
         }
     }

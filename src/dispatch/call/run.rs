@@ -20,10 +20,11 @@ impl Step<'_> {
     pub async fn run(
         &self,
         input: &Arc<Value>,
+        canonical: &Arc<str>,
         metadata: &Arc<CallMetadata>,
     ) -> (CallResult, bool) {
         let started = Instant::now();
-        let invoked = self.run_once(input, metadata).await;
+        let invoked = self.run_once(input, canonical, metadata).await;
         let duration = started.elapsed();
         if let Some(invoked) = &invoked {
             self.gate_events(&invoked.gates, input).await;
@@ -49,7 +50,12 @@ impl Step<'_> {
 
     /// The middleware stack, raced against the batch's cancel (checked first). `None` means
     /// cancelled; the tool's token fires either way once its future is gone.
-    async fn run_once(&self, input: &Arc<Value>, metadata: &Arc<CallMetadata>) -> Option<Invoked> {
+    async fn run_once(
+        &self,
+        input: &Arc<Value>,
+        canonical: &Arc<str>,
+        metadata: &Arc<CallMetadata>,
+    ) -> Option<Invoked> {
         let scope = self.scope;
         // Progress reports travel to the observer while the tool runs; no channel when nobody
         // listens.
@@ -75,6 +81,7 @@ impl Step<'_> {
         let invocation = Invocation {
             tool: self.tool.to_owned(),
             input: input.clone(),
+            canonical: Some(canonical.clone()),
             ctx,
             turn: scope.turn,
             requested_timeout: scope.options.call_timeout,
