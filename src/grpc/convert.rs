@@ -241,7 +241,9 @@ pub fn call_result(r: &CallResult) -> pb::CallResult {
         name: r.name.clone(),
         tool: r.tool.clone(),
         success: r.success,
-        arguments: Some(protojson::value_for_reply(&r.arguments)),
+        // Arguments passed intake's depth limit (at most MAX_REPLY_DEPTH); only a tool's result
+        // can be deeper than a reply carries.
+        arguments: Some(value_from_json(&r.arguments)),
         result: Some(protojson::value_for_reply(&r.result)),
         content: r.content.clone(),
         error: r.error.clone(),
@@ -306,7 +308,7 @@ pub fn event(event: Event) -> pb::DispatchEvent {
             index: index(i),
             id,
             name,
-            arguments: Some(protojson::value_for_reply(&arguments)),
+            arguments: Some(value_from_json(&arguments)),
         }),
         Event::ToolPre {
             index: i,
