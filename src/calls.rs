@@ -127,28 +127,31 @@ pub fn extract_calls(message: &Value) -> Result<Vec<Value>, String> {
         Value::Array(items) => sort_items(items),
         Value::Object(map) => {
             if let Some(calls) = map.get("tool_calls") {
-                let text = map.get("content").is_some_and(has_text);
-                return match calls {
-                    Value::Array(items) if !items.is_empty() || text => Ok(items.clone()),
-                    Value::Array(_) | Value::Null if text => Ok(Vec::new()),
-                    Value::Array(_) | Value::Null => Err(no_call_no_text()),
-                    other => Err(format!(
-                        "assistant_message.tool_calls must be an array, got {}",
-                        json::type_name(other)
-                    )),
+                let elements = match calls {
+                    Value::Array(items) => items.clone(),
+                    Value::Null => Vec::new(),
+                    other => {
+                        return Err(format!(
+                            "assistant_message.tool_calls must be an array, got {}",
+                            json::type_name(other)
+                        ));
+                    }
                 };
-            }
-            match ["content", "parts", "output"]
-                .iter()
-                .find_map(|k| map.get(*k))
-            {
-                Some(Value::Array(items)) => sort_items(items),
-                // An assistant message that asked for no tools: text content only.
-                Some(content) if map.contains_key("role") && has_text(content) => {
-                    return Ok(Vec::new());
+                let text = map.get("content").is_some_and(has_text);
+                Found { elements, text }
+            } else {
+                match ["content", "parts", "output"]
+                    .iter()
+                    .find_map(|k| map.get(*k))
+                {
+                    Some(Value::Array(items)) => sort_items(items),
+                    // An assistant message that asked for no tools: text content only.
+                    Some(content) if map.contains_key("role") && has_text(content) => {
+                        return Ok(Vec::new());
+                    }
+                    _ if map.contains_key("role") => return Err(no_call_no_text()),
+                    _ => return Err(unrecognised_message()),
                 }
-                _ if map.contains_key("role") => return Err(no_call_no_text()),
-                _ => return Err(unrecognised_message()),
             }
         }
         _ => return Err(unrecognised_message()),
