@@ -8,13 +8,14 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::{Config, ConfigError};
 use crate::dispatch::{Binding, Cancel, Dispatcher, Pipeline};
+use crate::grpc::StallWatch;
+use crate::grpc::admission::{Admission, Capacity};
 use crate::grpc::server::ServeSettings;
 use crate::grpc::{RequestRules, ServeError, ServiceState};
 use crate::safety::breaker::BreakerConfig;
@@ -132,7 +133,6 @@ impl Server {
         for spec in &self.config.remotes {
             remotes.register_at_start(spec.clone()).await?;
         }
-        let max_batches = self.config.server.max_concurrent_batches;
         let state = Arc::new(ServiceState {
             dispatcher,
             rules: RequestRules {
@@ -141,15 +141,19 @@ impl Server {
             },
             tracker: TaskTracker::new(),
             shutdown: Cancel::new(),
-            batch_permits: Arc::new(Semaphore::new(max_batches)),
-            max_batches,
+            admission: Admission::new(Capacity::from(&self.config.server)),
+            stalls: StallWatch::new(self.config.server.stall_timeout),
             remotes: remotes.clone(),
             allow_registration: self.config.remote_registration.enabled,
             stdio_commands: self.config.remote_registration.stdio_commands.clone(),
         });
+        let server = &self.config.server;
         let settings = ServeSettings {
-            max_message_bytes: self.config.server.max_message_bytes,
-            shutdown_grace: self.config.server.shutdown_grace,
+            max_message_bytes: server.max_message_bytes,
+            max_streams_per_connection: server.max_streams_per_connection,
+            keepalive_interval: (!server.keepalive_interval.is_zero())
+                .then_some(server.keepalive_interval),
+            shutdown_grace: server.shutdown_grace,
         };
         let trigger = CancellationToken::new();
         let serve = crate::grpc::serve(listener, state, settings, trigger.clone());

@@ -211,6 +211,7 @@ impl Dispatcher {
             outcome,
             outcome_reason,
             duration,
+            message_format: batch.options.message_format,
         }
     }
 }

@@ -1,13 +1,16 @@
 //! The only module that speaks the public API: service adapter, conversions, status mapping,
 //! codec and the server with health, reflection and graceful shutdown.
 
+pub(crate) mod admission;
 mod batch_stream;
 pub mod codec;
 pub mod convert;
+mod reply;
 pub(crate) mod server;
 mod service;
 mod status;
 
+pub(crate) use batch_stream::StallWatch;
 pub(crate) use convert::RequestRules;
 pub use server::{ServeError, serve};
 pub(crate) use service::ServiceState;

@@ -6,6 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use tokio::sync::Semaphore;
+
 use crate::config::Config;
 use crate::middleware::{CacheRule, MiddlewareConfig, PermissionRule, Redactor};
 use crate::safety::hooks::{CommandHook, GrpcHook, Hook, RuleHook};
@@ -97,10 +99,12 @@ pub(super) fn configured_hooks(config: &Config) -> Result<Vec<Arc<dyn Hook>>, St
             rule.reason.clone(),
         )));
     }
+    let processes = Arc::new(Semaphore::new(config.limits.max_hook_processes));
     for (i, h) in config.hooks.command.iter().enumerate() {
         let name = h.name.clone().unwrap_or_else(|| format!("command[{i}]"));
         let hook = CommandHook::new(name, &h.command, h.tools.clone(), h.timeout, h.failure_mode)
-            .ok_or_else(|| format!("hooks.command[{i}]: name a program to run"))?;
+            .ok_or_else(|| format!("hooks.command[{i}]: name a program to run"))?
+            .limited_by(processes.clone());
         hooks.push(Arc::new(hook));
     }
     for (i, h) in config.hooks.grpc.iter().enumerate() {

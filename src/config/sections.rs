@@ -21,6 +21,21 @@ pub struct ServerConfig {
     pub listen: String,
     pub max_message_bytes: usize,
     pub max_concurrent_batches: usize,
+    /// Calls running at once across all batches (a PARALLEL batch takes its concurrency).
+    pub max_concurrent_calls: usize,
+    /// The share of one connection: batches it may run at once.
+    pub max_batches_per_connection: usize,
+    /// The share of one connection: calls it may run at once.
+    pub max_calls_per_connection: usize,
+    /// HTTP/2 `SETTINGS_MAX_CONCURRENT_STREAMS` advertised to every client.
+    pub max_streams_per_connection: u32,
+    /// A `DispatchBatch` whose client has not read its stream for this long is cancelled and its
+    /// capacity freed.
+    #[serde(with = "duration")]
+    pub stall_timeout: Duration,
+    /// HTTP/2 PING interval that finds dead connections; zero turns it off.
+    #[serde(with = "duration")]
+    pub keepalive_interval: Duration,
     #[serde(with = "duration")]
     pub shutdown_grace: Duration,
 }
@@ -33,6 +48,11 @@ pub struct Limits {
     pub max_json_depth: usize,
     /// The highest options.max_concurrency a PARALLEL batch may ask for.
     pub max_concurrency: u32,
+    /// Largest reply message; a bigger reply has its largest results shrunk (and marked
+    /// truncated) until it fits.
+    pub max_reply_bytes: usize,
+    /// Hook programs running at once across the server; more wait (within their timeout).
+    pub max_hook_processes: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
@@ -323,6 +343,12 @@ impl Default for ServerConfig {
             listen: "127.0.0.1:50051".to_owned(),
             max_message_bytes: 4 * 1024 * 1024,
             max_concurrent_batches: 256,
+            max_concurrent_calls: 1024,
+            max_batches_per_connection: 64,
+            max_calls_per_connection: 256,
+            max_streams_per_connection: 100,
+            stall_timeout: Duration::from_secs(30),
+            keepalive_interval: Duration::from_secs(60),
             shutdown_grace: Duration::from_secs(10),
         }
     }
@@ -335,6 +361,8 @@ impl Default for Limits {
             max_calls_ceiling: 1024,
             max_json_depth: 32,
             max_concurrency: 64,
+            max_reply_bytes: 4 * 1024 * 1024,
+            max_hook_processes: 32,
         }
     }
 }

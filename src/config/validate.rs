@@ -28,8 +28,25 @@ impl Config {
         if self.server.max_message_bytes < 1024 {
             p.push("server.max_message_bytes: must be at least 1024".to_owned());
         }
-        if self.server.max_concurrent_batches == 0 {
-            p.push("server.max_concurrent_batches: must be at least 1".to_owned());
+        let server = &self.server;
+        for (key, value) in [
+            ("max_concurrent_batches", server.max_concurrent_batches),
+            ("max_concurrent_calls", server.max_concurrent_calls),
+            (
+                "max_batches_per_connection",
+                server.max_batches_per_connection,
+            ),
+            ("max_calls_per_connection", server.max_calls_per_connection),
+        ] {
+            if value == 0 {
+                p.push(format!("server.{key}: must be at least 1"));
+            }
+        }
+        if server.max_streams_per_connection == 0 {
+            p.push("server.max_streams_per_connection: must be at least 1".to_owned());
+        }
+        if server.stall_timeout.is_zero() {
+            p.push("server.stall_timeout: must be longer than zero".to_owned());
         }
         let limits = &self.limits;
         if limits.max_calls == 0 {
@@ -52,6 +69,13 @@ impl Config {
             p.push(format!(
                 "limits.max_json_depth: must be from 1 to {deepest} (a reply nests deeper than protobuf decoders accept past {deepest})"
             ));
+        }
+        // A reply has to carry at least the envelope of each call's result.
+        if limits.max_reply_bytes < 64 * 1024 {
+            p.push("limits.max_reply_bytes: must be at least 65536".to_owned());
+        }
+        if limits.max_hook_processes == 0 {
+            p.push("limits.max_hook_processes: must be at least 1".to_owned());
         }
         if self.dispatch.call_timeout.is_zero() {
             p.push("dispatch.call_timeout: must be longer than zero".to_owned());

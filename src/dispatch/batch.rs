@@ -84,9 +84,29 @@ pub struct BatchReport {
     pub outcome: Outcome,
     pub outcome_reason: String,
     pub duration: Duration,
+    /// The format `messages` are in.
+    pub message_format: MessageFormat,
 }
 
 impl BatchReport {
+    /// This report with every result shrunk to about `max_chars` characters per field (see
+    /// `CallResult::shrink_to`) and its messages rebuilt from them.
+    pub fn shrunk(&self, max_chars: usize) -> BatchReport {
+        let mut results = self.results.clone();
+        for result in &mut results {
+            result.shrink_to(max_chars);
+        }
+        BatchReport {
+            session_id: self.session_id.clone(),
+            messages: super::messages::tool_messages(&results, self.message_format),
+            results,
+            outcome: self.outcome,
+            outcome_reason: self.outcome_reason.clone(),
+            duration: self.duration,
+            message_format: self.message_format,
+        }
+    }
+
     /// Number of results with success false.
     pub fn errors(&self) -> usize {
         self.results.iter().filter(|r| !r.success).count()

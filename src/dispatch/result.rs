@@ -102,6 +102,66 @@ impl CallResult {
         result
     }
 
+    /// Shrinks what this result carries to about `max_chars` characters each: the content (and
+    /// the result with it, which becomes the cut text), text parts, the echoed arguments (which
+    /// become a cut preview of their JSON text), and images larger than that (replaced by a note).
+    /// Marks the result truncated and says whether anything changed. For replies that would
+    /// otherwise be too large for the client to accept.
+    pub fn shrink_to(&mut self, max_chars: usize) -> bool {
+        let mut changed = false;
+        let arguments = crate::json::canonical(&self.arguments);
+        if arguments.len() > max_chars {
+            self.arguments = Arc::new(Value::String(crate::json::truncate_chars(
+                &arguments, max_chars,
+            )));
+            changed = true;
+        }
+        if self.content.len() > max_chars || self.parts_bytes() > max_chars {
+            let had_output = !self.parts.is_empty() || !self.result.is_null();
+            let output = if !self.parts.is_empty() {
+                let parts = std::mem::take(&mut self.parts)
+                    .into_iter()
+                    .map(|part| match part {
+                        ContentPart::Image { mime_type, data } if data.len() > max_chars => {
+                            ContentPart::Text(format!(
+                                "[{mime_type} image of {} bytes left out: the reply was too large]",
+                                data.len()
+                            ))
+                        }
+                        part => part,
+                    })
+                    .collect();
+                ToolOutput::Parts(parts)
+            } else if let Value::String(text) = &mut self.result {
+                ToolOutput::Text(std::mem::take(text))
+            } else if self.result.is_null() {
+                // A refusal or failure without output: its content is its error text.
+                ToolOutput::Text(self.content.clone())
+            } else {
+                ToolOutput::Json(std::mem::take(&mut self.result))
+            };
+            let (output, _, _) = crate::middleware::truncate_output(output, max_chars);
+            if had_output {
+                self.set_output(output);
+            } else {
+                self.content = output.text();
+            }
+            changed = true;
+        }
+        self.truncated |= changed;
+        changed
+    }
+
+    fn parts_bytes(&self) -> usize {
+        self.parts
+            .iter()
+            .map(|p| match p {
+                ContentPart::Text(text) => text.len(),
+                ContentPart::Image { data, .. } => data.len(),
+            })
+            .sum()
+    }
+
     fn set_output(&mut self, output: ToolOutput) {
         self.content = output.text();
         match output {

@@ -1,15 +1,24 @@
 //! The `DispatchBatch` response stream: the batch runs inside the stream, driven by the transport
-//! reading it, so the events a batch produces together leave in one write.
+//! reading it, so the events a batch produces together leave in one write. A client that stops
+//! reading would hold its batch forever (the transport stops polling a stream it cannot send on),
+//! so a watchdog cancels batches whose stream has waited on the client past `stall_timeout`.
 //! Invariant: the final result is the last item, after every event the batch emitted.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::Duration;
 
 use futures::Stream;
+use futures::task::AtomicWaker;
+use parking_lot::Mutex;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tonic::Status;
 
+use super::status::RequestError;
 use crate::pb;
 
 /// What the stream yields.
@@ -25,21 +34,120 @@ pub type Run = Pin<Box<dyn Future<Output = pb::DispatchEvent> + Send>>;
 /// also runs the batch. Dropping the stream (the client left) drops the batch, whose drop guard
 /// cancels it, so tools see their tokens fire.
 pub struct BatchStream {
-    /// `None` once the batch has finished.
-    run: Option<Run>,
+    shared: Arc<Shared>,
+    /// Wakes the transport's task through `shared.signal`, noting that a poll is owed.
+    waker: Waker,
     events: mpsc::Receiver<Item>,
     /// The final result, held back until every event has been yielded.
     result: Option<pb::DispatchEvent>,
+    timeout: Duration,
+}
+
+/// The part of a stream the watchdog reaches.
+struct Shared {
+    /// The running batch; `None` once it finished or the watchdog dropped it.
+    run: Mutex<Option<Run>>,
+    signal: Arc<Signal>,
+    /// The watchdog cancelled the batch.
+    stalled: AtomicBool,
+}
+
+/// Whether the stream is owed a poll: since it handed the transport an item (the transport
+/// asks for the next one at once unless the client's window is full) or since the batch woke
+/// it. A transport that cannot send (a client that stopped reading) never polls again.
+struct Signal {
+    /// Milliseconds after `epoch` (at least 1) since when a poll is owed; 0 while none is.
+    owed_since: AtomicU64,
+    epoch: Instant,
+    /// The transport task's waker.
+    task: AtomicWaker,
+}
+
+impl Signal {
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1)
+    }
+
+    fn owe(&self) {
+        let _ = self.owed_since.compare_exchange(
+            0,
+            self.now_ms(),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+    }
+}
+
+impl Wake for Signal {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.owe();
+        self.task.wake();
+    }
 }
 
 impl BatchStream {
     /// A stream over `run`, which sends its events on the sender paired with `events`.
-    pub fn new(run: Run, events: mpsc::Receiver<Item>) -> Self {
+    pub fn new(run: Run, events: mpsc::Receiver<Item>, watch: &StallWatch) -> Self {
+        let signal = Arc::new(Signal {
+            owed_since: AtomicU64::new(0),
+            epoch: watch.epoch,
+            task: AtomicWaker::new(),
+        });
+        let shared = Arc::new(Shared {
+            run: Mutex::new(Some(run)),
+            signal: signal.clone(),
+            stalled: AtomicBool::new(false),
+        });
+        watch.streams.lock().push(Arc::downgrade(&shared));
         BatchStream {
-            run: Some(run),
+            shared,
+            waker: Waker::from(signal),
             events,
             result: None,
+            timeout: watch.timeout,
         }
+    }
+
+    fn next_item(&mut self) -> Poll<Option<Item>> {
+        // Events already queued go first, in order.
+        if let Ok(event) = self.events.try_recv() {
+            return Poll::Ready(Some(event));
+        }
+        // Nothing queued: let the batch work until it waits (for a tool, or for room in the
+        // channel, which the items yielded above make).
+        let running = {
+            let mut run = self.shared.run.lock();
+            let mut cx = Context::from_waker(&self.waker);
+            if let Some(batch) = run.as_mut()
+                && let Poll::Ready(result) = batch.as_mut().poll(&mut cx)
+            {
+                // Dropping the finished batch drops its sender, so the channel ends after the
+                // rest.
+                *run = None;
+                self.result = Some(result);
+            }
+            run.is_some()
+        };
+        if let Ok(event) = self.events.try_recv() {
+            return Poll::Ready(Some(event));
+        }
+        if running {
+            return Poll::Pending;
+        }
+        if let Some(result) = self.result.take() {
+            return Poll::Ready(Some(Ok(result)));
+        }
+        if self.shared.stalled.swap(false, Ordering::Relaxed) {
+            let error = RequestError::Stalled(self.timeout);
+            return Poll::Ready(Some(Err(error.into())));
+        }
+        Poll::Ready(None)
     }
 }
 
@@ -47,26 +155,79 @@ impl Stream for BatchStream {
     type Item = Item;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Item>> {
-        // Events already queued go first, in order.
-        if let Ok(event) = self.events.try_recv() {
-            return Poll::Ready(Some(event));
+        let signal = &self.shared.signal;
+        signal.task.register(cx.waker());
+        signal.owed_since.store(0, Ordering::Relaxed);
+        let item = self.next_item();
+        if let Poll::Ready(Some(_)) = item {
+            self.shared.signal.owe();
         }
-        // Nothing queued: let the batch work until it waits (for a tool, or for room in the
-        // channel, which the items yielded above make).
-        if let Some(run) = self.run.as_mut()
-            && let Poll::Ready(result) = run.as_mut().poll(cx)
-        {
-            // Dropping the finished batch drops its sender, so the channel ends after the rest.
-            self.run = None;
-            self.result = Some(result);
+        item
+    }
+}
+
+/// The watchdog over every open `DispatchBatch` stream.
+pub struct StallWatch {
+    timeout: Duration,
+    epoch: Instant,
+    streams: Mutex<Vec<Weak<Shared>>>,
+}
+
+impl StallWatch {
+    pub fn new(timeout: Duration) -> Arc<Self> {
+        Arc::new(StallWatch {
+            timeout,
+            epoch: Instant::now(),
+            streams: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Checks the streams every quarter of the timeout (at most every second) until dropped
+    /// by its task's abort.
+    pub async fn run(self: Arc<Self>) {
+        let period = (self.timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+        let mut ticks = tokio::time::interval(period);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            self.sweep();
         }
-        if let Ok(event) = self.events.try_recv() {
-            return Poll::Ready(Some(event));
+    }
+
+    /// Cancels the batches whose stream has waited on its client past the timeout, and
+    /// forgets finished streams; returns how many were cancelled.
+    pub fn sweep(&self) -> usize {
+        let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let limit = u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX);
+        let mut dropped = Vec::new();
+        self.streams.lock().retain(|weak| {
+            let Some(shared) = weak.upgrade() else {
+                return false;
+            };
+            let since = shared.signal.owed_since.load(Ordering::Relaxed);
+            if since != 0 && now.saturating_sub(since) >= limit {
+                // Locked only while the transport polls it, and then it is not stalled.
+                if let Some(mut run) = shared.run.try_lock()
+                    && let Some(batch) = run.take()
+                {
+                    shared.stalled.store(true, Ordering::Relaxed);
+                    dropped.push(batch);
+                }
+            }
+            true
+        });
+        let cancelled = dropped.len();
+        if cancelled > 0 {
+            tracing::warn!(
+                batches = cancelled,
+                timeout_ms = limit,
+                "cancelled batches whose clients stopped reading their stream"
+            );
         }
-        match self.run {
-            Some(_) => Poll::Pending,
-            None => Poll::Ready(self.result.take().map(Ok)),
-        }
+        // Dropped outside the lock: each drop releases the batch's capacity and fires its
+        // cancel, so its tools see their tokens fire.
+        drop(dropped);
+        cancelled
     }
 }
 
@@ -92,6 +253,10 @@ mod tests {
         }
     }
 
+    fn watch() -> Arc<StallWatch> {
+        StallWatch::new(Duration::from_secs(30))
+    }
+
     #[tokio::test]
     async fn events_come_in_order_and_the_result_last_even_past_the_buffer() {
         let (tx, rx) = mpsc::channel(2);
@@ -102,26 +267,96 @@ mod tests {
             }
             event("result")
         });
-        let ids: Vec<String> = BatchStream::new(run, rx)
+        let ids: Vec<String> = BatchStream::new(run, rx, &watch())
             .map(|item| id_of(&item))
             .collect()
             .await;
         assert_eq!(ids, ["0", "1", "2", "3", "4", "result"]);
     }
 
-    #[tokio::test]
-    async fn dropping_the_stream_drops_the_batch() {
-        let (_tx, rx) = mpsc::channel(1);
+    /// A batch future that reports when it is dropped.
+    fn pending_run() -> (Run, tokio::sync::oneshot::Receiver<()>) {
         let (dropped_tx, dropped_rx) = tokio::sync::oneshot::channel::<()>();
         let run: Run = Box::pin(async move {
             let _dropped = dropped_tx;
             std::future::pending::<()>().await;
             event("never")
         });
-        let mut stream = BatchStream::new(run, rx);
+        (run, dropped_rx)
+    }
+
+    #[tokio::test]
+    async fn dropping_the_stream_drops_the_batch() {
+        let (_tx, rx) = mpsc::channel(1);
+        let (run, dropped) = pending_run();
+        let mut stream = BatchStream::new(run, rx, &watch());
         let polled = futures::poll!(stream.next());
         assert!(polled.is_pending());
         drop(stream);
-        assert!(dropped_rx.await.is_err(), "the batch future was dropped");
+        assert!(dropped.await.is_err(), "the batch future was dropped");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_the_client_stopped_reading_has_its_batch_dropped_after_the_timeout() {
+        let watch = StallWatch::new(Duration::from_secs(30));
+        let (tx, rx) = mpsc::channel(4);
+        tx.send(Ok(event("first"))).await.unwrap();
+        let (run, mut dropped) = pending_run();
+        let mut stream = BatchStream::new(run, rx, &watch);
+        // The transport takes one item, then stops asking (the client's window is full).
+        assert_eq!(id_of(&stream.next().await.unwrap()), "first");
+        tokio::time::advance(Duration::from_secs(29)).await;
+        assert_eq!(watch.sweep(), 0, "not yet");
+        assert!(dropped.try_recv().is_err());
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(watch.sweep(), 1);
+        assert!(
+            dropped.await.is_err(),
+            "the batch was dropped without the stream"
+        );
+        // A transport that comes back reads the error, then the end.
+        let status = stream.next().await.unwrap().unwrap_err();
+        assert_eq!(status.code(), tonic::Code::DeadlineExceeded);
+        assert!(stream.next().await.is_none());
+        drop(stream);
+        watch.sweep();
+        assert!(
+            watch.streams.lock().is_empty(),
+            "finished streams are forgotten"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_waiting_on_its_tool_is_not_stalled() {
+        let watch = StallWatch::new(Duration::from_secs(30));
+        let (_tx, rx) = mpsc::channel(4);
+        let (run, mut dropped) = pending_run();
+        let mut stream = BatchStream::new(run, rx, &watch);
+        assert!(futures::poll!(stream.next()).is_pending());
+        tokio::time::advance(Duration::from_secs(120)).await;
+        assert_eq!(watch.sweep(), 0);
+        assert!(dropped.try_recv().is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_woken_but_never_polled_again_is_stalled() {
+        // The transport holds an item it cannot send, so it never polls again, even when the
+        // batch wakes it because its tool finished.
+        let watch = StallWatch::new(Duration::from_secs(30));
+        let (_tx, rx) = mpsc::channel(4);
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+        let (dropped_tx, dropped_rx) = tokio::sync::oneshot::channel::<()>();
+        let run: Run = Box::pin(async move {
+            let _dropped = dropped_tx;
+            let _ = done_rx.await;
+            std::future::pending::<()>().await;
+            event("never")
+        });
+        let mut stream = BatchStream::new(run, rx, &watch);
+        assert!(futures::poll!(stream.next()).is_pending());
+        done_tx.send(()).unwrap();
+        tokio::time::advance(Duration::from_secs(31)).await;
+        assert_eq!(watch.sweep(), 1);
+        assert!(dropped_rx.await.is_err());
     }
 }

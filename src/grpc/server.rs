@@ -25,6 +25,10 @@ const CANCEL_SETTLE: Duration = Duration::from_secs(5);
 #[derive(Debug, Clone, Copy)]
 pub struct ServeSettings {
     pub max_message_bytes: usize,
+    /// HTTP/2 `SETTINGS_MAX_CONCURRENT_STREAMS`.
+    pub max_streams_per_connection: u32,
+    /// HTTP/2 PING interval for finding dead connections; `None` sends none.
+    pub keepalive_interval: Option<Duration>,
     pub shutdown_grace: Duration,
 }
 
@@ -71,6 +75,7 @@ pub async fn serve(
     let toolgate = ToolGateServer::new(ToolGateService::new(state.clone()))
         .max_decoding_message_size(settings.max_message_bytes);
 
+    let watchdog = tokio::spawn(state.stalls.clone().run());
     let stop_transport = CancellationToken::new();
     let drainer = tokio::spawn(drain(
         state,
@@ -80,6 +85,8 @@ pub async fn serve(
         stop_transport.clone(),
     ));
     let serving = Server::builder()
+        .max_concurrent_streams(settings.max_streams_per_connection)
+        .http2_keepalive_interval(settings.keepalive_interval)
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
@@ -97,6 +104,7 @@ pub async fn serve(
         }
     };
     drainer.abort();
+    watchdog.abort();
     result
 }
 
@@ -107,7 +115,11 @@ fn incoming(listener: TcpListener) -> TcpIncoming {
     TcpIncoming::from(listener).with_nodelay(Some(true))
 }
 
-/// Waits for the trigger, then drains in-flight batches and stops the transport.
+/// Until the trigger, reports overload in health (`toolgate.v1.ToolGate` NOT_SERVING while the
+/// server's batch or call capacity is exhausted; the overall `""` status stays SERVING, so a
+/// liveness probe does not restart a busy server); then drains in-flight batches and stops the
+/// transport. One task does both, so an overload change never flips health back after draining
+/// started.
 async fn drain(
     state: Arc<ServiceState>,
     health: HealthReporter,
@@ -115,7 +127,27 @@ async fn drain(
     trigger: CancellationToken,
     stop_transport: CancellationToken,
 ) {
-    trigger.cancelled().await;
+    let mut overloaded = state.admission.overloaded();
+    loop {
+        tokio::select! {
+            () = trigger.cancelled() => break,
+            changed = overloaded.changed() => {
+                if changed.is_err() {
+                    trigger.cancelled().await;
+                    break;
+                }
+                let now = *overloaded.borrow_and_update();
+                if now {
+                    let (batches, calls) = state.admission.in_use();
+                    tracing::warn!(batches, calls, "overloaded: capacity exhausted; health says NOT_SERVING");
+                    health.set_not_serving::<ToolGateServer<ToolGateService>>().await;
+                } else {
+                    tracing::info!("load back under capacity; health says SERVING");
+                    health.set_serving::<ToolGateServer<ToolGateService>>().await;
+                }
+            }
+        }
+    }
     tracing::info!(running = state.tracker.len(), "shutdown started");
     // From here on, new batches are refused with UNAVAILABLE; health flips after, so a client
     // that sees NOT_SERVING can rely on the refusal.

@@ -2,18 +2,21 @@
 //! It admits a request (shutdown, load, parsing), runs the batch, and converts the report.
 
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::sync::mpsc;
 use tokio_util::task::TaskTracker;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 
-use super::batch_stream::BatchStream;
+use super::admission::{Admission, Ticket};
+use super::batch_stream::{BatchStream, StallWatch};
 use super::convert::{self, RequestRules};
+use super::reply;
 use super::status::RequestError;
-use crate::dispatch::{Batch, Cancel, Dispatcher, Event, NoObserver, Observer};
+use crate::dispatch::{Batch, Cancel, Dispatcher, Event, Mode, NoObserver, Observer};
 use crate::pb;
 use crate::pb::tool_gate_server::ToolGate;
 use crate::tools::BoxFuture;
@@ -30,8 +33,10 @@ pub struct ServiceState {
     pub tracker: TaskTracker,
     /// Parent of every batch's cancel; fired when the shutdown grace period ends.
     pub shutdown: Cancel,
-    pub batch_permits: Arc<Semaphore>,
-    pub max_batches: usize,
+    /// Batch and call capacity, server-wide and per connection.
+    pub admission: Arc<Admission>,
+    /// The watchdog over `DispatchBatch` streams whose clients stopped reading.
+    pub stalls: Arc<StallWatch>,
     pub remotes: Arc<Remotes>,
     /// Whether `RegisterRemote` / `UnregisterRemote` are allowed.
     pub allow_registration: bool,
@@ -72,26 +77,36 @@ impl ToolGateService {
         }
     }
 
-    /// Refuses the request while draining or overloaded, then parses it.
+    /// Refuses the request while draining, parses it, then admits it against the server's
+    /// capacity (a PARALLEL batch may be narrowed to the call slots that are free).
     fn admit(
         &self,
+        connection: Option<SocketAddr>,
         request: pb::DispatchBatchRequest,
-    ) -> Result<(Batch, OwnedSemaphorePermit), RequestError> {
+    ) -> Result<(Batch, Ticket), RequestError> {
         if self.state.tracker.is_closed() {
             return Err(RequestError::ShuttingDown);
         }
-        let permit = self
-            .state
-            .batch_permits
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| RequestError::Overloaded(self.state.max_batches))?;
-        let batch = convert::batch_from_request(request, &self.state.rules)?;
+        let mut batch = convert::batch_from_request(request, &self.state.rules)?;
         self.state
             .dispatcher
             .check_bindings(&batch.bindings)
             .map_err(RequestError::Invalid)?;
-        Ok((batch, permit))
+        let wanted = match batch.options.mode {
+            Mode::Parallel { max_concurrency } if batch.calls.len() >= 2 => {
+                max_concurrency.min(batch.calls.len())
+            }
+            _ => 1,
+        };
+        let ticket = self
+            .state
+            .admission
+            .admit(connection, wanted)
+            .map_err(RequestError::Overloaded)?;
+        if let Mode::Parallel { max_concurrency } = &mut batch.options.mode {
+            *max_concurrency = (*max_concurrency).min(ticket.calls());
+        }
+        Ok((batch, ticket))
     }
 }
 
@@ -119,14 +134,16 @@ impl ToolGate for ToolGateService {
     ) -> Result<Response<Self::DispatchBatchStream>, Status> {
         let deadline = grpc_timeout(request.metadata());
         let trace = trace_context(request.metadata());
-        let (mut batch, permit) = self.admit(request.into_inner())?;
+        let connection = request.remote_addr();
+        let (mut batch, ticket) = self.admit(connection, request.into_inner())?;
         batch.options.deadline = deadline.map(|d| tokio::time::Instant::now() + d);
         batch.trace = Some(Arc::new(trace));
         let (tx, rx) = mpsc::channel(EVENT_BUFFER);
         let cancel = self.state.shutdown.child();
         let dispatcher = self.state.dispatcher.clone();
+        let max_reply = self.state.rules.limits.max_reply_bytes;
         let run = async move {
-            let _permit = permit;
+            let _ticket = ticket;
             // The stream owns this future: a client that leaves drops it, and the guard then
             // fires the batch's cancel so tool tokens fire too.
             let _guard = cancel.token().clone().drop_guard();
@@ -135,10 +152,18 @@ impl ToolGate for ToolGateService {
                 report = dispatcher.run(batch, &observer, &cancel) => report,
                 never = expire(&cancel, deadline) => match never {},
             };
-            convert::result_event(&report)
+            pb::DispatchEvent {
+                event: Some(pb::dispatch_event::Event::Result(
+                    reply::batch_result_within(&report, max_reply),
+                )),
+            }
         };
         let run = self.state.tracker.track_future(run);
-        Ok(Response::new(BatchStream::new(Box::pin(run), rx)))
+        Ok(Response::new(BatchStream::new(
+            Box::pin(run),
+            rx,
+            &self.state.stalls,
+        )))
     }
 
     async fn dispatch(
@@ -147,7 +172,8 @@ impl ToolGate for ToolGateService {
     ) -> Result<Response<pb::BatchResult>, Status> {
         let deadline = grpc_timeout(request.metadata());
         let trace = trace_context(request.metadata());
-        let (mut batch, _permit) = self.admit(request.into_inner())?;
+        let connection = request.remote_addr();
+        let (mut batch, _ticket) = self.admit(connection, request.into_inner())?;
         batch.options.deadline = deadline.map(|d| tokio::time::Instant::now() + d);
         batch.trace = Some(Arc::new(trace));
         let cancel = self.state.shutdown.child();
@@ -156,7 +182,10 @@ impl ToolGate for ToolGateService {
         let _guard = cancel.token().clone().drop_guard();
         let run = self.state.dispatcher.run(batch, &NoObserver, &cancel);
         let report = self.state.tracker.track_future(run).await;
-        Ok(Response::new(convert::batch_result(&report)))
+        let max_reply = self.state.rules.limits.max_reply_bytes;
+        Ok(Response::new(reply::batch_result_within(
+            &report, max_reply,
+        )))
     }
 
     async fn get_tool_health(

@@ -3,6 +3,8 @@
 
 use tonic::{Code, Status};
 
+use super::admission::Refusal;
+
 /// Why a request could not be carried out.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RequestError {
@@ -14,10 +16,16 @@ pub enum RequestError {
     /// A known option this server does not implement yet.
     #[error("{0}")]
     Unsupported(String),
-    #[error("too many batches are running ({0} at once); retry later")]
-    Overloaded(usize),
+    #[error("{}", overloaded_text(.0))]
+    Overloaded(Refusal),
     #[error("the server is shutting down")]
     ShuttingDown,
+    /// The client stopped reading its `DispatchBatch` stream, so the batch was cancelled.
+    #[error(
+        "the batch was cancelled: its stream went unread for {} (server.stall_timeout)",
+        crate::duration::readable(*.0)
+    )]
+    Stalled(std::time::Duration),
     #[error("no live session '{0}'")]
     UnknownSession(String),
     #[error("{0}")]
@@ -34,6 +42,7 @@ impl From<RequestError> for Status {
             | RequestError::Unsupported(_) => Code::InvalidArgument,
             RequestError::Overloaded(_) => Code::ResourceExhausted,
             RequestError::ShuttingDown => Code::Unavailable,
+            RequestError::Stalled(_) => Code::DeadlineExceeded,
             RequestError::UnknownSession(_) => Code::NotFound,
             RequestError::PermissionDenied(_) => Code::PermissionDenied,
             RequestError::Remote(remote) => {
@@ -48,5 +57,19 @@ impl From<RequestError> for Status {
             }
         };
         Status::new(code, error.to_string())
+    }
+}
+
+/// Which capacity was full, and that retrying later helps.
+fn overloaded_text(refusal: &Refusal) -> String {
+    match refusal {
+        Refusal::Batches(n) => format!("too many batches are running ({n} at once); retry later"),
+        Refusal::Calls(n) => format!("too many calls are running ({n} at once); retry later"),
+        Refusal::ConnectionBatches(n) => format!(
+            "this connection already runs {n} batches, its share of the server; retry when one finishes"
+        ),
+        Refusal::ConnectionCalls(n) => format!(
+            "this connection already runs {n} calls, its share of the server; retry when one finishes"
+        ),
     }
 }

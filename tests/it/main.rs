@@ -7,6 +7,7 @@ mod bindings;
 mod connections;
 mod dispatch;
 mod hooks;
+mod hostile;
 mod http_tools;
 mod intake;
 mod limits;

@@ -13,7 +13,6 @@ fn wire(config: &str) -> (ToolGateService, Arc<ServiceState>) {
     let config = Config::from_toml(config).unwrap();
     let dispatcher = crate::Server::new(config.clone()).dispatcher().unwrap();
     let remotes = Remotes::new(dispatcher.catalog().clone());
-    let max_batches = config.server.max_concurrent_batches;
     let state = Arc::new(ServiceState {
         dispatcher,
         rules: RequestRules {
@@ -22,8 +21,8 @@ fn wire(config: &str) -> (ToolGateService, Arc<ServiceState>) {
         },
         tracker: TaskTracker::new(),
         shutdown: Cancel::new(),
-        batch_permits: Arc::new(Semaphore::new(max_batches)),
-        max_batches,
+        admission: Admission::new((&config.server).into()),
+        stalls: StallWatch::new(config.server.stall_timeout),
         remotes,
         allow_registration: config.remote_registration.enabled,
         stdio_commands: config.remote_registration.stdio_commands.clone(),
@@ -105,7 +104,7 @@ async fn a_draining_server_refuses_batches_as_unavailable_before_reading_them() 
     // Draining wins over a request that would be invalid: it is not even parsed.
     let status = refusal(&service, with_options(|o| o.mode = 7)).await;
     assert_eq!(status.code(), Code::Unavailable);
-    assert_eq!(state.batch_permits.available_permits(), state.max_batches);
+    assert_eq!(state.admission.in_use(), (0, 0));
 }
 
 #[tokio::test]
@@ -116,7 +115,7 @@ async fn a_server_at_its_batch_limit_refuses_more_as_resource_exhausted() {
     let Ok(running) = service.dispatch_batch(Request::new(long)).await else {
         panic!("the first batch is admitted");
     };
-    assert_eq!(state.batch_permits.available_permits(), 0);
+    assert_eq!(state.admission.in_use(), (1, 1));
     let status = refusal(&service, request(json!([{"name": "echo"}]))).await;
     assert_eq!(
         (status.code(), status.message()),
@@ -222,8 +221,8 @@ async fn malformed_requests_are_invalid_argument_with_the_field_named() {
         status.message()
     );
     assert_eq!(
-        state.batch_permits.available_permits(),
-        state.max_batches,
+        state.admission.in_use(),
+        (0, 0),
         "a refused request holds no slot"
     );
 }

@@ -4,11 +4,13 @@
 //! timeout) is a hook failure, handled by the hook's failure mode.
 
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
+use tokio::sync::Semaphore;
 
 use super::{Decision, Hook, PostToolUse, PreToolUse};
 use crate::glob::glob_match;
@@ -48,6 +50,8 @@ pub struct CommandHook {
     tools: String,
     timeout: Duration,
     failure_mode: FailureMode,
+    /// Turns to run a program, shared by every command hook of the server; `None`: unbounded.
+    slots: Option<Arc<Semaphore>>,
 }
 
 impl CommandHook {
@@ -67,11 +71,40 @@ impl CommandHook {
             tools,
             timeout,
             failure_mode,
+            slots: None,
         })
     }
 
-    /// Runs the program with `payload` on stdin: (exit code, stdout, stderr), or why it failed.
+    /// Runs the program only with a turn from `slots` (waiting for one counts against the
+    /// hook's timeout), so many calls at once cannot start unbounded numbers of processes.
+    pub fn limited_by(mut self, slots: Arc<Semaphore>) -> Self {
+        self.slots = Some(slots);
+        self
+    }
+
+    /// Runs the program with `payload` on stdin: (exit code, stdout, stderr), or why it failed,
+    /// all within the timeout, the wait for a turn included.
     async fn run(&self, payload: &Value) -> Result<(i32, String, String), String> {
+        tokio::time::timeout(self.timeout, self.run_in_turn(payload))
+            .await
+            .map_err(|_| {
+                format!(
+                    "timed out after {}",
+                    crate::duration::readable(self.timeout)
+                )
+            })?
+    }
+
+    async fn run_in_turn(&self, payload: &Value) -> Result<(i32, String, String), String> {
+        let _turn = match &self.slots {
+            Some(slots) => Some(
+                slots
+                    .acquire()
+                    .await
+                    .map_err(|_| "the server is shutting down".to_owned())?,
+            ),
+            None => None,
+        };
         let mut child = Command::new(&self.program)
             .args(&self.args)
             .stdin(Stdio::piped())
@@ -92,14 +125,8 @@ impl CommandHook {
             let ((), output) = tokio::join!(writer, child.wait_with_output());
             output
         };
-        let output = tokio::time::timeout(self.timeout, waited)
+        let output = waited
             .await
-            .map_err(|_| {
-                format!(
-                    "timed out after {}",
-                    crate::duration::readable(self.timeout)
-                )
-            })?
             .map_err(|e| format!("failed while running: {e}"))?;
         let code = output.status.code().unwrap_or(-1);
         let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
@@ -309,6 +336,41 @@ mod tests {
         assert_eq!(
             d,
             Decision::Block("hook 'slow' failed: timed out after 100ms".into())
+        );
+    }
+
+    #[tokio::test]
+    async fn hook_programs_run_at_most_as_many_at_once_as_there_are_slots() {
+        let dir = std::env::temp_dir().join(format!("toolgate-hook-slots-{}", std::process::id()));
+        let running = dir.join("running");
+        std::fs::create_dir_all(&running).unwrap();
+        let seen = dir.join("seen");
+        // Each run marks itself running, notes how many are, and stays a while.
+        let script = format!(
+            "cat >/dev/null; touch {r}/$$; ls {r} | wc -l >> {s}; sleep 0.2; rm {r}/$$",
+            r = running.display(),
+            s = seen.display()
+        );
+        let slots = Arc::new(Semaphore::new(2));
+        let limited = hook(&script, FailureMode::FailClosed).limited_by(slots);
+        let input = json!({});
+        let pre = call(&input);
+        let runs = (0..6).map(|_| limited.pre_tool_use(&pre));
+        let decisions = futures::future::join_all(runs).await;
+        assert!(
+            decisions.iter().all(|(d, _)| *d == Decision::Allow),
+            "{decisions:?}"
+        );
+        let counts: Vec<usize> = std::fs::read_to_string(&seen)
+            .unwrap()
+            .lines()
+            .map(|l| l.trim().parse().unwrap())
+            .collect();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(counts.len(), 6);
+        assert!(
+            counts.iter().all(|&n| n <= 2),
+            "at most two at once: {counts:?}"
         );
     }
 }

@@ -1,0 +1,294 @@
+//! Admission: how many batches and concurrent calls may run at once, server-wide and per
+//! connection, and whether the server is overloaded. A plain decision struct; the service asks
+//! it before a batch runs and the ticket it hands out gives the capacity back when dropped.
+//!
+//! A batch takes one batch slot and as many call slots as calls it may run at once (one for a
+//! SEQUENTIAL batch; for a PARALLEL one, its concurrency). When fewer call slots are free than a
+//! PARALLEL batch asks for, it runs with the slots there are (its results are the same, only
+//! later); with none free it is refused. The per-connection share keeps one connection (one
+//! client multiplexing many streams, or one that stopped reading) from taking everything.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use tokio::sync::watch;
+
+use crate::config::ServerConfig;
+
+/// The capacity admission hands out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capacity {
+    /// Batches running at once, server-wide.
+    pub batches: usize,
+    /// Calls running at once, server-wide.
+    pub calls: usize,
+    /// Batches one connection may run at once.
+    pub batches_per_connection: usize,
+    /// Calls one connection may run at once.
+    pub calls_per_connection: usize,
+}
+
+impl From<&ServerConfig> for Capacity {
+    fn from(server: &ServerConfig) -> Self {
+        Capacity {
+            batches: server.max_concurrent_batches,
+            calls: server.max_concurrent_calls,
+            batches_per_connection: server.max_batches_per_connection,
+            calls_per_connection: server.max_calls_per_connection,
+        }
+    }
+}
+
+/// Why a batch was not admitted: the capacity that was full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    Batches(usize),
+    Calls(usize),
+    ConnectionBatches(usize),
+    ConnectionCalls(usize),
+}
+
+/// Capacity in use.
+#[derive(Debug, Default)]
+struct Usage {
+    batches: usize,
+    calls: usize,
+    /// (batches, calls) per connection with anything running.
+    connections: HashMap<SocketAddr, (usize, usize)>,
+    /// Latched when server-wide capacity ran out; cleared once usage is back under the low
+    /// watermark, so health does not flap at the edge.
+    overloaded: bool,
+}
+
+/// The server's admission control.
+#[derive(Debug)]
+pub struct Admission {
+    capacity: Capacity,
+    usage: Mutex<Usage>,
+    overloaded: watch::Sender<bool>,
+}
+
+/// Capacity held by one running batch; dropping it gives the capacity back.
+#[derive(Debug)]
+pub struct Ticket {
+    admission: Arc<Admission>,
+    connection: Option<SocketAddr>,
+    calls: usize,
+}
+
+impl Ticket {
+    /// The calls this batch may run at once (at least one).
+    pub fn calls(&self) -> usize {
+        self.calls
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.admission.release(self.connection, self.calls);
+    }
+}
+
+impl Admission {
+    pub fn new(capacity: Capacity) -> Arc<Self> {
+        Arc::new(Admission {
+            capacity,
+            usage: Mutex::new(Usage::default()),
+            overloaded: watch::Sender::new(false),
+        })
+    }
+
+    pub fn capacity(&self) -> Capacity {
+        self.capacity
+    }
+
+    /// Follows the overload state: true while server-wide batch or call capacity is exhausted
+    /// (and until usage is back under three quarters of it).
+    pub fn overloaded(&self) -> watch::Receiver<bool> {
+        self.overloaded.subscribe()
+    }
+
+    /// Batches and calls running now, server-wide.
+    pub fn in_use(&self) -> (usize, usize) {
+        let usage = self.usage.lock();
+        (usage.batches, usage.calls)
+    }
+
+    /// Admits a batch from `connection` (unknown for in-process callers, which only the
+    /// server-wide capacity bounds) that wants to run `wanted_calls` calls at once.
+    pub fn admit(
+        self: &Arc<Self>,
+        connection: Option<SocketAddr>,
+        wanted_calls: usize,
+    ) -> Result<Ticket, Refusal> {
+        let cap = self.capacity;
+        let mut usage = self.usage.lock();
+        let (conn_batches, conn_calls) = connection
+            .and_then(|c| usage.connections.get(&c).copied())
+            .unwrap_or_default();
+        let refusal = if usage.batches >= cap.batches {
+            Some(Refusal::Batches(cap.batches))
+        } else if usage.calls >= cap.calls {
+            Some(Refusal::Calls(cap.calls))
+        } else if connection.is_some() && conn_batches >= cap.batches_per_connection {
+            Some(Refusal::ConnectionBatches(cap.batches_per_connection))
+        } else if connection.is_some() && conn_calls >= cap.calls_per_connection {
+            Some(Refusal::ConnectionCalls(cap.calls_per_connection))
+        } else {
+            None
+        };
+        if let Some(refusal) = refusal {
+            if matches!(refusal, Refusal::Batches(_) | Refusal::Calls(_)) {
+                self.set_overloaded(&mut usage, true);
+            }
+            return Err(refusal);
+        }
+        let mut calls = wanted_calls.max(1).min(cap.calls - usage.calls);
+        if connection.is_some() {
+            calls = calls.min(cap.calls_per_connection - conn_calls);
+        }
+        usage.batches += 1;
+        usage.calls += calls;
+        if let Some(c) = connection {
+            let entry = usage.connections.entry(c).or_default();
+            entry.0 += 1;
+            entry.1 += calls;
+        }
+        if usage.batches >= cap.batches || usage.calls >= cap.calls {
+            self.set_overloaded(&mut usage, true);
+        }
+        Ok(Ticket {
+            admission: self.clone(),
+            connection,
+            calls,
+        })
+    }
+
+    fn release(&self, connection: Option<SocketAddr>, calls: usize) {
+        let mut usage = self.usage.lock();
+        usage.batches = usage.batches.saturating_sub(1);
+        usage.calls = usage.calls.saturating_sub(calls);
+        if let Some(c) = connection
+            && let Some(entry) = usage.connections.get_mut(&c)
+        {
+            entry.0 = entry.0.saturating_sub(1);
+            entry.1 = entry.1.saturating_sub(calls);
+            if entry.0 == 0 {
+                usage.connections.remove(&c);
+            }
+        }
+        let cap = self.capacity;
+        if usage.overloaded
+            && usage.batches * 4 < cap.batches * 3
+            && usage.calls * 4 < cap.calls * 3
+        {
+            self.set_overloaded(&mut usage, false);
+        }
+    }
+
+    fn set_overloaded(&self, usage: &mut Usage, overloaded: bool) {
+        if usage.overloaded != overloaded {
+            usage.overloaded = overloaded;
+            self.overloaded.send_replace(overloaded);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn admission(batches: usize, calls: usize, per_conn: (usize, usize)) -> Arc<Admission> {
+        Admission::new(Capacity {
+            batches,
+            calls,
+            batches_per_connection: per_conn.0,
+            calls_per_connection: per_conn.1,
+        })
+    }
+
+    fn conn(port: u16) -> Option<SocketAddr> {
+        Some(SocketAddr::from(([127, 0, 0, 1], port)))
+    }
+
+    #[test]
+    fn batches_are_bounded_and_capacity_comes_back_on_drop() {
+        let a = admission(2, 100, (2, 100));
+        let first = a.admit(None, 1).unwrap();
+        let _second = a.admit(None, 1).unwrap();
+        assert_eq!(a.admit(None, 1).unwrap_err(), Refusal::Batches(2));
+        drop(first);
+        assert!(a.admit(None, 1).is_ok());
+        assert_eq!(a.in_use(), (1, 1));
+    }
+
+    #[test]
+    fn a_parallel_batch_gets_the_call_slots_that_are_free_and_none_is_a_refusal() {
+        let a = admission(10, 8, (10, 8));
+        let wide = a.admit(None, 6).unwrap();
+        assert_eq!(wide.calls(), 6);
+        let narrowed = a.admit(None, 6).unwrap();
+        assert_eq!(narrowed.calls(), 2, "ran with what was left");
+        assert_eq!(a.admit(None, 1).unwrap_err(), Refusal::Calls(8));
+        drop(wide);
+        assert_eq!(
+            a.admit(None, 0).unwrap().calls(),
+            1,
+            "every batch runs one call"
+        );
+    }
+
+    #[test]
+    fn one_connection_cannot_take_everything() {
+        let a = admission(10, 100, (2, 5));
+        let _one = a.admit(conn(1), 4).unwrap();
+        let two = a.admit(conn(1), 4).unwrap();
+        assert_eq!(
+            two.calls(),
+            1,
+            "the connection's call share was nearly used"
+        );
+        assert_eq!(
+            a.admit(conn(1), 1).unwrap_err(),
+            Refusal::ConnectionBatches(2)
+        );
+        assert!(
+            a.admit(conn(2), 1).is_ok(),
+            "another connection still gets in"
+        );
+        drop(two);
+        assert!(a.admit(conn(1), 1).is_ok());
+        let b = admission(10, 100, (5, 2));
+        let _x = b.admit(conn(1), 2).unwrap();
+        assert_eq!(
+            b.admit(conn(1), 1).unwrap_err(),
+            Refusal::ConnectionCalls(2)
+        );
+    }
+
+    #[test]
+    fn overload_is_reported_at_full_capacity_and_cleared_below_three_quarters() {
+        let a = admission(4, 100, (4, 100));
+        let overloaded = a.overloaded();
+        let tickets: Vec<Ticket> = (0..4).map(|_| a.admit(None, 1).unwrap()).collect();
+        assert!(*overloaded.borrow(), "full");
+        let mut tickets = tickets.into_iter();
+        drop(tickets.next());
+        assert!(*overloaded.borrow(), "3 of 4 is not below three quarters");
+        drop(tickets.next());
+        assert!(!*overloaded.borrow(), "2 of 4 in use");
+        drop(tickets);
+        assert!(a.admit(conn(9), 1).is_ok());
+        assert!(!*overloaded.borrow());
+    }
+
+    #[test]
+    fn a_refused_connection_does_not_mark_the_server_overloaded() {
+        let a = admission(10, 100, (1, 100));
+        let _t = a.admit(conn(1), 1).unwrap();
+        assert!(a.admit(conn(1), 1).is_err());
+        assert!(!*a.overloaded().borrow());
+    }
+}
