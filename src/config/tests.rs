@@ -221,3 +221,35 @@ fn a_malformed_binding_reference_is_a_warning_not_an_error() {
         "{warnings:?}"
     );
 }
+
+#[test]
+fn capacity_limits_are_checked_and_a_share_as_large_as_the_server_warns() {
+    let problems = Config::from_toml(
+        "[server]\nmax_concurrent_calls = 0\nstall_timeout = \"0s\"\n\
+         [limits]\nmax_reply_bytes = 1000\nmax_hook_processes = 0",
+    )
+    .unwrap_err()
+    .problems;
+    for key in [
+        "server.max_concurrent_calls",
+        "server.stall_timeout",
+        "limits.max_reply_bytes",
+        "limits.max_hook_processes",
+    ] {
+        assert!(
+            problems.iter().any(|p| p.starts_with(key)),
+            "{key}: {problems:?}"
+        );
+    }
+    assert!(
+        Config::default().warnings().is_empty(),
+        "the defaults keep shares"
+    );
+    let c = Config::from_toml("[server]\nmax_batches_per_connection = 256").unwrap();
+    assert_eq!(
+        c.warnings(),
+        [
+            "server.max_batches_per_connection: 256 is not below server.max_concurrent_batches (256), so one connection can take the whole server"
+        ]
+    );
+}

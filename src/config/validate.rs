@@ -161,10 +161,32 @@ impl Config {
 }
 
 impl Config {
-    /// What is allowed but probably not meant: binding references that always resolve to null.
+    /// What is allowed but probably not meant: binding references that always resolve to null,
+    /// a connection share as large as the whole server (one client could then take it all).
     /// `check-config` prints these; the server logs them at start.
     pub fn warnings(&self) -> Vec<String> {
         let mut w = Vec::new();
+        let server = &self.server;
+        for (share, key, whole, whole_key) in [
+            (
+                server.max_batches_per_connection,
+                "max_batches_per_connection",
+                server.max_concurrent_batches,
+                "max_concurrent_batches",
+            ),
+            (
+                server.max_calls_per_connection,
+                "max_calls_per_connection",
+                server.max_concurrent_calls,
+                "max_concurrent_calls",
+            ),
+        ] {
+            if share >= whole {
+                w.push(format!(
+                    "server.{key}: {share} is not below server.{whole_key} ({whole}), so one connection can take the whole server"
+                ));
+            }
+        }
         for (name, binding) in &self.bindings {
             if let Some(input) = &binding.input {
                 for warning in crate::mapping::warnings(input) {
