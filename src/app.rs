@@ -2,6 +2,7 @@
 //! This is the library's embedding API: build a `Server` with extra Rust tools, start it, and get
 //! its address and a shutdown handle back.
 
+mod admin;
 pub(crate) mod build;
 
 use std::net::SocketAddr;
@@ -22,6 +23,7 @@ use crate::safety::breaker::BreakerConfig;
 use crate::safety::health::Health;
 use crate::safety::hooks::{Hook, Hooks};
 use crate::safety::recovery::{DefaultReflector, Reflector};
+use crate::telemetry::metrics::MetricsPipeline;
 use crate::tools::remote::{RemoteError, Remotes};
 use crate::tools::{Catalog, RegistryError, Tool, ToolRegistry, ToolSource, builtin_tools};
 use build::{configured_hooks, middleware_config, sessions, sweep_sessions};
@@ -32,6 +34,8 @@ pub struct Server {
     tools: Vec<Arc<dyn Tool>>,
     hooks: Vec<Arc<dyn Hook>>,
     reflector: Arc<dyn Reflector>,
+    /// What this server's metrics are recorded into and read from.
+    metrics: Arc<MetricsPipeline>,
 }
 
 /// Why a server could not start.
@@ -56,6 +60,7 @@ pub enum StartError {
 /// A running server. Dropping it does not stop the server; call `shutdown`.
 pub struct RunningServer {
     addr: SocketAddr,
+    admin_addr: Option<SocketAddr>,
     trigger: CancellationToken,
     task: JoinHandle<Result<(), ServeError>>,
 }
@@ -74,6 +79,7 @@ impl Server {
             tools: Vec::new(),
             hooks: Vec::new(),
             reflector: Arc::new(DefaultReflector),
+            metrics: Arc::new(MetricsPipeline::new()),
         }
     }
 
@@ -95,29 +101,44 @@ impl Server {
         self
     }
 
-    /// Starts on the config's `server.listen` address.
+    /// Starts on the config's `server.listen` address (and the admin listener on
+    /// `admin.listen`, unless that is empty).
     pub async fn start(self) -> Result<RunningServer, StartError> {
-        let addr = self.config.server.listen.clone();
-        let listener = TcpListener::bind(&addr)
-            .await
-            .map_err(|source| StartError::Bind { addr, source })?;
-        self.start_on(listener).await
+        let listener = bind(&self.config.server.listen).await?;
+        let admin = self.admin_listener(None).await?;
+        self.start_with(listener, admin).await
     }
 
-    /// Starts on `127.0.0.1:0` (any free port): the usual choice for tests.
+    /// Starts on `127.0.0.1:0` (any free port), and the admin listener too when it is on: the
+    /// usual choice for tests.
     pub async fn start_local(self) -> Result<RunningServer, StartError> {
-        let listener =
-            TcpListener::bind("127.0.0.1:0")
-                .await
-                .map_err(|source| StartError::Bind {
-                    addr: "127.0.0.1:0".to_owned(),
-                    source,
-                })?;
-        self.start_on(listener).await
+        let listener = bind("127.0.0.1:0").await?;
+        let admin = self.admin_listener(Some("127.0.0.1:0")).await?;
+        self.start_with(listener, admin).await
     }
 
-    /// Starts on an already bound listener.
+    /// Starts on an already bound listener (and the admin listener on `admin.listen`, unless
+    /// that is empty).
     pub async fn start_on(self, listener: TcpListener) -> Result<RunningServer, StartError> {
+        let admin = self.admin_listener(None).await?;
+        self.start_with(listener, admin).await
+    }
+
+    /// The admin listener, on `addr` instead of the configured address when given; `None` when
+    /// `admin.listen` is empty.
+    async fn admin_listener(&self, addr: Option<&str>) -> Result<Option<TcpListener>, StartError> {
+        let configured = &self.config.admin.listen;
+        if configured.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(bind(addr.unwrap_or(configured)).await?))
+    }
+
+    async fn start_with(
+        self,
+        listener: TcpListener,
+        admin: Option<TcpListener>,
+    ) -> Result<RunningServer, StartError> {
         // The one validation on the start path: configs from `Config::load` were checked there,
         // but an embedder's config may have been built or changed in code.
         self.config.validate()?;
@@ -129,7 +150,7 @@ impl Server {
         let sessions = dispatcher.sessions_handle();
         // Remotes from the config are connected before serving; one that cannot be reached is
         // connected in the background (or stops the start when it is `required`).
-        let remotes = Remotes::new(dispatcher.catalog().clone());
+        let remotes = Remotes::new(dispatcher.catalog().clone(), self.metrics.metrics());
         for spec in &self.config.remotes {
             remotes.register_at_start(spec.clone()).await?;
         }
@@ -143,10 +164,12 @@ impl Server {
             shutdown: Cancel::new(),
             admission: Admission::new(Capacity::from(&self.config.server)),
             stalls: StallWatch::new(self.config.server.stall_timeout),
+            metrics: self.metrics.metrics(),
             remotes: remotes.clone(),
             allow_registration: self.config.remote_registration.enabled,
             stdio_commands: self.config.remote_registration.stdio_commands.clone(),
         });
+        admin::register_gauges(&self.metrics, &state, &remotes);
         let server = &self.config.server;
         let settings = ServeSettings {
             max_message_bytes: server.max_message_bytes,
@@ -156,6 +179,21 @@ impl Server {
             shutdown_grace: server.shutdown_grace,
         };
         let trigger = CancellationToken::new();
+        // The admin listener outlives draining, so `/readyz` says "shutting down" meanwhile.
+        let stop_admin = CancellationToken::new();
+        let admin_addr = match admin {
+            Some(listener) => {
+                let admin_addr = listener.local_addr().ok();
+                tokio::spawn(admin::serve(
+                    listener,
+                    self.metrics.clone(),
+                    state.clone(),
+                    stop_admin.clone(),
+                ));
+                admin_addr
+            }
+            None => None,
+        };
         let serve = crate::grpc::serve(listener, state, settings, trigger.clone());
         let sweeper = tokio::spawn(sweep_sessions(
             sessions.clone(),
@@ -163,14 +201,16 @@ impl Server {
         ));
         let task = tokio::spawn(async move {
             let result = serve.await;
+            stop_admin.cancel();
             sweeper.abort();
             sessions.remove_all();
             remotes.close();
             result
         });
-        tracing::info!(%addr, "listening");
+        tracing::info!(%addr, admin = ?admin_addr, "listening");
         Ok(RunningServer {
             addr,
+            admin_addr,
             trigger,
             task,
         })
@@ -227,6 +267,7 @@ impl Server {
         pipeline.batch_budget_chars = c.output.batch_budget_chars;
         pipeline.preview_chars = c.output.event_preview_chars;
         pipeline.max_error_chars = c.output.max_error_chars;
+        pipeline.metrics = self.metrics.metrics();
         Ok(pipeline)
     }
 
@@ -250,6 +291,11 @@ impl RunningServer {
         self.addr
     }
 
+    /// The admin listener's address (`/metrics`, `/livez`, `/readyz`), when it is on.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin_addr
+    }
+
     /// A handle that starts a graceful shutdown from anywhere.
     pub fn shutdown_handle(&self) -> ShutdownHandle {
         ShutdownHandle {
@@ -268,6 +314,16 @@ impl RunningServer {
     pub async fn wait(self) -> Result<(), ServeError> {
         self.task.await.map_err(ServeError::TaskFailed)?
     }
+}
+
+/// A listener on `addr`.
+async fn bind(addr: &str) -> Result<TcpListener, StartError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartError::Bind {
+            addr: addr.to_owned(),
+            source,
+        })
 }
 
 impl ShutdownHandle {

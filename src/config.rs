@@ -78,6 +78,8 @@ sections! {
     remote_registration: RemoteRegistrationConfig,
     tools: ToolsConfig,
     log: LogConfig,
+    /// The admin HTTP listener: `/metrics`, `/livez`, `/readyz`.
+    admin: AdminConfig,
 }
 
 /// Every problem found in a configuration, one per line.

@@ -186,11 +186,20 @@ impl Dispatcher {
                 budget,
                 trace: batch.trace.as_ref(),
             };
-            self.execute(&batch.calls, &prepared, &plan, limit, &scope, cancel)
-                .await
+            let executed = self
+                .execute(&batch.calls, &prepared, &plan, limit, &scope, cancel)
+                .await;
+            for (result, target) in executed.0.iter().zip(&prepared) {
+                let tool = target
+                    .registered
+                    .map_or(crate::metrics::UNKNOWN_TOOL, |r| r.tool.name());
+                self.pipeline.metrics.call(tool, result.error_class.name());
+            }
+            executed
         };
         let (results, outcome, outcome_reason) = work.instrument(span.clone()).await;
         let duration = started.elapsed();
+        self.pipeline.metrics.batch(outcome.name(), duration);
         span.record("outcome", field::debug(outcome));
         span.record("duration_ms", duration.as_millis());
         // DEBUG, not INFO: a line per batch at the default level cost a fifth of the throughput.

@@ -27,6 +27,7 @@ pub mod grpc;
 pub mod hash;
 pub mod json;
 pub mod mapping;
+pub mod metrics;
 pub mod middleware;
 pub mod pb;
 pub mod protojson;

@@ -37,6 +37,10 @@ struct ServeArgs {
     /// Address to listen on, e.g. 127.0.0.1:50051 (port 0 = any free port).
     #[arg(long, env = "TOOLGATE_LISTEN")]
     listen: Option<String>,
+    /// Address of the admin HTTP listener (/metrics, /livez, /readyz), e.g. 127.0.0.1:9464;
+    /// port 0 = any free port, empty = off.
+    #[arg(long)]
+    admin_listen: Option<String>,
     /// TOML config file; its keys override the embedded default.
     #[arg(long, env = "TOOLGATE_CONFIG")]
     config: Option<PathBuf>,
@@ -123,6 +127,9 @@ fn overrides(args: &ServeArgs) -> Vec<(String, String)> {
     if let Some(listen) = &args.listen {
         set(&["TOOLGATE_SERVER__LISTEN", "TOOLGATE_LISTEN"], listen);
     }
+    if let Some(admin) = &args.admin_listen {
+        set(&["TOOLGATE_ADMIN__LISTEN"], admin);
+    }
     if let Some(format) = args.log_format {
         let format = match format {
             LogFormatArg::Text => "text",
@@ -139,6 +146,9 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let signals = Signals::install()?;
     let server = toolgate::Server::new(config).start().await?;
     report(&format!("listening on {}", server.local_addr()));
+    if let Some(admin) = server.admin_addr() {
+        report(&format!("admin listening on {admin}"));
+    }
     let handle = server.shutdown_handle();
     tokio::spawn(async move {
         signals.wait().await;

@@ -1,6 +1,9 @@
 //! Logging: a tracing subscriber writing text or JSON to stderr (stdout is kept for the
-//! `listening on` line), and a panic hook that logs panics instead of printing them raw.
-//! The trace context itself lives in `trace`, below every layer that carries it.
+//! `listening on` line), and a panic hook that logs panics instead of printing them raw; and the
+//! metrics pipeline (`metrics`). The trace context itself lives in `trace`, and the instruments
+//! in `crate::metrics`, below every layer that records into them.
+
+pub mod metrics;
 
 use std::io::IsTerminal;
 

@@ -329,6 +329,13 @@ pub struct LogConfig {
     pub format: LogFormat,
 }
 
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdminConfig {
+    /// Address of the admin HTTP listener; empty turns it off.
+    pub listen: String,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
@@ -464,6 +471,14 @@ impl Default for BuiltinConfig {
         BuiltinConfig {
             enabled: true,
             exclude: Vec::new(),
+        }
+    }
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        AdminConfig {
+            listen: "127.0.0.1:9464".to_owned(),
         }
     }
 }

@@ -25,6 +25,12 @@ impl Config {
                 self.server.listen
             ));
         }
+        if !self.admin.listen.is_empty() && self.admin.listen.parse::<SocketAddr>().is_err() {
+            p.push(format!(
+                "admin.listen: '{}' is not an address such as 127.0.0.1:9464 (empty turns the admin listener off)",
+                self.admin.listen
+            ));
+        }
         if self.server.max_message_bytes < 1024 {
             p.push("server.max_message_bytes: must be at least 1024".to_owned());
         }

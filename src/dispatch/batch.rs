@@ -73,6 +73,19 @@ pub enum Outcome {
     RecoveryExhausted,
 }
 
+impl Outcome {
+    /// The name used on the wire (`COMPLETED`), for metrics and logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::Completed => "COMPLETED",
+            Outcome::FailedFast => "FAILED_FAST",
+            Outcome::Cancelled => "CANCELLED",
+            Outcome::LoopDetected => "LOOP_DETECTED",
+            Outcome::RecoveryExhausted => "RECOVERY_EXHAUSTED",
+        }
+    }
+}
+
 /// Everything a batch produced.
 #[derive(Debug, Clone)]
 pub struct BatchReport {

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use crate::metrics::Metrics;
 use crate::middleware::{self, MiddlewareConfig, Redactor, ToolService};
 use crate::safety::health::Health;
 use crate::safety::hooks::Hooks;
@@ -27,6 +28,8 @@ pub struct Pipeline {
     pub preview_chars: usize,
     /// Longest error text in a result or the fail-fast reason.
     pub max_error_chars: usize,
+    /// Where calls, attempts and batches are counted.
+    pub metrics: Arc<Metrics>,
 }
 
 impl Pipeline {
@@ -48,6 +51,7 @@ impl Pipeline {
             suggestion_threshold: config.suggestion_threshold,
             preview_chars: 1024,
             max_error_chars: 2000,
+            metrics: Arc::default(),
         }
     }
 }

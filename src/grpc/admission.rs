@@ -50,6 +50,18 @@ pub enum Refusal {
     ConnectionCalls(usize),
 }
 
+impl Refusal {
+    /// Which capacity was full, as metrics label it.
+    pub fn capacity_name(self) -> &'static str {
+        match self {
+            Refusal::Batches(_) => "batches",
+            Refusal::Calls(_) => "calls",
+            Refusal::ConnectionBatches(_) => "connection_batches",
+            Refusal::ConnectionCalls(_) => "connection_calls",
+        }
+    }
+}
+
 /// Capacity in use.
 #[derive(Debug, Default)]
 struct Usage {

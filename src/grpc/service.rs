@@ -17,6 +17,7 @@ use super::convert::{self, RequestRules};
 use super::reply;
 use super::status::RequestError;
 use crate::dispatch::{Batch, Cancel, Dispatcher, Event, Mode, NoObserver, Observer};
+use crate::metrics::Metrics;
 use crate::pb;
 use crate::pb::tool_gate_server::ToolGate;
 use crate::tools::BoxFuture;
@@ -37,6 +38,8 @@ pub struct ServiceState {
     pub admission: Arc<Admission>,
     /// The watchdog over `DispatchBatch` streams whose clients stopped reading.
     pub stalls: Arc<StallWatch>,
+    /// Where refusals for capacity are counted.
+    pub metrics: Arc<Metrics>,
     pub remotes: Arc<Remotes>,
     /// Whether `RegisterRemote` / `UnregisterRemote` are allowed.
     pub allow_registration: bool,
@@ -102,7 +105,10 @@ impl ToolGateService {
             .state
             .admission
             .admit(connection, wanted)
-            .map_err(RequestError::Overloaded)?;
+            .map_err(|refusal| {
+                self.state.metrics.refused(refusal.capacity_name());
+                RequestError::Overloaded(refusal)
+            })?;
         if let Mode::Parallel { max_concurrency } = &mut batch.options.mode {
             *max_concurrency = (*max_concurrency).min(ticket.calls());
         }

@@ -37,6 +37,17 @@ pub enum BreakerState {
     HalfOpen,
 }
 
+impl BreakerState {
+    /// The state's name in metrics and logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            BreakerState::Closed => "closed",
+            BreakerState::Open => "open",
+            BreakerState::HalfOpen => "half_open",
+        }
+    }
+}
+
 /// The answer to "may this call run?".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Admission {

@@ -14,6 +14,7 @@ mod limits;
 mod mcp;
 mod messages;
 mod middleware;
+mod observability;
 mod parallel;
 mod peers;
 mod pipeline;

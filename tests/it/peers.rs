@@ -36,7 +36,13 @@ impl Binary {
 
     fn start_with(extra: &[&str], env: &[(&str, &str)]) -> Binary {
         let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
-            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--admin-listen",
+                "127.0.0.1:0",
+            ])
             .args(extra)
             .envs(env.iter().copied())
             .env_remove("TOOLGATE_CONFIG")

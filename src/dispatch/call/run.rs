@@ -27,6 +27,7 @@ impl Step<'_> {
         let invoked = self.run_once(input, canonical, metadata).await;
         let duration = started.elapsed();
         if let Some(invoked) = &invoked {
+            self.count_gates(&invoked.gates);
             self.gate_events(&invoked.gates, input).await;
         }
         let retryable = matches!(

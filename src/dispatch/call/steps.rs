@@ -15,7 +15,7 @@ use crate::json;
 use crate::safety::backoff::RETRY_CEILING;
 use crate::safety::breaker::{Admission, Transition};
 use crate::safety::health::HealthOutcome;
-use crate::safety::hooks::{Gate, GateRecord, PostToolUse, PreToolUse};
+use crate::safety::hooks::{Decision, Gate, GateRecord, PostToolUse, PreToolUse};
 use crate::safety::recovery::{Failure, Verdict};
 use crate::tools::ErrorClass;
 use crate::tools::registry::Registered;
@@ -73,6 +73,7 @@ impl Step<'_> {
             attempt: self.attempt,
         };
         let (gate, mut records) = p.hooks.pre_tool_use(&asked).await;
+        self.count_gates(&records);
         if self.wants_events() {
             for record in &mut records {
                 record.reason = p.redactor.redact(&record.reason).into_owned();
@@ -82,6 +83,22 @@ impl Step<'_> {
         match gate {
             Gate::Proceed(modified) => Ok(modified),
             Gate::Refuse(message) => Err(message),
+        }
+    }
+
+    /// Counts hook and permission decisions by source and verdict.
+    pub(super) fn count_gates(&self, records: &[GateRecord]) {
+        for record in records {
+            let verdict = match record.decision {
+                Decision::Allow => "allow",
+                Decision::Block(_) => "block",
+                Decision::Ask(_) => "ask",
+                Decision::Modify(_) => "modify",
+            };
+            self.scope
+                .pipeline
+                .metrics
+                .hook_decision(&record.source, verdict);
         }
     }
 
@@ -107,6 +124,7 @@ impl Step<'_> {
 
     /// Step 3, stopped: the call would repeat a looping operation; the batch ends.
     pub async fn loop_stopped(&self, stop: LoopStop) -> Answered {
+        self.scope.pipeline.metrics.loop_detected(self.tool, true);
         self.emit(Event::LoopDetected {
             index: self.call.index,
             id: self.call.id.clone(),
@@ -194,6 +212,7 @@ impl Step<'_> {
     /// result carries (when the policy appends it).
     pub async fn record_loop(&self, guard: &LoopGuard<'_>, result: &CallResult) -> Option<String> {
         let warning = guard.record(result)?;
+        self.scope.pipeline.metrics.loop_detected(self.tool, false);
         self.emit(Event::LoopDetected {
             index: self.call.index,
             id: self.call.id.clone(),
@@ -211,8 +230,19 @@ impl Step<'_> {
             .then(|| loop_warning(&warning.pattern, warning.repeats, stop_after))
     }
 
-    /// Step 8, and the terminal event of every attempt: `tool_post`.
+    /// Step 8, and the terminal event of every attempt: `tool_post`; and the attempt's metrics.
     pub async fn post(&self, result: &CallResult) {
+        let metrics = &self.scope.pipeline.metrics;
+        if result.cached {
+            metrics.cache_hit(self.tool);
+        } else if result.attempts >= self.attempt {
+            // This attempt ran the tool (a refusal counts no execution).
+            let error = (!result.success).then(|| result.error_class.name());
+            metrics.execution(self.tool, error, result.duration);
+        }
+        if result.truncated {
+            metrics.truncated(self.tool);
+        }
         if !self.wants_events() {
             return;
         }
@@ -316,6 +346,7 @@ impl Step<'_> {
             .policy
             .backoff
             .delay(attempt - 1, entropy(self.call.index, attempt));
+        p.metrics.retry(tool);
         self.emit(Event::RetryScheduled {
             index: self.call.index,
             id: self.call.id.clone(),
@@ -350,6 +381,10 @@ impl Step<'_> {
     async fn breaker_changed(&self, transition: Option<Transition>) {
         if let Some(t) = transition {
             tracing::info!(tool = %self.tool, from = ?t.from, to = ?t.to, "breaker changed");
+            self.scope
+                .pipeline
+                .metrics
+                .breaker_changed(self.tool, t.to.name());
             self.emit(Event::BreakerChanged {
                 id: self.call.id.clone(),
                 tool: self.tool.to_owned(),

@@ -12,7 +12,7 @@ use crate::grpc::convert::value_from_json;
 fn wire(config: &str) -> (ToolGateService, Arc<ServiceState>) {
     let config = Config::from_toml(config).unwrap();
     let dispatcher = crate::Server::new(config.clone()).dispatcher().unwrap();
-    let remotes = Remotes::new(dispatcher.catalog().clone());
+    let remotes = Remotes::new(dispatcher.catalog().clone(), Arc::default());
     let state = Arc::new(ServiceState {
         dispatcher,
         rules: RequestRules {
@@ -23,6 +23,7 @@ fn wire(config: &str) -> (ToolGateService, Arc<ServiceState>) {
         shutdown: Cancel::new(),
         admission: Admission::new((&config.server).into()),
         stalls: StallWatch::new(config.server.stall_timeout),
+        metrics: Arc::default(),
         remotes,
         allow_registration: config.remote_registration.enabled,
         stdio_commands: config.remote_registration.stdio_commands.clone(),

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use super::{RemoteError, RemoteKind, RemoteSpec, Signal, Signals, http, mcp, worker};
 use crate::glob::glob_match;
+use crate::metrics::Metrics;
 use crate::tools::registry::{Pin, definition_digest};
 use crate::tools::{Catalog, RegistryError, Tool, ToolSource};
 use parking_lot::Mutex;
@@ -37,12 +38,13 @@ pub struct Remotes {
     mcp: Mutex<BTreeMap<String, Arc<mcp::Connection>>>,
     /// Remotes with a reconnect loop running.
     reconnecting: Mutex<std::collections::BTreeSet<String>>,
+    metrics: Arc<Metrics>,
 }
 
 impl Remotes {
     /// The manager and its background task, which refreshes remotes that report a changed tool
     /// list and reconnects lost ones with exponential backoff. The task ends with the manager.
-    pub fn new(catalog: Arc<Catalog>) -> Arc<Self> {
+    pub fn new(catalog: Arc<Catalog>, metrics: Arc<Metrics>) -> Arc<Self> {
         let (signals, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let remotes = Arc::new(Remotes {
             catalog,
@@ -51,6 +53,7 @@ impl Remotes {
             signals,
             mcp: Mutex::default(),
             reconnecting: Mutex::default(),
+            metrics,
         });
         let weak = Arc::downgrade(&remotes);
         tokio::spawn(async move {
@@ -274,6 +277,19 @@ impl Remotes {
         }
     }
 
+    /// Each registered remote and whether it is connected (false while it is being
+    /// reconnected).
+    pub fn connection_states(&self) -> Vec<(String, bool)> {
+        let reconnecting = self.reconnecting.lock().clone();
+        self.names()
+            .into_iter()
+            .map(|name| {
+                let connected = !reconnecting.contains(&name);
+                (name, connected)
+            })
+            .collect()
+    }
+
     /// The registered remotes' names.
     pub fn names(&self) -> Vec<String> {
         self.lock().keys().cloned().collect()
@@ -331,11 +347,13 @@ async fn reconnect(remotes: std::sync::Weak<Remotes>, name: String) {
         let done = match manager.rediscover(&name, true).await {
             Ok(tools) => {
                 tracing::info!(remote = %name, tools = tools.len(), "remote reconnected");
+                manager.metrics.remote_reconnect(&name, true);
                 true
             }
             Err(RemoteError::Unknown(_)) => true,
             Err(error) => {
                 tracing::warn!(remote = %name, %error, "reconnect failed");
+                manager.metrics.remote_reconnect(&name, false);
                 false
             }
         };

@@ -1,0 +1,133 @@
+//! The admin HTTP listener, for operators and their tools rather than agents: `GET /metrics`
+//! (Prometheus text), `/livez` and `/readyz` (plain-HTTP probes); and the gauges read from the
+//! running server at each collection.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use opentelemetry::KeyValue;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::grpc::ServiceState;
+use crate::telemetry::metrics::MetricsPipeline;
+use crate::tools::remote::Remotes;
+
+/// What the admin endpoints read.
+#[derive(Clone)]
+struct Admin {
+    metrics: Arc<MetricsPipeline>,
+    state: Arc<ServiceState>,
+}
+
+/// Serves the admin endpoints on `listener` until `stop` fires.
+pub async fn serve(
+    listener: TcpListener,
+    metrics: Arc<MetricsPipeline>,
+    state: Arc<ServiceState>,
+    stop: CancellationToken,
+) {
+    let router = Router::new()
+        .route("/metrics", get(prometheus))
+        .route("/livez", get(|| async { "ok\n" }))
+        .route("/readyz", get(ready))
+        .with_state(Admin { metrics, state });
+    if let Err(error) = axum::serve(listener, router)
+        .with_graceful_shutdown(stop.cancelled_owned())
+        .await
+    {
+        tracing::warn!(%error, "the admin listener failed");
+    }
+}
+
+async fn prometheus(State(admin): State<Admin>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        admin.metrics.prometheus_text(),
+    )
+}
+
+/// Ready while the server accepts batches: not draining, and not at capacity.
+async fn ready(State(admin): State<Admin>) -> (StatusCode, &'static str) {
+    if admin.state.tracker.is_closed() {
+        (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
+    } else if *admin.state.admission.overloaded().borrow() {
+        (StatusCode::SERVICE_UNAVAILABLE, "overloaded\n")
+    } else {
+        (StatusCode::OK, "ready\n")
+    }
+}
+
+/// Registers the gauges observed at collection time: capacity in use, overload, live
+/// sessions, each tool's breaker state and each remote's connection.
+pub fn register_gauges(
+    pipeline: &MetricsPipeline,
+    state: &Arc<ServiceState>,
+    remotes: &Arc<Remotes>,
+) {
+    let meter = pipeline.meter();
+    let s = state.clone();
+    meter
+        .u64_observable_gauge("toolgate.batches.in_flight")
+        .with_description("Batches running now")
+        .with_callback(move |o| o.observe(count(s.admission.in_use().0), &[]))
+        .build();
+    let s = state.clone();
+    meter
+        .u64_observable_gauge("toolgate.calls.in_flight")
+        .with_description("Call slots held by running batches")
+        .with_callback(move |o| o.observe(count(s.admission.in_use().1), &[]))
+        .build();
+    let s = state.clone();
+    meter
+        .u64_observable_gauge("toolgate.overloaded")
+        .with_description("1 while batch or call capacity is exhausted")
+        .with_callback(move |o| o.observe(u64::from(*s.admission.overloaded().borrow()), &[]))
+        .build();
+    let s = state.clone();
+    meter
+        .u64_observable_gauge("toolgate.sessions.live")
+        .with_description("Live named sessions")
+        .with_callback(move |o| o.observe(count(s.dispatcher.sessions().len()), &[]))
+        .build();
+    let s = state.clone();
+    meter
+        .u64_observable_gauge("toolgate.breaker.state")
+        .with_description("Circuit breaker state per tool: 0 closed, 1 half-open, 2 open")
+        .with_callback(move |o| {
+            for report in s.dispatcher.health().report(tokio::time::Instant::now()) {
+                use crate::safety::breaker::BreakerState;
+                let value = match report.breaker {
+                    BreakerState::Closed => 0,
+                    BreakerState::HalfOpen => 1,
+                    BreakerState::Open => 2,
+                };
+                o.observe(value, &[KeyValue::new("gen_ai.tool.name", report.tool)]);
+            }
+        })
+        .build();
+    let r = remotes.clone();
+    meter
+        .u64_observable_gauge("toolgate.remote.connected")
+        .with_description("1 while a remote is connected, 0 while it is being reconnected")
+        .with_callback(move |o| {
+            for (name, connected) in r.connection_states() {
+                o.observe(
+                    u64::from(connected),
+                    &[KeyValue::new("toolgate.remote", name)],
+                );
+            }
+        })
+        .build();
+}
+
+fn count(n: usize) -> u64 {
+    u64::try_from(n).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,139 @@
+//! The admin listener through a real server: `/metrics` in Prometheus text that the real
+//! `promtool` accepts, with the counts of a batch that succeeded, retried, was blocked and named
+//! an unknown tool; and the plain-HTTP probes `/livez` and `/readyz`.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use serde_json::json;
+use toolgate::config::Config;
+
+use crate::support::*;
+
+async fn get(url: String) -> (u16, String) {
+    let response = reqwest::get(url).await.expect("the admin listener answers");
+    let status = response.status().as_u16();
+    (status, response.text().await.expect("a text body"))
+}
+
+/// `promtool check metrics` on `text`: its verdict and what it said.
+fn promtool_check(text: &str) -> (bool, String) {
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool runs (Debian package `prometheus`; scripts/test installs it)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output.status.success(), said)
+}
+
+#[tokio::test]
+async fn metrics_count_what_a_batch_did_and_pass_promtool() {
+    let config = Config::from_toml(
+        r#"
+        [retry]
+        base_delay = "1ms"
+        [[hooks.rules]]
+        id = "no-clocks"
+        tools = "now"
+        action = "block"
+        reason = "no clocks today"
+        "#,
+    )
+    .unwrap();
+    let ts = start_with(config).await;
+    let admin = ts
+        .server
+        .admin_addr()
+        .expect("the admin listener is on by default");
+    let result = dispatch(
+        &ts,
+        request(json!([
+            {"id": "a", "name": "echo", "arguments": {"x": 1}},
+            {"id": "b", "name": "flaky"},
+            {"id": "c", "name": "now"},
+            {"id": "d", "name": "made_up_tool_xyz"},
+        ])),
+    )
+    .await;
+    assert_eq!(result.count, 4);
+    let (status, text) = get(format!("http://{admin}/metrics")).await;
+    assert_eq!(status, 200);
+    for expected in [
+        r#"toolgate_calls_total{gen_ai_tool_name="echo",toolgate_error_class="NONE"} 1"#,
+        r#"toolgate_calls_total{gen_ai_tool_name="flaky",toolgate_error_class="NONE"} 1"#,
+        r#"toolgate_calls_total{gen_ai_tool_name="now",toolgate_error_class="BLOCKED"} 1"#,
+        r#"toolgate_calls_total{gen_ai_tool_name="unknown",toolgate_error_class="UNKNOWN_TOOL"} 1"#,
+        r#"toolgate_retries_total{gen_ai_tool_name="flaky"} 2"#,
+        r#"gen_ai_execute_tool_duration_seconds_count{error_type="TOOL_ERROR",gen_ai_tool_name="flaky"} 2"#,
+        r#"gen_ai_execute_tool_duration_seconds_count{gen_ai_tool_name="flaky"} 1"#,
+        r#"gen_ai_execute_tool_duration_seconds_count{gen_ai_tool_name="echo"} 1"#,
+        r#"toolgate_hook_decisions_total{toolgate_hook="no-clocks",toolgate_verdict="block"} 1"#,
+        r#"toolgate_batches_total{toolgate_outcome="COMPLETED"} 1"#,
+        r#"toolgate_batch_duration_seconds_count{toolgate_outcome="COMPLETED"} 1"#,
+        "toolgate_batches_in_flight 0",
+        "toolgate_overloaded 0",
+        "toolgate_sessions_live 0",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in\n{text}");
+    }
+    assert!(
+        !text.contains("made_up_tool_xyz"),
+        "a name the model made up is never a label"
+    );
+    assert!(
+        !text.contains(r#"gen_ai_execute_tool_duration_seconds_count{gen_ai_tool_name="now"}"#),
+        "a refused call has no execution duration"
+    );
+    let (valid, said) = promtool_check(&text);
+    assert!(valid, "promtool check metrics: {said}\n{text}");
+}
+
+#[tokio::test]
+async fn probes_answer_plain_http_and_readiness_follows_the_drain() {
+    let ts = start().await;
+    let admin = ts.server.admin_addr().unwrap();
+    assert_eq!(
+        get(format!("http://{admin}/livez")).await,
+        (200, "ok\n".to_owned())
+    );
+    assert_eq!(
+        get(format!("http://{admin}/readyz")).await,
+        (200, "ready\n".to_owned())
+    );
+    // While a batch keeps the drain waiting, readiness says so and liveness holds.
+    let mut running = ts
+        .client
+        .clone()
+        .dispatch_batch(request(json!([{"name": "wait_cancel"}])))
+        .await
+        .unwrap()
+        .into_inner();
+    let _received = tokio_stream::StreamExt::next(&mut running).await;
+    ts.server.shutdown_handle().shutdown();
+    eventually("readiness to say shutting down", async || {
+        get(format!("http://{admin}/readyz")).await == (503, "shutting down\n".to_owned())
+    })
+    .await;
+    assert_eq!(get(format!("http://{admin}/livez")).await.0, 200);
+    drop(running);
+}
+
+#[tokio::test]
+async fn an_empty_admin_address_turns_the_listener_off() {
+    let ts = start_with(Config::from_toml("[admin]\nlisten = \"\"").unwrap()).await;
+    assert_eq!(ts.server.admin_addr(), None);
+}
