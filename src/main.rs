@@ -192,10 +192,13 @@ impl Signals {
     }
 }
 
-/// The one stdout line scripts wait for (`listening on <addr>`) and check-config's verdict.
-#[allow(clippy::print_stdout)]
+/// The stdout lines scripts wait for (`listening on <addr>`, `admin listening on <addr>`) and
+/// check-config's verdict. A reader that closed stdout after the line it wanted must not take the
+/// server down, so a failed write is ignored (`println!` would panic).
 fn report(line: &str) {
-    println!("{line}");
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}").and_then(|()| out.flush());
 }
 
 #[allow(clippy::print_stderr)]

@@ -51,8 +51,9 @@ impl Config {
         if server.max_streams_per_connection == 0 {
             p.push("server.max_streams_per_connection: must be at least 1".to_owned());
         }
-        if server.stall_timeout.is_zero() {
-            p.push("server.stall_timeout: must be longer than zero".to_owned());
+        // Shorter would cancel healthy streams whose transport is merely busy.
+        if server.stall_timeout < std::time::Duration::from_millis(100) {
+            p.push("server.stall_timeout: must be at least 100ms".to_owned());
         }
         let limits = &self.limits;
         if limits.max_calls == 0 {

@@ -103,8 +103,9 @@ impl CallResult {
     }
 
     /// Shrinks what this result carries to about `max_chars` characters each: the content (and
-    /// the result with it, which becomes the cut text), text parts, the echoed arguments (which
-    /// become a cut preview of their JSON text), and images larger than that (replaced by a note).
+    /// the result with it, which becomes the cut text), text parts, the error text, the echoed
+    /// arguments (which become a cut preview of their JSON text), and images larger than that
+    /// (replaced by a note).
     /// Marks the result truncated and says whether anything changed. For replies that would
     /// otherwise be too large for the client to accept.
     pub fn shrink_to(&mut self, max_chars: usize) -> bool {
@@ -145,6 +146,14 @@ impl CallResult {
                 self.set_output(output);
             } else {
                 self.content = output.text();
+            }
+            changed = true;
+        }
+        if self.error.len() > max_chars {
+            let content_is_error = self.content == self.error;
+            self.error = crate::json::truncate_chars(&self.error, max_chars);
+            if content_is_error {
+                self.content.clone_from(&self.error);
             }
             changed = true;
         }

@@ -3,10 +3,12 @@
 //! it before a batch runs and the ticket it hands out gives the capacity back when dropped.
 //!
 //! A batch takes one batch slot and as many call slots as calls it may run at once (one for a
-//! SEQUENTIAL batch; for a PARALLEL one, its concurrency). When fewer call slots are free than a
-//! PARALLEL batch asks for, it runs with the slots there are (its results are the same, only
-//! later); with none free it is refused. The per-connection share keeps one connection (one
-//! client multiplexing many streams, or one that stopped reading) from taking everything.
+//! SEQUENTIAL batch; for a PARALLEL one, its concurrency), and holds them until it ends. When
+//! fewer call slots are free than a PARALLEL batch asks for, it runs with the slots there are
+//! (as if it had asked for less concurrency: later, and with FAIL_FAST or a deadline possibly
+//! fewer calls run); with none free it is refused. The per-connection share keeps one connection
+//! (one client multiplexing many streams, or one that stopped reading) from taking everything:
+//! it applies once the server is half full, so a lone client on an idle server is not capped.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -41,12 +43,16 @@ impl From<&ServerConfig> for Capacity {
     }
 }
 
-/// Why a batch was not admitted: the capacity that was full.
+/// Why a batch was not admitted: the capacity that was full, and its size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
+    /// Every batch slot of the server is taken.
     Batches(usize),
+    /// Every call slot of the server is taken.
     Calls(usize),
+    /// The connection runs its share of batches while the server is half full or more.
     ConnectionBatches(usize),
+    /// The connection holds its share of call slots while the server is half full or more.
     ConnectionCalls(usize),
 }
 
@@ -112,10 +118,6 @@ impl Admission {
         })
     }
 
-    pub fn capacity(&self) -> Capacity {
-        self.capacity
-    }
-
     /// Follows the overload state: true while server-wide batch or call capacity is exhausted
     /// (and until usage is back under three quarters of it).
     pub fn overloaded(&self) -> watch::Receiver<bool> {
@@ -137,29 +139,18 @@ impl Admission {
     ) -> Result<Ticket, Refusal> {
         let cap = self.capacity;
         let mut usage = self.usage.lock();
-        let (conn_batches, conn_calls) = connection
-            .and_then(|c| usage.connections.get(&c).copied())
-            .unwrap_or_default();
-        let refusal = if usage.batches >= cap.batches {
-            Some(Refusal::Batches(cap.batches))
-        } else if usage.calls >= cap.calls {
-            Some(Refusal::Calls(cap.calls))
-        } else if connection.is_some() && conn_batches >= cap.batches_per_connection {
-            Some(Refusal::ConnectionBatches(cap.batches_per_connection))
-        } else if connection.is_some() && conn_calls >= cap.calls_per_connection {
-            Some(Refusal::ConnectionCalls(cap.calls_per_connection))
-        } else {
-            None
-        };
-        if let Some(refusal) = refusal {
+        if let Some(refusal) = self.refusal(&usage, connection) {
             if matches!(refusal, Refusal::Batches(_) | Refusal::Calls(_)) {
                 self.set_overloaded(&mut usage, true);
             }
             return Err(refusal);
         }
         let mut calls = wanted_calls.max(1).min(cap.calls - usage.calls);
-        if connection.is_some() {
-            calls = calls.min(cap.calls_per_connection - conn_calls);
+        if let Some(c) = connection
+            && self.contended(&usage)
+        {
+            let held = usage.connections.get(&c).map_or(0, |u| u.1);
+            calls = calls.min(cap.calls_per_connection.saturating_sub(held).max(1));
         }
         usage.batches += 1;
         usage.calls += calls;
@@ -176,6 +167,43 @@ impl Admission {
             connection,
             calls,
         })
+    }
+
+    /// Whether a batch from `connection` would be refused now: a cheap check before the
+    /// request is parsed, so refusing under load costs little.
+    pub fn check(&self, connection: Option<SocketAddr>) -> Result<(), Refusal> {
+        match self.refusal(&self.usage.lock(), connection) {
+            Some(refusal) => Err(refusal),
+            None => Ok(()),
+        }
+    }
+
+    fn refusal(&self, usage: &Usage, connection: Option<SocketAddr>) -> Option<Refusal> {
+        let cap = self.capacity;
+        if usage.batches >= cap.batches {
+            return Some(Refusal::Batches(cap.batches));
+        }
+        if usage.calls >= cap.calls {
+            return Some(Refusal::Calls(cap.calls));
+        }
+        let (batches, calls) = connection
+            .and_then(|c| usage.connections.get(&c).copied())
+            .unwrap_or_default();
+        if connection.is_none() || !self.contended(usage) {
+            None
+        } else if batches >= cap.batches_per_connection {
+            Some(Refusal::ConnectionBatches(cap.batches_per_connection))
+        } else if calls >= cap.calls_per_connection {
+            Some(Refusal::ConnectionCalls(cap.calls_per_connection))
+        } else {
+            None
+        }
+    }
+
+    /// Connection shares apply once the server is half full (by batches or calls).
+    fn contended(&self, usage: &Usage) -> bool {
+        let cap = self.capacity;
+        usage.batches * 2 >= cap.batches || usage.calls * 2 >= cap.calls
     }
 
     fn release(&self, connection: Option<SocketAddr>, calls: usize) {
@@ -253,31 +281,31 @@ mod tests {
     }
 
     #[test]
-    fn one_connection_cannot_take_everything() {
-        let a = admission(10, 100, (2, 5));
-        let _one = a.admit(conn(1), 4).unwrap();
-        let two = a.admit(conn(1), 4).unwrap();
-        assert_eq!(
-            two.calls(),
-            1,
-            "the connection's call share was nearly used"
-        );
+    fn one_connection_cannot_take_everything_once_the_server_is_half_full() {
+        let a = admission(4, 100, (1, 100));
+        let first = a.admit(conn(1), 1).unwrap();
+        let second = a.admit(conn(1), 1).unwrap();
         assert_eq!(
             a.admit(conn(1), 1).unwrap_err(),
-            Refusal::ConnectionBatches(2)
+            Refusal::ConnectionBatches(1),
+            "over its share with the server half full"
         );
+        assert_eq!(a.check(conn(1)), Err(Refusal::ConnectionBatches(1)));
         assert!(
             a.admit(conn(2), 1).is_ok(),
             "another connection still gets in"
         );
-        drop(two);
-        assert!(a.admit(conn(1), 1).is_ok());
-        let b = admission(10, 100, (5, 2));
-        let _x = b.admit(conn(1), 2).unwrap();
+        drop((first, second));
+        let b = admission(100, 8, (100, 2));
+        let wide = b.admit(conn(1), 3).unwrap();
+        assert_eq!(wide.calls(), 3, "an idle server does not cap a lone client");
+        let wider = b.admit(conn(1), 4).unwrap();
+        assert_eq!(wider.calls(), 4, "still under half full when it asked");
         assert_eq!(
             b.admit(conn(1), 1).unwrap_err(),
             Refusal::ConnectionCalls(2)
         );
+        assert_eq!(b.admit(conn(2), 2).unwrap().calls(), 1, "the one slot left");
     }
 
     #[test]
@@ -298,8 +326,8 @@ mod tests {
 
     #[test]
     fn a_refused_connection_does_not_mark_the_server_overloaded() {
-        let a = admission(10, 100, (1, 100));
-        let _t = a.admit(conn(1), 1).unwrap();
+        let a = admission(4, 100, (1, 100));
+        let _t = (a.admit(conn(1), 1).unwrap(), a.admit(conn(2), 1).unwrap());
         assert!(a.admit(conn(1), 1).is_err());
         assert!(!*a.overloaded().borrow());
     }

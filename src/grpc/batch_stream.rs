@@ -24,8 +24,9 @@ use crate::pb;
 /// What the stream yields.
 pub type Item = Result<pb::DispatchEvent, Status>;
 
-/// The running batch: it sends events into the channel and ends with the final result event.
-pub type Run = Pin<Box<dyn Future<Output = pb::DispatchEvent> + Send>>;
+/// The running batch: it sends events into the channel and ends with the final result event
+/// (or the status that ends the stream instead).
+pub type Run = Pin<Box<dyn Future<Output = Item> + Send>>;
 
 /// Events of a running batch, then its result.
 ///
@@ -39,7 +40,7 @@ pub struct BatchStream {
     waker: Waker,
     events: mpsc::Receiver<Item>,
     /// The final result, held back until every event has been yielded.
-    result: Option<pb::DispatchEvent>,
+    result: Option<Item>,
     timeout: Duration,
 }
 
@@ -71,6 +72,10 @@ impl Signal {
     }
 
     fn owe(&self) {
+        // Already owed: keep the earlier time, and skip the clock.
+        if self.owed_since.load(Ordering::Relaxed) != 0 {
+            return;
+        }
         let _ = self.owed_since.compare_exchange(
             0,
             self.now_ms(),
@@ -99,6 +104,9 @@ impl BatchStream {
             epoch: watch.epoch,
             task: AtomicWaker::new(),
         });
+        // A new stream is owed its first poll: a transport that never polls it at all (one that
+        // waits for window before asking for data) is a stall too.
+        signal.owe();
         let shared = Arc::new(Shared {
             run: Mutex::new(Some(run)),
             signal: signal.clone(),
@@ -141,7 +149,7 @@ impl BatchStream {
             return Poll::Pending;
         }
         if let Some(result) = self.result.take() {
-            return Poll::Ready(Some(Ok(result)));
+            return Poll::Ready(Some(result));
         }
         if self.shared.stalled.swap(false, Ordering::Relaxed) {
             let error = RequestError::Stalled(self.timeout);
@@ -265,7 +273,7 @@ mod tests {
                 tx.send(Ok(event(&i.to_string()))).await.unwrap();
                 tokio::task::yield_now().await;
             }
-            event("result")
+            Ok(event("result"))
         });
         let ids: Vec<String> = BatchStream::new(run, rx, &watch())
             .map(|item| id_of(&item))
@@ -280,7 +288,7 @@ mod tests {
         let run: Run = Box::pin(async move {
             let _dropped = dropped_tx;
             std::future::pending::<()>().await;
-            event("never")
+            Ok(event("never"))
         });
         (run, dropped_rx)
     }
@@ -350,7 +358,7 @@ mod tests {
             let _dropped = dropped_tx;
             let _ = done_rx.await;
             std::future::pending::<()>().await;
-            event("never")
+            Ok(event("never"))
         });
         let mut stream = BatchStream::new(run, rx, &watch);
         assert!(futures::poll!(stream.next()).is_pending());
@@ -358,5 +366,16 @@ mod tests {
         tokio::time::advance(Duration::from_secs(31)).await;
         assert_eq!(watch.sweep(), 1);
         assert!(dropped_rx.await.is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_the_transport_never_polls_is_stalled_too() {
+        let watch = StallWatch::new(Duration::from_secs(30));
+        let (_tx, rx) = mpsc::channel(4);
+        let (run, dropped) = pending_run();
+        let _stream = BatchStream::new(run, rx, &watch);
+        tokio::time::advance(Duration::from_secs(31)).await;
+        assert_eq!(watch.sweep(), 1);
+        assert!(dropped.await.is_err());
     }
 }

@@ -33,6 +33,9 @@ pub struct RequestRules {
     pub dispatch: DispatchConfig,
 }
 
+/// Longest call id or tool name accepted (provider ids are about 40 bytes, names at most 64).
+pub const MAX_ID_BYTES: usize = 256;
+
 /// Parses and checks a dispatch request; nothing has run when this fails.
 pub fn batch_from_request(
     request: pb::DispatchBatchRequest,
@@ -94,6 +97,18 @@ pub fn batch_from_request(
             max_json_depth: depth,
         },
     );
+    // Ids and names are echoed several times per result and can never be cut to fit a reply.
+    for r in &received {
+        for (field, text) in [("id", &r.call.id), ("name", &r.call.name)] {
+            if text.len() > MAX_ID_BYTES {
+                return Err(RequestError::Invalid(format!(
+                    "call {}: its {field} is {} bytes; the limit is {MAX_ID_BYTES}",
+                    r.call.index,
+                    text.len()
+                )));
+            }
+        }
+    }
     Ok(Batch {
         session_id: request.session_id,
         calls: received,

@@ -5,52 +5,110 @@
 use prost::Message;
 
 use super::convert;
-use crate::dispatch::BatchReport;
+use super::status::RequestError;
+use crate::dispatch::{BatchReport, CallResult};
 use crate::pb;
 
 /// Room kept for the envelope around the result (the `DispatchEvent` wrapper).
 const ENVELOPE: usize = 16;
 
-/// The batch result of `report`, within `max_bytes` when shrinking can make it so.
-pub fn batch_result_within(report: &BatchReport, max_bytes: usize) -> pb::BatchResult {
+/// How many times the reply carries each field a result can be shrunk in: arguments, result
+/// and error in `results` and `by_id`, content there and in the tool message.
+const COPIES: [usize; 5] = [2, 3, 2, 2, 2];
+
+/// Attempts at a cut before emptying every result.
+const ATTEMPTS: usize = 4;
+
+/// The batch result of `report`, within `max_bytes`; an error only when even emptying every
+/// result cannot make it fit (ids and names are bounded at intake, so only a very small limit
+/// with very many calls gets there).
+///
+/// The cut is planned from the fields' sizes (one pass, no re-encoding per guess), applied once
+/// and measured; a cut that still does not fit is tightened a few times before results are
+/// emptied.
+pub fn batch_result_within(
+    report: &BatchReport,
+    max_bytes: usize,
+) -> Result<pb::BatchResult, RequestError> {
     let limit = max_bytes.saturating_sub(ENVELOPE);
     let full = convert::batch_result(report);
     let size = full.encoded_len();
     if size <= limit {
-        return full;
+        return Ok(full);
     }
-    // The largest per-field size that fits, by bisection: the reply only grows with it.
-    let (mut fits, mut too_big) = (0, size);
-    let mut best = None;
-    while fits + 1 < too_big {
-        let mid = fits + (too_big - fits) / 2;
-        let candidate = convert::batch_result(&report.shrunk(mid));
-        if candidate.encoded_len() <= limit {
-            fits = mid;
-            best = Some(candidate);
+    drop(full);
+    let fields: Vec<[usize; 5]> = report.results.iter().map(field_sizes).collect();
+    let mut cut = plan(&fields, size - limit);
+    for _ in 0..ATTEMPTS {
+        let reply = convert::batch_result(&report.shrunk(cut));
+        let shrunk_to = reply.encoded_len();
+        if shrunk_to <= limit {
+            tracing::info!(
+                bytes = size,
+                shrunk_to,
+                limit = max_bytes,
+                per_field = cut,
+                "a reply over limits.max_reply_bytes was shrunk to fit"
+            );
+            return Ok(reply);
+        }
+        if cut == 0 {
+            break;
+        }
+        cut /= 2;
+    }
+    let emptied = convert::batch_result(&report.shrunk(0));
+    let bytes = emptied.encoded_len();
+    if bytes <= limit {
+        return Ok(emptied);
+    }
+    Err(RequestError::ReplyTooLarge {
+        bytes,
+        limit: max_bytes,
+    })
+}
+
+/// Sizes of a result's shrinkable fields, in the order of `COPIES`.
+fn field_sizes(r: &CallResult) -> [usize; 5] {
+    let arguments = crate::json::canonical(&r.arguments).len();
+    let result = match &r.result {
+        serde_json::Value::String(text) => text.len(),
+        serde_json::Value::Null => 0,
+        // A structured result is about as long as its content, which is its JSON text.
+        _ => r.content.len(),
+    };
+    let parts = r
+        .parts
+        .iter()
+        .map(|p| match p {
+            crate::tools::ContentPart::Text(t) => t.len(),
+            crate::tools::ContentPart::Image { data, .. } => data.len(),
+        })
+        .sum();
+    [arguments, r.content.len(), result, r.error.len(), parts]
+}
+
+/// The largest per-field size whose cut saves at least `excess` bytes by the estimate.
+fn plan(fields: &[[usize; 5]], excess: usize) -> usize {
+    let saved = |cut: usize| -> usize {
+        fields
+            .iter()
+            .flat_map(|sizes| sizes.iter().zip(COPIES))
+            .map(|(&len, copies)| len.saturating_sub(cut) * copies)
+            .sum()
+    };
+    let largest = fields.iter().flatten().copied().max().unwrap_or(0);
+    // saved() only shrinks as the cut grows: find the last cut that still saves enough.
+    let (mut low, mut high) = (0, largest);
+    while low < high {
+        let mid = low + (high - low).div_ceil(2);
+        if saved(mid) >= excess {
+            low = mid;
         } else {
-            too_big = mid;
+            high = mid - 1;
         }
     }
-    let reply = best.unwrap_or_else(|| convert::batch_result(&report.shrunk(0)));
-    let shrunk_to = reply.encoded_len();
-    if shrunk_to > limit {
-        tracing::warn!(
-            bytes = shrunk_to,
-            limit = max_bytes,
-            calls = report.results.len(),
-            "a reply is over limits.max_reply_bytes even with every result emptied"
-        );
-    } else {
-        tracing::info!(
-            bytes = size,
-            shrunk_to,
-            limit = max_bytes,
-            per_field = fits,
-            "a reply over limits.max_reply_bytes was shrunk to fit"
-        );
-    }
-    reply
+    low
 }
 
 #[cfg(test)]
@@ -98,9 +156,37 @@ mod tests {
     }
 
     #[test]
+    fn a_long_error_is_cut_too_and_a_reply_that_cannot_fit_is_an_error() {
+        let mut failed = result(0, json!({}), "");
+        failed.success = false;
+        failed.result = Value::Null;
+        failed.error = "e".repeat(900_000);
+        failed.content = failed.error.clone();
+        let reply = batch_result_within(&report(vec![failed]), 1 << 20).unwrap();
+        assert!(reply.encoded_len() <= 1 << 20);
+        assert!(reply.results[0].truncated && reply.results[0].error.len() < 900_000);
+        // 2,000 calls with 200-byte ids cannot fit 64 KiB whatever is cut.
+        let many: Vec<CallResult> = (0..2000)
+            .map(|i| {
+                let mut r = result(i, json!({}), "");
+                r.id = format!("{i:0>200}");
+                r
+            })
+            .collect();
+        let error = batch_result_within(&report(many), 64 * 1024).unwrap_err();
+        assert!(
+            matches!(error, RequestError::ReplyTooLarge { .. }),
+            "{error}"
+        );
+    }
+
+    #[test]
     fn a_reply_within_the_limit_is_untouched() {
         let r = report(vec![result(0, json!({"a": 1}), "small")]);
-        assert_eq!(batch_result_within(&r, 1 << 20), convert::batch_result(&r));
+        assert_eq!(
+            batch_result_within(&r, 1 << 20).unwrap(),
+            convert::batch_result(&r)
+        );
     }
 
     #[test]
@@ -111,7 +197,7 @@ mod tests {
             result(1, json!({"n": 2}), "small and whole"),
         ]);
         assert!(convert::batch_result(&r).encoded_len() > 1 << 20);
-        let reply = batch_result_within(&r, 1 << 20);
+        let reply = batch_result_within(&r, 1 << 20).unwrap();
         assert!(reply.encoded_len() <= 1 << 20);
         let (large, small) = (&reply.results[0], &reply.results[1]);
         assert!(

@@ -11,7 +11,7 @@ use tokio_util::task::TaskTracker;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 
-use super::admission::{Admission, Ticket};
+use super::admission::{Admission, Refusal, Ticket};
 use super::batch_stream::{BatchStream, StallWatch};
 use super::convert::{self, RequestRules};
 use super::reply;
@@ -80,6 +80,11 @@ impl ToolGateService {
         }
     }
 
+    fn refused(&self, refusal: Refusal) -> RequestError {
+        self.state.metrics.refused(refusal.capacity_name());
+        RequestError::Overloaded(refusal)
+    }
+
     /// Refuses the request while draining, parses it, then admits it against the server's
     /// capacity (a PARALLEL batch may be narrowed to the call slots that are free).
     fn admit(
@@ -90,6 +95,11 @@ impl ToolGateService {
         if self.state.tracker.is_closed() {
             return Err(RequestError::ShuttingDown);
         }
+        // A full server refuses before parsing: refusals under load stay cheap.
+        self.state
+            .admission
+            .check(connection)
+            .map_err(|refusal| self.refused(refusal))?;
         let mut batch = convert::batch_from_request(request, &self.state.rules)?;
         self.state
             .dispatcher
@@ -105,10 +115,7 @@ impl ToolGateService {
             .state
             .admission
             .admit(connection, wanted)
-            .map_err(|refusal| {
-                self.state.metrics.refused(refusal.capacity_name());
-                RequestError::Overloaded(refusal)
-            })?;
+            .map_err(|refusal| self.refused(refusal))?;
         if let Mode::Parallel { max_concurrency } = &mut batch.options.mode {
             *max_concurrency = (*max_concurrency).min(ticket.calls());
         }
@@ -158,11 +165,10 @@ impl ToolGate for ToolGateService {
                 report = dispatcher.run(batch, &observer, &cancel) => report,
                 never = expire(&cancel, deadline) => match never {},
             };
-            pb::DispatchEvent {
-                event: Some(pb::dispatch_event::Event::Result(
-                    reply::batch_result_within(&report, max_reply),
-                )),
-            }
+            let reply = reply::batch_result_within(&report, max_reply).map_err(Status::from)?;
+            Ok(pb::DispatchEvent {
+                event: Some(pb::dispatch_event::Event::Result(reply)),
+            })
         };
         let run = self.state.tracker.track_future(run);
         Ok(Response::new(BatchStream::new(
@@ -189,9 +195,8 @@ impl ToolGate for ToolGateService {
         let run = self.state.dispatcher.run(batch, &NoObserver, &cancel);
         let report = self.state.tracker.track_future(run).await;
         let max_reply = self.state.rules.limits.max_reply_bytes;
-        Ok(Response::new(reply::batch_result_within(
-            &report, max_reply,
-        )))
+        let reply = reply::batch_result_within(&report, max_reply)?;
+        Ok(Response::new(reply))
     }
 
     async fn get_tool_health(

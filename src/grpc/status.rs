@@ -20,6 +20,11 @@ pub enum RequestError {
     Overloaded(Refusal),
     #[error("the server is shutting down")]
     ShuttingDown,
+    /// Even with every result emptied, the reply is over `limits.max_reply_bytes`.
+    #[error(
+        "the reply would be {bytes} bytes even with every result emptied, over limits.max_reply_bytes ({limit}); send fewer calls per batch or raise the limit"
+    )]
+    ReplyTooLarge { bytes: usize, limit: usize },
     /// The client stopped reading its `DispatchBatch` stream, so the batch was cancelled.
     #[error(
         "the batch was cancelled: its stream went unread for {} (server.stall_timeout)",
@@ -40,7 +45,9 @@ impl From<RequestError> for Status {
             RequestError::Invalid(_)
             | RequestError::TooManyCalls { .. }
             | RequestError::Unsupported(_) => Code::InvalidArgument,
-            RequestError::Overloaded(_) => Code::ResourceExhausted,
+            RequestError::Overloaded(_) | RequestError::ReplyTooLarge { .. } => {
+                Code::ResourceExhausted
+            }
             RequestError::ShuttingDown => Code::Unavailable,
             RequestError::Stalled(_) => Code::DeadlineExceeded,
             RequestError::UnknownSession(_) => Code::NotFound,
@@ -66,10 +73,10 @@ fn overloaded_text(refusal: &Refusal) -> String {
         Refusal::Batches(n) => format!("too many batches are running ({n} at once); retry later"),
         Refusal::Calls(n) => format!("too many calls are running ({n} at once); retry later"),
         Refusal::ConnectionBatches(n) => format!(
-            "this connection already runs {n} batches, its share of the server; retry when one finishes"
+            "this connection has reached its share of a busy server (server.max_batches_per_connection = {n}); retry when one finishes"
         ),
         Refusal::ConnectionCalls(n) => format!(
-            "this connection already runs {n} calls, its share of the server; retry when one finishes"
+            "this connection has reached its share of a busy server (server.max_calls_per_connection = {n}); retry when one finishes"
         ),
     }
 }

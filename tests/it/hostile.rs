@@ -145,7 +145,7 @@ async fn clients_that_never_read_lose_their_slots_and_everyone_else_is_served() 
 #[tokio::test]
 async fn one_connection_gets_its_share_and_another_connection_still_gets_in() {
     let config =
-        Config::from_toml("[server]\nmax_concurrent_batches = 8\nmax_batches_per_connection = 2")
+        Config::from_toml("[server]\nmax_concurrent_batches = 4\nmax_batches_per_connection = 1")
             .unwrap();
     let ts = start_with(config).await;
     let sleeping = || request(json!([{"name": "wait_cancel"}]));
@@ -170,7 +170,7 @@ async fn one_connection_gets_its_share_and_another_connection_still_gets_in() {
     assert_eq!(status.code(), Code::ResourceExhausted);
     assert_eq!(
         status.message(),
-        "this connection already runs 2 batches, its share of the server; retry when one finishes"
+        "this connection has reached its share of a busy server (server.max_batches_per_connection = 1); retry when one finishes"
     );
     let other = ToolGateClient::new(connect(ts.server.local_addr()).await);
     let result = other
@@ -303,4 +303,35 @@ async fn a_reply_larger_than_clients_accept_is_shrunk_not_lost() {
     // The stream's final event is held to the same bound.
     let (_events, streamed) = dispatch_stream(&ts, req).await;
     assert!(streamed.results[1].truncated && streamed.all_succeeded);
+}
+
+#[tokio::test]
+async fn ids_and_names_too_long_to_echo_are_refused_before_anything_runs() {
+    let ts = start().await;
+    // Echoed four times per result, a 1.2 MB id alone would make a reply no client accepts.
+    let long_id = "i".repeat(1_200_000);
+    let status = ts
+        .client
+        .clone()
+        .dispatch(request(json!([{"id": long_id, "name": "echo"}])))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert_eq!(
+        status.message(),
+        "call 0: its id is 1200000 bytes; the limit is 256"
+    );
+    let long_name = "n".repeat(300);
+    let status = ts
+        .client
+        .clone()
+        .dispatch(request(
+            json!([{"id": "a", "name": "echo"}, {"name": long_name}]),
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        status.message(),
+        "call 1: its name is 300 bytes; the limit is 256"
+    );
 }

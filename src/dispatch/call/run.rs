@@ -140,7 +140,11 @@ impl Step<'_> {
             tool: self.tool.to_owned(),
             progress: report.progress,
             total: report.total,
-            message: report.message,
+            // A tool's progress text is bounded like every preview an event carries.
+            message: crate::json::truncate_chars(
+                &report.message,
+                self.scope.pipeline.preview_chars,
+            ),
         })
         .await;
     }

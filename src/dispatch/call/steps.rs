@@ -109,13 +109,19 @@ impl Step<'_> {
             return;
         }
         let digest = json::digest(input);
+        let limit = self.scope.pipeline.preview_chars;
         for record in records {
+            // A hook's reason (a command hook's stderr) is bounded like every preview.
+            let mut record = record.clone();
+            if record.reason.len() > limit {
+                record.reason = json::truncate_chars(&record.reason, limit);
+            }
             self.emit(Event::GateDecision {
                 index: self.call.index,
                 id: self.call.id.clone(),
                 attempt: self.attempt,
                 tool: self.tool.to_owned(),
-                record: record.clone(),
+                record,
                 args_digest: digest.clone(),
             })
             .await;

@@ -83,28 +83,30 @@ impl CommandHook {
     }
 
     /// Runs the program with `payload` on stdin: (exit code, stdout, stderr), or why it failed,
-    /// all within the timeout, the wait for a turn included.
+    /// all within the timeout, the wait for a turn included (and said apart: a hook that never
+    /// got a turn did not time out).
     async fn run(&self, payload: &Value) -> Result<(i32, String, String), String> {
-        tokio::time::timeout(self.timeout, self.run_in_turn(payload))
-            .await
-            .map_err(|_| {
-                format!(
-                    "timed out after {}",
-                    crate::duration::readable(self.timeout)
-                )
-            })?
-    }
-
-    async fn run_in_turn(&self, payload: &Value) -> Result<(i32, String, String), String> {
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let readable = crate::duration::readable(self.timeout);
         let _turn = match &self.slots {
             Some(slots) => Some(
-                slots
-                    .acquire()
+                tokio::time::timeout_at(deadline, slots.clone().acquire_owned())
                     .await
-                    .map_err(|_| "the server is shutting down".to_owned())?,
+                    .map_err(|_| {
+                        format!(
+                            "no turn to run within {readable}: limits.max_hook_processes hook programs were running"
+                        )
+                    })?
+                    .map_err(|_| "hook turns are no longer given out".to_owned())?,
             ),
             None => None,
         };
+        tokio::time::timeout_at(deadline, self.spawn_and_wait(payload))
+            .await
+            .map_err(|_| format!("timed out after {readable}"))?
+    }
+
+    async fn spawn_and_wait(&self, payload: &Value) -> Result<(i32, String, String), String> {
         let mut child = Command::new(&self.program)
             .args(&self.args)
             .stdin(Stdio::piped())
