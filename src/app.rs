@@ -23,10 +23,13 @@ use crate::safety::breaker::BreakerConfig;
 use crate::safety::health::Health;
 use crate::safety::hooks::{Hook, Hooks};
 use crate::safety::recovery::{DefaultReflector, Reflector};
-use crate::telemetry::metrics::MetricsPipeline;
+use crate::telemetry::metrics::{MetricsPipeline, OtlpExport};
 use crate::tools::remote::{RemoteError, Remotes};
 use crate::tools::{Catalog, RegistryError, Tool, ToolRegistry, ToolSource, builtin_tools};
 use build::{configured_hooks, middleware_config, sessions, sweep_sessions};
+
+/// How long stopping waits for the last metrics export.
+const METRICS_FLUSH: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// A toolgate server to be started: its config plus in-process tools, hooks and reflector.
 pub struct Server {
@@ -47,7 +50,8 @@ pub enum StartError {
     Registry(#[from] RegistryError),
     #[error(transparent)]
     Remote(#[from] RemoteError),
-    /// A hook, a redaction pattern or another pipeline part could not be built.
+    /// A hook, a redaction pattern, the metrics exporter or another pipeline part could not be
+    /// built.
     #[error("{0}")]
     Hooks(String),
     #[error("cannot listen on {addr}: {source}")]
@@ -135,13 +139,20 @@ impl Server {
     }
 
     async fn start_with(
-        self,
+        mut self,
         listener: TcpListener,
         admin: Option<TcpListener>,
     ) -> Result<RunningServer, StartError> {
         // The one validation on the start path: configs from `Config::load` were checked there,
         // but an embedder's config may have been built or changed in code.
         self.config.validate()?;
+        // With a collector configured, the metrics are also pushed over OTLP; the pipeline is
+        // made here, inside the runtime its exporter needs, before anything records into it.
+        if let Some(export) = OtlpExport::from_config(&self.config.telemetry) {
+            let pipeline = MetricsPipeline::with_otlp(&export).map_err(StartError::Hooks)?;
+            tracing::info!(endpoint = ?export.endpoint, "exporting metrics over OTLP");
+            self.metrics = Arc::new(pipeline);
+        }
         let addr = listener.local_addr().map_err(|source| StartError::Bind {
             addr: "listener".to_owned(),
             source,
@@ -199,12 +210,17 @@ impl Server {
             sessions.clone(),
             self.config.sessions.idle_ttl,
         ));
+        let metrics = self.metrics.clone();
         let task = tokio::spawn(async move {
             let result = serve.await;
             stop_admin.cancel();
             sweeper.abort();
             sessions.remove_all();
             remotes.close();
+            // The last figures go to the collector. The SDK's shutdown blocks (up to the export
+            // timeout when the collector is gone): it gets a short while, then is left behind.
+            let flushed = tokio::task::spawn_blocking(move || metrics.shutdown());
+            let _ = tokio::time::timeout(METRICS_FLUSH, flushed).await;
             result
         });
         tracing::info!(%addr, admin = ?admin_addr, "listening");

@@ -80,6 +80,8 @@ sections! {
     log: LogConfig,
     /// The admin HTTP listener: `/metrics`, `/livez`, `/readyz`.
     admin: AdminConfig,
+    /// OpenTelemetry export over OTLP.
+    telemetry: TelemetryConfig,
 }
 
 /// Every problem found in a configuration, one per line.

@@ -336,6 +336,22 @@ pub struct AdminConfig {
     pub listen: String,
 }
 
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TelemetryConfig {
+    /// OTLP/gRPC collector, such as `http://127.0.0.1:4317`. Empty: `OTEL_EXPORTER_OTLP_ENDPOINT`
+    /// (or `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`) when set, else nothing is exported.
+    pub otlp_endpoint: String,
+    /// The `service.name` resource attribute; `OTEL_SERVICE_NAME` wins.
+    pub service_name: String,
+    /// How often metrics are pushed to the collector.
+    #[serde(with = "duration")]
+    pub metrics_interval: Duration,
+    /// How long one export may take before it is abandoned.
+    #[serde(with = "duration")]
+    pub export_timeout: Duration,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
@@ -471,6 +487,17 @@ impl Default for BuiltinConfig {
         BuiltinConfig {
             enabled: true,
             exclude: Vec::new(),
+        }
+    }
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        TelemetryConfig {
+            otlp_endpoint: String::new(),
+            service_name: "toolgate".to_owned(),
+            metrics_interval: Duration::from_secs(60),
+            export_timeout: Duration::from_secs(10),
         }
     }
 }

@@ -31,6 +31,20 @@ impl Config {
                 self.admin.listen
             ));
         }
+        let t = &self.telemetry;
+        let url = t.otlp_endpoint.starts_with("http://") || t.otlp_endpoint.starts_with("https://");
+        if !t.otlp_endpoint.is_empty() && !url {
+            p.push(format!(
+                "telemetry.otlp_endpoint: '{}' is not a URL such as http://127.0.0.1:4317",
+                t.otlp_endpoint
+            ));
+        }
+        if t.metrics_interval < std::time::Duration::from_secs(1) {
+            p.push("telemetry.metrics_interval: must be at least 1s".to_owned());
+        }
+        if t.export_timeout.is_zero() {
+            p.push("telemetry.export_timeout: must be longer than zero".to_owned());
+        }
         if self.server.max_message_bytes < 1024 {
             p.push("server.max_message_bytes: must be at least 1024".to_owned());
         }

@@ -1,6 +1,8 @@
 //! One server's metrics pipeline: an OpenTelemetry meter provider that `crate::metrics`
 //! records into, read on demand by a manual reader and written as Prometheus text (exposition
-//! format 0.0.4) for the admin listener's `/metrics`.
+//! format 0.0.4) for the admin listener's `/metrics`, and, when a collector is configured, pushed
+//! periodically over OTLP/gRPC by the SDK's periodic reader (its own thread, so a slow or
+//! unreachable collector never delays a batch).
 //!
 //! Names follow the Prometheus conventions for OpenTelemetry data: dots become underscores, a
 //! unit of seconds adds `_seconds`, counters end in `_total`, histograms are `_bucket` / `_sum` /
@@ -12,11 +14,13 @@ use std::time::Duration;
 
 use opentelemetry::metrics::{Meter, MeterProvider as _};
 use opentelemetry::{KeyValue, Value};
+use opentelemetry_otlp::{WithExportConfig, WithTonicConfig};
+use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, Metric, MetricData, ResourceMetrics};
 use opentelemetry_sdk::metrics::reader::MetricReader;
 use opentelemetry_sdk::metrics::{
-    InstrumentKind, ManualReader, Pipeline, SdkMeterProvider, Temporality,
+    InstrumentKind, ManualReader, PeriodicReader, Pipeline, SdkMeterProvider, Temporality,
 };
 
 use crate::metrics::Metrics;
@@ -28,12 +32,79 @@ pub struct MetricsPipeline {
     metrics: Arc<Metrics>,
 }
 
+/// Where and how metrics are pushed over OTLP.
+#[derive(Debug, Clone)]
+pub struct OtlpExport {
+    /// The collector; `None` lets the exporter read `OTEL_EXPORTER_OTLP_*ENDPOINT`.
+    pub endpoint: Option<String>,
+    pub service_name: String,
+    pub interval: Duration,
+    pub timeout: Duration,
+}
+
+impl OtlpExport {
+    /// The export `config` asks for: its endpoint, else the standard variables; `None` when
+    /// neither names a collector.
+    pub fn from_config(config: &crate::config::TelemetryConfig) -> Option<Self> {
+        let from_env = [
+            "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+        ]
+        .iter()
+        .any(|var| std::env::var(var).is_ok_and(|v| !v.is_empty()));
+        let endpoint = (!config.otlp_endpoint.is_empty()).then(|| config.otlp_endpoint.clone());
+        (endpoint.is_some() || from_env).then(|| OtlpExport {
+            endpoint,
+            service_name: config.service_name.clone(),
+            interval: config.metrics_interval,
+            timeout: config.export_timeout,
+        })
+    }
+
+    /// The resource every export carries: `service.name` (`OTEL_SERVICE_NAME` wins over the
+    /// config) and `OTEL_RESOURCE_ATTRIBUTES`.
+    fn resource(&self) -> Resource {
+        let builder = Resource::builder();
+        if std::env::var("OTEL_SERVICE_NAME").is_ok_and(|v| !v.is_empty()) {
+            builder.build()
+        } else {
+            builder.with_service_name(self.service_name.clone()).build()
+        }
+    }
+}
+
 impl MetricsPipeline {
+    /// Metrics for the Prometheus endpoint only.
     pub fn new() -> Self {
-        let reader = Arc::new(ManualReader::builder().build());
-        let provider = SdkMeterProvider::builder()
-            .with_reader(SharedReader(reader.clone()))
+        Self::build(None)
+    }
+
+    /// Metrics also pushed over OTLP as `export` says. Must run inside a Tokio runtime (the
+    /// exporter's channel is created here).
+    pub fn with_otlp(export: &OtlpExport) -> Result<Self, String> {
+        let mut exporter = opentelemetry_otlp::MetricExporter::builder()
+            .with_tonic()
+            .with_compression(opentelemetry_otlp::Compression::Gzip)
+            .with_timeout(export.timeout);
+        if let Some(endpoint) = &export.endpoint {
+            exporter = exporter.with_endpoint(endpoint.clone());
+        }
+        let exporter = exporter
+            .build()
+            .map_err(|e| format!("telemetry: the OTLP metrics exporter could not be built: {e}"))?;
+        let reader = PeriodicReader::builder(exporter)
+            .with_interval(export.interval)
             .build();
+        Ok(Self::build(Some((reader, export.resource()))))
+    }
+
+    fn build(otlp: Option<(PeriodicReader<opentelemetry_otlp::MetricExporter>, Resource)>) -> Self {
+        let reader = Arc::new(ManualReader::builder().build());
+        let mut builder = SdkMeterProvider::builder().with_reader(SharedReader(reader.clone()));
+        if let Some((periodic, resource)) = otlp {
+            builder = builder.with_reader(periodic).with_resource(resource);
+        }
+        let provider = builder.build();
         let metrics = Arc::new(Metrics::new(&provider.meter("toolgate")));
         MetricsPipeline {
             provider,
@@ -50,6 +121,14 @@ impl MetricsPipeline {
     /// The meter, for gauges observed at collection time.
     pub fn meter(&self) -> Meter {
         self.provider.meter("toolgate")
+    }
+
+    /// Pushes what is left to the collector and stops the exporter; blocks, so call it off the
+    /// runtime's worker threads.
+    pub fn shutdown(&self) {
+        if let Err(error) = self.provider.shutdown() {
+            tracing::debug!(%error, "metrics provider shut down");
+        }
     }
 
     /// Everything recorded so far, as Prometheus text.

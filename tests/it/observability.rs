@@ -137,3 +137,120 @@ async fn an_empty_admin_address_turns_the_listener_off() {
     let ts = start_with(Config::from_toml("[admin]\nlisten = \"\"").unwrap()).await;
     assert_eq!(ts.server.admin_addr(), None);
 }
+
+/// The Python OTLP receiver (`tests/otel/otlp_receiver.py`), killed on drop.
+struct Receiver {
+    child: tokio::process::Child,
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+    addr: String,
+}
+
+impl Receiver {
+    async fn start() -> Receiver {
+        use tokio::io::AsyncBufReadExt;
+        let python = crate::peers::testenv().join("venv/bin/python");
+        let script =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/otel/otlp_receiver.py");
+        let mut child = tokio::process::Command::new(python)
+            .arg(script)
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the OTLP receiver starts");
+        let stdout = child.stdout.take().unwrap();
+        let mut lines = tokio::io::BufReader::new(stdout).lines();
+        let first = lines.next_line().await.unwrap().expect("a listening line");
+        let addr = first
+            .strip_prefix("listening on ")
+            .expect("listening on ADDR")
+            .to_owned();
+        Receiver { child, lines, addr }
+    }
+
+    /// The next export of `signal` whose request text contains `needle` (waiting up to 20 s).
+    async fn export_containing(&mut self, signal: &str, needle: &str) -> serde_json::Value {
+        let wait = async {
+            while let Some(line) = self.lines.next_line().await.unwrap() {
+                let export: serde_json::Value = serde_json::from_str(&line).unwrap();
+                if export["signal"] == signal && export["request"].to_string().contains(needle) {
+                    return export;
+                }
+            }
+            panic!("the receiver stopped");
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(20), wait)
+            .await
+            .unwrap_or_else(|_| panic!("no {signal} export containing {needle:?} within 20 s"))
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+    }
+}
+
+#[tokio::test]
+async fn metrics_are_pushed_to_an_otlp_collector_with_the_service_name() {
+    let mut receiver = Receiver::start().await;
+    let config = Config::from_toml(&format!(
+        "[telemetry]\notlp_endpoint = \"http://{}\"\nmetrics_interval = \"1s\"\nservice_name = \"toolgate-test\"",
+        receiver.addr
+    ))
+    .unwrap();
+    let ts = start_with(config).await;
+    dispatch(
+        &ts,
+        request(json!([{"id": "a", "name": "echo", "arguments": {"x": 1}}])),
+    )
+    .await;
+    let export = receiver
+        .export_containing("metrics", "gen_ai.execute_tool.duration")
+        .await;
+    let resource = export["request"]["resourceMetrics"][0]["resource"].to_string();
+    assert!(
+        resource.contains(r#""key":"service.name","value":{"stringValue":"toolgate-test"}"#),
+        "{resource}"
+    );
+    let metrics = export["request"].to_string();
+    for name in [
+        "toolgate.calls",
+        "toolgate.batches",
+        "toolgate.sessions.live",
+    ] {
+        assert!(
+            metrics.contains(&format!(r#""name":"{name}""#)),
+            "no {name} in {metrics}"
+        );
+    }
+    assert!(metrics.contains(r#""stringValue":"echo""#), "{metrics}");
+}
+
+#[tokio::test]
+async fn an_unreachable_collector_does_not_slow_or_fail_batches() {
+    // A port nothing listens on: every export fails, on the exporter's own thread.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = closed.local_addr().unwrap();
+    drop(closed);
+    let config = Config::from_toml(&format!(
+        "[telemetry]\notlp_endpoint = \"http://{addr}\"\nmetrics_interval = \"1s\"\nexport_timeout = \"500ms\""
+    ))
+    .unwrap();
+    let ts = start_with(config).await;
+    for i in 0..20 {
+        let result = dispatch(
+            &ts,
+            request(json!([{"id": format!("c{i}"), "name": "echo"}])),
+        )
+        .await;
+        assert!(result.all_succeeded);
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let started = std::time::Instant::now();
+    ts.server.shutdown().await.unwrap();
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "stopping waits for the last export only briefly: {:?}",
+        started.elapsed()
+    );
+}
