@@ -40,87 +40,101 @@ fn every_builtin_kind_is_redacted() {
     check("nothing secret here", "nothing secret here");
 }
 
-/// Secrets in the formats of this field, each of which must be redacted.
-const POSITIVES: &[(&str, &str)] = &[
-    ("openai_key", "sk-abcdefghijklmnopqrstuvwxyz0123456789ABCD"),
-    (
-        "openai_key",
-        "sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z_Ab3dEf6hIj9kL",
-    ),
-    (
-        "anthropic_key",
-        "sk-ant-api03-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zAb3dEf6hIj9kLm2n-AA",
-    ),
-    (
-        "slack_token",
-        "xoxb-1234567890-0987654321-AbCdEfGhIjKlMnOpQrStUvWx",
-    ),
-    ("stripe_key", "sk_live_4eC39HqLyjWDarjtT1zdp7dc"),
-    ("google_api_key", "AIzaSyA1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q"),
-    (
-        "sendgrid_key",
-        "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",
-    ),
-    ("huggingface_token", "hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567"),
-    ("npm_token", "npm_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"),
-    (
-        "jwt",
-        "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
-    ),
-    (
-        "url_credentials",
-        "postgres://admin:hunter2secret@db.internal:5432/app",
-    ),
-    (
-        "basic_auth",
-        "Authorization: Basic dXNlcjpwYXNzd29yZDEyMw==",
-    ),
-    (
-        "pem_private_key",
-        "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC",
-    ),
-    ("github_token", "ghp_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"),
-    ("aws_access_key", "AKIAIOSFODNN7EXAMPLE"),
-];
+/// A secret from the corpus: its text, the secret in it, and the text as it must come back.
+struct Positive {
+    line: usize,
+    text: String,
+    secret: String,
+    expected: String,
+}
 
-/// Look-alikes that must survive untouched.
-const NEGATIVES: &[&str] = &[
-    "550e8400-e29b-41d4-a716-446655440000",
-    "commit 4727fa7c1d2e3f4a5b6c7d8e9f0a1b2c3d4e5f6a",
-    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==",
-    "the_quick_brown_fox_jumps_over_the_lazy_dog_identifier",
-    "https://docs.example.com/guide/install?lang=en#step-2",
-    "mailto:someone@example.com",
-    "skeleton-key-of-the-castle",
-    "task-list: sk-1 done",
-    "Basic usage: run it",
-    "eyJhbGciOi is the start of many tokens",
-];
+/// The corpus file: positives and look-alikes (its header says how it is written).
+fn corpus() -> (Vec<Positive>, Vec<String>) {
+    let (mut positives, mut negatives) = (Vec::new(), Vec::new());
+    for (n, line) in include_str!("corpus.txt").lines().enumerate() {
+        if let Some(negative) = line.strip_prefix("- ") {
+            negatives.push(unescape(negative));
+        } else if let Some(positive) = line.strip_prefix("+ ") {
+            let (kind, text) = positive.split_once(' ').unwrap();
+            let text = unescape(text);
+            let (before, secret, after) = match text.split_once('«') {
+                Some((before, rest)) => {
+                    let (secret, after) = rest.split_once('»').unwrap();
+                    (before, secret, after)
+                }
+                None => ("", text.as_str(), ""),
+            };
+            positives.push(Positive {
+                line: n + 1,
+                text: format!("{before}{secret}{after}"),
+                secret: secret.to_owned(),
+                expected: format!("{before}[REDACTED:{kind}]{after}"),
+            });
+        } else {
+            assert!(
+                line.is_empty() || line.starts_with('#'),
+                "corpus line {}: {line}",
+                n + 1
+            );
+        }
+    }
+    (positives, negatives)
+}
+
+/// `\n` is a line break and `\\` a backslash; everything else is as written.
+fn unescape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        match (c, chars.clone().next()) {
+            ('\\', Some('n')) => {
+                out.push('\n');
+                chars.next();
+            }
+            ('\\', Some('\\')) => {
+                out.push('\\');
+                chars.next();
+            }
+            _ => out.push(c),
+        }
+    }
+    out
+}
 
 #[test]
 fn a_corpus_of_this_fields_secrets_is_redacted_and_look_alikes_survive() {
     let r = Redactor::new(&[], false).unwrap();
-    let missed: Vec<&str> = POSITIVES
+    let (positives, negatives) = corpus();
+    let (mut missed, mut wrong) = (Vec::new(), Vec::new());
+    for p in &positives {
+        let out = r.redact(&p.text);
+        if out.contains(&p.secret) {
+            missed.push(format!("line {}: {}", p.line, p.text));
+        } else if out != p.expected {
+            wrong.push(format!("line {}: {out}", p.line));
+        }
+    }
+    let mangled: Vec<String> = negatives
         .iter()
-        .filter(|(kind, secret)| {
-            let text = format!("value: {secret} end");
-            let out = r.redact(&text);
-            out.contains(secret) || !out.contains(&format!("[REDACTED:{kind}]"))
+        .filter_map(|text| {
+            let out = r.redact(text);
+            (out != *text).then(|| format!("{text} -> {out}"))
         })
-        .map(|(kind, _)| *kind)
         .collect();
-    let mangled: Vec<&str> = NEGATIVES
-        .iter()
-        .copied()
-        .filter(|text| r.redact(text) != *text)
-        .collect();
-    assert!(
-        missed.is_empty() && mangled.is_empty(),
-        "false negatives {}/{}: {missed:?}; false positives {}/{}: {mangled:?}",
+    let summary = format!(
+        "{} positives: {} false negatives, {} redacted other than expected; \
+         {} negatives: {} false positives",
+        positives.len(),
         missed.len(),
-        POSITIVES.len(),
-        mangled.len(),
-        NEGATIVES.len()
+        wrong.len(),
+        negatives.len(),
+        mangled.len()
+    );
+    eprintln!("redaction corpus: {summary}");
+    assert!(
+        missed.is_empty() && wrong.is_empty() && mangled.is_empty(),
+        "{summary}\nfalse negatives: {missed:#?}\nother than expected: {wrong:#?}\n\
+         false positives: {mangled:#?}"
     );
 }
 
