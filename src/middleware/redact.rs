@@ -18,7 +18,7 @@ use crate::tools::{BoxFuture, ContentPart, ToolOutput};
 
 mod patterns;
 
-use patterns::{BUILTIN, Confirm, is_secret_name};
+use patterns::{BUILTIN, Confirm, is_secret_name, redact_bare_aws_secrets};
 
 /// Object keys shorter than this are never scanned as secrets (every built-in format is longer).
 const SECRET_KEY_MIN: usize = 16;
@@ -124,6 +124,11 @@ impl Redactor {
                     }
                 }
             }
+        }
+        // After the rules: a key named as such (`aws_secret_access_key = ...`) is gone already,
+        // whatever it looks like.
+        if let Cow::Owned(replaced) = redact_bare_aws_secrets(&out) {
+            out = Cow::Owned(replaced);
         }
         if self.entropy
             && let Some(runs) = &self.entropy_runs
