@@ -75,8 +75,12 @@ impl Redactor {
         let mut rules = Vec::new();
         for pattern in BUILTIN {
             let kind = pattern.kind;
-            let re =
-                Regex::new(pattern.regex).map_err(|e| format!("built-in pattern {kind}: {e}"))?;
+            // The patterns write `\b` for readability and mean an ASCII word boundary: a
+            // Unicode `\b` makes the regex engine's DFA give up at the first non-ASCII byte
+            // and fall back to a slower engine (a 46 kB README with a few accents took 65 ms
+            // instead of 0.4 ms). Every secret format here is ASCII.
+            let source = pattern.regex.replace(r"\b", r"(?-u:\b)");
+            let re = Regex::new(&source).map_err(|e| format!("built-in pattern {kind}: {e}"))?;
             let group = |name: &str| re.capture_names().any(|n| n == Some(name));
             let replacement = format!(
                 "{}[REDACTED:{kind}]{}",
