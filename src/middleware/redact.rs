@@ -16,9 +16,11 @@ use tower::{Layer, Service};
 use super::{Invocation, Invoked, Reply};
 use crate::tools::{BoxFuture, ContentPart, ToolOutput};
 
+mod bare_aws;
 mod patterns;
 
-use patterns::{BUILTIN, Confirm, is_secret_name, redact_bare_aws_secrets};
+use bare_aws::redact_bare_aws_secrets;
+use patterns::{BUILTIN, Confirm, is_secret_name};
 
 /// Object keys shorter than this are never scanned as secrets (every built-in format is longer).
 const SECRET_KEY_MIN: usize = 16;
