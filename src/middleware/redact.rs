@@ -239,17 +239,28 @@ impl Rule {
         let Some(confirm) = self.confirm else {
             return self.re.replace_all(text, self.replacement.as_str());
         };
-        self.re.replace_all(text, |caps: &Captures<'_>| {
+        let mut replaced_any = false;
+        let out = self.re.replace_all(text, |caps: &Captures<'_>| {
             let mut out = String::new();
-            if let Some(found) = caps.get(0) {
-                if confirm(text, &found) {
-                    caps.expand(&self.replacement, &mut out);
-                } else {
-                    out.push_str(found.as_str());
-                }
+            let Some(found) = caps.get(0) else {
+                return out;
+            };
+            let start = caps.name("k").map_or(found.start(), |k| k.end());
+            let end = caps.name("t").map_or(found.end(), |t| t.start());
+            if confirm(text.get(start..end).unwrap_or_default()) {
+                caps.expand(&self.replacement, &mut out);
+                replaced_any = true;
+            } else {
+                out.push_str(found.as_str());
             }
             out
-        })
+        });
+        // Matches the check turned down leave the text as it was, borrowed.
+        if replaced_any {
+            out
+        } else {
+            Cow::Borrowed(text)
+        }
     }
 }
 

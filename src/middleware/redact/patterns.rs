@@ -1,19 +1,39 @@
 //! What the redactor treats as a secret: the built-in patterns, in the order they are applied,
 //! and the checks that confirm a match where a regex alone would be too eager.
 
-use regex::Match;
-
 /// A built-in rule. Its replacement is `[REDACTED:<kind>]`, preceded by the group `k` (the key
 /// of a key/value pair, a URL's scheme) and followed by the group `t` when the regex has them.
 pub(super) struct Pattern {
     pub kind: &'static str,
     pub regex: &'static str,
-    /// When set, a match is replaced only if this says it is a secret, given the whole text.
+    /// When set, a match is replaced only if this says its secret part (the match without `k`
+    /// and `t`) is a secret.
     pub confirm: Option<Confirm>,
 }
 
-/// Whether a match (in the text it was found in) is a secret.
-pub(super) type Confirm = fn(&str, &Match<'_>) -> bool;
+/// Whether the secret part of a match is a secret.
+pub(super) type Confirm = fn(&str) -> bool;
+
+/// The start of a key/value rule: `k` opens on a name that ends like a secret's.
+macro_rules! secret_name {
+    () => {
+        r"(?i)(?P<k>\b[a-z0-9_\-]*(?:api[_-]?key|secret(?:[_-]?key)?|token|password|passwd|passphrase|access[_-]?key|private[_-]?key|app[_-]?key)"
+    };
+}
+
+/// The start of a password rule: `k` opens on a name that ends like a password's.
+macro_rules! password_name {
+    () => {
+        r"(?i)(?P<k>\b[a-z0-9_\-]*(?:password|passwd|pwd)"
+    };
+}
+
+/// A password value: one word of 6 or more characters that is not a placeholder or a path.
+macro_rules! password_value {
+    () => {
+        r#"[^\s"'&;,$<{%*/~.\[][^\s"'&;,]{5,}"#
+    };
+}
 
 const fn rule(kind: &'static str, regex: &'static str) -> Pattern {
     Pattern {
@@ -23,8 +43,18 @@ const fn rule(kind: &'static str, regex: &'static str) -> Pattern {
     }
 }
 
+const fn checked(kind: &'static str, regex: &'static str, confirm: Confirm) -> Pattern {
+    Pattern {
+        kind,
+        regex,
+        confirm: Some(confirm),
+    }
+}
+
 /// Applied in this order: a text's secret is named by the first, most specific, rule that
-/// matches it, and later rules see `[REDACTED:...]` in its place.
+/// matches it, and later rules see `[REDACTED:...]` in its place. The formats are those of the
+/// public gitleaks and trufflehog rule sets for the services an agent's tools meet; `\b` is an
+/// ASCII word boundary (see `Redactor::new`).
 pub(super) const BUILTIN: &[Pattern] = &[
     // A block cut before its END line is redacted to the end of the text.
     rule(
@@ -55,8 +85,16 @@ pub(super) const BUILTIN: &[Pattern] = &[
         "url_credentials",
         r"(?i)(?P<k>\b[a-z][a-z0-9+.\-]*://)[^/\s:@]+:[^/\s@]+(?P<t>@)",
     ),
-    rule("basic_auth", r"(?i)\bbasic\s+[A-Za-z0-9+/]{12,}={0,2}"),
-    rule("bearer", r"(?i)\bbearer\s+[A-Za-z0-9\-._~+/]{8,}=*"),
+    checked(
+        "basic_auth",
+        r"(?i)\bbasic[ \t]+[A-Za-z0-9+/]{12,}={0,2}",
+        last_word_is_a_token,
+    ),
+    checked(
+        "bearer",
+        r"(?i)\bbearer[ \t]+[A-Za-z0-9\-._~+/]{8,}=*",
+        last_word_is_a_token,
+    ),
     rule("aws_access_key", r"\b(?:AKIA|ASIA|AGPA)[A-Z0-9]{16}\b"),
     // An AWS secret access key named as such, whatever it looks like.
     rule(
@@ -69,11 +107,88 @@ pub(super) const BUILTIN: &[Pattern] = &[
         r"\b(?:gh[pousr]_[A-Za-z0-9]{36,255}|github_pat_[A-Za-z0-9_]{22,255})\b",
     ),
     rule("gitlab_token", r"\bglpat-[A-Za-z0-9\-_]{20,}"),
+    // Key/value pairs named like a secret. A quoted value is a literal; an unquoted one may be
+    // code (`colon_token: node.colon_token`, `password: Option<String>`, `token =
+    // CancellationToken`) and must read as a literal secret. A password is a single word of 6
+    // or more characters, not a placeholder (`$DB_PASSWORD`, `<password>`, `{{ ... }}`, `%s`,
+    // `****`), a path or a secret already redacted (`[REDACTED:...]`).
+    checked(
+        "password",
+        concat!(
+            password_name!(),
+            r#"["']?[ \t]*[:=][ \t]*["'])"#,
+            password_value!()
+        ),
+        is_a_token,
+    ),
+    checked(
+        "password",
+        concat!(
+            password_name!(),
+            r#"["']?[ \t]*[:=][ \t]*)"#,
+            password_value!()
+        ),
+        is_a_literal_secret,
+    ),
     rule(
         "api_key_kv",
-        r#"(?i)(?P<k>\b[a-z0-9_\-]*(?:api[_-]?key|secret|token|password|passwd|access[_-]?key)["']?\s*[:=]\s*["']?)[A-Za-z0-9_\-./+]{16,}"#,
+        concat!(
+            secret_name!(),
+            r#"["']?[ \t]*[:=][ \t]*["'])[A-Za-z0-9_\-./+]{16,}"#
+        ),
+    ),
+    checked(
+        "api_key_kv",
+        concat!(
+            secret_name!(),
+            r#"["']?[ \t]*[:=][ \t]*)[A-Za-z0-9_\-./+]{16,}"#
+        ),
+        is_a_literal_secret,
     ),
 ];
+
+/// Whether a credential after a scheme word (`Basic ...`, `Bearer ...`) is a token, not prose
+/// (`Basic authentication`): a token's shape (`is_a_token`) or 20 characters or more.
+fn last_word_is_a_token(matched: &str) -> bool {
+    let Some(word) = matched.split_whitespace().last() else {
+        return false;
+    };
+    // A challenge's parameter (`Bearer resource_metadata="..."`) is a name, not a token.
+    if let Some(name) = word.strip_suffix('=')
+        && (name.contains('_') || name.bytes().all(|c| c.is_ascii_lowercase()))
+        && name.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_')
+    {
+        return false;
+    }
+    // A sentence's full stop is not part of the word: `bearer authentication.` English words
+    // are shorter than 20 letters; an opaque token of plain letters is not.
+    let word = word.trim_end_matches(['.', ',']);
+    word.len() >= 20 || is_a_token(word)
+}
+
+/// An unquoted value that reads as a literal secret rather than code (a type, a field, a call,
+/// a constant's name): it has a digit, no `.`, `::`, brackets or parentheses, and it is not a
+/// `snake_case` or `SCREAMING_CASE` name.
+fn is_a_literal_secret(value: &str) -> bool {
+    let bytes = value.as_bytes();
+    let digit = bytes.iter().any(u8::is_ascii_digit);
+    let code = bytes
+        .iter()
+        .any(|c| matches!(c, b'.' | b':' | b'<' | b'>' | b'(' | b')' | b'[' | b']'));
+    let name_case = |case: fn(&u8) -> bool| {
+        bytes.contains(&b'_')
+            && bytes
+                .iter()
+                .all(|c| case(c) || c.is_ascii_digit() || *c == b'_')
+    };
+    digit && !code && !name_case(u8::is_ascii_uppercase) && !name_case(u8::is_ascii_lowercase)
+}
+
+/// A token, not a word: it has a digit or a symbol, or a capital after its first letter.
+fn is_a_token(word: &str) -> bool {
+    word.bytes().any(|c| !c.is_ascii_alphabetic())
+        || word.bytes().skip(1).any(|c| c.is_ascii_uppercase())
+}
 
 /// Whether a field or pair name says its value is a secret: it ends with one of the usual words,
 /// so `openai_api_key` and `access_token` are, `max_tokens` and `tokenizer` are not.
@@ -86,6 +201,11 @@ pub(super) fn is_secret_name(name: &str) -> bool {
         "password",
         "passwd",
         "access_key",
+        "accesskey",
+        "secret_key",
+        "secretkey",
+        "app_key",
+        "passphrase",
         "credential",
         "credentials",
         "private_key",

@@ -147,6 +147,8 @@ fn secrets_in_json_are_found_by_their_names_and_as_keys() {
         "env": [{"name": "OPENAI_API_KEY", "value": "anything at all"}, {"name": "HOME", "value": "/home/ada"}],
         "sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z_Ab3dEf6hIj9kL": true,
         "password": "none",
+        "Credentials": {"AccessKeyId": "ASIA-not-a-real-id", "SecretAccessKey": "plain words here"},
+        "settings": {"SECRET_KEY": "plain words here", "dd_app_key": "plain words here", "gpg_passphrase": "plain words here"},
     });
     r.redact_value(&mut value);
     assert_eq!(
@@ -157,6 +159,8 @@ fn secrets_in_json_are_found_by_their_names_and_as_keys() {
             "env": [{"name": "OPENAI_API_KEY", "value": "[REDACTED:secret_field]"}, {"name": "HOME", "value": "/home/ada"}],
             "[REDACTED:openai_key]": true,
             "password": "none",
+            "Credentials": {"AccessKeyId": "ASIA-not-a-real-id", "SecretAccessKey": "[REDACTED:secret_field]"},
+            "settings": {"SECRET_KEY": "[REDACTED:secret_field]", "dd_app_key": "[REDACTED:secret_field]", "gpg_passphrase": "[REDACTED:secret_field]"},
         })
     );
 }
@@ -181,7 +185,7 @@ fn the_entropy_heuristic_scores_lines_on_their_own() {
 #[test]
 fn json_strings_are_redacted_recursively() {
     let r = Redactor::new(&[], false).unwrap();
-    let mut v = serde_json::json!({"a": ["token: abcdefghijklmnopqrstu"], "n": 1});
+    let mut v = serde_json::json!({"a": ["token: abcdefghij0123456789"], "n": 1});
     r.redact_value(&mut v);
     assert_eq!(
         v,
