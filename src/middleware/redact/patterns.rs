@@ -59,31 +59,126 @@ pub(super) const BUILTIN: &[Pattern] = &[
     // A block cut before its END line is redacted to the end of the text.
     rule(
         "pem_private_key",
-        r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----(?:[\s\S]*?-----END [A-Z0-9 ]*PRIVATE KEY-----|[\s\S]*)",
+        r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----(?:[\s\S]*?-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|[\s\S]*)",
     ),
-    // Provider keys with a recognisable prefix (the gitleaks rule set's formats). Anthropic
-    // comes before OpenAI: both start with `sk-`.
+    // URLs that are secrets in themselves: the host stays, the path goes.
+    rule(
+        "webhook_url",
+        r"(?P<k>https://(?:hooks\.slack\.com/(?:services|workflows|triggers)/|(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks/))[A-Za-z0-9_\-+/]{20,}",
+    ),
+    // LLM providers. Anthropic and OpenRouter come before OpenAI: all start with `sk-`.
     rule("anthropic_key", r"\bsk-ant-[A-Za-z0-9_\-]{20,}"),
+    rule("openrouter_key", r"\bsk-or-v1-[0-9a-f]{64}\b"),
     rule(
         "openai_key",
         r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,}",
     ),
-    rule("stripe_key", r"\b(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}"),
-    rule("slack_token", r"\bxox[abeoprs]-[A-Za-z0-9\-]{10,}"),
+    rule("groq_key", r"\bgsk_[A-Za-z0-9]{52}\b"),
+    rule("replicate_token", r"\br8_[A-Za-z0-9]{37}\b"),
+    rule("perplexity_key", r"\bpplx-[A-Za-z0-9]{48}\b"),
+    rule("xai_key", r"\bxai-[A-Za-z0-9_]{80}\b"),
+    rule("huggingface_token", r"\b(?:hf_|api_org_)[A-Za-z0-9]{30,}"),
+    // Google: API keys, OAuth access and refresh tokens.
     rule("google_api_key", r"\bAIza[0-9A-Za-z_\-]{35}"),
+    rule(
+        "google_oauth_token",
+        r"\b(?:ya29\.[0-9A-Za-z_\-]{20,}|1//0[0-9A-Za-z_\-]{40,})",
+    ),
+    // Code hosting and package registries.
+    rule(
+        "github_token",
+        r"\b(?:gh[pousr]_[A-Za-z0-9]{36,255}|github_pat_[A-Za-z0-9_]{22,255})\b",
+    ),
+    rule(
+        "gitlab_token",
+        r"\b(?:gl(?:pat|dt|rt|ptt|ft|imt|cbt|oas|soat|agent|ffct)-[A-Za-z0-9_\-]{20,}|GR1348941[A-Za-z0-9_\-]{20,})",
+    ),
+    rule("npm_token", r"\bnpm_[A-Za-z0-9]{36}"),
+    rule("pypi_token", r"\bpypi-AgEIcHlwaS5vcmc[A-Za-z0-9_\-]{50,}"),
+    // Payments, messaging and email.
+    rule(
+        "stripe_key",
+        r"\b(?:(?:sk|rk)_(?:live|test|prod)_[A-Za-z0-9]{16,}|whsec_[A-Za-z0-9]{24,})",
+    ),
+    rule(
+        "slack_token",
+        r"\b(?:xox[abeoprs]-[A-Za-z0-9\-]{10,}|xapp-\d-[A-Za-z0-9\-]{10,})",
+    ),
     rule(
         "sendgrid_key",
         r"\bSG\.[A-Za-z0-9_\-]{16,}\.[A-Za-z0-9_\-]{16,}",
     ),
-    rule("huggingface_token", r"\bhf_[A-Za-z0-9]{30,}"),
-    rule("npm_token", r"\bnpm_[A-Za-z0-9]{36}"),
+    rule("twilio_key", r"\bSK[0-9a-fA-F]{32}\b"),
+    rule(
+        "mailgun_key",
+        r"\b(?:key-[0-9a-z]{32}|[0-9a-f]{32}-[0-9a-f]{8}-[0-9a-f]{8})\b",
+    ),
+    rule(
+        "discord_bot_token",
+        r"\b[MNO][A-Za-z0-9_\-]{23,27}\.[A-Za-z0-9_\-]{6}\.[A-Za-z0-9_\-]{27,40}",
+    ),
+    rule("telegram_bot_token", r"\d{8,10}:A[A-Za-z0-9_\-]{34}\b"),
+    rule("shopify_token", r"\bshp(?:at|ca|pa|ss)_[0-9a-fA-F]{32}\b"),
+    // Clouds and platforms.
+    rule(
+        "aws_access_key",
+        r"\b(?:AKIA|ASIA|ABIA|ACCA|AGPA|A3T[A-Z0-9])[A-Z0-9]{16}\b",
+    ),
+    // An AWS secret access key named as such, whatever it looks like; a bare one (no name
+    // beside it) is found by `bare_aws.rs`.
+    rule(
+        "aws_secret_key",
+        r#"(?i)(?P<k>\b(?:aws[_-]?secret[_-]?(?:access[_-]?)?key|secret[_-]?access[_-]?key)["']?[ \t]*[:=][ \t]*["']?)[A-Za-z0-9/+]{40}"#,
+    ),
+    rule(
+        "azure_storage_key",
+        r"(?i)(?P<k>\b(?:AccountKey|SharedAccessKey)[ \t]*=[ \t]*)[A-Za-z0-9+/]{20,}={0,2}",
+    ),
+    rule(
+        "azure_sas_signature",
+        r"(?P<k>[?&]sig=)[A-Za-z0-9%+/=]{20,}",
+    ),
+    rule(
+        "azure_client_secret",
+        r"[A-Za-z0-9_~.]{3}\dQ~[A-Za-z0-9_~.\-]{31,34}",
+    ),
+    rule("digitalocean_token", r"\bdo[opr]_v1_[0-9a-f]{64}\b"),
+    rule("databricks_token", r"\bdapi[0-9a-f]{32}(?:-\d)?\b"),
+    rule("vault_token", r"\bhv[sb]\.[A-Za-z0-9_\-]{90,}"),
+    rule(
+        "doppler_token",
+        r"\bdp\.(?:pt|st|sa|ct|scim|audit)\.[A-Za-z0-9]{40,}",
+    ),
+    rule("pulumi_token", r"\bpul-[0-9a-f]{40}\b"),
+    rule("heroku_key", r"\bHRKU-AA[A-Za-z0-9_\-]{58}"),
+    rule(
+        "grafana_token",
+        r"\b(?:glsa_[A-Za-z0-9]{32}_[0-9a-fA-F]{8}|glc_[A-Za-z0-9+/]{32,}={0,2})",
+    ),
+    rule("onepassword_token", r"\bops_eyJ[A-Za-z0-9+/]{100,}={0,3}"),
+    rule("age_secret_key", r"\bAGE-SECRET-KEY-1[0-9A-Z]{58}\b"),
+    // Work tools.
+    rule("linear_key", r"\blin_api_[A-Za-z0-9]{40}\b"),
+    rule(
+        "notion_token",
+        r"\b(?:ntn_\d{11}[A-Za-z0-9]{35}|secret_[A-Za-z0-9]{43})\b",
+    ),
+    rule("atlassian_token", r"\bATATT3[A-Za-z0-9_\-=]{150,}"),
+    rule("sentry_token", r"\bsntry[us]_[A-Za-z0-9+/=_]{40,}"),
+    rule("postman_key", r"\bPMAK-[0-9a-f]{24}-[0-9a-f]{34}\b"),
+    // Generic forms, after every named format.
     rule(
         "jwt",
         r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}",
     ),
+    // `scheme://user:password@`, the user optional (`redis://:password@host`).
     rule(
         "url_credentials",
-        r"(?i)(?P<k>\b[a-z][a-z0-9+.\-]*://)[^/\s:@]+:[^/\s@]+(?P<t>@)",
+        r"(?i)(?P<k>\b[a-z][a-z0-9+.\-]*://)[^/\s:@]*:[^/\s@]+(?P<t>@)",
+    ),
+    rule(
+        "curl_user",
+        r"(?P<k>\bcurl\b[^\n]*?[ \t](?:-u|--user)[ \t]*)[^\s:\[]+:[^\s]+",
     ),
     checked(
         "basic_auth",
@@ -95,18 +190,6 @@ pub(super) const BUILTIN: &[Pattern] = &[
         r"(?i)\bbearer[ \t]+[A-Za-z0-9\-._~+/]{8,}=*",
         last_word_is_a_token,
     ),
-    rule("aws_access_key", r"\b(?:AKIA|ASIA|AGPA)[A-Z0-9]{16}\b"),
-    // An AWS secret access key named as such, whatever it looks like.
-    rule(
-        "aws_secret_key",
-        r#"(?i)(?P<k>\b(?:aws[_-]?secret[_-]?(?:access[_-]?)?key|secret[_-]?access[_-]?key)["']?[ \t]*[:=][ \t]*["']?)[A-Za-z0-9/+]{40}"#,
-    ),
-    // A bare one (no name beside it) is found by `bare_aws.rs`.
-    rule(
-        "github_token",
-        r"\b(?:gh[pousr]_[A-Za-z0-9]{36,255}|github_pat_[A-Za-z0-9_]{22,255})\b",
-    ),
-    rule("gitlab_token", r"\bglpat-[A-Za-z0-9\-_]{20,}"),
     // Key/value pairs named like a secret. A quoted value is a literal; an unquoted one may be
     // code (`colon_token: node.colon_token`, `password: Option<String>`, `token =
     // CancellationToken`) and must read as a literal secret. A password is a single word of 6
