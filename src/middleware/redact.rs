@@ -1,8 +1,8 @@
 //! Redaction: secrets removed from results and errors before anything leaves the pipeline:
-//! bearer and basic credentials, key/value API keys, AWS access keys, PEM private keys, the
-//! prefixed keys of GitHub, GitLab, OpenAI, Anthropic, Stripe, Slack, Google, SendGrid, Hugging
-//! Face and npm, JWTs, passwords in URLs, configured patterns, and an optional entropy heuristic;
-//! each replaced by `[REDACTED:<kind>]`.
+//! provider keys and tokens in the formats of the gitleaks and trufflehog rule sets, private
+//! keys, credentials in headers, URLs, connection strings and key/value pairs (`patterns.rs`),
+//! bare AWS secret keys (`bare_aws.rs`), secrets named in JSON, configured patterns and an
+//! optional entropy heuristic; each replaced by `[REDACTED:<kind>]`.
 
 use std::borrow::Cow;
 use std::convert::Infallible;
