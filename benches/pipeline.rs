@@ -207,6 +207,24 @@ fn components(c: &mut Criterion) {
     group.bench_function("redact_short_clean_text", |b| {
         b.iter(|| black_box(redactor.redact(black_box("{\"n\":42,\"text\":\"hello world\"}"))));
     });
+    // A tool's text output: log lines with a few non-ASCII characters, and base64 data.
+    let log: String = (0..60)
+        .map(|i| {
+            format!(
+                "2024-05-01T12:00:{:02}Z INFO ✓ café request id=550e8400-e29b-41d4-a716-44665544{i:04} \
+                 path=/api/v1/users/{i} status=200 took={i}ms\n",
+                i % 60
+            )
+        })
+        .collect();
+    group.bench_function("redact_8k_log_text", |b| {
+        b.iter(|| black_box(redactor.redact(black_box(&log))));
+    });
+    let base64 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kg"
+        .repeat(700);
+    group.bench_function("redact_56k_base64_text", |b| {
+        b.iter(|| black_box(redactor.redact(black_box(&base64))));
+    });
     group.bench_function("canonical_json", |b| {
         let v = json!({"text": "hello world", "n": 42});
         b.iter(|| black_box(toolgate::json::canonical(black_box(&v))));
