@@ -276,7 +276,7 @@ impl Server {
         }));
         let mut hooks = configured_hooks(c).map_err(StartError::Hooks)?;
         hooks.extend(self.hooks.iter().cloned());
-        let middleware = middleware_config(c).map_err(StartError::Hooks)?;
+        let middleware = middleware_config(c, self.metrics.metrics()).map_err(StartError::Hooks)?;
         let mut pipeline = Pipeline::new(registry, health, c.policy(), &middleware);
         pipeline.hooks = Hooks::new(hooks);
         pipeline.reflector = self.reflector.clone();

@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 
 use crate::config::Config;
+use crate::metrics::Metrics;
 use crate::middleware::{CacheRule, MiddlewareConfig, PermissionRule, Redactor};
 use crate::safety::hooks::{CommandHook, GrpcHook, Hook, RuleHook};
 use crate::session::{SessionLimits, Sessions};
@@ -16,8 +17,12 @@ use crate::session::{SessionLimits, Sessions};
 /// Distinguishes the default scratch bases of servers in one process.
 static SERVER_SERIAL: AtomicU64 = AtomicU64::new(1);
 
-/// The middleware settings from the config: global values plus per-tool overrides.
-pub(crate) fn middleware_config(c: &Config) -> Result<MiddlewareConfig, String> {
+/// The middleware settings from the config: global values plus per-tool overrides; redactions
+/// of tool results are counted into `metrics`.
+pub(crate) fn middleware_config(
+    c: &Config,
+    metrics: Arc<Metrics>,
+) -> Result<MiddlewareConfig, String> {
     let redactor = if c.redaction.enabled {
         let custom: Vec<(String, String)> = c
             .redaction
@@ -25,7 +30,7 @@ pub(crate) fn middleware_config(c: &Config) -> Result<MiddlewareConfig, String> 
             .iter()
             .map(|p| (p.kind.clone(), p.regex.clone()))
             .collect();
-        Redactor::new(&custom, c.redaction.entropy)?
+        Redactor::new(&custom, c.redaction.entropy)?.with_metrics(metrics)
     } else {
         Redactor::disabled()
     };

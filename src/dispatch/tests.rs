@@ -221,7 +221,7 @@ fn harness_with(
         registry.register(tool, ToolSource::Embedded).unwrap();
     }
     let registry = Arc::new(crate::tools::Catalog::new(registry));
-    let middleware = crate::app::build::middleware_config(&config).unwrap();
+    let middleware = crate::app::build::middleware_config(&config, Arc::default()).unwrap();
     let mut pipeline = Pipeline::new(registry.clone(), health, config.policy(), &middleware);
     pipeline.hooks = Hooks::new(hooks);
     if let Some(r) = reflector {

@@ -14,6 +14,7 @@ use serde_json::Value;
 use tower::{Layer, Service};
 
 use super::{Invocation, Invoked, Reply};
+use crate::metrics::Metrics;
 use crate::tools::{BoxFuture, ContentPart, ToolOutput};
 
 mod bare_aws;
@@ -43,6 +44,11 @@ pub struct Redactor {
     any: Option<RegexSet>,
     entropy: bool,
     entropy_runs: Option<Regex>,
+    /// Every kind this redactor writes into `[REDACTED:<kind>]`: the only label values its
+    /// counts may carry.
+    kinds: Vec<String>,
+    /// Where redactions of tool results are counted, by kind.
+    metrics: Option<Arc<Metrics>>,
 }
 
 /// One compiled pattern.
@@ -69,6 +75,62 @@ impl Redactor {
             any: None,
             entropy: false,
             entropy_runs: None,
+            kinds: Vec::new(),
+            metrics: None,
+        }
+    }
+
+    /// Counts the redactions of tool results (`Redact` layer) into `metrics`, by kind.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// How many markers of each known kind `output` carries.
+    fn markers(&self, output: &ToolOutput) -> Vec<(usize, u64)> {
+        let mut counts = vec![0u64; self.kinds.len()];
+        let mut count_in = |text: &str| {
+            for (at, _) in text.match_indices("[REDACTED:") {
+                let rest = &text[at + "[REDACTED:".len()..];
+                if let Some(end) = rest.find(']')
+                    && let Some(i) = self.kinds.iter().position(|k| k == &rest[..end])
+                {
+                    counts[i] += 1;
+                }
+            }
+        };
+        match output {
+            ToolOutput::Text(text) => count_in(text),
+            ToolOutput::Json(value) => strings_of(value, &mut count_in),
+            ToolOutput::Parts(parts) => {
+                for part in parts {
+                    if let ContentPart::Text(text) = part {
+                        count_in(text);
+                    }
+                }
+            }
+        }
+        counts
+            .into_iter()
+            .enumerate()
+            .filter(|(_, n)| *n > 0)
+            .collect()
+    }
+
+    /// Redacts a tool's output and counts what was redacted, by kind (markers the output
+    /// already carried are not counted).
+    fn redact_output_counted(&self, output: &mut ToolOutput) {
+        let Some(metrics) = self.metrics.as_ref().filter(|_| self.enabled) else {
+            self.redact_output(output);
+            return;
+        };
+        let before = self.markers(output);
+        self.redact_output(output);
+        for (i, after) in self.markers(output) {
+            let had = before.iter().find(|(j, _)| *j == i).map_or(0, |(_, n)| *n);
+            if after > had {
+                metrics.redacted(&self.kinds[i], after - had);
+            }
         }
     }
 
@@ -106,12 +168,19 @@ impl Redactor {
         let any =
             RegexSet::new(rules.iter().map(|rule| rule.re.as_str())).map_err(|e| e.to_string())?;
         let entropy_runs = Regex::new(r"[A-Za-z0-9+/_\-]{32,}={0,2}").map_err(|e| e.to_string())?;
+        let mut kinds: Vec<String> = BUILTIN.iter().map(|p| p.kind.to_owned()).collect();
+        kinds.extend(custom.iter().map(|(kind, _)| kind.clone()));
+        kinds.extend(["high_entropy", "secret_field", "aws_secret_key"].map(str::to_owned));
+        kinds.sort();
+        kinds.dedup();
         Ok(Redactor {
             enabled: true,
             rules,
             any: Some(any),
             entropy,
             entropy_runs: Some(entropy_runs),
+            kinds,
+            metrics: None,
         })
     }
 
@@ -233,6 +302,21 @@ impl Redactor {
     }
 }
 
+/// Calls `each` with every string inside `value`, object keys included.
+fn strings_of(value: &Value, each: &mut impl FnMut(&str)) {
+    match value {
+        Value::String(text) => each(text),
+        Value::Array(items) => items.iter().for_each(|v| strings_of(v, each)),
+        Value::Object(map) => {
+            for (key, v) in map {
+                each(key);
+                strings_of(v, each);
+            }
+        }
+        _ => {}
+    }
+}
+
 impl Rule {
     /// The text with this rule's matches replaced (those its check confirms, if it has one).
     fn apply<'t>(&self, text: &'t str) -> Cow<'t, str> {
@@ -332,7 +416,7 @@ where
         Box::pin(async move {
             let Ok(mut invoked) = running.await;
             match &mut invoked.reply {
-                Reply::Output(output) => redactor.redact_output(output),
+                Reply::Output(output) => redactor.redact_output_counted(output),
                 Reply::Error {
                     message, output, ..
                 } => {
@@ -340,7 +424,7 @@ where
                         *message = r;
                     }
                     if let Some(output) = output {
-                        redactor.redact_output(output);
+                        redactor.redact_output_counted(output);
                     }
                 }
             }

@@ -66,21 +66,23 @@ async fn metrics_count_what_a_batch_did_and_pass_promtool() {
             {"id": "b", "name": "flaky"},
             {"id": "c", "name": "now"},
             {"id": "d", "name": "made_up_tool_xyz"},
+            {"id": "e", "name": "echo", "arguments": {"key": "sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z_Ab3dEf6hIj9kL"}},
         ])),
     )
     .await;
-    assert_eq!(result.count, 4);
+    assert_eq!(result.count, 5);
     let (status, text) = get(format!("http://{admin}/metrics")).await;
     assert_eq!(status, 200);
     for expected in [
-        r#"toolgate_calls_total{gen_ai_tool_name="echo",toolgate_error_class="NONE"} 1"#,
+        r#"toolgate_calls_total{gen_ai_tool_name="echo",toolgate_error_class="NONE"} 2"#,
+        r#"toolgate_redactions_total{toolgate_kind="openai_key"} 1"#,
         r#"toolgate_calls_total{gen_ai_tool_name="flaky",toolgate_error_class="NONE"} 1"#,
         r#"toolgate_calls_total{gen_ai_tool_name="now",toolgate_error_class="BLOCKED"} 1"#,
         r#"toolgate_calls_total{gen_ai_tool_name="unknown",toolgate_error_class="UNKNOWN_TOOL"} 1"#,
         r#"toolgate_retries_total{gen_ai_tool_name="flaky"} 2"#,
         r#"gen_ai_execute_tool_duration_seconds_count{error_type="TOOL_ERROR",gen_ai_tool_name="flaky"} 2"#,
         r#"gen_ai_execute_tool_duration_seconds_count{gen_ai_tool_name="flaky"} 1"#,
-        r#"gen_ai_execute_tool_duration_seconds_count{gen_ai_tool_name="echo"} 1"#,
+        r#"gen_ai_execute_tool_duration_seconds_count{gen_ai_tool_name="echo"} 2"#,
         r#"toolgate_hook_decisions_total{toolgate_hook="no-clocks",toolgate_verdict="block"} 1"#,
         r#"toolgate_batches_total{toolgate_outcome="COMPLETED"} 1"#,
         r#"toolgate_batch_duration_seconds_count{toolgate_outcome="COMPLETED"} 1"#,
