@@ -107,6 +107,10 @@ impl Session {
         let mut memory = self.memory.lock();
         if memory.len() >= self.memory_entries {
             memory.pop_front();
+        } else if memory.len() == memory.capacity() {
+            // Grow by doubling but stop at the bound, not at the next power of two above it.
+            let room = memory.len().max(4).min(self.memory_entries - memory.len());
+            memory.reserve_exact(room);
         }
         memory.push_back(entry);
     }

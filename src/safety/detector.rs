@@ -1,10 +1,11 @@
 //! Loop detection as a plain state machine over a session's recent operations.
 //! An operation is (tool, canonical input, result hash). The window keeps digests, never the
-//! inputs: a session's detector stays a few dozen bytes per operation whatever the arguments.
+//! inputs, and is the detector's only state: counts, predictions and warnings are read off it, so
+//! a session's detector stays `window` × 32 bytes however many calls it has seen.
 //! Unlike the reference, the stop applies to the call about to repeat the looping operation (not
 //! to whatever call comes next), and the warning is reported once per pattern.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 
 use crate::{hash, json};
 
@@ -46,7 +47,7 @@ pub struct Warning {
 
 /// A (tool, input) pair as two independent 64-bit digests: telling two calls apart wrongly
 /// would take a collision in both.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct CallKey(u64, u64);
 
 impl CallKey {
@@ -60,22 +61,33 @@ impl CallKey {
 }
 
 /// A recorded operation: the call and what it returned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct OpKey {
     call: CallKey,
     result: u64,
 }
 
+/// One place in the window.
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    op: OpKey,
+    /// The operation's pattern was reported. Every later slot of the same operation inherits the
+    /// mark, so the newest one carries it: the pattern stays reported while any of it is in the
+    /// window, and warns again only after it has left completely (or was cleared).
+    warned: bool,
+}
+
 /// A session's sliding window of operations.
+///
+/// No index beside the window: maps keyed by operation churn with every distinct call, and a
+/// hash table that keeps deleting and inserting doubles its buckets once its tombstones fill it
+/// (256 for 100 entries), which made two maps 17 of a full session's 30 KB. Scanning the default
+/// 100 slots was faster than those maps' lookups in a micro-benchmark; the cost grows linearly
+/// with `window` (slower than the maps by 1000).
 #[derive(Debug, Clone)]
 pub struct LoopDetector {
     capacity: usize,
-    window: VecDeque<OpKey>,
-    counts: HashMap<OpKey, u32>,
-    /// The latest result seen for each call still in the window (the prediction), and how many
-    /// of the window's operations are that call.
-    latest: HashMap<CallKey, (u64, u32)>,
-    warned: HashSet<OpKey>,
+    window: VecDeque<Slot>,
 }
 
 /// How a pattern is shown: `tool(input)`, with long inputs cut.
@@ -89,9 +101,6 @@ impl LoopDetector {
         LoopDetector {
             capacity: capacity.max(1),
             window: VecDeque::new(),
-            counts: HashMap::new(),
-            latest: HashMap::new(),
-            warned: HashSet::new(),
         }
     }
 
@@ -102,14 +111,10 @@ impl LoopDetector {
             return Check::Pass;
         }
         let call = CallKey::of(tool, input);
-        let Some(&(result, _)) = self.latest.get(&call) else {
+        let Some(latest) = self.window.iter().rev().find(|s| s.op.call == call) else {
             return Check::Pass;
         };
-        let repeats = self
-            .counts
-            .get(&OpKey { call, result })
-            .copied()
-            .unwrap_or(0);
+        let repeats = self.count(latest.op);
         if repeats >= thresholds.stop_after {
             Check::Stop {
                 repeats,
@@ -122,39 +127,41 @@ impl LoopDetector {
 
     /// Records an executed (or refused) attempt; reports the warning once per pattern.
     pub fn record(&mut self, op: Operation<'_>, thresholds: Thresholds) -> Option<Warning> {
-        if self.window.len() >= self.capacity
-            && let Some(old) = self.window.pop_front()
-        {
-            self.forget(old);
+        if self.window.len() >= self.capacity {
+            self.window.pop_front();
+        } else if self.window.len() == self.window.capacity() {
+            // Grow by doubling but stop at the window, not at the next power of two above it.
+            let room = self
+                .window
+                .len()
+                .max(4)
+                .min(self.capacity - self.window.len());
+            self.window.reserve_exact(room);
         }
         let key = OpKey {
             call: CallKey::of(op.tool, op.input),
             result: op.result,
         };
-        let count = self.counts.entry(key).or_insert(0);
-        *count += 1;
-        let repeats = *count;
-        let entry = self.latest.entry(key.call).or_insert((op.result, 0));
-        entry.0 = op.result;
-        entry.1 += 1;
-        self.window.push_back(key);
-        let warn = thresholds.warn_after > 0 && repeats >= thresholds.warn_after;
-        if warn && self.warned.insert(key) {
-            return Some(Warning {
-                repeats,
-                pattern: pattern(op.tool, op.input),
-            });
+        let (mut repeats, mut warned) = (1, false);
+        for slot in self.window.iter().filter(|s| s.op == key) {
+            repeats += 1;
+            warned |= slot.warned;
         }
-        None
+        let warn = !warned && thresholds.warn_after > 0 && repeats >= thresholds.warn_after;
+        self.window.push_back(Slot {
+            op: key,
+            warned: warned || warn,
+        });
+        warn.then(|| Warning {
+            repeats,
+            pattern: pattern(op.tool, op.input),
+        })
     }
 
     /// Forgets every operation of (tool, input): a stop uses the pattern up.
     pub fn clear(&mut self, tool: &str, input: &str) {
         let call = CallKey::of(tool, input);
-        self.window.retain(|op| op.call != call);
-        self.counts.retain(|op, _| op.call != call);
-        self.warned.retain(|op| op.call != call);
-        self.latest.remove(&call);
+        self.window.retain(|s| s.op.call != call);
     }
 
     pub fn len(&self) -> usize {
@@ -165,20 +172,10 @@ impl LoopDetector {
         self.window.is_empty()
     }
 
-    fn forget(&mut self, old: OpKey) {
-        if let Some(count) = self.counts.get_mut(&old) {
-            *count -= 1;
-            if *count == 0 {
-                self.counts.remove(&old);
-                self.warned.remove(&old);
-            }
-        }
-        if let Some(entry) = self.latest.get_mut(&old.call) {
-            entry.1 -= 1;
-            if entry.1 == 0 {
-                self.latest.remove(&old.call);
-            }
-        }
+    /// How many operations in the window are `op`.
+    fn count(&self, op: OpKey) -> u32 {
+        let n = self.window.iter().filter(|s| s.op == op).count();
+        u32::try_from(n).unwrap_or(u32::MAX)
     }
 }
 
@@ -314,6 +311,49 @@ mod tests {
                 }
             ),
             Check::Pass
+        );
+    }
+
+    #[test]
+    fn a_pattern_warns_again_only_after_leaving_the_window() {
+        let th = Thresholds {
+            warn_after: 2,
+            stop_after: 0,
+        };
+        let mut d = LoopDetector::new(4);
+        let warned = |d: &mut LoopDetector, tool| d.record(op(tool, "{}", 1), th).is_some();
+        assert!(!warned(&mut d, "a"));
+        assert!(warned(&mut d, "a"));
+        for tool in ["b", "c", "d"] {
+            warned(&mut d, tool);
+        }
+        // The first `a` slid out; the reported one is still in: no second warning.
+        assert!(!warned(&mut d, "a"));
+        for tool in ["e", "f", "g", "h"] {
+            warned(&mut d, tool);
+        }
+        // Every `a` has left the window: the pattern is new again.
+        assert!(!warned(&mut d, "a"));
+        assert!(warned(&mut d, "a"));
+    }
+
+    #[test]
+    fn the_window_is_all_a_detector_keeps_whatever_it_has_seen() {
+        let mut d = LoopDetector::new(100);
+        for i in 0..10_000u64 {
+            let input = format!("{{\"n\":{}}}", i % 700);
+            d.record(op("t", &input, i % 3), DEFAULT);
+            if i % 97 == 0 {
+                d.clear("t", &input);
+            }
+        }
+        assert!(d.len() <= 100);
+        assert!(d.window.capacity() <= 100, "{} slots", d.window.capacity());
+        // Nothing beside the window and its size: a field added here must be bounded by the
+        // window too (maps keyed by operation were not: they settled at twice their entries).
+        assert_eq!(
+            std::mem::size_of::<LoopDetector>(),
+            std::mem::size_of::<usize>() + std::mem::size_of::<VecDeque<Slot>>()
         );
     }
 

@@ -1,4 +1,4 @@
-//! Session tests: id validation, scratch lifecycle, TTL, LRU, ending in use, memory.
+//! Session tests: id validation, scratch lifecycle, TTL, LRU, ending in use, memory, bounds.
 
 use super::*;
 
@@ -141,6 +141,39 @@ async fn memory_is_bounded_and_cut_by_characters() {
         memory[1],
         format!("tool=c; input={}…; result=3", "é".repeat(500))
     );
+    sessions.release(&s);
+    sessions.remove_all();
+}
+
+#[tokio::test]
+async fn a_full_session_holds_its_bounds_and_no_more() {
+    use crate::safety::detector::{Operation, Thresholds};
+    let limits = SessionLimits::default();
+    let sessions = Sessions::new(base("full"), true, limits);
+    let s = sessions.open("f");
+    let th = Thresholds {
+        warn_after: 3,
+        stop_after: 10,
+    };
+    for n in 0..10 * limits.memory_entries.max(limits.loop_window) {
+        let input = format!("{{\"n\":{n}}}");
+        let op = Operation {
+            tool: "echo",
+            input: &input,
+            result: n as u64,
+        };
+        s.detector().record(op, th);
+        s.remember("echo", &input, &input);
+    }
+    assert_eq!(s.detector().len(), limits.loop_window);
+    let memory = s.memory.lock();
+    assert_eq!(memory.len(), limits.memory_entries);
+    assert!(
+        memory.capacity() <= limits.memory_entries,
+        "{} slots",
+        memory.capacity()
+    );
+    drop(memory);
     sessions.release(&s);
     sessions.remove_all();
 }
