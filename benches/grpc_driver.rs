@@ -91,6 +91,10 @@ struct OverheadArgs {
     /// Unmeasured calls before each measurement, at the same concurrency.
     #[arg(long, default_value_t = 300)]
     warmup: u64,
+    /// Skips the built-in `echo` reference rows (for a `--gate` that is not toolgate, such as
+    /// the bare relay `benches/grpc_relay.rs`).
+    #[arg(long)]
+    no_reference: bool,
 }
 
 #[derive(Args)]
@@ -453,7 +457,12 @@ async fn overhead(args: OverheadArgs) -> Result<(), BoxError> {
     // broken remote does not hide the others' figures.
     let mut failures = Vec::new();
     // The same RPC with a built-in tool: what toolgate costs without any remote hop.
-    for &concurrency in &args.concurrency {
+    let references = if args.no_reference {
+        &[][..]
+    } else {
+        &args.concurrency[..]
+    };
+    for &concurrency in references {
         let through = measure(&echo, concurrency, plan).await;
         let label = "toolgate only: built-in `echo` (reference)";
         report(&format!(
