@@ -475,12 +475,6 @@ pub fn tool_health(report: &HealthReport) -> pb::ToolHealth {
     }
 }
 
-pub fn result_event(report: &BatchReport) -> pb::DispatchEvent {
-    pb::DispatchEvent {
-        event: Some(pb::dispatch_event::Event::Result(batch_result(report))),
-    }
-}
-
 pub fn tool_definition(registered: &Registered) -> pb::ToolDefinition {
     use pb::tool_definition::Source;
     let tool = &registered.tool;

@@ -215,25 +215,18 @@ fn family<T: Copy>(
                 );
             }
         }
-        MetricData::Sum(sum) if sum.is_monotonic() => {
-            let name = format!("{base}_total");
-            header(out, &name, &help, "counter");
+        MetricData::Sum(sum) => {
+            // A monotonic sum is a counter; any other sum is a gauge.
+            let (name, kind) = if sum.is_monotonic() {
+                (format!("{base}_total"), "counter")
+            } else {
+                (base.clone(), "gauge")
+            };
+            header(out, &name, &help, kind);
             for point in sum.data_points() {
                 sample(
                     out,
                     &name,
-                    point.attributes(),
-                    None,
-                    &number(&point.value()),
-                );
-            }
-        }
-        MetricData::Sum(sum) => {
-            header(out, &base, &help, "gauge");
-            for point in sum.data_points() {
-                sample(
-                    out,
-                    &base,
                     point.attributes(),
                     None,
                     &number(&point.value()),
