@@ -1,10 +1,11 @@
 //! The only module that speaks the public API: service adapter, conversions, status mapping,
-//! codec and the server with health, reflection and graceful shutdown.
+//! codec, the server with health, reflection and graceful shutdown, and the health probe.
 
 pub(crate) mod admission;
 mod batch_stream;
 pub mod codec;
 pub mod convert;
+pub mod probe;
 mod reply;
 pub(crate) mod server;
 mod service;

@@ -1,10 +1,12 @@
-//! The `toolgate` binary: parse the command line and config, start logging, serve until a signal.
+//! The `toolgate` binary: parse the command line and config, start logging, serve until a signal;
+//! or check a config file, or ask a running server's health once.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use toolgate::config::Config;
+use toolgate::grpc::probe;
 
 // Every request allocates many small, short-lived objects (protobuf values, JSON, strings) across
 // worker threads; glibc's malloc/free were a fifth of the server's CPU under load.
@@ -30,6 +32,27 @@ enum Command {
         /// The TOML file to check (environment overrides apply too).
         file: PathBuf,
     },
+    /// Ask a running server's grpc.health.v1 Check once: exit 0 when SERVING, 1 otherwise
+    /// (nothing listening, NOT_SERVING, no answer in time). The container image's health check.
+    Health(HealthArgs),
+}
+
+#[derive(clap::Args)]
+struct HealthArgs {
+    /// Address to ask, e.g. 127.0.0.1:50051; by default the configured server.listen, asked on
+    /// loopback when it is 0.0.0.0 or [::].
+    #[arg(long)]
+    addr: Option<String>,
+    /// Service to ask about: "" (the whole server) or toolgate.v1.ToolGate, which also says
+    /// NOT_SERVING while the server is overloaded.
+    #[arg(long, default_value = "")]
+    service: String,
+    /// How long to wait for the answer, e.g. 3s or 500ms.
+    #[arg(long, default_value = "3s", value_parser = toolgate::duration::parse)]
+    timeout: std::time::Duration,
+    /// TOML config file to read server.listen from (environment overrides apply too).
+    #[arg(long, env = "TOOLGATE_CONFIG")]
+    config: Option<PathBuf>,
 }
 
 #[derive(clap::Args, Clone, Default)]
@@ -59,6 +82,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::CheckConfig { file }) => check_config(&file),
+        Some(Command::Health(args)) => health(args),
         Some(Command::Serve(args)) => serve(args),
         None => serve(cli.serve),
     }
@@ -77,6 +101,41 @@ fn check_config(file: &std::path::Path) -> ExitCode {
             report_error(&format!("{}: {e}", file.display()));
             ExitCode::FAILURE
         }
+    }
+}
+
+fn health(args: HealthArgs) -> ExitCode {
+    let addr = match args.addr {
+        Some(addr) => addr,
+        None => match Config::load(args.config.as_deref(), std::env::vars()) {
+            // Validation has checked that the address parses.
+            Ok(config) => match config.server.listen.parse() {
+                Ok(listen) => probe::local_target(listen).to_string(),
+                Err(_) => config.server.listen,
+            },
+            Err(e) => {
+                report_error(&e.to_string());
+                return ExitCode::FAILURE;
+            }
+        },
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            report_error(&format!("cannot start the async runtime: {e}"));
+            return ExitCode::FAILURE;
+        }
+    };
+    let health = runtime.block_on(probe::check(&addr, &args.service, args.timeout));
+    if health.is_serving() {
+        report(&format!("{addr}: {health}"));
+        ExitCode::SUCCESS
+    } else {
+        report_error(&format!("{addr}: {health}"));
+        ExitCode::FAILURE
     }
 }
 

@@ -242,3 +242,72 @@ async fn a_grpc_deadline_cancels_a_streaming_batch() {
     })
     .await;
 }
+
+/// Runs `toolgate health` with these arguments and extra environment; returns whether it exited
+/// 0 and what it printed. Asynchronous, so the in-process server keeps answering meanwhile.
+async fn health_command(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .arg("health")
+        .args(args)
+        .env_remove("TOOLGATE_CONFIG")
+        .env_remove("TOOLGATE_LISTEN")
+        .env_remove("TOOLGATE_SERVER__LISTEN")
+        .envs(env.iter().copied())
+        .output()
+        .await
+        .expect("toolgate runs");
+    let mut printed = String::from_utf8_lossy(&output.stdout).into_owned();
+    printed.push_str(&String::from_utf8_lossy(&output.stderr));
+    assert!(
+        matches!(output.status.code(), Some(0 | 1)),
+        "{:?}: {printed}",
+        output.status
+    );
+    (output.status.success(), printed)
+}
+
+#[tokio::test]
+async fn the_health_command_exits_0_for_a_serving_server_and_1_for_none() {
+    let ts = start().await;
+    let addr = ts.server.local_addr().to_string();
+    let (ok, printed) = health_command(&["--addr", &addr], &[]).await;
+    assert!(ok, "{printed}");
+    assert_eq!(printed.trim(), format!("{addr}: SERVING"));
+
+    // Without --addr it asks the configured address, on loopback for 0.0.0.0 (a container).
+    let listen = format!("0.0.0.0:{}", ts.server.local_addr().port());
+    let (ok, printed) = health_command(&[], &[("TOOLGATE_LISTEN", &listen)]).await;
+    assert!(ok, "{printed}");
+
+    let (ok, printed) = health_command(&["--addr", &addr, "--service", "no.Such"], &[]).await;
+    assert!(!ok);
+    assert!(printed.contains("SERVICE_UNKNOWN ('no.Such')"), "{printed}");
+
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let nothing = free.local_addr().unwrap().to_string();
+    drop(free);
+    let (ok, printed) = health_command(&["--addr", &nothing, "--timeout", "2s"], &[]).await;
+    assert!(!ok);
+    assert!(
+        printed.starts_with(&format!("{nothing}: unreachable: ")),
+        "{printed}"
+    );
+}
+
+#[tokio::test]
+async fn the_health_command_exits_1_while_the_server_drains() {
+    let ts = start().await;
+    let stream = running(&ts, json!([{"id": "w", "name": "wait_cancel"}])).await;
+    ts.server.shutdown_handle().shutdown();
+    eventually("health goes NOT_SERVING", async || {
+        health(&ts, "").await == ServingStatus::NotServing
+    })
+    .await;
+    let addr = ts.server.local_addr().to_string();
+    let (ok, printed) = health_command(&["--addr", &addr], &[]).await;
+    assert!(!ok);
+    assert_eq!(printed.trim(), format!("{addr}: NOT_SERVING"));
+    // The client leaving cancels the batch, so the drain ends without waiting out the grace.
+    drop(stream);
+    ts.server.wait().await.unwrap();
+}
