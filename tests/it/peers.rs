@@ -69,7 +69,12 @@ impl Binary {
     }
 
     /// Sends SIGTERM and returns the exit status and what the server logged.
-    fn terminate(mut self) -> (std::process::ExitStatus, String) {
+    fn terminate(self) -> (std::process::ExitStatus, String) {
+        self.send_sigterm();
+        self.exit()
+    }
+
+    fn send_sigterm(&self) {
         let pid = self.child.id().to_string();
         assert!(
             Command::new("kill")
@@ -78,6 +83,10 @@ impl Binary {
                 .unwrap()
                 .success()
         );
+    }
+
+    /// Waits for the process to exit; returns its status and what it logged.
+    fn exit(mut self) -> (std::process::ExitStatus, String) {
         let status = self.child.wait().unwrap();
         let mut log = String::new();
         std::io::Read::read_to_string(&mut self.stderr.take().unwrap(), &mut log).unwrap();
@@ -207,6 +216,46 @@ fn the_python_client_example_runs_against_the_binary() {
 fn sigterm_stops_the_binary_gracefully() {
     let server = Binary::start(&[]);
     let (status, log) = server.terminate();
+    assert!(status.success(), "exit status {status:?}\n{log}");
+    assert_contains(&log, &["shutdown started", "stopped"]);
+}
+
+/// What `docker stop` does to the container: SIGTERM while a batch runs. The batch finishes
+/// within the grace period, its client gets the whole result, and the process exits 0.
+#[tokio::test]
+async fn sigterm_lets_a_running_batch_finish_then_exits_0() {
+    use tokio_stream::StreamExt;
+    use toolgate::pb::dispatch_event::Event;
+
+    let server = Binary::start(&[]);
+    let mut client =
+        toolgate::pb::tool_gate_client::ToolGateClient::connect(format!("http://{}", server.addr))
+            .await
+            .unwrap();
+    let calls = serde_json::json!([{"id": "s", "name": "sleep", "arguments": {"ms": 1500}}]);
+    let mut stream = client
+        .dispatch_batch(crate::support::request(calls))
+        .await
+        .unwrap()
+        .into_inner();
+    while !matches!(
+        stream.next().await.unwrap().unwrap().event,
+        Some(Event::ToolPre(_))
+    ) {}
+    server.send_sigterm();
+    let mut result = None;
+    while let Some(message) = stream.next().await {
+        if let Some(Event::Result(r)) = message.unwrap().event {
+            result = Some(r);
+        }
+    }
+    let result = result.expect("the result arrives after SIGTERM");
+    assert_eq!(
+        result.outcome,
+        toolgate::pb::batch_result::Outcome::Completed as i32
+    );
+    assert!(result.all_succeeded, "{result:?}");
+    let (status, log) = server.exit();
     assert!(status.success(), "exit status {status:?}\n{log}");
     assert_contains(&log, &["shutdown started", "stopped"]);
 }
