@@ -21,7 +21,9 @@ Run over stdio (toolgate spawns it):
     kind = "mcp"
     command = ["python3", "examples/python/mcp_server.py"]
 
-or over streamable HTTP on loopback (`--http PORT`; the endpoint is http://127.0.0.1:PORT/mcp).
+or over streamable HTTP on loopback (`--http PORT`; the endpoint is http://127.0.0.1:PORT/mcp);
+`--host 0.0.0.0` serves every interface (in a container), without the SDK's DNS-rebinding
+check, which only loopback servers get.
 """
 
 import argparse
@@ -107,8 +109,9 @@ def request_header(name: str, ctx: Context) -> str:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--http", type=int, metavar="PORT", help="serve streamable HTTP on this port")
+    parser.add_argument("--host", default="127.0.0.1", help="address of --http (0.0.0.0 in a container)")
     args = parser.parse_args()
     if args.http is None:
         server.run()
     else:
-        server.run("streamable-http", host="127.0.0.1", port=args.http)
+        server.run("streamable-http", host=args.host, port=args.http)

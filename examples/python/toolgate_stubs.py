@@ -29,11 +29,20 @@ def load_worker():
 
 
 def generate():
-    """Generates the stubs into examples/python/generated/ if the protos changed."""
+    """Generates the stubs into examples/python/generated/ if the protos changed.
+
+    Stubs shipped without the protos (the worker's container image, deploy/worker.Dockerfile)
+    are used as they are.
+    """
     sources = [PROTO_ROOT / "toolgate" / "v1" / name for name in PROTOS]
     target = GENERATED / "toolgate" / "v1" / "toolgate_pb2.py"
-    newest = max(p.stat().st_mtime for p in sources)
-    if not target.exists() or target.stat().st_mtime < newest:
+    if not target.exists():
+        stale = True
+    elif not PROTO_ROOT.exists():
+        stale = False
+    else:
+        stale = target.stat().st_mtime < max(p.stat().st_mtime for p in sources)
+    if stale:
         import grpc_tools
         from grpc_tools import protoc
 

@@ -22,8 +22,8 @@ Tools:
   bump_description {}          changes word_count's description (definition pinning demo)
   cancellations {}             how many calls this worker has seen cancelled
 
-usage: python examples/python/worker.py [--port 7001]   (0 picks a free port; the address is
-printed as "listening on 127.0.0.1:PORT")
+usage: python examples/python/worker.py [--port 7001] [--host 127.0.0.1]   (port 0 picks a free
+port; the address is printed as "listening on HOST:PORT"; in a container, --host 0.0.0.0)
 """
 
 import argparse
@@ -151,6 +151,8 @@ class Worker(worker_pb2_grpc.ToolWorkerServicer):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=7001)
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to listen on (0.0.0.0 in a container)")
     parser.add_argument("--without", action="append", default=[], metavar="TOOL",
                         help="leave this tool out of ListTools (repeatable)")
     parser.add_argument("--tls-cert", help="serve TLS with this PEM certificate chain")
@@ -161,11 +163,11 @@ def main():
     if args.tls_cert:
         with open(args.tls_cert, "rb") as cert, open(args.tls_key, "rb") as key:
             credentials = grpc.ssl_server_credentials([(key.read(), cert.read())])
-        port = server.add_secure_port(f"127.0.0.1:{args.port}", credentials)
+        port = server.add_secure_port(f"{args.host}:{args.port}", credentials)
     else:
-        port = server.add_insecure_port(f"127.0.0.1:{args.port}")
+        port = server.add_insecure_port(f"{args.host}:{args.port}")
     server.start()
-    print(f"listening on 127.0.0.1:{port}", flush=True)
+    print(f"listening on {args.host}:{port}", flush=True)
     server.wait_for_termination()
 
 
