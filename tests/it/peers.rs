@@ -296,6 +296,36 @@ fn a_bad_config_exits_non_zero_listing_every_problem() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The configs the deployment ships: deploy/compose.yaml's file and the Kubernetes ConfigMap's.
+#[test]
+fn the_deploy_configs_pass_check_config() {
+    let configmap = std::fs::read_to_string(format!("{REPO}/deploy/k8s/configmap.yaml")).unwrap();
+    // The file is the ConfigMap's one block scalar, `toolgate.toml: |`, indented four spaces.
+    let (_, block) = configmap.split_once("toolgate.toml: |\n").unwrap();
+    let toml: String = block
+        .lines()
+        .take_while(|line| line.is_empty() || line.starts_with("    "))
+        .map(|line| format!("{}\n", line.get(4..).unwrap_or_default()))
+        .collect();
+    assert!(toml.contains("[server]"), "{toml}");
+    let dir = std::env::temp_dir().join(format!("toolgate-peers-deploy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let from_configmap = dir.join("configmap.toml");
+    std::fs::write(&from_configmap, toml).unwrap();
+    for file in [Path::new(REPO).join("deploy/toolgate.toml"), from_configmap] {
+        let output = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+            .arg("check-config")
+            .arg(&file)
+            .output()
+            .unwrap();
+        let printed = String::from_utf8_lossy(&output.stdout).into_owned()
+            + &String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{printed}");
+        assert!(!printed.contains("warning"), "{printed}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn command_line_settings_win_over_the_environment_and_are_validated_with_the_config() {
     let server = Binary::start_with(
