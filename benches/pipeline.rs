@@ -85,7 +85,7 @@ fn batch(elements: Vec<Value>, session: &str, mode: Mode) -> Batch {
             fail_fast: false,
         },
         turn: 1,
-        trace: None,
+        trace: toolgate::trace::Span::none(),
     }
 }
 

@@ -25,6 +25,16 @@ pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
 /// Prefix of environment variables that override config keys.
 pub const ENV_PREFIX: &str = "TOOLGATE_";
 
+/// The trace samplers `telemetry.sampler` may name (the `OTEL_TRACES_SAMPLER` names).
+pub const SAMPLERS: &[&str] = &[
+    "always_on",
+    "always_off",
+    "traceidratio",
+    "parentbased_always_on",
+    "parentbased_always_off",
+    "parentbased_traceidratio",
+];
+
 /// Declares the sections once: the `Config` struct, `SECTIONS` and the per-section reader.
 macro_rules! sections {
     ($($(#[$doc:meta])* $name:ident: $ty:ty,)*) => {

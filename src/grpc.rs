@@ -6,6 +6,7 @@ mod batch_stream;
 pub mod codec;
 pub mod convert;
 mod reply;
+mod rpc_span;
 pub(crate) mod server;
 mod service;
 mod status;

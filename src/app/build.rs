@@ -10,7 +10,7 @@ use tokio::sync::Semaphore;
 
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::middleware::{CacheRule, MiddlewareConfig, PermissionRule, Redactor};
+use crate::middleware::{CacheRule, MiddlewareConfig, PermissionRule};
 use crate::safety::hooks::{CommandHook, GrpcHook, Hook, RuleHook};
 use crate::session::{SessionLimits, Sessions};
 
@@ -23,17 +23,7 @@ pub(crate) fn middleware_config(
     c: &Config,
     metrics: Arc<Metrics>,
 ) -> Result<MiddlewareConfig, String> {
-    let redactor = if c.redaction.enabled {
-        let custom: Vec<(String, String)> = c
-            .redaction
-            .patterns
-            .iter()
-            .map(|p| (p.kind.clone(), p.regex.clone()))
-            .collect();
-        Redactor::new(&custom, c.redaction.entropy)?.with_metrics(metrics)
-    } else {
-        Redactor::disabled()
-    };
+    let redactor = c.redaction.redactor()?.with_metrics(metrics);
     let permissions = c
         .permissions
         .rules

@@ -235,6 +235,21 @@ pub struct RedactionConfig {
     pub patterns: Vec<RedactionPattern>,
 }
 
+impl RedactionConfig {
+    /// The redactor this section describes (one that changes nothing when it is off).
+    pub fn redactor(&self) -> Result<crate::middleware::Redactor, String> {
+        if !self.enabled {
+            return Ok(crate::middleware::Redactor::disabled());
+        }
+        let custom: Vec<(String, String)> = self
+            .patterns
+            .iter()
+            .map(|p| (p.kind.clone(), p.regex.clone()))
+            .collect();
+        crate::middleware::Redactor::new(&custom, self.entropy)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RedactionPattern {
@@ -350,6 +365,21 @@ pub struct TelemetryConfig {
     /// How long one export may take before it is abandoned.
     #[serde(with = "duration")]
     pub export_timeout: Duration,
+    /// Export traces when a collector is configured (`OTEL_TRACES_EXPORTER=none` also turns
+    /// them off).
+    pub traces: bool,
+    /// Which traces are recorded: an `OTEL_TRACES_SAMPLER` name (`parentbased_always_on`,
+    /// `parentbased_traceidratio`, `traceidratio`, `always_on`, `always_off`,
+    /// `parentbased_always_off`); `OTEL_TRACES_SAMPLER` wins.
+    pub sampler: String,
+    /// The ratio of the `*traceidratio` samplers, 0 to 1; `OTEL_TRACES_SAMPLER_ARG` wins.
+    pub sampler_ratio: f64,
+    /// Finished spans waiting for export at most; more are dropped (and counted).
+    pub max_queued_spans: usize,
+    /// Opt-in: put each call's arguments and result on its span (`gen_ai.tool.call.arguments`
+    /// and `.result`), redacted and cut to `content_max_chars`.
+    pub capture_content: bool,
+    pub content_max_chars: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -498,6 +528,12 @@ impl Default for TelemetryConfig {
             service_name: "toolgate".to_owned(),
             metrics_interval: Duration::from_secs(60),
             export_timeout: Duration::from_secs(10),
+            traces: true,
+            sampler: "parentbased_always_on".to_owned(),
+            sampler_ratio: 1.0,
+            max_queued_spans: 2048,
+            capture_content: false,
+            content_max_chars: 1024,
         }
     }
 }

@@ -45,6 +45,25 @@ impl Config {
         if t.export_timeout.is_zero() {
             p.push("telemetry.export_timeout: must be longer than zero".to_owned());
         }
+        if !super::SAMPLERS.contains(&t.sampler.as_str()) {
+            p.push(format!(
+                "telemetry.sampler: '{}' is not one of {}",
+                t.sampler,
+                super::SAMPLERS.join(", ")
+            ));
+        }
+        if !(0.0..=1.0).contains(&t.sampler_ratio) {
+            p.push("telemetry.sampler_ratio: must be between 0 and 1".to_owned());
+        }
+        if t.max_queued_spans == 0 {
+            p.push("telemetry.max_queued_spans: must be at least 1".to_owned());
+        }
+        if t.capture_content && t.content_max_chars == 0 {
+            p.push(
+                "telemetry.content_max_chars: must be at least 1 when capture_content is on"
+                    .to_owned(),
+            );
+        }
         if self.server.max_message_bytes < 1024 {
             p.push("server.max_message_bytes: must be at least 1024".to_owned());
         }

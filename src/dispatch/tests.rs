@@ -255,7 +255,7 @@ fn named_batch(session: &str, calls: Value) -> Batch {
             fail_fast: false,
         },
         turn: 0,
-        trace: None,
+        trace: crate::trace::Span::none(),
     }
 }
 

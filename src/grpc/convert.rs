@@ -116,7 +116,7 @@ pub fn batch_from_request(
         bindings,
         options: batch_options,
         turn: request.turn,
-        trace: None,
+        trace: crate::trace::Span::none(),
     })
 }
 

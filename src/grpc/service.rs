@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use opentelemetry::trace::FutureExt as _;
 use tokio::sync::mpsc;
 use tokio_util::task::TaskTracker;
 use tonic::metadata::MetadataMap;
@@ -15,6 +16,7 @@ use super::admission::{Admission, Refusal, Ticket};
 use super::batch_stream::{BatchStream, StallWatch};
 use super::convert::{self, RequestRules};
 use super::reply;
+use super::rpc_span::RpcSpan;
 use super::status::RequestError;
 use crate::dispatch::{Batch, Cancel, Dispatcher, Event, Mode, NoObserver, Observer};
 use crate::metrics::Metrics;
@@ -22,6 +24,7 @@ use crate::pb;
 use crate::pb::tool_gate_server::ToolGate;
 use crate::tools::BoxFuture;
 use crate::tools::remote::{Contributed, RemoteSpec, Remotes};
+use crate::trace::Tracer;
 
 /// Events buffered per stream before the batch waits for the client to read.
 const EVENT_BUFFER: usize = 64;
@@ -40,6 +43,8 @@ pub struct ServiceState {
     pub stalls: Arc<StallWatch>,
     /// Where refusals for capacity are counted.
     pub metrics: Arc<Metrics>,
+    /// Where each RPC's server span is made (the batch's and the calls' are the dispatcher's).
+    pub tracer: Tracer,
     pub remotes: Arc<Remotes>,
     /// Whether `RegisterRemote` / `UnregisterRemote` are allowed.
     pub allow_registration: bool,
@@ -78,6 +83,16 @@ impl ToolGateService {
                     .to_owned(),
             ))
         }
+    }
+
+    /// The server span of `method`, under the request's trace context.
+    fn rpc<T>(&self, method: &'static str, request: &Request<T>) -> RpcSpan {
+        RpcSpan::start(
+            &self.state.tracer,
+            method,
+            request.metadata(),
+            request.remote_addr(),
+        )
     }
 
     fn refused(&self, refusal: Refusal) -> RequestError {
@@ -145,32 +160,37 @@ impl ToolGate for ToolGateService {
         &self,
         request: Request<pb::DispatchBatchRequest>,
     ) -> Result<Response<Self::DispatchBatchStream>, Status> {
+        let rpc = self.rpc("DispatchBatch", &request);
         let deadline = grpc_timeout(request.metadata());
-        let trace = trace_context(request.metadata());
         let connection = request.remote_addr();
-        let (mut batch, ticket) = self.admit(connection, request.into_inner())?;
+        let (mut batch, ticket) = match self.admit(connection, request.into_inner()) {
+            Ok(admitted) => admitted,
+            Err(error) => return rpc.finish_with(Err(error.into())),
+        };
         batch.options.deadline = deadline.map(|d| tokio::time::Instant::now() + d);
-        batch.trace = Some(Arc::new(trace));
+        batch.trace = rpc.span().clone();
         let (tx, rx) = mpsc::channel(EVENT_BUFFER);
         let cancel = self.state.shutdown.child();
         let dispatcher = self.state.dispatcher.clone();
         let max_reply = self.state.rules.limits.max_reply_bytes;
+        let context = rpc.span().context().clone();
         let run = async move {
             let _ticket = ticket;
             // The stream owns this future: a client that leaves drops it, and the guard then
-            // fires the batch's cancel so tool tokens fire too.
+            // fires the batch's cancel so tool tokens fire too (and the span ends CANCELLED).
             let _guard = cancel.token().clone().drop_guard();
             let observer = StreamObserver { tx };
             let report = tokio::select! {
                 report = dispatcher.run(batch, &observer, &cancel) => report,
                 never = expire(&cancel, deadline) => match never {},
             };
-            let reply = reply::batch_result_within(&report, max_reply).map_err(Status::from)?;
+            let reply = reply::batch_result_within(&report, max_reply).map_err(Status::from);
+            let reply = rpc.finish_with(reply)?;
             Ok(pb::DispatchEvent {
                 event: Some(pb::dispatch_event::Event::Result(reply)),
             })
         };
-        let run = self.state.tracker.track_future(run);
+        let run = self.state.tracker.track_future(run.with_context(context));
         Ok(Response::new(BatchStream::new(
             Box::pin(run),
             rx,
@@ -182,21 +202,29 @@ impl ToolGate for ToolGateService {
         &self,
         request: Request<pb::DispatchBatchRequest>,
     ) -> Result<Response<pb::BatchResult>, Status> {
+        let rpc = self.rpc("Dispatch", &request);
         let deadline = grpc_timeout(request.metadata());
-        let trace = trace_context(request.metadata());
         let connection = request.remote_addr();
-        let (mut batch, _ticket) = self.admit(connection, request.into_inner())?;
+        let (mut batch, _ticket) = match self.admit(connection, request.into_inner()) {
+            Ok(admitted) => admitted,
+            Err(error) => return rpc.finish_with(Err(error.into())),
+        };
         batch.options.deadline = deadline.map(|d| tokio::time::Instant::now() + d);
-        batch.trace = Some(Arc::new(trace));
+        batch.trace = rpc.span().clone();
         let cancel = self.state.shutdown.child();
         // tonic drops this future when the client goes or its deadline passes; the guard then
-        // fires the batch's cancel so tool tokens fire too.
+        // fires the batch's cancel so tool tokens fire too (and the span ends CANCELLED).
         let _guard = cancel.token().clone().drop_guard();
         let run = self.state.dispatcher.run(batch, &NoObserver, &cancel);
-        let report = self.state.tracker.track_future(run).await;
+        let context = rpc.span().context().clone();
+        let report = self
+            .state
+            .tracker
+            .track_future(run.with_context(context))
+            .await;
         let max_reply = self.state.rules.limits.max_reply_bytes;
-        let reply = reply::batch_result_within(&report, max_reply)?;
-        Ok(Response::new(reply))
+        let reply = reply::batch_result_within(&report, max_reply).map_err(Status::from);
+        rpc.finish_with(reply).map(Response::new)
     }
 
     async fn get_tool_health(
@@ -345,15 +373,6 @@ async fn expire(cancel: &Cancel, deadline: Option<Duration>) -> Infallible {
         cancel.cancel("the request deadline passed");
     }
     std::future::pending().await
-}
-
-/// The client's W3C trace context (`traceparent` metadata), or a new trace.
-fn trace_context(metadata: &MetadataMap) -> crate::trace::TraceContext {
-    metadata
-        .get("traceparent")
-        .and_then(|v| v.to_str().ok())
-        .and_then(crate::trace::TraceContext::parse)
-        .unwrap_or_else(crate::trace::TraceContext::new_trace)
 }
 
 /// The client's `grpc-timeout` header (`<digits><unit>`, units H M S m u n), if any.

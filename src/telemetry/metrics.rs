@@ -60,17 +60,6 @@ impl OtlpExport {
             timeout: config.export_timeout,
         })
     }
-
-    /// The resource every export carries: `service.name` (`OTEL_SERVICE_NAME` wins over the
-    /// config) and `OTEL_RESOURCE_ATTRIBUTES`.
-    fn resource(&self) -> Resource {
-        let builder = Resource::builder();
-        if std::env::var("OTEL_SERVICE_NAME").is_ok_and(|v| !v.is_empty()) {
-            builder.build()
-        } else {
-            builder.with_service_name(self.service_name.clone()).build()
-        }
-    }
 }
 
 impl MetricsPipeline {
@@ -95,7 +84,10 @@ impl MetricsPipeline {
         let reader = PeriodicReader::builder(exporter)
             .with_interval(export.interval)
             .build();
-        Ok(Self::build(Some((reader, export.resource()))))
+        Ok(Self::build(Some((
+            reader,
+            super::resource(&export.service_name),
+        ))))
     }
 
     fn build(otlp: Option<(PeriodicReader<opentelemetry_otlp::MetricExporter>, Resource)>) -> Self {

@@ -2,11 +2,13 @@
 the official opentelemetry-proto stubs, on a free loopback port.
 
 Prints "listening on 127.0.0.1:PORT", then one JSON line per Export request received:
-{"signal": "metrics" | "traces", "request": <the request as proto3 JSON>}. Runs until killed.
+{"signal": "metrics" | "traces", "encoding": <the grpc-encoding the request came with, or null>,
+"request": <the request as proto3 JSON>}. Runs until killed.
 """
 
 import json
 import sys
+import threading
 from concurrent import futures
 
 import grpc
@@ -21,20 +23,31 @@ from opentelemetry.proto.collector.trace.v1 import (
 )
 
 
-def record(signal, request):
-    line = {"signal": signal, "request": json_format.MessageToDict(request)}
-    print(json.dumps(line), flush=True)
+# Exports arrive on several threads at once; one line at a time on stdout.
+PRINTING = threading.Lock()
+
+
+def record(signal, request, context):
+    metadata = dict(context.invocation_metadata())
+    line = {
+        "signal": signal,
+        "encoding": metadata.get("grpc-encoding"),
+        "request": json_format.MessageToDict(request),
+    }
+    text = json.dumps(line)
+    with PRINTING:
+        print(text, flush=True)
 
 
 class Metrics(metrics_service_pb2_grpc.MetricsServiceServicer):
     def Export(self, request, context):
-        record("metrics", request)
+        record("metrics", request, context)
         return metrics_service_pb2.ExportMetricsServiceResponse()
 
 
 class Traces(trace_service_pb2_grpc.TraceServiceServicer):
     def Export(self, request, context):
-        record("traces", request)
+        record("traces", request, context)
         return trace_service_pb2.ExportTraceServiceResponse()
 
 

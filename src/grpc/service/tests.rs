@@ -24,6 +24,7 @@ fn wire(config: &str) -> (ToolGateService, Arc<ServiceState>) {
         admission: Admission::new((&config.server).into()),
         stalls: StallWatch::new(config.server.stall_timeout),
         metrics: Arc::default(),
+        tracer: crate::trace::Tracer::off(),
         remotes,
         allow_registration: config.remote_registration.enabled,
         stdio_commands: config.remote_registration.stdio_commands.clone(),

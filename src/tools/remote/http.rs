@@ -111,6 +111,9 @@ impl Endpoint {
         if let Some(traceparent) = ctx.traceparent() {
             request = request.header("traceparent", traceparent);
         }
+        if let Some(tracestate) = ctx.tracestate() {
+            request = request.header("tracestate", tracestate);
+        }
         let response = request.send().await.map_err(|e| {
             ToolError::transport(format!("http tool '{}' at {}: {e}", self.remote, self.url))
         })?;

@@ -291,6 +291,9 @@ impl Connection {
         if let Some(traceparent) = ctx.traceparent() {
             let mut meta = serde_json::Map::new();
             meta.insert("traceparent".to_owned(), Value::String(traceparent));
+            if let Some(tracestate) = ctx.tracestate() {
+                meta.insert("tracestate".to_owned(), Value::String(tracestate));
+            }
             options.meta = Some(rmcp::model::RequestMetaObject(rmcp::model::MetaObject(
                 meta,
             )));
