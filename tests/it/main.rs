@@ -22,3 +22,4 @@ mod remote;
 mod server;
 mod support;
 mod tidy;
+mod traces;

@@ -141,14 +141,14 @@ async fn an_empty_admin_address_turns_the_listener_off() {
 }
 
 /// The Python OTLP receiver (`tests/otel/otlp_receiver.py`), killed on drop.
-struct Receiver {
+pub(crate) struct Receiver {
     child: tokio::process::Child,
     lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
-    addr: String,
+    pub addr: String,
 }
 
 impl Receiver {
-    async fn start() -> Receiver {
+    pub(crate) async fn start() -> Receiver {
         use tokio::io::AsyncBufReadExt;
         let python = crate::peers::testenv().join("venv/bin/python");
         let script =
@@ -170,7 +170,11 @@ impl Receiver {
     }
 
     /// The next export of `signal` whose request text contains `needle` (waiting up to 20 s).
-    async fn export_containing(&mut self, signal: &str, needle: &str) -> serde_json::Value {
+    pub(crate) async fn export_containing(
+        &mut self,
+        signal: &str,
+        needle: &str,
+    ) -> serde_json::Value {
         let wait = async {
             while let Some(line) = self.lines.next_line().await.unwrap() {
                 let export: serde_json::Value = serde_json::from_str(&line).unwrap();
@@ -183,6 +187,49 @@ impl Receiver {
         tokio::time::timeout(std::time::Duration::from_secs(20), wait)
             .await
             .unwrap_or_else(|_| panic!("no {signal} export containing {needle:?} within 20 s"))
+    }
+}
+
+impl Receiver {
+    /// The spans exported so far, until `enough` says they are (waiting up to 20 s). Each span
+    /// gets `service` (its resource's `service.name`) added.
+    pub(crate) async fn spans_until(
+        &mut self,
+        enough: impl Fn(&[serde_json::Value]) -> bool,
+    ) -> Vec<serde_json::Value> {
+        let mut spans = Vec::new();
+        let wait = async {
+            while !enough(&spans) {
+                let Some(line) = self.lines.next_line().await.unwrap() else {
+                    panic!("the receiver stopped");
+                };
+                let export: serde_json::Value = serde_json::from_str(&line).unwrap();
+                if export["signal"] != "traces" {
+                    continue;
+                }
+                for resource in export["request"]["resourceSpans"].as_array().unwrap() {
+                    let service = resource["resource"]["attributes"]
+                        .as_array()
+                        .and_then(|a| a.iter().find(|kv| kv["key"] == "service.name"))
+                        .map(|kv| kv["value"]["stringValue"].clone())
+                        .unwrap_or_default();
+                    for scope in resource["scopeSpans"].as_array().unwrap() {
+                        for span in scope["spans"].as_array().unwrap() {
+                            let mut span = span.clone();
+                            span["service"] = service.clone();
+                            spans.push(span);
+                        }
+                    }
+                }
+            }
+        };
+        if tokio::time::timeout(std::time::Duration::from_secs(20), wait)
+            .await
+            .is_err()
+        {
+            panic!("not enough spans within 20 s; got {spans:#?}");
+        }
+        spans
     }
 }
 

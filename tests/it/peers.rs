@@ -364,3 +364,64 @@ async fn loop_detection_keeps_digests_not_whole_inputs() {
         "RSS grew from {before} KiB to {after} KiB over 140 MB of arguments"
     );
 }
+
+#[test]
+fn log_lines_inside_a_batch_carry_its_trace_ids_and_no_secrets() {
+    let secret = "ghp_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789";
+    let dir = std::env::temp_dir().join(format!("toolgate-peers-log-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("leaky.toml");
+    // A hook that fails with a secret in its stderr: the failure is logged, the secret is not.
+    std::fs::write(
+        &file,
+        format!(
+            "[[hooks.command]]\nname = \"leaky\"\ncommand = [\"sh\", \"-c\", \"cat >/dev/null; echo 'auth with {secret} failed' >&2; exit 1\"]\nfailure_mode = \"fail_open\"\n"
+        ),
+    )
+    .unwrap();
+    let server = Binary::start(&["--config", file.to_str().unwrap(), "--log-format", "json"]);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let result = runtime.block_on(async {
+        let channel = crate::support::connect(server.addr.parse().unwrap()).await;
+        let mut client = toolgate::pb::tool_gate_client::ToolGateClient::new(channel);
+        let mut req = tonic::Request::new(crate::support::request(
+            serde_json::json!([{"id": "a", "name": "echo", "arguments": {"x": 1}}]),
+        ));
+        req.metadata_mut().insert(
+            "traceparent",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+                .parse()
+                .unwrap(),
+        );
+        client.dispatch(req).await.unwrap().into_inner()
+    });
+    assert!(result.results[0].success, "the hook fails open");
+    let (status, log) = server.terminate();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(status.success(), "{log}");
+    assert!(!log.contains(secret), "a secret reached the log: {log}");
+    let line = log
+        .lines()
+        .find(|l| l.contains("hook failed"))
+        .unwrap_or_else(|| panic!("no hook failure logged: {log}"));
+    let parsed: serde_json::Value = serde_json::from_str(line).unwrap();
+    assert!(
+        parsed["fields"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("[REDACTED:github_token]"),
+        "{line}"
+    );
+    assert_eq!(
+        parsed["trace_id"], "0af7651916cd43dd8448eb211c80319c",
+        "{line}"
+    );
+    let span_id = parsed["span_id"].as_str().unwrap();
+    assert!(
+        span_id.len() == 16 && span_id != "b7ad6b7169203331",
+        "the line carries the span it was logged in: {line}"
+    );
+    // Lines outside any request carry no ids.
+    let listening = log.lines().find(|l| l.contains("listening")).unwrap();
+    assert!(!listening.contains("trace_id"), "{listening}");
+}

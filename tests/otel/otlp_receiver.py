@@ -2,10 +2,12 @@
 the official opentelemetry-proto stubs, on a free loopback port.
 
 Prints "listening on 127.0.0.1:PORT", then one JSON line per Export request received:
-{"signal": "metrics" | "traces", "encoding": <the grpc-encoding the request came with, or null>,
-"request": <the request as proto3 JSON>}. Runs until killed.
+{"signal": "metrics" | "traces", "request": <the request as proto3 JSON>}, with trace and span ids as lowercase hex (as W3C
+headers and the OTLP/JSON encoding write them) rather than protobuf JSON's base64. Runs until
+killed.
 """
 
+import base64
 import json
 import sys
 import threading
@@ -27,13 +29,19 @@ from opentelemetry.proto.collector.trace.v1 import (
 PRINTING = threading.Lock()
 
 
-def record(signal, request, context):
-    metadata = dict(context.invocation_metadata())
-    line = {
-        "signal": signal,
-        "encoding": metadata.get("grpc-encoding"),
-        "request": json_format.MessageToDict(request),
-    }
+def hex_ids(request):
+    """Rewrites the span ids of a trace export from base64 to hex, in place."""
+    for resource in request.get("resourceSpans", []):
+        for scope in resource.get("scopeSpans", []):
+            for span in scope.get("spans", []):
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    if span.get(key):
+                        span[key] = base64.b64decode(span[key]).hex()
+    return request
+
+
+def record(signal, request):
+    line = {"signal": signal, "request": hex_ids(json_format.MessageToDict(request))}
     text = json.dumps(line)
     with PRINTING:
         print(text, flush=True)
@@ -41,13 +49,13 @@ def record(signal, request, context):
 
 class Metrics(metrics_service_pb2_grpc.MetricsServiceServicer):
     def Export(self, request, context):
-        record("metrics", request, context)
+        record("metrics", request)
         return metrics_service_pb2.ExportMetricsServiceResponse()
 
 
 class Traces(trace_service_pb2_grpc.TraceServiceServicer):
     def Export(self, request, context):
-        record("traces", request, context)
+        record("traces", request)
         return trace_service_pb2.ExportTraceServiceResponse()
 
 
