@@ -5,10 +5,15 @@ Prints "listening on 127.0.0.1:PORT", then one JSON line per Export request rece
 {"signal": "metrics" | "traces", "request": <the request as proto3 JSON>}, with trace and span ids as lowercase hex (as W3C
 headers and the OTLP/JSON encoding write them) rather than protobuf JSON's base64. Runs until
 killed.
+
+With --quiet (the benchmarks' collector) it prints nothing per export, only counts, and on
+SIGTERM prints one line: {"exports": N, "spans": N}.
 """
 
+import argparse
 import base64
 import json
+import signal
 import sys
 import threading
 from concurrent import futures
@@ -40,8 +45,19 @@ def hex_ids(request):
     return request
 
 
-def record(signal, request):
-    line = {"signal": signal, "request": hex_ids(json_format.MessageToDict(request))}
+QUIET = False
+COUNTS = {"exports": 0, "spans": 0}
+
+
+def record(kind, request):
+    if QUIET:
+        spans = sum(len(scope.spans) for resource in getattr(request, "resource_spans", [])
+                    for scope in resource.scope_spans)
+        with PRINTING:
+            COUNTS["exports"] += 1
+            COUNTS["spans"] += spans
+        return
+    line = {"signal": kind, "request": hex_ids(json_format.MessageToDict(request))}
     text = json.dumps(line)
     with PRINTING:
         print(text, flush=True)
@@ -60,6 +76,17 @@ class Traces(trace_service_pb2_grpc.TraceServiceServicer):
 
 
 def main():
+    global QUIET
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quiet", action="store_true", help="count exports, print totals on SIGTERM")
+    QUIET = parser.parse_args().quiet
+
+    def totals(*_):
+        with PRINTING:
+            print(json.dumps(COUNTS), flush=True)
+        sys.exit(0)
+
+    signal.signal(signal.SIGTERM, totals)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(Metrics(), server)
     trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Traces(), server)
