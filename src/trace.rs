@@ -107,11 +107,11 @@ impl Tracer {
         self.inner.as_ref().and_then(|on| on.content_chars)
     }
 
-    /// Starts a span named `name` under `parent` (a remote or local span, or nothing for a new
-    /// trace). `attributes` runs only when the span is recorded.
-    pub fn start(
+    /// Starts a span named `name()` under `parent` (a remote or local span, or nothing for a new
+    /// trace). `name` runs only when tracing is on, `attributes` only when the span is recorded.
+    pub fn start<N: Into<Cow<'static, str>>>(
         &self,
-        name: impl Into<Cow<'static, str>>,
+        name: impl FnOnce() -> N,
         kind: SpanKind,
         parent: &Context,
         attributes: impl FnOnce() -> Vec<KeyValue>,
@@ -120,7 +120,7 @@ impl Tracer {
             Some(on) => {
                 let span = on
                     .tracer
-                    .build_with_context(SpanBuilder::from_name(name).with_kind(kind), parent);
+                    .build_with_context(SpanBuilder::from_name(name()).with_kind(kind), parent);
                 let cx = parent.with_span(span);
                 if cx.span().is_recording() {
                     cx.span().set_attributes(attributes());
@@ -334,8 +334,8 @@ mod tests {
             )
             .unwrap(),
         );
-        let a = tracer.start("a", SpanKind::Internal, parent.context(), Vec::new);
-        let b = tracer.start("b", SpanKind::Internal, a.context(), Vec::new);
+        let a = tracer.start(|| "a", SpanKind::Internal, parent.context(), Vec::new);
+        let b = tracer.start(|| "b", SpanKind::Internal, a.context(), Vec::new);
         let (a, b) = (a.span_context(), b.span_context());
         assert_eq!(a.trace_id(), parent.span_context().trace_id());
         assert_eq!(b.trace_id(), a.trace_id());
@@ -343,9 +343,12 @@ mod tests {
         assert_ne!(a.span_id(), parent.span_context().span_id());
         assert!(a.is_sampled(), "the client's sampling decision passes on");
         // Without a parent, a new trace that nobody samples.
-        let fresh = tracer.start("c", SpanKind::Internal, Span::none().context(), || {
-            unreachable!("attributes are never built for an unrecorded span")
-        });
+        let fresh = tracer.start(
+            || "c",
+            SpanKind::Internal,
+            Span::none().context(),
+            || unreachable!("attributes are never built for an unrecorded span"),
+        );
         assert!(fresh.span_context().is_valid() && !fresh.span_context().is_sampled());
         assert!(!fresh.is_recording());
     }

@@ -21,7 +21,7 @@ const EXECUTE_TOOL: &str = "execute_tool";
 /// The batch span, under the RPC's span (or a new trace).
 pub(super) fn batch(tracer: &Tracer, batch: &Batch, session: &str) -> Span {
     tracer.start(
-        "toolgate.batch",
+        || "toolgate.batch",
         SpanKind::Internal,
         batch.trace.context(),
         || {
@@ -58,7 +58,7 @@ pub(super) fn attempt(
 ) -> Span {
     let tool = registered.tool.name();
     tracer.start(
-        format!("{EXECUTE_TOOL} {}", call.name),
+        || format!("{EXECUTE_TOOL} {}", call.name),
         SpanKind::Internal,
         parent.context(),
         || {
@@ -118,10 +118,9 @@ pub(super) fn answered_without_attempt(
     known: bool,
     result: &CallResult,
 ) {
-    let name = if known {
-        format!("{EXECUTE_TOOL} {}", call.name)
-    } else {
-        EXECUTE_TOOL.to_owned()
+    let name = || match known {
+        true => format!("{EXECUTE_TOOL} {}", call.name),
+        false => EXECUTE_TOOL.to_owned(),
     };
     let span = tracer.start(name, SpanKind::Internal, parent.context(), || {
         let mut attributes = call_attributes(call);

@@ -37,7 +37,7 @@ impl RpcSpan {
             None => Span::none(),
         };
         let span = tracer.start(
-            format!("{SERVICE}/{method}"),
+            || format!("{SERVICE}/{method}"),
             SpanKind::Server,
             parent.context(),
             || {

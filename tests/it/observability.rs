@@ -282,10 +282,15 @@ async fn an_unreachable_collector_does_not_slow_or_fail_batches() {
     let addr = closed.local_addr().unwrap();
     drop(closed);
     let config = Config::from_toml(&format!(
-        "[telemetry]\notlp_endpoint = \"http://{addr}\"\nmetrics_interval = \"1s\"\nexport_timeout = \"500ms\""
+        "[telemetry]\notlp_endpoint = \"http://{addr}\"\nmetrics_interval = \"1s\"\nexport_timeout = \"500ms\"\nmax_queued_spans = 1"
     ))
     .unwrap();
     let ts = start_with(config).await;
+    // A burst of spans against a queue of one: most are dropped, and counted.
+    let burst: Vec<serde_json::Value> = (0..50)
+        .map(|i| json!({"id": format!("b{i}"), "name": "echo", "arguments": {"i": i}}))
+        .collect();
+    assert!(dispatch(&ts, request(json!(burst))).await.all_succeeded);
     for i in 0..20 {
         let result = dispatch(
             &ts,
@@ -295,6 +300,25 @@ async fn an_unreachable_collector_does_not_slow_or_fail_batches() {
         assert!(result.all_succeeded);
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
+    // Spans that could not be exported are counted, by reason.
+    let admin = ts.server.admin_addr().unwrap();
+    let dropped = |text: &str, reason: &str| {
+        let prefix =
+            format!(r#"toolgate_telemetry_spans_dropped_total{{toolgate_reason="{reason}"}} "#);
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .map_or(0.0, |n| n.parse::<f64>().unwrap())
+    };
+    let mut text = String::new();
+    for _ in 0..100 {
+        text = get(format!("http://{admin}/metrics")).await.1;
+        if dropped(&text, "queue_full") > 0.0 && dropped(&text, "export_failed") > 0.0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(dropped(&text, "queue_full") > 0.0, "{text}");
+    assert!(dropped(&text, "export_failed") > 0.0, "{text}");
     let started = std::time::Instant::now();
     ts.server.shutdown().await.unwrap();
     assert!(
@@ -302,4 +326,73 @@ async fn an_unreachable_collector_does_not_slow_or_fail_batches() {
         "stopping waits for the last export only briefly: {:?}",
         started.elapsed()
     );
+}
+
+#[tokio::test]
+async fn a_real_prometheus_server_scrapes_the_endpoint() {
+    let ts = start().await;
+    let admin = ts.server.admin_addr().unwrap();
+    dispatch(
+        &ts,
+        request(json!([{"id": "a", "name": "echo", "arguments": {"x": 1}}])),
+    )
+    .await;
+    let dir = std::env::temp_dir().join(format!(
+        "toolgate-prometheus-{}-{}",
+        std::process::id(),
+        admin.port()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("prometheus.yml"),
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: toolgate\n    static_configs:\n      - targets: ['{admin}']\n"
+        ),
+    )
+    .unwrap();
+    let web = {
+        let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        free.local_addr().unwrap()
+    };
+    let _prometheus = tokio::process::Command::new("prometheus")
+        .arg(format!(
+            "--config.file={}",
+            dir.join("prometheus.yml").display()
+        ))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
+        .arg(format!("--web.listen-address={web}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("prometheus runs (Debian package `prometheus`; scripts/test installs it)");
+    // Ask its query API until the scraped series is there.
+    let mut last = String::new();
+    let mut found = false;
+    for _ in 0..300 {
+        if let Ok(response) = reqwest::get(format!(
+            "http://{web}/api/v1/query?query=toolgate_calls_total"
+        ))
+        .await
+        {
+            last = response.text().await.unwrap_or_default();
+            let parsed: serde_json::Value = serde_json::from_str(&last).unwrap_or_default();
+            found = parsed["data"]["result"].as_array().is_some_and(|series| {
+                series.iter().any(|s| {
+                    s["metric"]["gen_ai_tool_name"] == "echo"
+                        && s["metric"]["job"] == "toolgate"
+                        && s["value"][1] == "1"
+                })
+            });
+            if found {
+                break;
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(found, "prometheus never scraped the echo call: {last}");
 }
