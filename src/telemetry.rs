@@ -86,6 +86,15 @@ where
             .format_event(ctx, Writer::new(&mut line), event)?;
         let line = self.redactor.redact(&line);
         let body = line.trim_end_matches('\n');
+        // A request's ids and texts reach text lines as they came: a newline in a call id must
+        // not forge a line. (JSON escapes them; escape codes in fields are already escaped.)
+        let escaped;
+        let body = if !self.json && body.chars().any(forges_lines) {
+            escaped = escape_controls(body);
+            escaped.as_str()
+        } else {
+            body
+        };
         let Some((trace_id, span_id)) = crate::trace::current_ids() else {
             return writeln!(writer, "{body}");
         };
@@ -99,6 +108,27 @@ where
             _ => writeln!(writer, "{body} trace_id={trace_id} span_id={span_id}"),
         }
     }
+}
+
+/// Control characters that could forge or hide a text log line (escape, which colours use,
+/// is left to the formatter, which escapes it in field values).
+fn forges_lines(c: char) -> bool {
+    c.is_control() && c != '\x1b'
+}
+
+/// `body` with every line-forging character written as an escape (`\n`, `\r`, `\u{7}`).
+fn escape_controls(body: &str) -> String {
+    let mut out = String::with_capacity(body.len() + 8);
+    for c in body.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if forges_lines(c) => out.push_str(&c.escape_unicode().to_string()),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// The resource every export carries: `service.name` (`OTEL_SERVICE_NAME` wins over the
