@@ -85,6 +85,7 @@ fn batch(elements: Vec<Value>, session: &str, mode: Mode) -> Batch {
             fail_fast: false,
         },
         turn: 1,
+        caller: std::sync::Arc::new(toolgate::identity::Caller::local()),
         trace: toolgate::trace::Span::none(),
     }
 }

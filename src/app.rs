@@ -17,7 +17,9 @@ use crate::config::{Config, ConfigError};
 use crate::dispatch::{Binding, Cancel, Dispatcher, Pipeline};
 use crate::grpc::StallWatch;
 use crate::grpc::admission::{Admission, Capacity};
+use crate::grpc::auth::Authenticator;
 use crate::grpc::server::ServeSettings;
+use crate::grpc::tls::{Tls, TlsSettings};
 use crate::grpc::{RequestRules, ServeError, ServiceState};
 use crate::safety::breaker::BreakerConfig;
 use crate::safety::health::Health;
@@ -58,6 +60,9 @@ pub enum StartError {
     /// built.
     #[error("{0}")]
     Hooks(String),
+    /// TLS files or authentication settings that cannot be used (unreadable, malformed).
+    #[error("{0}")]
+    Security(String),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: String,
@@ -170,6 +175,13 @@ impl Server {
         })?;
         let dispatcher = self.build()?;
         let sessions = dispatcher.sessions_handle();
+        let auth = Authenticator::from_config(&self.config.auth)
+            .await
+            .map_err(StartError::Security)?;
+        let tls = match TlsSettings::from_config(&self.config.tls) {
+            Some(settings) => Some(Tls::load(settings).map_err(StartError::Security)?),
+            None => None,
+        };
         // Remotes from the config are connected before serving; one that cannot be reached is
         // connected in the background (or stops the start when it is `required`).
         let remotes = Remotes::new(dispatcher.catalog().clone(), self.metrics.metrics());
@@ -188,6 +200,7 @@ impl Server {
             stalls: StallWatch::new(self.config.server.stall_timeout),
             metrics: self.metrics.metrics(),
             tracer: self.tracer(),
+            auth: Arc::new(auth),
             remotes: remotes.clone(),
             allow_registration: self.config.remote_registration.enabled,
             stdio_commands: self.config.remote_registration.stdio_commands.clone(),
@@ -217,7 +230,7 @@ impl Server {
             }
             None => None,
         };
-        let serve = crate::grpc::serve(listener, state, settings, trigger.clone());
+        let serve = crate::grpc::serve(listener, tls, state, settings, trigger.clone());
         let sweeper = tokio::spawn(sweep_sessions(
             sessions.clone(),
             self.config.sessions.idle_ttl,

@@ -92,6 +92,10 @@ sections! {
     admin: AdminConfig,
     /// OpenTelemetry export over OTLP.
     telemetry: TelemetryConfig,
+    /// Server TLS and client certificates (`[tls]`).
+    tls: TlsConfig,
+    /// Who may call: bearer tokens, JWTs, client certificates, anonymous callers (`[auth]`).
+    auth: AuthConfig,
 }
 
 /// Every problem found in a configuration, one per line.

@@ -131,7 +131,7 @@ impl Dispatcher {
     /// CANCELLED and calls that never started are SKIPPED.
     pub async fn run(&self, batch: Batch, observer: &dyn Observer, cancel: &Cancel) -> BatchReport {
         let started = Instant::now();
-        let session = self.sessions.open(&batch.session_id);
+        let session = self.sessions.open(&batch.caller.tenant, &batch.session_id);
         // Released on every exit, including when the caller drops this future mid-batch.
         let _release = Release {
             sessions: &self.sessions,
@@ -178,6 +178,7 @@ impl Dispatcher {
                 turn: batch.turn,
                 budget,
                 trace: &span,
+                caller: &batch.caller,
             };
             let executed = self
                 .execute(&batch.calls, &prepared, &plan, limit, &scope, cancel)
@@ -226,6 +227,7 @@ struct BatchScope<'a> {
     budget: Option<Arc<Budget>>,
     /// The batch's span, parent of every call's.
     trace: &'a crate::trace::Span,
+    caller: &'a Arc<crate::identity::Caller>,
 }
 
 impl Dispatcher {
@@ -417,6 +419,7 @@ impl Dispatcher {
                     turn: scope.turn,
                     budget: scope.budget.clone(),
                     trace: scope.trace,
+                    caller: scope.caller,
                 };
                 let input = prepared.input.clone();
                 call::execute(

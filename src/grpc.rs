@@ -2,6 +2,7 @@
 //! codec and the server with health, reflection and graceful shutdown.
 
 pub(crate) mod admission;
+pub mod auth;
 mod batch_stream;
 pub mod codec;
 pub mod convert;
@@ -10,6 +11,7 @@ mod rpc_span;
 pub(crate) mod server;
 mod service;
 mod status;
+pub mod tls;
 
 pub(crate) use batch_stream::StallWatch;
 pub(crate) use convert::RequestRules;

@@ -25,6 +25,7 @@ pub mod duration;
 pub mod glob;
 pub mod grpc;
 pub mod hash;
+pub mod identity;
 pub mod json;
 pub mod mapping;
 pub mod metrics;

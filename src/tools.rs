@@ -86,6 +86,8 @@ pub struct ToolContext {
     /// The span of this execution (its ids only): `traceparent()` and `tracestate()` make the
     /// headers for a call this tool makes, so a remote's own spans join the trace under it.
     pub trace: opentelemetry::trace::SpanContext,
+    /// Who sent the batch (its tenant namespaces the session and the cache).
+    pub caller: Arc<crate::identity::Caller>,
 }
 
 /// A progress report from a running tool.
@@ -145,6 +147,7 @@ impl ToolContext {
             deadline: None,
             progress: None,
             trace: opentelemetry::trace::SpanContext::empty_context(),
+            caller: Arc::new(crate::identity::Caller::local()),
         }
     }
 

@@ -32,6 +32,9 @@ pub(crate) fn middleware_config(
         .map(|(i, r)| PermissionRule {
             id: r.id.clone().unwrap_or_else(|| format!("rules[{i}]")),
             tools: r.tools.clone(),
+            identities: r.identities.clone(),
+            tenants: r.tenants.clone(),
+            roles: r.roles.clone(),
             verdict: r.decision,
             reason: r.reason.clone(),
         })

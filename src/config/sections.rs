@@ -38,6 +38,9 @@ pub struct ServerConfig {
     pub keepalive_interval: Duration,
     #[serde(with = "duration")]
     pub shutdown_grace: Duration,
+    /// Listening on a non-loopback address without TLS needs this set: plaintext and
+    /// unauthenticated are fine only where nothing else can connect.
+    pub insecure: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
@@ -282,6 +285,13 @@ pub struct PermissionRuleConfig {
     pub id: Option<String>,
     #[serde(default = "any_tool")]
     pub tools: String,
+    /// Only for these callers (globs of identities, of tenants; role names); empty: everyone.
+    #[serde(default)]
+    pub identities: Vec<String>,
+    #[serde(default)]
+    pub tenants: Vec<String>,
+    #[serde(default)]
+    pub roles: Vec<String>,
     pub decision: PermissionVerdict,
     #[serde(default)]
     pub reason: String,
@@ -394,6 +404,7 @@ impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             listen: "127.0.0.1:50051".to_owned(),
+            insecure: false,
             max_message_bytes: 4 * 1024 * 1024,
             max_concurrent_batches: 256,
             max_concurrent_calls: 1024,
@@ -553,4 +564,156 @@ impl Default for LogConfig {
             format: LogFormat::Text,
         }
     }
+}
+
+/// `[tls]`: the server's certificate, and client certificates (mTLS).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsConfig {
+    /// PEM certificate chain; with `key_file`, the server speaks TLS only.
+    pub cert_file: String,
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1).
+    pub key_file: String,
+    /// PEM CA bundle: clients presenting a certificate must chain to it.
+    pub client_ca_file: String,
+    /// With `client_ca_file`: refuse connections without a client certificate.
+    pub require_client_cert: bool,
+    /// How often the files are checked for changes (SIGHUP reloads at once); zero: only SIGHUP.
+    #[serde(with = "duration")]
+    pub reload_interval: Duration,
+    /// How long a client may take for the TLS handshake.
+    #[serde(with = "duration")]
+    pub handshake_timeout: Duration,
+}
+
+impl TlsConfig {
+    pub fn enabled(&self) -> bool {
+        !self.cert_file.is_empty()
+    }
+}
+
+impl Default for TlsConfig {
+    fn default() -> Self {
+        TlsConfig {
+            cert_file: String::new(),
+            key_file: String::new(),
+            client_ca_file: String::new(),
+            require_client_cert: true,
+            reload_interval: Duration::from_secs(30),
+            handshake_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// `[auth]`: how callers prove who they are, and what unauthenticated callers may do.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// Callers without credentials are let in as `anonymous` with `anonymous_roles`.
+    pub anonymous: bool,
+    pub anonymous_tenant: String,
+    pub anonymous_roles: Vec<String>,
+    pub tokens: Vec<TokenConfig>,
+    pub jwt: JwtConfig,
+    pub certificates: Vec<CertificateIdentity>,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        AuthConfig {
+            anonymous: true,
+            anonymous_tenant: crate::identity::DEFAULT_TENANT.to_owned(),
+            anonymous_roles: vec!["agent".to_owned(), "admin".to_owned()],
+            tokens: Vec::new(),
+            jwt: JwtConfig::default(),
+            certificates: Vec::new(),
+        }
+    }
+}
+
+/// A bearer token and the identity it stands for. Exactly one of `sha256`, `file`, `env`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenConfig {
+    /// The identity (shown in logs and audit lines; the token never is).
+    pub id: String,
+    #[serde(default = "default_tenant")]
+    pub tenant: String,
+    #[serde(default = "agent_role")]
+    pub roles: Vec<String>,
+    /// Hex SHA-256 of the token (`printf %s "$TOKEN" | sha256sum`).
+    #[serde(default)]
+    pub sha256: String,
+    /// A file holding the token (trailing whitespace ignored).
+    #[serde(default)]
+    pub file: String,
+    /// An environment variable holding the token.
+    #[serde(default)]
+    pub env: String,
+}
+
+/// JWT bearer tokens, checked against a JWKS (file or URL) with issuer, audience and expiry.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct JwtConfig {
+    pub jwks_file: String,
+    /// Fetched at start and every `jwks_refresh` (and when a token names an unknown key id).
+    pub jwks_url: String,
+    #[serde(with = "duration")]
+    pub jwks_refresh: Duration,
+    /// Required `iss`.
+    pub issuer: String,
+    /// Required `aud` (one of).
+    pub audience: String,
+    /// The claim naming the tenant; a token without it is refused.
+    pub tenant_claim: String,
+    /// The claim listing roles (an array, or a space-separated string).
+    pub roles_claim: String,
+    /// Roles of a token without the roles claim.
+    pub default_roles: Vec<String>,
+    /// Clock skew allowed on `exp` and `nbf`.
+    #[serde(with = "duration")]
+    pub leeway: Duration,
+}
+
+impl JwtConfig {
+    pub fn enabled(&self) -> bool {
+        !self.jwks_file.is_empty() || !self.jwks_url.is_empty()
+    }
+}
+
+impl Default for JwtConfig {
+    fn default() -> Self {
+        JwtConfig {
+            jwks_file: String::new(),
+            jwks_url: String::new(),
+            jwks_refresh: Duration::from_secs(600),
+            issuer: String::new(),
+            audience: String::new(),
+            tenant_claim: "tenant".to_owned(),
+            roles_claim: "roles".to_owned(),
+            default_roles: agent_role(),
+            leeway: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A client certificate name (a DNS subject alternative name the certificate is valid for) and
+/// the identity it stands for.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CertificateIdentity {
+    pub name: String,
+    #[serde(default = "default_tenant")]
+    pub tenant: String,
+    #[serde(default = "agent_role")]
+    pub roles: Vec<String>,
+}
+
+fn default_tenant() -> String {
+    crate::identity::DEFAULT_TENANT.to_owned()
+}
+
+fn agent_role() -> Vec<String> {
+    vec!["agent".to_owned()]
 }

@@ -207,7 +207,7 @@ fn the_unknown_section_message_lists_every_section() {
     for name in ["server", "bindings", "remotes", "log"] {
         assert!(SECTIONS.contains(&name));
     }
-    assert_eq!(SECTIONS.len(), 23);
+    assert_eq!(SECTIONS.len(), 25);
 }
 
 #[test]

@@ -22,6 +22,8 @@ pub struct Batch {
     pub bindings: BTreeMap<String, Binding>,
     pub options: BatchOptions,
     pub turn: u32,
+    /// Who sent the batch: its tenant namespaces the session, permission rules may match it.
+    pub caller: std::sync::Arc<crate::identity::Caller>,
     /// The span the batch runs under (the RPC's, which continues the client's `traceparent`);
     /// `Span::none()` starts a new trace.
     pub trace: crate::trace::Span,

@@ -40,6 +40,7 @@ pub(super) struct CallScope<'a> {
     pub budget: Option<Arc<Budget>>,
     /// The batch's span: every attempt's span is its child.
     pub trace: &'a crate::trace::Span,
+    pub caller: &'a Arc<crate::identity::Caller>,
 }
 
 /// How a call ended: a result, and whether it ends the batch.

@@ -255,6 +255,7 @@ fn named_batch(session: &str, calls: Value) -> Batch {
             fail_fast: false,
         },
         turn: 0,
+        caller: std::sync::Arc::new(crate::identity::Caller::local()),
         trace: crate::trace::Span::none(),
     }
 }

@@ -116,6 +116,7 @@ pub fn batch_from_request(
         bindings,
         options: batch_options,
         turn: request.turn,
+        caller: std::sync::Arc::new(crate::identity::Caller::local()),
         trace: crate::trace::Span::none(),
     })
 }

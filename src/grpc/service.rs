@@ -13,6 +13,7 @@ use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 
 use super::admission::{Admission, Refusal, Ticket};
+use super::auth::{Authenticator, Rpc};
 use super::batch_stream::{BatchStream, StallWatch};
 use super::convert::{self, RequestRules};
 use super::reply;
@@ -45,6 +46,8 @@ pub struct ServiceState {
     pub metrics: Arc<Metrics>,
     /// Where each RPC's server span is made (the batch's and the calls' are the dispatcher's).
     pub tracer: Tracer,
+    /// Who the caller of each RPC is, and whether it may make it.
+    pub auth: Arc<Authenticator>,
     pub remotes: Arc<Remotes>,
     /// Whether `RegisterRemote` / `UnregisterRemote` are allowed.
     pub allow_registration: bool,
@@ -105,6 +108,7 @@ impl ToolGateService {
     fn admit(
         &self,
         connection: Option<SocketAddr>,
+        caller: crate::identity::Caller,
         request: pb::DispatchBatchRequest,
     ) -> Result<(Batch, Ticket), RequestError> {
         if self.state.tracker.is_closed() {
@@ -116,6 +120,7 @@ impl ToolGateService {
             .check(connection)
             .map_err(|refusal| self.refused(refusal))?;
         let mut batch = convert::batch_from_request(request, &self.state.rules)?;
+        batch.caller = Arc::new(caller);
         self.state
             .dispatcher
             .check_bindings(&batch.bindings)
@@ -161,9 +166,13 @@ impl ToolGate for ToolGateService {
         request: Request<pb::DispatchBatchRequest>,
     ) -> Result<Response<Self::DispatchBatchStream>, Status> {
         let rpc = self.rpc("DispatchBatch", &request);
+        let caller = match self.state.auth.authorize(&request, Rpc::DispatchBatch) {
+            Ok(caller) => caller,
+            Err(error) => return rpc.finish_with(Err(error.into())),
+        };
         let deadline = grpc_timeout(request.metadata());
         let connection = request.remote_addr();
-        let (mut batch, ticket) = match self.admit(connection, request.into_inner()) {
+        let (mut batch, ticket) = match self.admit(connection, caller, request.into_inner()) {
             Ok(admitted) => admitted,
             Err(error) => return rpc.finish_with(Err(error.into())),
         };
@@ -203,9 +212,13 @@ impl ToolGate for ToolGateService {
         request: Request<pb::DispatchBatchRequest>,
     ) -> Result<Response<pb::BatchResult>, Status> {
         let rpc = self.rpc("Dispatch", &request);
+        let caller = match self.state.auth.authorize(&request, Rpc::Dispatch) {
+            Ok(caller) => caller,
+            Err(error) => return rpc.finish_with(Err(error.into())),
+        };
         let deadline = grpc_timeout(request.metadata());
         let connection = request.remote_addr();
-        let (mut batch, _ticket) = match self.admit(connection, request.into_inner()) {
+        let (mut batch, _ticket) = match self.admit(connection, caller, request.into_inner()) {
             Ok(admitted) => admitted,
             Err(error) => return rpc.finish_with(Err(error.into())),
         };
@@ -231,6 +244,7 @@ impl ToolGate for ToolGateService {
         &self,
         request: Request<pb::GetToolHealthRequest>,
     ) -> Result<Response<pb::GetToolHealthResponse>, Status> {
+        self.state.auth.authorize(&request, Rpc::GetToolHealth)?;
         let wanted = request.into_inner().tool;
         let tools = self
             .state
@@ -248,8 +262,10 @@ impl ToolGate for ToolGateService {
         &self,
         request: Request<pb::GetSessionMemoryRequest>,
     ) -> Result<Response<pb::GetSessionMemoryResponse>, Status> {
+        let caller = self.state.auth.authorize(&request, Rpc::GetSessionMemory)?;
         let id = checked_session_id(request.into_inner().session_id)?;
-        let Some(session) = self.state.dispatcher.sessions().get(&id) else {
+        // Only the caller's tenant's sessions exist for it.
+        let Some(session) = self.state.dispatcher.sessions().get(&caller.tenant, &id) else {
             return Err(RequestError::UnknownSession(id).into());
         };
         Ok(Response::new(pb::GetSessionMemoryResponse {
@@ -261,8 +277,9 @@ impl ToolGate for ToolGateService {
         &self,
         request: Request<pb::EndSessionRequest>,
     ) -> Result<Response<pb::EndSessionResponse>, Status> {
+        let caller = self.state.auth.authorize(&request, Rpc::EndSession)?;
         let id = checked_session_id(request.into_inner().session_id)?;
-        let ended = self.state.dispatcher.sessions().end(&id);
+        let ended = self.state.dispatcher.sessions().end(&caller.tenant, &id);
         Ok(Response::new(pb::EndSessionResponse { ended }))
     }
 
@@ -270,6 +287,7 @@ impl ToolGate for ToolGateService {
         &self,
         request: Request<pb::RegisterRemoteRequest>,
     ) -> Result<Response<pb::RegisterRemoteResponse>, Status> {
+        self.state.auth.authorize(&request, Rpc::RegisterRemote)?;
         self.registration_allowed()?;
         let definition = request.into_inner().definition.unwrap_or_default();
         let definition = convert::to_json(&prost_types::Value {
@@ -299,6 +317,7 @@ impl ToolGate for ToolGateService {
         &self,
         request: Request<pb::UnregisterRemoteRequest>,
     ) -> Result<Response<pb::UnregisterRemoteResponse>, Status> {
+        self.state.auth.authorize(&request, Rpc::UnregisterRemote)?;
         self.registration_allowed()?;
         let name = request.into_inner().name;
         let tools = self
@@ -313,6 +332,7 @@ impl ToolGate for ToolGateService {
         &self,
         request: Request<pb::RefreshRemoteRequest>,
     ) -> Result<Response<pb::RegisterRemoteResponse>, Status> {
+        self.state.auth.authorize(&request, Rpc::RefreshRemote)?;
         self.registration_allowed()?;
         let name = request.into_inner().name;
         let contributed = self
@@ -328,6 +348,7 @@ impl ToolGate for ToolGateService {
         &self,
         request: Request<pb::AcceptToolChangeRequest>,
     ) -> Result<Response<pb::ToolDefinition>, Status> {
+        self.state.auth.authorize(&request, Rpc::AcceptToolChange)?;
         self.registration_allowed()?;
         let tool = request.into_inner().tool;
         self.state
@@ -343,8 +364,9 @@ impl ToolGate for ToolGateService {
 
     async fn list_tools(
         &self,
-        _request: Request<pb::ListToolsRequest>,
+        request: Request<pb::ListToolsRequest>,
     ) -> Result<Response<pb::ListToolsResponse>, Status> {
+        self.state.auth.authorize(&request, Rpc::ListTools)?;
         let tools = self
             .state
             .dispatcher

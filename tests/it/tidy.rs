@@ -89,7 +89,7 @@ fn log_messages_are_lowercase() {
 /// modules of lower layers only: never its own layer's neighbours, never a higher layer.
 const LAYERS: &[&[&str]] = &[
     &["hash", "duration", "glob", "pb"],
-    &["json", "trace", "metrics"],
+    &["json", "trace", "metrics", "identity"],
     &["protojson", "calls", "mapping"],
     &["tools"],
     &["safety"],

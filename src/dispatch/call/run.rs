@@ -79,6 +79,7 @@ impl Step<'_> {
             deadline: None,
             progress: progress_tx,
             trace: self.span.span_context(),
+            caller: scope.caller.clone(),
         };
         let token = ctx.cancel.clone();
         let invocation = Invocation {

@@ -25,6 +25,7 @@ fn wire(config: &str) -> (ToolGateService, Arc<ServiceState>) {
         stalls: StallWatch::new(config.server.stall_timeout),
         metrics: Arc::default(),
         tracer: crate::trace::Tracer::off(),
+        auth: Arc::new(crate::grpc::auth::Authenticator::open()),
         remotes,
         allow_registration: config.remote_registration.enabled,
         stdio_commands: config.remote_registration.stdio_commands.clone(),
