@@ -248,3 +248,44 @@ fn build(settings: &TlsSettings) -> Result<ServerConfig, String> {
     config.alpn_protocols = vec![b"h2".to_vec()];
     Ok(config)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn self_signed(dir: &std::path::Path, name: &str) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec![name.to_owned()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        std::fs::write(dir.join("cert.pem"), cert.pem()).unwrap();
+        std::fs::write(dir.join("key.pem"), key.serialize_pem()).unwrap();
+    }
+
+    #[test]
+    fn a_changed_file_is_reloaded_and_a_broken_one_keeps_the_old_config() {
+        let dir = std::env::temp_dir().join(format!("toolgate-tls-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        self_signed(&dir, "one.test");
+        let settings = TlsSettings {
+            cert: dir.join("cert.pem"),
+            key: dir.join("key.pem"),
+            client_ca: None,
+            require_client_cert: true,
+            reload_interval: Duration::from_secs(1),
+            handshake_timeout: Duration::from_secs(1),
+        };
+        let tls = Tls::load(settings).unwrap();
+        assert!(!tls.reload(false).unwrap(), "nothing changed");
+        let before = tls.current.read().clone();
+        self_signed(&dir, "two.test.example");
+        assert!(tls.reload(false).unwrap(), "a changed file is picked up");
+        assert!(!Arc::ptr_eq(&before, &tls.current.read()));
+        std::fs::write(dir.join("key.pem"), "not a key").unwrap();
+        let kept = tls.current.read().clone();
+        assert!(tls.reload(true).is_err());
+        assert!(Arc::ptr_eq(&kept, &tls.current.read()), "the old config stays");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -23,18 +23,18 @@ pub(crate) fn testenv() -> PathBuf {
 }
 
 /// The `toolgate` binary serving on a free port; killed on drop.
-struct Binary {
-    child: Child,
-    addr: String,
+pub(crate) struct Binary {
+    pub(crate) child: Child,
+    pub(crate) addr: String,
     stderr: Option<std::process::ChildStderr>,
 }
 
 impl Binary {
-    fn start(extra: &[&str]) -> Binary {
+    pub(crate) fn start(extra: &[&str]) -> Binary {
         Binary::start_with(extra, &[])
     }
 
-    fn start_with(extra: &[&str], env: &[(&str, &str)]) -> Binary {
+    pub(crate) fn start_with(extra: &[&str], env: &[(&str, &str)]) -> Binary {
         let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
             .args([
                 "serve",
@@ -44,9 +44,9 @@ impl Binary {
                 "127.0.0.1:0",
             ])
             .args(extra)
+            .env("RUST_LOG", "info")
             .envs(env.iter().copied())
             .env_remove("TOOLGATE_CONFIG")
-            .env("RUST_LOG", "info")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -69,7 +69,7 @@ impl Binary {
     }
 
     /// Sends SIGTERM and returns the exit status and what the server logged.
-    fn terminate(mut self) -> (std::process::ExitStatus, String) {
+    pub(crate) fn terminate(mut self) -> (std::process::ExitStatus, String) {
         let pid = self.child.id().to_string();
         assert!(
             Command::new("kill")
@@ -92,7 +92,7 @@ impl Drop for Binary {
     }
 }
 
-fn run(command: &mut Command) -> String {
+pub(crate) fn run(command: &mut Command) -> String {
     let output = command.output().expect("command runs");
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&output.stderr);
