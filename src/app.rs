@@ -203,7 +203,12 @@ impl Server {
             auth: Arc::new(auth),
             remotes: remotes.clone(),
             allow_registration: self.config.remote_registration.enabled,
-            stdio_commands: self.config.remote_registration.stdio_commands.clone(),
+            registration: Arc::new(
+                self.config
+                    .remote_registration
+                    .policy()
+                    .map_err(StartError::Security)?,
+            ),
         });
         admin::register_gauges(&self.metrics, &state, &remotes);
         let server = &self.config.server;

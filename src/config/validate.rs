@@ -197,6 +197,9 @@ impl Config {
             ));
         }
         p.extend(self.security_problems());
+        if let Err(problem) = self.remote_registration.policy() {
+            p.push(problem);
+        }
         p
     }
 

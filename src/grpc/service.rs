@@ -24,7 +24,7 @@ use crate::metrics::Metrics;
 use crate::pb;
 use crate::pb::tool_gate_server::ToolGate;
 use crate::tools::BoxFuture;
-use crate::tools::remote::{Contributed, RemoteSpec, Remotes};
+use crate::tools::remote::{Contributed, RegistrationPolicy, RemoteSpec, Remotes};
 use crate::trace::Tracer;
 
 /// Events buffered per stream before the batch waits for the client to read.
@@ -51,8 +51,8 @@ pub struct ServiceState {
     pub remotes: Arc<Remotes>,
     /// Whether `RegisterRemote` / `UnregisterRemote` are allowed.
     pub allow_registration: bool,
-    /// Programs a run-time registered stdio MCP server may run.
-    pub stdio_commands: Vec<String>,
+    /// What a run-time registration may ask for.
+    pub registration: Arc<RegistrationPolicy>,
 }
 
 /// The `toolgate.v1.ToolGate` implementation.
@@ -295,15 +295,12 @@ impl ToolGate for ToolGateService {
         });
         let spec: RemoteSpec = serde_json::from_value(definition)
             .map_err(|e| RequestError::Invalid(format!("definition: {e}")))?;
-        // A stdio MCP server is a local program: only allowlisted ones may be started this way.
-        if let Some(program) = spec.command.first()
-            && !self.state.stdio_commands.contains(program)
-        {
-            return Err(RequestError::PermissionDenied(format!(
-                "'{program}' is not in [remote_registration] stdio_commands"
-            ))
-            .into());
-        }
+        // A registration may start a program or reach an address: only what the policy allows.
+        self.state
+            .registration
+            .check(&spec)
+            .await
+            .map_err(RequestError::PermissionDenied)?;
         let contributed = self
             .state
             .remotes

@@ -285,7 +285,10 @@ mod tests {
         std::fs::write(dir.join("key.pem"), "not a key").unwrap();
         let kept = tls.current.read().clone();
         assert!(tls.reload(true).is_err());
-        assert!(Arc::ptr_eq(&kept, &tls.current.read()), "the old config stays");
+        assert!(
+            Arc::ptr_eq(&kept, &tls.current.read()),
+            "the old config stays"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

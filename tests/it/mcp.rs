@@ -210,8 +210,8 @@ async fn read_only_mcp_tools_run_in_parallel() {
 async fn a_stdio_mcp_server_is_registered_at_run_time_only_if_its_program_is_allowlisted() {
     let server = python_server();
     let config = format!(
-        "[remote_registration]\nenabled = true\nstdio_commands = [{:?}]",
-        server[0]
+        "[remote_registration]\nenabled = true\n[[remote_registration.commands]]\nargv = {:?}",
+        server
     );
     let ts = start_with(Config::from_toml(&config).unwrap()).await;
     let mut client = ts.client.clone();
@@ -258,7 +258,7 @@ async fn tool_list_changes_are_followed_and_pinned_and_a_crashed_server_is_resta
     // A short breaker cooldown and no loop detection: the test polls the same call until the
     // restarted server answers.
     let config = format!(
-        "{}[breaker]\ncooldown = \"200ms\"\n[loop_detection]\nenabled = false\n[remote_registration]\nenabled = true\n",
+        "{}[breaker]\ncooldown = \"200ms\"\n[loop_detection]\nenabled = false\n[remote_registration]\nenabled = true\negress_allow = [\"127.0.0.0/8\"]\n",
         stdio_remote("pymcp", "pm.", &python_server())
     );
     let ts = start_with(Config::from_toml(&config).unwrap()).await;

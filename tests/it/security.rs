@@ -695,3 +695,121 @@ fn a_newline_in_a_call_id_cannot_forge_a_text_log_line() {
         "a forged line: {log}"
     );
 }
+
+#[tokio::test]
+async fn run_time_registration_cannot_run_other_programs_or_reach_protected_addresses() {
+    let config = toolgate::config::Config::from_toml(
+        r#"
+        [remote_registration]
+        enabled = true
+        [[remote_registration.commands]]
+        argv = ["python3", "/srv/mcp/server.py"]
+        env_keys = ["MCP_MODE"]
+        "#,
+    )
+    .unwrap();
+    let ts = start_with(config).await;
+    let register = |definition: Value| {
+        let mut client = ts.client.clone();
+        async move {
+            client
+                .register_remote(pb::RegisterRemoteRequest {
+                    definition: definition
+                        .as_object()
+                        .map(toolgate::grpc::convert::struct_from_json),
+                })
+                .await
+        }
+    };
+    for (why, definition) in [
+        (
+            "an allowlisted interpreter with other arguments",
+            json!({"name": "x", "kind": "mcp", "command": ["python3", "-c", "import os; os.system('id')"]}),
+        ),
+        (
+            "an env key the entry does not allow",
+            json!({"name": "x", "kind": "mcp", "command": ["python3", "/srv/mcp/server.py"],
+                   "env": {"PYTHONSTARTUP": "/tmp/evil.py"}}),
+        ),
+        (
+            "a working directory",
+            json!({"name": "x", "kind": "mcp", "command": ["python3", "/srv/mcp/server.py"], "cwd": "/tmp"}),
+        ),
+        (
+            "the cloud metadata address",
+            json!({"name": "x", "kind": "http", "url": "http://169.254.169.254/latest/meta-data/",
+                   "definition": {"name": "meta"}}),
+        ),
+        (
+            "another service on this host",
+            json!({"name": "x", "kind": "http", "url": "http://127.0.0.1:9464/metrics",
+                   "definition": {"name": "metrics"}}),
+        ),
+        (
+            "a worker on this host by name",
+            json!({"name": "x", "kind": "worker", "endpoint": "http://localhost:7001"}),
+        ),
+        (
+            "a file path from the request",
+            json!({"name": "x", "kind": "worker", "endpoint": "https://10.9.9.9:7001",
+                   "tls": {"ca_file": "/etc/shadow"}}),
+        ),
+        (
+            "redirects",
+            json!({"name": "x", "kind": "http", "url": "http://10.9.9.9/", "follow_redirects": true,
+                   "definition": {"name": "r"}}),
+        ),
+    ] {
+        let status = register(definition).await.unwrap_err();
+        assert_eq!(
+            status.code(),
+            tonic::Code::PermissionDenied,
+            "{why}: {status:?}"
+        );
+    }
+    assert!(
+        list_tools(&ts)
+            .await
+            .iter()
+            .all(|t| t.name != "metrics" && t.name != "r")
+    );
+}
+
+#[tokio::test]
+async fn http_tools_do_not_follow_redirects_unless_told() {
+    use axum::routing::post;
+    // /tool redirects to /elsewhere, which would answer "followed".
+    let app = axum::Router::new()
+        .route(
+            "/tool",
+            post(|| async { axum::response::Redirect::temporary("/elsewhere") }),
+        )
+        .route("/elsewhere", post(|| async { "followed" }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let remote = |name: &str, follow: bool| {
+        format!(
+            "[[remotes]]\nname = \"{name}\"\nkind = \"http\"\nurl = \"http://{addr}/tool\"\nfollow_redirects = {follow}\n[remotes.definition]\nname = \"{name}\"\n"
+        )
+    };
+    let config = toolgate::config::Config::from_toml(&format!(
+        "{}{}",
+        remote("strict", false),
+        remote("lenient", true)
+    ))
+    .unwrap();
+    let ts = start_with(config).await;
+    let result = dispatch(
+        &ts,
+        request(json!([{"id": "s", "name": "strict"}, {"id": "l", "name": "lenient"}])),
+    )
+    .await;
+    assert!(!result.results[0].success, "{:?}", result.results[0]);
+    assert!(!result.results[0].content.contains("followed"));
+    assert!(
+        result.results[1].success && result.results[1].content.contains("followed"),
+        "{:?}",
+        result.results[1]
+    );
+}

@@ -159,32 +159,8 @@ pub async fn discover(
 /// rmcp drains a response's SSE stream so the connection goes back to the pool.
 fn http_client(spec: &RemoteSpec) -> reqwest::Result<reqwest::Client> {
     super::http::pooled_client(spec.timeout)
-        .redirect(same_origin_redirects())
+        .redirect(super::http::same_origin_redirects())
         .build()
-}
-
-/// rmcp's default redirect policy, which a client of our own must restate: only same-origin 307
-/// and 308 keep the POST and its JSON-RPC body, and a redirect to another origin would hand the
-/// session id and the configured headers to another host.
-fn same_origin_redirects() -> reqwest::redirect::Policy {
-    const MAX_REDIRECTS: usize = 10;
-    reqwest::redirect::Policy::custom(|attempt| {
-        let keeps_body = matches!(
-            attempt.status(),
-            reqwest::StatusCode::TEMPORARY_REDIRECT | reqwest::StatusCode::PERMANENT_REDIRECT
-        );
-        let same_origin = attempt
-            .previous()
-            .first()
-            .is_some_and(|first| first.origin() == attempt.url().origin());
-        if !keeps_body || !same_origin {
-            attempt.stop()
-        } else if attempt.previous().len() > MAX_REDIRECTS {
-            attempt.error(format!("more than {MAX_REDIRECTS} redirects"))
-        } else {
-            attempt.follow()
-        }
-    })
 }
 
 /// Lists the tools over an open connection (a tool list change keeps the session's state).

@@ -59,6 +59,9 @@ pub struct RemoteSpec {
     /// Accept changed tool definitions on refresh instead of quarantining the tools.
     #[serde(default)]
     pub accept_changes: bool,
+    /// Http: follow redirects (same origin only). Off: a redirect is the tool's failure.
+    #[serde(default)]
+    pub follow_redirects: bool,
     /// From the config: `true` stops the start when the remote cannot be reached; `false` starts
     /// without its tools and keeps trying in the background, with backoff.
     #[serde(default)]
