@@ -670,8 +670,8 @@ impl Default for TlsConfig {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuthConfig {
-    /// Callers without credentials are let in as `anonymous` with `anonymous_roles`.
-    pub anonymous: bool,
+    /// Which callers without credentials are let in as `anonymous` with `anonymous_roles`.
+    pub anonymous: Anonymous,
     pub anonymous_tenant: String,
     pub anonymous_roles: Vec<String>,
     pub tokens: Vec<TokenConfig>,
@@ -682,7 +682,7 @@ pub struct AuthConfig {
 impl Default for AuthConfig {
     fn default() -> Self {
         AuthConfig {
-            anonymous: true,
+            anonymous: Anonymous::Loopback,
             anonymous_tenant: crate::identity::DEFAULT_TENANT.to_owned(),
             anonymous_roles: vec!["agent".to_owned(), "admin".to_owned()],
             tokens: Vec::new(),
@@ -690,6 +690,19 @@ impl Default for AuthConfig {
             certificates: Vec::new(),
         }
     }
+}
+
+/// Who may call without credentials (`anonymous = "loopback" | "any" | "none"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Anonymous {
+    /// Callers connecting from a loopback address (this machine).
+    #[default]
+    Loopback,
+    /// Anyone who can reach the port.
+    Any,
+    /// Nobody: every RPC needs credentials.
+    None,
 }
 
 /// A bearer token and the identity it stands for. Exactly one of `sha256`, `file`, `env`.

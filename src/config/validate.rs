@@ -309,8 +309,8 @@ impl Config {
         }
         let can_authenticate =
             !auth.tokens.is_empty() || jwt.enabled() || !auth.certificates.is_empty();
-        if !auth.anonymous && !can_authenticate {
-            p.push("auth.anonymous = false but no tokens, JWT keys or certificates are configured: no caller could get in".to_owned());
+        if auth.anonymous == super::Anonymous::None && !can_authenticate {
+            p.push("auth.anonymous = \"none\" but no tokens, JWT keys or certificates are configured: no caller could get in".to_owned());
         }
         p
     }
@@ -352,9 +352,9 @@ impl Config {
             }
         }
         if self.public_listen() {
-            if self.auth.anonymous {
+            if self.auth.anonymous == super::Anonymous::Any {
                 w.push(format!(
-                    "server.listen: {} is not a loopback address and auth.anonymous is on: anyone who can reach it gets {}",
+                    "server.listen: {} is not a loopback address and auth.anonymous = \"any\": anyone who can reach it gets {}",
                     self.server.listen,
                     self.auth.anonymous_roles.join(", ")
                 ));

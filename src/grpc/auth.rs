@@ -14,7 +14,7 @@ use serde_json::Value;
 use tonic::Request;
 
 use super::status::RequestError;
-use crate::config::{AuthConfig, CertificateIdentity, JwtConfig, TokenConfig};
+use crate::config::{Anonymous, AuthConfig, CertificateIdentity, JwtConfig, TokenConfig};
 use crate::identity::{Caller, Method, Role, validate_tenant};
 
 /// The RPCs, for the permission table and audit lines.
@@ -73,6 +73,8 @@ impl Rpc {
 /// Turns credentials into callers. Built once per server from `[auth]`.
 pub struct Authenticator {
     anonymous: Option<Caller>,
+    /// Anonymous callers only from loopback peers.
+    anonymous_loopback_only: bool,
     /// SHA-256 of each token and the caller it stands for.
     tokens: Vec<([u8; 32], Caller)>,
     jwt: Option<Arc<Jwt>>,
@@ -94,6 +96,7 @@ impl Authenticator {
     pub fn open() -> Self {
         Authenticator {
             anonymous: Some(Caller::local()),
+            anonymous_loopback_only: false,
             tokens: Vec::new(),
             jwt: None,
             certificates: Vec::new(),
@@ -104,7 +107,7 @@ impl Authenticator {
     /// Reads token files and variables and the JWKS (a URL is fetched now and refreshed in the
     /// background; an unreachable one is retried, and JWTs are refused until it answers).
     pub async fn from_config(config: &AuthConfig) -> Result<Self, String> {
-        let anonymous = config.anonymous.then(|| Caller {
+        let anonymous = (config.anonymous != Anonymous::None).then(|| Caller {
             id: "anonymous".to_owned(),
             tenant: config.anonymous_tenant.clone(),
             roles: roles(&config.anonymous_roles),
@@ -137,6 +140,7 @@ impl Authenticator {
         };
         Ok(Authenticator {
             anonymous,
+            anonymous_loopback_only: config.anonymous == Anonymous::Loopback,
             tokens,
             jwt,
             certificates,
@@ -220,9 +224,11 @@ impl Authenticator {
                 return Err("the client certificate names no configured identity".to_owned());
             }
         }
-        self.anonymous
-            .clone()
-            .ok_or_else(|| "credentials required: send 'authorization: Bearer <token>'".to_owned())
+        let local = request.remote_addr().is_some_and(|a| a.ip().is_loopback());
+        match &self.anonymous {
+            Some(caller) if local || !self.anonymous_loopback_only => Ok(caller.clone()),
+            _ => Err("credentials required: send 'authorization: Bearer <token>'".to_owned()),
+        }
     }
 
     fn bearer(&self, token: &str) -> Result<Caller, String> {

@@ -160,7 +160,7 @@ fn tls_and_client_certificates_with_grpcurl_and_python_and_a_reload_on_sighup() 
             client_ca_file = "{client_ca_file}"
             reload_interval = "0s"
             [auth]
-            anonymous = false
+            anonymous = "none"
             [[auth.certificates]]
             name = "agent-7.clients.test"
             tenant = "acme"
@@ -388,7 +388,7 @@ async fn tokens_and_jwts_are_identities_with_roles_and_tenants_stay_apart() {
     let config = toolgate::config::Config::from_toml(&format!(
         r#"
         [auth]
-        anonymous = false
+        anonymous = "none"
         [[auth.tokens]]
         id = "acme-agent"
         tenant = "acme"
@@ -579,7 +579,7 @@ fn grpcurl_sends_a_bearer_token_and_refusals_are_audited() {
         &dir,
         "toolgate.toml",
         &format!(
-            "[auth]\nanonymous = false\n[[auth.tokens]]\nid = \"ci\"\ntenant = \"acme\"\nsha256 = \"{}\"\n",
+            "[auth]\nanonymous = \"none\"\n[[auth.tokens]]\nid = \"ci\"\ntenant = \"acme\"\nsha256 = \"{}\"\n",
             sha256_hex("ci-secret")
         ),
     );
@@ -652,7 +652,7 @@ fn a_public_listener_needs_tls_or_an_explicit_insecure() {
     let config = write(
         &dir,
         "public.toml",
-        "[server]\nlisten = \"0.0.0.0:50051\"\ninsecure = true\n[remote_registration]\nenabled = true\n",
+        "[server]\nlisten = \"0.0.0.0:50051\"\ninsecure = true\n[remote_registration]\nenabled = true\n[auth]\nanonymous = \"any\"\n",
     );
     let output = Command::new(env!("CARGO_BIN_EXE_toolgate"))
         .args(["check-config", &config])
@@ -665,7 +665,7 @@ fn a_public_listener_needs_tls_or_an_explicit_insecure() {
     );
     assert!(output.status.success(), "{said}");
     for warning in [
-        "auth.anonymous is on",
+        "auth.anonymous = \"any\"",
         "serves plaintext",
         "remote_registration.enabled on a non-loopback address",
     ] {
@@ -812,4 +812,56 @@ async fn http_tools_do_not_follow_redirects_unless_told() {
         "{:?}",
         result.results[1]
     );
+}
+
+/// A non-loopback address of this machine, if it has one (the source address towards a
+/// documentation address; nothing is sent).
+fn non_loopback_ip() -> Option<std::net::IpAddr> {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    socket.connect("192.0.2.1:9").ok()?;
+    let ip = socket.local_addr().ok()?.ip();
+    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
+}
+
+#[test]
+fn by_default_anonymous_callers_are_let_in_only_from_this_machine() {
+    let Some(ip) = non_loopback_ip() else {
+        eprintln!("skipped: this machine has no non-loopback address to connect from");
+        return;
+    };
+    let dir = scratch_dir("loopback-only");
+    let config = write(
+        &dir,
+        "public.toml",
+        "[server]\nlisten = \"0.0.0.0:0\"\ninsecure = true\n[admin]\nlisten = \"\"\n",
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["serve", "--config", &config])
+        .env_remove("TOOLGATE_CONFIG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let port = line.trim().rsplit(':').next().unwrap().to_owned();
+    let (ok, out) = grpcurl(
+        &["-plaintext"],
+        &format!("127.0.0.1:{port}"),
+        &["toolgate.v1.ToolGate/ListTools"],
+    );
+    assert!(ok, "from this machine: {out}");
+    let (ok, out) = grpcurl(
+        &["-plaintext"],
+        &format!("{ip}:{port}"),
+        &["toolgate.v1.ToolGate/ListTools"],
+    );
+    assert!(!ok && out.contains("Unauthenticated"), "from {ip}: {out}");
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
 }
