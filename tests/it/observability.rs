@@ -92,6 +92,21 @@ async fn metrics_count_what_a_batch_did_and_pass_promtool() {
     ] {
         assert!(text.contains(expected), "missing {expected:?} in\n{text}");
     }
+    // The process's own gauges, what a soak watches for leaks.
+    for gauge in [
+        "process_resident_memory_bytes",
+        "process_open_fds",
+        "toolgate_runtime_tasks",
+    ] {
+        let value: f64 = text
+            .lines()
+            .find(|l| l.starts_with(gauge) && !l.starts_with('#'))
+            .and_then(|l| l.rsplit(' ').next())
+            .unwrap_or_else(|| panic!("no {gauge} in\n{text}"))
+            .parse()
+            .unwrap();
+        assert!(value > 0.0, "{gauge} = {value}");
+    }
     assert!(
         !text.contains("made_up_tool_xyz"),
         "a name the model made up is never a label"
