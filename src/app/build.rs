@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use tokio::sync::Semaphore;
 
+use crate::child::ChildEnv;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::middleware::{CacheRule, MiddlewareConfig, PermissionRule};
@@ -97,9 +98,11 @@ pub(super) fn configured_hooks(config: &Config) -> Result<Vec<Arc<dyn Hook>>, St
     let processes = Arc::new(Semaphore::new(config.limits.max_hook_processes));
     for (i, h) in config.hooks.command.iter().enumerate() {
         let name = h.name.clone().unwrap_or_else(|| format!("command[{i}]"));
+        let env = ChildEnv::new(config.hooks.env_allow.iter().map(String::as_str), &h.env);
         let hook = CommandHook::new(name, &h.command, h.tools.clone(), h.timeout, h.failure_mode)
             .ok_or_else(|| format!("hooks.command[{i}]: name a program to run"))?
-            .limited_by(processes.clone());
+            .limited_by(processes.clone())
+            .with_env(env);
         hooks.push(Arc::new(hook));
     }
     for (i, h) in config.hooks.grpc.iter().enumerate() {

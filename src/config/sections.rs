@@ -4,6 +4,7 @@
 //! Over 400 lines because it is one small type per section with its `Default`: the defaults sit
 //! next to their fields, where the test pinning them to `config/default.toml` points.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -103,9 +104,11 @@ pub struct RetrySection {
 }
 
 /// Pre- and post-tool hooks, consulted in this order: rules, then command hooks, then gRPC hooks.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HooksConfig {
+    /// The server's environment variables command hooks get (their own `env` comes on top).
+    pub env_allow: Vec<String>,
     pub rules: Vec<RuleConfig>,
     pub command: Vec<CommandHookConfig>,
     pub grpc: Vec<GrpcHookConfig>,
@@ -155,6 +158,9 @@ pub struct CommandHookConfig {
     pub timeout: Duration,
     #[serde(default)]
     pub failure_mode: FailureMode,
+    /// Environment variables set for this hook's program, over `hooks.env_allow`.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
 }
 
 /// `[[hooks.grpc]]`: a remote `toolgate.v1.ToolHooks` service.
@@ -467,6 +473,17 @@ impl Default for RetrySection {
             base_delay: Duration::from_millis(100),
             max_delay: Duration::from_secs(30),
             jitter: false,
+        }
+    }
+}
+
+impl Default for HooksConfig {
+    fn default() -> Self {
+        HooksConfig {
+            env_allow: crate::child::DEFAULT_ENV_ALLOW.map(str::to_owned).into(),
+            rules: Vec::new(),
+            command: Vec::new(),
+            grpc: Vec::new(),
         }
     }
 }

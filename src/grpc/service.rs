@@ -286,6 +286,13 @@ impl ToolGate for ToolGateService {
             ))
             .into());
         }
+        // The server's environment is the operator's to share, in the config file only.
+        if spec.env_allow.is_some() {
+            return Err(RequestError::PermissionDenied(
+                "env_allow can only be set in the config file".to_owned(),
+            )
+            .into());
+        }
         let contributed = self
             .state
             .remotes
