@@ -1,8 +1,9 @@
 //! Sessions: per-session state keyed by a validated id: the loop-detection window, the memory of
 //! successful calls, and the scratch directory. Bounded by an idle TTL and a maximum count (least
 //! recently used evicted first); a session in use by a batch is never evicted or removed.
-//! Invariant: a session's scratch directory is `<base>/toolgate-<id>/` and no id can name a path
-//! outside the base, because ids are restricted to `[A-Za-z0-9._-]` and may not be `.` or `..`.
+//! Invariant: a session's scratch directory is `<base>/toolgate-<128 random bits in hex>/`: its
+//! name says nothing of the id and cannot be guessed (ids are restricted to `[A-Za-z0-9._-]` and
+//! may not be `.` or `..` all the same).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -48,6 +49,8 @@ pub struct SessionLimits {
     pub loop_window: usize,
     /// Memory entries kept per session (oldest dropped first); 0 switches memory off.
     pub memory_entries: usize,
+    /// Bytes a session's scratch directory may hold; 0: no quota.
+    pub scratch_quota_bytes: u64,
 }
 
 impl Default for SessionLimits {
@@ -57,6 +60,7 @@ impl Default for SessionLimits {
             max_sessions: 10_000,
             loop_window: 100,
             memory_entries: 100,
+            scratch_quota_bytes: crate::tools::DEFAULT_QUOTA_BYTES,
         }
     }
 }
@@ -316,7 +320,7 @@ impl Sessions {
     }
 
     fn make(&self, id: String, ephemeral: bool, now: Instant) -> Session {
-        let scratch = ScratchDir::new(self.base.join(format!("toolgate-{id}")));
+        let scratch = ScratchDir::under(self.base.clone(), self.limits.scratch_quota_bytes);
         Session {
             id,
             scratch,

@@ -3,7 +3,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::Semaphore;
@@ -14,9 +13,7 @@ use crate::metrics::Metrics;
 use crate::middleware::{CacheRule, MiddlewareConfig, PermissionRule};
 use crate::safety::hooks::{CommandHook, GrpcHook, Hook, RuleHook};
 use crate::session::{SessionLimits, Sessions};
-
-/// Distinguishes the default scratch bases of servers in one process.
-static SERVER_SERIAL: AtomicU64 = AtomicU64::new(1);
+use crate::tools::unguessable_name;
 
 /// The middleware settings from the config: global values plus per-tool overrides; redactions
 /// of tool results are counted into `metrics`.
@@ -119,7 +116,7 @@ pub(super) fn configured_hooks(config: &Config) -> Result<Vec<Arc<dyn Hook>>, St
     Ok(hooks)
 }
 
-/// Removes the scratch bases (`toolgate-<pid>-<serial>`) that servers left in `temp` when they
+/// Removes the scratch bases (`toolgate-<pid>-<hex>`) that servers left in `temp` when they
 /// were killed: only that naming pattern, and only when the owning process is gone. Where
 /// processes cannot be looked up (no `/proc`), nothing is removed.
 pub(super) fn remove_stale_bases(temp: &Path) {
@@ -148,17 +145,21 @@ pub(super) fn remove_stale_bases(temp: &Path) {
     }
 }
 
-/// The owning pid of a scratch base name `toolgate-<pid>-<serial>`; `None` for anything else.
+/// The owning pid of a scratch base name `toolgate-<pid>-<hex>` (random now, a serial number
+/// before); `None` for anything else, session directories (`toolgate-<hex>`) included.
 pub(super) fn stale_base_owner(name: &str) -> Option<u32> {
-    let (pid, serial) = name.strip_prefix("toolgate-")?.split_once('-')?;
-    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    if !digits(pid) || !digits(serial) {
+    let (pid, token) = name.strip_prefix("toolgate-")?.split_once('-')?;
+    let digits = !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit());
+    let hex = !token.is_empty() && token.bytes().all(|b| b.is_ascii_hexdigit());
+    if !digits || !hex {
         return None;
     }
     pid.parse().ok()
 }
 
-pub(super) fn sessions(config: &Config) -> Sessions {
+/// The session table. A server's own base under the temp dir gets an unguessable name, so no
+/// other user can make it first (and so own the directory its sessions' directories go in).
+pub(super) fn sessions(config: &Config) -> Result<Sessions, String> {
     let limits = SessionLimits {
         idle_ttl: config.sessions.idle_ttl,
         max_sessions: config.sessions.max_sessions,
@@ -168,16 +169,18 @@ pub(super) fn sessions(config: &Config) -> Sessions {
         } else {
             0
         },
+        scratch_quota_bytes: config.tools.builtin.scratch_quota_bytes,
     };
     let configured = &config.sessions.scratch_base;
     if configured.as_os_str().is_empty() {
         let temp = std::env::temp_dir();
         remove_stale_bases(&temp);
-        let serial = SERVER_SERIAL.fetch_add(1, Ordering::Relaxed);
-        let base: PathBuf = temp.join(format!("toolgate-{}-{serial}", std::process::id()));
-        Sessions::new(base, true, limits)
+        let prefix = format!("toolgate-{}-", std::process::id());
+        let name = unguessable_name(&prefix).map_err(|e| format!("scratch base: {e}"))?;
+        let base: PathBuf = temp.join(name);
+        Ok(Sessions::new(base, true, limits))
     } else {
-        Sessions::new(configured.clone(), false, limits)
+        Ok(Sessions::new(configured.clone(), false, limits))
     }
 }
 

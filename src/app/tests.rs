@@ -8,7 +8,13 @@ use super::*;
 #[test]
 fn only_scratch_bases_of_dead_processes_are_removed() {
     assert_eq!(stale_base_owner("toolgate-123-0"), Some(123));
+    assert_eq!(
+        stale_base_owner("toolgate-123-0123456789abcdef0123456789abcdef"),
+        Some(123)
+    );
     for other in [
+        "toolgate-0123456789abcdef0123456789abcdef",
+        "toolgate-12-xyz",
         "toolgate-abc-0",
         "toolgate-12",
         "toolgate-12-",

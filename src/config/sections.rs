@@ -341,6 +341,9 @@ pub struct ToolsConfig {
 pub struct BuiltinConfig {
     pub enabled: bool,
     pub exclude: Vec<String>,
+    /// Bytes a session's scratch directory may hold (each file and directory counts 4096 more);
+    /// 0: no quota.
+    pub scratch_quota_bytes: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -534,6 +537,7 @@ impl Default for BuiltinConfig {
         BuiltinConfig {
             enabled: true,
             exclude: Vec::new(),
+            scratch_quota_bytes: crate::tools::DEFAULT_QUOTA_BYTES,
         }
     }
 }
