@@ -43,6 +43,28 @@ fn only_scratch_bases_of_dead_processes_are_removed() {
 }
 
 #[tokio::test]
+async fn the_default_scratch_base_is_private_and_unguessable() {
+    use std::os::unix::fs::PermissionsExt;
+    let sessions = super::build::sessions(&Config::default()).unwrap();
+    let base = sessions.base().to_path_buf();
+    let name = base.file_name().unwrap().to_str().unwrap().to_owned();
+    let prefix = format!("toolgate-{}-", std::process::id());
+    let token = name.strip_prefix(&prefix).unwrap();
+    assert!(
+        token.len() == 32 && token.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{name}"
+    );
+    assert_eq!(stale_base_owner(&name), Some(std::process::id()));
+    let session = sessions.open("s");
+    session.scratch().create().await.unwrap();
+    let mode = std::fs::metadata(&base).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700);
+    sessions.release(&session);
+    sessions.remove_all();
+    assert!(!base.exists());
+}
+
+#[tokio::test]
 async fn an_aborted_server_task_is_an_error() {
     let server = Server::new(Config::default()).start_local().await.unwrap();
     server.task.abort();
