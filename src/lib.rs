@@ -19,6 +19,7 @@
 
 pub mod app;
 pub mod calls;
+pub mod child;
 pub mod config;
 pub mod dispatch;
 pub mod duration;

@@ -60,6 +60,8 @@ pub struct SessionLimits {
     pub loop_window: usize,
     /// Memory entries kept per session (oldest dropped first); 0 switches memory off.
     pub memory_entries: usize,
+    /// Bytes a session's scratch directory may hold; 0: no quota.
+    pub scratch_quota_bytes: u64,
 }
 
 impl Default for SessionLimits {
@@ -69,6 +71,7 @@ impl Default for SessionLimits {
             max_sessions: 10_000,
             loop_window: 100,
             memory_entries: 100,
+            scratch_quota_bytes: crate::tools::DEFAULT_QUOTA_BYTES,
         }
     }
 }
@@ -223,7 +226,7 @@ impl Sessions {
     pub fn open(&self, tenant: &str, id: &str) -> Arc<Session> {
         let now = Instant::now();
         if id.is_empty() {
-            let id = format!("{EPHEMERAL_PREFIX}{}", unguessable());
+            let id = ephemeral_id();
             let session = Arc::new(self.make(tenant, id, true, now));
             session.in_use.fetch_add(1, Ordering::SeqCst);
             return session;
@@ -332,7 +335,7 @@ impl Sessions {
     }
 
     fn make(&self, tenant: &str, id: String, ephemeral: bool, now: Instant) -> Session {
-        let scratch = ScratchDir::new(self.base.join(format!("toolgate-{}", unguessable())));
+        let scratch = ScratchDir::under(self.base.clone(), self.limits.scratch_quota_bytes);
         Session {
             key: key(tenant, &id),
             tenant: tenant.to_owned(),
@@ -355,21 +358,18 @@ fn key(tenant: &str, id: &str) -> String {
     format!("{tenant}/{id}")
 }
 
-/// 128 random bits as hex, from the operating system's generator: names nobody can guess.
-fn unguessable() -> String {
-    use ring::rand::SecureRandom;
-    let mut bytes = [0u8; 16];
-    // The system generator failing is not recoverable in a meaningful way; fall back to the
-    // clock mixed with a counter so the id stays unique (if no longer secret).
-    if ring::rand::SystemRandom::new().fill(&mut bytes).is_err() {
+/// The id of a batch's own session: the prefix and 128 random bits, from the operating system's
+/// source. Without one (it does not fail on Linux) the clock and a counter keep ids unique,
+/// though guessable.
+fn ephemeral_id() -> String {
+    crate::tools::unguessable_name(EPHEMERAL_PREFIX).unwrap_or_else(|_| {
         static COUNTER: AtomicU64 = AtomicU64::new(0);
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
-        bytes[..8].copy_from_slice(&crate::hash::mix(nanos).to_le_bytes());
-        bytes[8..].copy_from_slice(&COUNTER.fetch_add(1, Ordering::Relaxed).to_le_bytes());
-    }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        format!("{EPHEMERAL_PREFIX}{:016x}{n:016x}", crate::hash::mix(nanos))
+    })
 }
 
 /// A session left the map: its directory goes now, or when its last batch releases it.

@@ -4,6 +4,7 @@
 //! Over 400 lines because it is one small type per section with its `Default`: the defaults sit
 //! next to their fields, where the test pinning them to `config/default.toml` points.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -106,9 +107,11 @@ pub struct RetrySection {
 }
 
 /// Pre- and post-tool hooks, consulted in this order: rules, then command hooks, then gRPC hooks.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HooksConfig {
+    /// The server's environment variables command hooks get (their own `env` comes on top).
+    pub env_allow: Vec<String>,
     pub rules: Vec<RuleConfig>,
     pub command: Vec<CommandHookConfig>,
     pub grpc: Vec<GrpcHookConfig>,
@@ -158,6 +161,9 @@ pub struct CommandHookConfig {
     pub timeout: Duration,
     #[serde(default)]
     pub failure_mode: FailureMode,
+    /// Environment variables set for this hook's program, over `hooks.env_allow`.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
 }
 
 /// `[[hooks.grpc]]`: a remote `toolgate.v1.ToolHooks` service.
@@ -406,6 +412,9 @@ pub struct ToolsConfig {
 pub struct BuiltinConfig {
     pub enabled: bool,
     pub exclude: Vec<String>,
+    /// Bytes a session's scratch directory may hold (each file and directory counts 4096 more);
+    /// 0: no quota.
+    pub scratch_quota_bytes: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -543,6 +552,17 @@ impl Default for RetrySection {
     }
 }
 
+impl Default for HooksConfig {
+    fn default() -> Self {
+        HooksConfig {
+            env_allow: crate::child::DEFAULT_ENV_ALLOW.map(str::to_owned).into(),
+            rules: Vec::new(),
+            command: Vec::new(),
+            grpc: Vec::new(),
+        }
+    }
+}
+
 impl Default for ValidationConfig {
     fn default() -> Self {
         ValidationConfig { enabled: true }
@@ -589,6 +609,7 @@ impl Default for BuiltinConfig {
         BuiltinConfig {
             enabled: true,
             exclude: Vec::new(),
+            scratch_quota_bytes: crate::tools::DEFAULT_QUOTA_BYTES,
         }
     }
 }

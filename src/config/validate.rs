@@ -1,6 +1,7 @@
 //! Validation: the values checked against each other and the server's hard limits, every
 //! problem listed at once. The only place config values are judged.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
 use super::{Config, ConfigError, HooksConfig};
@@ -401,9 +402,16 @@ impl HooksConfig {
                 }
             }
         }
+        let allow = self.env_allow.iter().map(String::as_str);
+        if let Err(problem) = crate::child::check_env(allow, &BTreeMap::new()) {
+            p.push(format!("hooks.env_allow: {problem}"));
+        }
         for (i, hook) in self.command.iter().enumerate() {
             if hook.command.first().is_none_or(String::is_empty) {
                 p.push(format!("hooks.command[{i}].command: name a program to run"));
+            }
+            if let Err(problem) = crate::child::check_env([], &hook.env) {
+                p.push(format!("hooks.command[{i}].env: {problem}"));
             }
         }
         for (i, hook) in self.grpc.iter().enumerate() {

@@ -43,15 +43,19 @@ async fn scratch_directories_are_per_session_and_removed() {
     assert!(!base.exists());
 }
 
-#[test]
-fn tenants_never_share_a_session_and_batch_sessions_cannot_be_named() {
+#[tokio::test]
+async fn tenants_never_share_a_session_and_batch_sessions_cannot_be_named() {
     let sessions = Sessions::new(base("tenants"), true, SessionLimits::default());
     let a = sessions.open("acme", "shared");
     let b = sessions.open("globex", "shared");
     assert!(!Arc::ptr_eq(&a, &b));
     a.remember("echo", "{}", "acme's secret");
     assert!(b.memory().is_empty());
-    assert_ne!(a.scratch().path(), b.scratch().path());
+    let (dir_a, dir_b) = (
+        a.scratch().create().await.unwrap().to_path_buf(),
+        b.scratch().create().await.unwrap().to_path_buf(),
+    );
+    assert_ne!(dir_a, dir_b);
     assert!(
         sessions
             .get("globex", "shared")

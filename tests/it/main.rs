@@ -19,6 +19,7 @@ mod parallel;
 mod peers;
 mod pipeline;
 mod remote;
+mod scratch;
 mod security;
 mod server;
 mod support;

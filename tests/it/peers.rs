@@ -425,3 +425,133 @@ fn log_lines_inside_a_batch_carry_its_trace_ids_and_no_secrets() {
     let listening = log.lines().find(|l| l.contains("listening")).unwrap();
     assert!(!listening.contains("trace_id"), "{listening}");
 }
+
+/// Lines `NAME=value` of an `env` dump, by name.
+fn variables(dump: &str) -> std::collections::BTreeMap<String, String> {
+    dump.lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+/// A value only the server's environment holds.
+const SECRET: &str = "s3cret-only-in-the-server";
+
+/// The binary with `config`, `TOOLGATE_TEST_SECRET=SECRET` in its environment, and a client.
+async fn start_with_a_secret(
+    config: &Path,
+) -> (
+    Binary,
+    toolgate::pb::tool_gate_client::ToolGateClient<tonic::transport::Channel>,
+) {
+    let server = Binary::start_with(
+        &["--config", config.to_str().unwrap()],
+        &[("TOOLGATE_TEST_SECRET", SECRET)],
+    );
+    let channel = crate::support::connect(server.addr.parse().unwrap()).await;
+    let client = toolgate::pb::tool_gate_client::ToolGateClient::new(channel);
+    (server, client)
+}
+
+/// What `sh` adds to any environment it runs in.
+const SHELL_OWN: [&str; 3] = ["PWD", "SHLVL", "_"];
+
+#[tokio::test]
+async fn a_hook_does_not_see_a_server_secret_and_runs_in_its_own_group() {
+    let dir = crate::mcp::test_dir("peers-hook-env");
+    let file = dir.join("hooks.toml");
+    let script = format!(
+        "cat >/dev/null; env > {d}/env; cut -d' ' -f5 /proc/$$/stat > {d}/pgid; echo $$ > {d}/pid",
+        d = dir.display()
+    );
+    std::fs::write(
+        &file,
+        format!(
+            "[[hooks.command]]\nname = \"env\"\ncommand = [\"sh\", \"-c\", {script:?}]\nenv = {{ HOOK_TOKEN = \"configured\" }}\n"
+        ),
+    )
+    .unwrap();
+    let (server, mut client) = start_with_a_secret(&file).await;
+    let req = crate::support::request(serde_json::json!([{"id": "a", "name": "echo"}]));
+    let result = client.dispatch(req).await.unwrap().into_inner();
+    assert!(result.all_succeeded, "{result:?}");
+    let (status, log) = server.terminate();
+    assert!(status.success(), "{log}");
+    let dump = std::fs::read_to_string(dir.join("env")).unwrap();
+    assert!(!dump.contains(SECRET), "the hook saw the secret:\n{dump}");
+    let seen = variables(&dump);
+    assert_eq!(
+        seen.get("HOOK_TOKEN").map(String::as_str),
+        Some("configured")
+    );
+    assert!(seen.contains_key("PATH"), "{dump}");
+    // Nothing but the default allowlist, the hook's own value and what sh sets itself: not
+    // TOOLGATE_TEST_SECRET, not RUST_LOG, not the CARGO_* variables of the test run.
+    let allowed: Vec<&str> = toolgate::child::DEFAULT_ENV_ALLOW
+        .into_iter()
+        .chain(SHELL_OWN)
+        .chain(["HOOK_TOKEN"])
+        .collect();
+    let extra: Vec<&String> = seen
+        .keys()
+        .filter(|k| !allowed.contains(&k.as_str()))
+        .collect();
+    assert!(extra.is_empty(), "the hook saw {extra:?}");
+    let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap();
+    assert_eq!(
+        read("pgid").trim(),
+        read("pid").trim(),
+        "the hook leads its group"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn no_child_process_survives_the_binarys_shutdown() {
+    use crate::mcp::{
+        all_end, process_gone, python_server_with_a_grandchild, server_and_grandchild,
+    };
+    let dir = crate::mcp::test_dir("peers-children");
+    let command: Vec<String> = python_server_with_a_grandchild(&dir)
+        .iter()
+        .map(|a| format!("{a:?}"))
+        .collect();
+    // A hook that leaves a background process behind and exits at once.
+    let hook = format!(
+        "cat >/dev/null; sleep 1000 </dev/null >/dev/null 2>&1 & echo $! > {}/hook-child",
+        dir.display()
+    );
+    let file = dir.join("children.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[[remotes]]\nname = \"wrapped\"\nkind = \"mcp\"\nprefix = \"w.\"\ntimeout = \"30s\"\nrequired = true\n\
+             command = [{}]\nenv = {{ MCP_TOKEN = \"configured\" }}\n\
+             [[hooks.command]]\nname = \"bg\"\ncommand = [\"sh\", \"-c\", {hook:?}]\n",
+            command.join(", ")
+        ),
+    )
+    .unwrap();
+    let (server, mut client) = start_with_a_secret(&file).await;
+    let (server_pid, grandchild) = server_and_grandchild(&mut client, "w.", &dir).await;
+    // The hook ran for that call; its group went when it exited.
+    let hook_child: u32 = std::fs::read_to_string(dir.join("hook-child"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    crate::support::eventually("the hook's background process is killed", async || {
+        process_gone(hook_child)
+    })
+    .await;
+    let seen = variables(&std::fs::read_to_string(dir.join("env")).unwrap());
+    assert_eq!(
+        seen.get("MCP_TOKEN").map(String::as_str),
+        Some("configured")
+    );
+    assert!(!seen.contains_key("TOOLGATE_TEST_SECRET"), "{seen:?}");
+    let (status, log) = server.terminate();
+    assert!(status.success(), "{log}");
+    all_end(&[server_pid, grandchild], "with the binary").await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

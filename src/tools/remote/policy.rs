@@ -4,7 +4,8 @@
 //! over HTTP) reach only allowed addresses: loopback, link-local (cloud metadata included),
 //! unspecified, multicast and broadcast addresses are refused unless an `egress_allow` entry
 //! lists them, and a host name must resolve to allowed addresses only. No file paths come from an
-//! RPC (`tls.ca_file`), and an HTTP tool may follow redirects only when allowed. Remotes from
+//! RPC (`tls.ca_file`), nor a share of the server's environment (`env_allow`), and an HTTP tool
+//! may follow redirects only when allowed. Remotes from
 //! the config file are the operator's choice and are not checked here.
 
 use std::net::IpAddr;
@@ -88,6 +89,12 @@ impl RegistrationPolicy {
     /// Checks `spec` without connecting (but resolving host names); the error says why it is
     /// refused.
     pub async fn check(&self, spec: &RemoteSpec) -> Result<(), String> {
+        if spec.env_allow.is_some() {
+            return Err(
+                "env_allow shares the server's environment: only the config file may set it"
+                    .to_owned(),
+            );
+        }
         if spec.tls.as_ref().is_some_and(|t| t.ca_file.is_some()) {
             return Err(
                 "tls.ca_file names a file on the server: only the config file may do that"
