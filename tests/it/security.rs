@@ -405,6 +405,12 @@ async fn tokens_and_jwts_are_identities_with_roles_and_tenants_stay_apart() {
         jwks_file = "{jwks}"
         issuer = "https://idp.test"
         audience = "toolgate"
+        [[permissions.rules]]
+        id = "globex-no-clock"
+        tools = "now"
+        tenants = ["globex"]
+        decision = "deny"
+        reason = "not for globex"
         "#,
         sha256_hex("acme-secret"),
         sha256_hex("globex-secret"),
@@ -510,6 +516,31 @@ async fn tokens_and_jwts_are_identities_with_roles_and_tenants_stay_apart() {
 
     // Tenants: the same session id is two sessions; neither sees or ends the other's.
     let mut globex = client_with(&ts, Some("globex-secret")).await;
+    // A permission rule about one tenant only, named in its gate decision.
+    let clock = || request(json!([{"id": "t", "name": "now"}]));
+    let theirs = globex.dispatch(clock()).await.unwrap().into_inner();
+    assert_eq!(
+        theirs.results[0].error_class,
+        pb::ErrorClass::PermissionDenied as i32,
+        "{:?}",
+        theirs.results[0]
+    );
+    assert!(theirs.results[0].content.contains("not for globex"));
+    let mut stream = globex.dispatch_batch(clock()).await.unwrap().into_inner();
+    let mut gate = None;
+    while let Some(event) = stream.message().await.unwrap() {
+        if let Some(pb::dispatch_event::Event::GateDecision(g)) = event.event {
+            gate = Some(g);
+        }
+    }
+    assert_eq!(gate.unwrap().source, "permissions[globex-no-clock]");
+    assert!(
+        acme.dispatch(clock())
+            .await
+            .unwrap()
+            .into_inner()
+            .all_succeeded
+    );
     let mut write_file = request(json!([
         {"id": "w", "name": "scratch_write", "arguments": {"path": "plan.txt", "content": "acme only"}},
         {"id": "e", "name": "echo", "arguments": {"remember": "acme"}},
