@@ -141,3 +141,18 @@ fn resource(service_name: &str) -> Resource {
         builder.with_service_name(service_name.to_owned()).build()
     }
 }
+
+/// An OTLP/gRPC exporter builder with gzip, the export timeout and the collector (when the config
+/// names one; otherwise the exporter reads the standard `OTEL_EXPORTER_OTLP_*` variables).
+fn otlp<B>(builder: B, endpoint: Option<&String>, timeout: std::time::Duration) -> B
+where
+    B: opentelemetry_otlp::WithExportConfig + opentelemetry_otlp::WithTonicConfig,
+{
+    let builder = builder
+        .with_compression(opentelemetry_otlp::Compression::Gzip)
+        .with_timeout(timeout);
+    match endpoint {
+        Some(endpoint) => builder.with_endpoint(endpoint.clone()),
+        None => builder,
+    }
+}

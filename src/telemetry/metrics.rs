@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use opentelemetry::metrics::{Meter, MeterProvider as _};
 use opentelemetry::{KeyValue, Value};
-use opentelemetry_otlp::{WithExportConfig, WithTonicConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, Metric, MetricData, ResourceMetrics};
@@ -71,14 +70,8 @@ impl MetricsPipeline {
     /// Metrics also pushed over OTLP as `export` says. Must run inside a Tokio runtime (the
     /// exporter's channel is created here).
     pub fn with_otlp(export: &OtlpExport) -> Result<Self, String> {
-        let mut exporter = opentelemetry_otlp::MetricExporter::builder()
-            .with_tonic()
-            .with_compression(opentelemetry_otlp::Compression::Gzip)
-            .with_timeout(export.timeout);
-        if let Some(endpoint) = &export.endpoint {
-            exporter = exporter.with_endpoint(endpoint.clone());
-        }
-        let exporter = exporter
+        let builder = opentelemetry_otlp::MetricExporter::builder().with_tonic();
+        let exporter = super::otlp(builder, export.endpoint.as_ref(), export.timeout)
             .build()
             .map_err(|e| format!("telemetry: the OTLP metrics exporter could not be built: {e}"))?;
         let reader = PeriodicReader::builder(exporter)

@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use opentelemetry::Context;
 use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_otlp::{WithExportConfig, WithTonicConfig};
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{
     BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracerProvider, SpanData, SpanExporter,
@@ -84,14 +83,8 @@ impl TracePipeline {
     /// Starts exporting as `export` says. Must run inside a Tokio runtime (the exporter's
     /// channel is created here).
     pub fn start(export: &TraceExport, metrics: Arc<Metrics>) -> Result<Self, String> {
-        let mut exporter = opentelemetry_otlp::SpanExporter::builder()
-            .with_tonic()
-            .with_compression(opentelemetry_otlp::Compression::Gzip)
-            .with_timeout(export.timeout);
-        if let Some(endpoint) = &export.endpoint {
-            exporter = exporter.with_endpoint(endpoint.clone());
-        }
-        let exporter = exporter
+        let builder = opentelemetry_otlp::SpanExporter::builder().with_tonic();
+        let exporter = super::otlp(builder, export.endpoint.as_ref(), export.timeout)
             .build()
             .map_err(|e| format!("telemetry: the OTLP span exporter could not be built: {e}"))?;
         let queued = Arc::new(AtomicUsize::new(0));
