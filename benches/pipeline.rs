@@ -85,7 +85,8 @@ fn batch(elements: Vec<Value>, session: &str, mode: Mode) -> Batch {
             fail_fast: false,
         },
         turn: 1,
-        trace: None,
+        caller: std::sync::Arc::new(toolgate::identity::Caller::local()),
+        trace: toolgate::trace::Span::none(),
     }
 }
 

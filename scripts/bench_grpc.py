@@ -10,9 +10,14 @@ server: its Count method) and the server's CPU time (/proc/PID/stat), and fails 
 h2load saw errors or the server's count did not grow by exactly requests × calls (h2load cannot
 see grpc-status, so a gRPC error or a refused call would otherwise pass as a 200).
 
+With --toolgate-traced and --toolgate-sampled (toolgate exporting every trace, and one in a
+hundred, to an OTLP collector), the 1-call and 8-call cases also run against those and a second
+table gives the cost of tracing against the same cases untraced, from the same run.
+
 Needs grpcio, grpcio-tools and protobuf (the test venv). Settings come from the environment:
 BENCH_SECONDS (measured seconds per cell, default 5), BENCH_WARMUP (seconds, default 1),
-BENCH_CONCURRENCY (default "1,16,64"), BENCH_SLEEP_CONCURRENCY (default "1,16").
+BENCH_CONCURRENCY (default "1,16,64"), BENCH_SLEEP_CONCURRENCY (default "1,16"), BENCH_CASES
+(comma-separated case keys to run; default all).
 """
 
 import argparse
@@ -35,6 +40,8 @@ SESSION = "bench"
 SLEEP_MS = 10
 SLEEPS_MS = list(range(SLEEP_MS - 7, SLEEP_MS + 1))
 ECHO_METHOD = "/bench.Echo/Echo"
+# The traced toolgates: the server key, and how its cases are labelled.
+TRACED = [("traced", "traced (100% sampled)"), ("sampled", "traced (1% sampled)")]
 COUNT_METHOD = "/bench.Echo/Count"
 
 
@@ -70,8 +77,10 @@ class Case:
     """One request driven by h2load: its body, where it goes, how to check it."""
 
     def __init__(self, key, label, server, path, message, calls, tool=None, streaming=False,
-                 expect_session=None, expect_results=None):
+                 expect_session=None, expect_results=None, base=None):
         self.key, self.label, self.server, self.path = key, label, server, path
+        # For a traced case: the untraced case it is compared with.
+        self.base = base
         self.message, self.calls, self.tool, self.streaming = message, calls, tool, streaming
         self.expect_session, self.expect_results = expect_session, expect_results
         payload = message.SerializeToString()
@@ -106,7 +115,22 @@ def build_cases(pb, servers):
 
     tg, named = servers["toolgate"], servers["toolgate_named"]
     dispatch, batch = "/toolgate.v1.ToolGate/Dispatch", "/toolgate.v1.ToolGate/DispatchBatch"
-    return [
+    traced = []
+    for key, label in TRACED:
+        if key not in servers:
+            continue
+        server = servers[key]
+        traced += [
+            Case(f"dispatch_1_{key}", f"`Dispatch`, 1 echo call, {label}", server, dispatch,
+                 request(one), 1, "echo", expect_results=echo_results(one), base="dispatch_1"),
+            Case(f"batch_1_{key}", f"`DispatchBatch`, 1 echo call, {label}", server, batch,
+                 request(one), 1, "echo", streaming=True, expect_results=echo_results(one),
+                 base="batch_1"),
+            Case(f"dispatch_8_{key}", f"`Dispatch`, 8 echo calls, {label}", server, dispatch,
+                 request(eight), 8, "echo", expect_results=echo_results(eight),
+                 base="dispatch_8"),
+        ]
+    return traced + [
         Case("echo", "bare tonic echo (baseline)", servers["echo"], ECHO_METHOD,
              value(one[0]), 1),
         Case("dispatch_1", "`Dispatch`, 1 echo call, fresh session", tg, dispatch,
@@ -332,7 +356,7 @@ def render(results, cases, seconds, warmup, meta):
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for case in cases:
-        if case.key == "parallel_sleep":
+        if case.key == "parallel_sleep" or case.base:
             continue
         for (key, conc), r in sorted(by.items(), key=lambda kv: kv[0][1]):
             if key != case.key:
@@ -347,6 +371,32 @@ def render(results, cases, seconds, warmup, meta):
                 f"| {fmt_us(r['p50_us'])} | {fmt_us(r['p99_us'])} | {r['server_cpu_pct']:.0f}% "
                 f"| {r['client_cpu_pct']:.0f}% | {r['other_cpu_pct']:.0f}% "
                 f"| {ratio} | {p50_ratio} |")
+    traced = [c for c in cases if c.base]
+    if traced:
+        lines += [
+            "",
+            "The cost of tracing: the same cases on toolgates that export every trace (100%) or "
+            "one in a hundred (1%, `traceidratio` 0.01) over OTLP/gRPC to a collector on this "
+            "machine (`tests/otel/otlp_receiver.py --quiet`: the official Python OTLP stubs, "
+            "counting), against the untraced rows above, same run.",
+            "",
+            "| Case | Conc. | calls/s | p50 | p99 | server CPU | calls/s ÷ untraced "
+            "| p50 ÷ untraced |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for case in traced:
+            for (key, conc), r in sorted(by.items(), key=lambda kv: kv[0][1]):
+                if key != case.key:
+                    continue
+                base = by.get((case.base, conc))
+                ratio = p50_ratio = "—"
+                if base:
+                    ratio = f"{r['calls_per_s'] / base['calls_per_s']:.2f}"
+                    p50_ratio = f"{r['p50_us'] / base['p50_us']:.2f}"
+                lines.append(
+                    f"| {case.label} | {conc} | {fmt_rate(r['calls_per_s'])} "
+                    f"| {fmt_us(r['p50_us'])} | {fmt_us(r['p99_us'])} "
+                    f"| {r['server_cpu_pct']:.0f}% | {ratio} | {p50_ratio} |")
     sleep = [r for r in results if r["case"] == "parallel_sleep"]
     if sleep:
         lines += [
@@ -383,6 +433,8 @@ def main():
     parser.add_argument("--toolgate-named", required=True,
                         help="ADDR@PID, for the named-session cases")
     parser.add_argument("--echo", required=True, help="ADDR@PID of grpc_echo")
+    parser.add_argument("--toolgate-traced", help="ADDR@PID, exporting every trace")
+    parser.add_argument("--toolgate-sampled", help="ADDR@PID, exporting one trace in 100")
     parser.add_argument("--toolgate-label", required=True)
     parser.add_argument("--out", required=True, type=pathlib.Path)
     args = parser.parse_args()
@@ -394,7 +446,14 @@ def main():
     servers = {"toolgate": Server(args.toolgate),
                "toolgate_named": Server(args.toolgate_named),
                "echo": Server(args.echo)}
+    if args.toolgate_traced:
+        servers["traced"] = Server(args.toolgate_traced)
+    if args.toolgate_sampled:
+        servers["sampled"] = Server(args.toolgate_sampled)
     cases = build_cases(pb, servers)
+    wanted = [k for k in os.environ.get("BENCH_CASES", "").split(",") if k.strip()]
+    if wanted:
+        cases = [c for c in cases if c.key in wanted or (c.base and c.base in wanted)]
     checker = Checker(pb, pb_grpc)
     workdir = args.out / "raw"
     workdir.mkdir(parents=True, exist_ok=True)

@@ -17,18 +17,22 @@ use crate::config::{Config, ConfigError};
 use crate::dispatch::{Binding, Cancel, Dispatcher, Pipeline};
 use crate::grpc::StallWatch;
 use crate::grpc::admission::{Admission, Capacity};
+use crate::grpc::auth::Authenticator;
 use crate::grpc::server::ServeSettings;
+use crate::grpc::tls::{Tls, TlsSettings};
 use crate::grpc::{RequestRules, ServeError, ServiceState};
 use crate::safety::breaker::BreakerConfig;
 use crate::safety::health::Health;
 use crate::safety::hooks::{Hook, Hooks};
 use crate::safety::recovery::{DefaultReflector, Reflector};
 use crate::telemetry::metrics::{MetricsPipeline, OtlpExport};
+use crate::telemetry::traces::{TraceExport, TracePipeline};
 use crate::tools::remote::{RemoteError, Remotes};
 use crate::tools::{Catalog, RegistryError, Tool, ToolRegistry, ToolSource, builtin_tools};
+use crate::trace::Tracer;
 use build::{configured_hooks, middleware_config, sessions, sweep_sessions};
 
-/// How long stopping waits for the last metrics export.
+/// How long stopping waits for the last span and metrics exports.
 const METRICS_FLUSH: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// A toolgate server to be started: its config plus in-process tools, hooks and reflector.
@@ -39,6 +43,8 @@ pub struct Server {
     reflector: Arc<dyn Reflector>,
     /// What this server's metrics are recorded into and read from.
     metrics: Arc<MetricsPipeline>,
+    /// Where its spans go: set at start when a collector is configured, else off.
+    traces: Option<Arc<TracePipeline>>,
 }
 
 /// Why a server could not start.
@@ -54,6 +60,9 @@ pub enum StartError {
     /// built.
     #[error("{0}")]
     Hooks(String),
+    /// TLS files or authentication settings that cannot be used (unreadable, malformed).
+    #[error("{0}")]
+    Security(String),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: String,
@@ -84,6 +93,7 @@ impl Server {
             hooks: Vec::new(),
             reflector: Arc::new(DefaultReflector),
             metrics: Arc::new(MetricsPipeline::new()),
+            traces: None,
         }
     }
 
@@ -153,12 +163,25 @@ impl Server {
             tracing::info!(endpoint = ?export.endpoint, "exporting metrics over OTLP");
             self.metrics = Arc::new(pipeline);
         }
+        if let Some(export) = TraceExport::from_config(&self.config.telemetry) {
+            let traces =
+                TracePipeline::start(&export, self.metrics.metrics()).map_err(StartError::Hooks)?;
+            tracing::info!(endpoint = ?export.endpoint, "exporting traces over OTLP");
+            self.traces = Some(Arc::new(traces));
+        }
         let addr = listener.local_addr().map_err(|source| StartError::Bind {
             addr: "listener".to_owned(),
             source,
         })?;
         let dispatcher = self.build()?;
         let sessions = dispatcher.sessions_handle();
+        let auth = Authenticator::from_config(&self.config.auth)
+            .await
+            .map_err(StartError::Security)?;
+        let tls = match TlsSettings::from_config(&self.config.tls) {
+            Some(settings) => Some(Tls::load(settings).map_err(StartError::Security)?),
+            None => None,
+        };
         // Remotes from the config are connected before serving; one that cannot be reached is
         // connected in the background (or stops the start when it is `required`).
         let remotes = Remotes::new(dispatcher.catalog().clone(), self.metrics.metrics());
@@ -176,9 +199,16 @@ impl Server {
             admission: Admission::new(Capacity::from(&self.config.server)),
             stalls: StallWatch::new(self.config.server.stall_timeout),
             metrics: self.metrics.metrics(),
+            tracer: self.tracer(),
+            auth: Arc::new(auth),
             remotes: remotes.clone(),
             allow_registration: self.config.remote_registration.enabled,
-            stdio_commands: self.config.remote_registration.stdio_commands.clone(),
+            registration: Arc::new(
+                self.config
+                    .remote_registration
+                    .policy()
+                    .map_err(StartError::Security)?,
+            ),
         });
         admin::register_gauges(&self.metrics, &state, &remotes);
         let server = &self.config.server;
@@ -205,12 +235,13 @@ impl Server {
             }
             None => None,
         };
-        let serve = crate::grpc::serve(listener, state, settings, trigger.clone());
+        let serve = crate::grpc::serve(listener, tls, state, settings, trigger.clone());
         let sweeper = tokio::spawn(sweep_sessions(
             sessions.clone(),
             self.config.sessions.idle_ttl,
         ));
         let metrics = self.metrics.clone();
+        let traces = self.traces.clone();
         let task = tokio::spawn(async move {
             let result = serve.await;
             stop_admin.cancel();
@@ -219,7 +250,12 @@ impl Server {
             remotes.close();
             // The last figures go to the collector. The SDK's shutdown blocks (up to the export
             // timeout when the collector is gone): it gets a short while, then is left behind.
-            let flushed = tokio::task::spawn_blocking(move || metrics.shutdown());
+            let flushed = tokio::task::spawn_blocking(move || {
+                if let Some(traces) = traces {
+                    traces.shutdown();
+                }
+                metrics.shutdown();
+            });
             let _ = tokio::time::timeout(METRICS_FLUSH, flushed).await;
             result
         });
@@ -242,7 +278,7 @@ impl Server {
     /// The dispatcher from a config already validated.
     fn build(&self) -> Result<Dispatcher, StartError> {
         let registry = Arc::new(Catalog::new(self.registry()?));
-        let sessions = Arc::new(sessions(&self.config));
+        let sessions = Arc::new(sessions(&self.config).map_err(StartError::Hooks)?);
         let pipeline = self.pipeline(registry.clone())?;
         let bindings = self
             .config
@@ -284,7 +320,15 @@ impl Server {
         pipeline.preview_chars = c.output.event_preview_chars;
         pipeline.max_error_chars = c.output.max_error_chars;
         pipeline.metrics = self.metrics.metrics();
+        pipeline.tracer = self.tracer();
         Ok(pipeline)
+    }
+
+    /// The tracer spans are made with: the export pipeline's, or off.
+    fn tracer(&self) -> Tracer {
+        self.traces
+            .as_ref()
+            .map_or_else(Tracer::off, |traces| traces.tracer())
     }
 
     fn registry(&self) -> Result<ToolRegistry, RegistryError> {

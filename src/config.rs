@@ -25,6 +25,16 @@ pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
 /// Prefix of environment variables that override config keys.
 pub const ENV_PREFIX: &str = "TOOLGATE_";
 
+/// The trace samplers `telemetry.sampler` may name (the `OTEL_TRACES_SAMPLER` names).
+pub const SAMPLERS: &[&str] = &[
+    "always_on",
+    "always_off",
+    "traceidratio",
+    "parentbased_always_on",
+    "parentbased_always_off",
+    "parentbased_traceidratio",
+];
+
 /// Declares the sections once: the `Config` struct, `SECTIONS` and the per-section reader.
 macro_rules! sections {
     ($($(#[$doc:meta])* $name:ident: $ty:ty,)*) => {
@@ -82,6 +92,10 @@ sections! {
     admin: AdminConfig,
     /// OpenTelemetry export over OTLP.
     telemetry: TelemetryConfig,
+    /// Server TLS and client certificates (`[tls]`).
+    tls: TlsConfig,
+    /// Who may call: bearer tokens, JWTs, client certificates, anonymous callers (`[auth]`).
+    auth: AuthConfig,
 }
 
 /// Every problem found in a configuration, one per line.

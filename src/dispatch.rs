@@ -10,15 +10,16 @@ mod messages;
 mod pipeline;
 pub mod plan;
 mod result;
+mod spans;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
+use opentelemetry::trace::FutureExt as _;
 use serde_json::Value;
 use tokio::time::Instant;
-use tracing::{Instrument, field};
 
 use crate::calls::Received;
 use crate::json;
@@ -130,21 +131,13 @@ impl Dispatcher {
     /// CANCELLED and calls that never started are SKIPPED.
     pub async fn run(&self, batch: Batch, observer: &dyn Observer, cancel: &Cancel) -> BatchReport {
         let started = Instant::now();
-        let session = self.sessions.open(&batch.session_id);
+        let session = self.sessions.open(&batch.caller.tenant, &batch.session_id);
         // Released on every exit, including when the caller drops this future mid-batch.
         let _release = Release {
             sessions: &self.sessions,
             session: &session,
         };
-        // DEBUG, not INFO: an enabled span per batch cost ~5% of throughput at the default level.
-        let span = tracing::debug_span!(
-            "batch",
-            session = %session.id,
-            calls = batch.calls.len(),
-            turn = batch.turn,
-            outcome = field::Empty,
-            duration_ms = field::Empty,
-        );
+        let span = spans::batch(&self.pipeline.tracer, &batch, &session.id);
         let work = async {
             // Every call is announced before anything executes, including calls that will not run.
             for received in batch.calls.iter().filter(|_| observer.wants_events()) {
@@ -184,7 +177,8 @@ impl Dispatcher {
                 observer,
                 turn: batch.turn,
                 budget,
-                trace: batch.trace.as_ref(),
+                trace: &span,
+                caller: &batch.caller,
             };
             let executed = self
                 .execute(&batch.calls, &prepared, &plan, limit, &scope, cancel)
@@ -197,21 +191,20 @@ impl Dispatcher {
             }
             executed
         };
-        let (results, outcome, outcome_reason) = work.instrument(span.clone()).await;
+        // The batch runs in its span's context: log lines inside it carry its ids.
+        let (results, outcome, outcome_reason) = work.with_context(span.context().clone()).await;
         let duration = started.elapsed();
         self.pipeline.metrics.batch(outcome.name(), duration);
-        span.record("outcome", field::debug(outcome));
-        span.record("duration_ms", duration.as_millis());
+        spans::batch_finished(&span, outcome, &outcome_reason);
         // DEBUG, not INFO: a line per batch at the default level cost a fifth of the throughput.
-        span.in_scope(|| {
-            tracing::debug!(
-                outcome = ?outcome,
-                calls = results.len(),
-                errors = results.iter().filter(|r| !r.success).count(),
-                duration_ms = duration.as_millis(),
-                "batch finished"
-            );
-        });
+        tracing::debug!(
+            session = %session.id,
+            outcome = outcome.name(),
+            calls = results.len(),
+            errors = results.iter().filter(|r| !r.success).count(),
+            duration_ms = duration.as_millis(),
+            "batch finished"
+        );
         let messages = tool_messages(&results, batch.options.message_format);
         BatchReport {
             session_id: session.id.clone(),
@@ -232,7 +225,9 @@ struct BatchScope<'a> {
     observer: &'a dyn Observer,
     turn: u32,
     budget: Option<Arc<Budget>>,
-    trace: Option<&'a Arc<crate::trace::TraceContext>>,
+    /// The batch's span, parent of every call's.
+    trace: &'a crate::trace::Span,
+    caller: &'a Arc<crate::identity::Caller>,
 }
 
 impl Dispatcher {
@@ -354,8 +349,22 @@ impl Dispatcher {
         let (outcome, reason) = hard.unwrap_or((Outcome::Completed, String::new()));
         let results = results
             .into_iter()
-            .zip(calls)
-            .map(|(result, received)| result.unwrap_or_else(|| skipped(&received.call, outcome)))
+            .zip(calls.iter().zip(prepared))
+            .map(|(result, (received, target))| {
+                result.unwrap_or_else(|| {
+                    let result = skipped(&received.call, outcome);
+                    let tracer = &self.pipeline.tracer;
+                    let known = target.registered.is_some();
+                    spans::answered_without_attempt(
+                        tracer,
+                        scope.trace,
+                        &received.call,
+                        known,
+                        &result,
+                    );
+                    result
+                })
+            })
             .collect();
         (results, outcome, reason)
     }
@@ -384,18 +393,22 @@ impl Dispatcher {
         cancel: &Cancel,
     ) -> call::Answered {
         let call = &received.call;
+        let without_attempt = |answered: call::Answered, known: bool| {
+            let tracer = &self.pipeline.tracer;
+            spans::answered_without_attempt(tracer, scope.trace, call, known, &answered.result);
+            answered
+        };
         match (&received.rejection, prepared.registered) {
-            (Some((rejection, message)), _) => call::Answered {
-                result: CallResult::refused(call, (*rejection).into(), message.clone()),
-                hard: None,
-            },
+            (Some((rejection, message)), registered) => {
+                let result = CallResult::refused(call, (*rejection).into(), message.clone());
+                without_attempt(call::Answered { result, hard: None }, registered.is_some())
+            }
             // Unknown names are answered here and never dispatched.
-            (None, None) => call::unknown_tool(
-                call,
-                scope.session,
-                &self.pipeline,
-                &self.catalog.snapshot(),
-            ),
+            (None, None) => {
+                let registry = self.catalog.snapshot();
+                let answered = call::unknown_tool(call, scope.session, &self.pipeline, &registry);
+                without_attempt(answered, false)
+            }
             (None, Some(registered)) => {
                 let call_scope = call::CallScope {
                     session: scope.session,
@@ -406,6 +419,7 @@ impl Dispatcher {
                     turn: scope.turn,
                     budget: scope.budget.clone(),
                     trace: scope.trace,
+                    caller: scope.caller,
                 };
                 let input = prepared.input.clone();
                 call::execute(

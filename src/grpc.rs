@@ -2,14 +2,17 @@
 //! codec, the server with health, reflection and graceful shutdown, and the health probe.
 
 pub(crate) mod admission;
+pub mod auth;
 mod batch_stream;
 pub mod codec;
 pub mod convert;
 pub mod probe;
 mod reply;
+mod rpc_span;
 pub(crate) mod server;
 mod service;
 mod status;
+pub mod tls;
 
 pub(crate) use batch_stream::StallWatch;
 pub(crate) use convert::RequestRules;

@@ -19,12 +19,14 @@
 
 pub mod app;
 pub mod calls;
+pub mod child;
 pub mod config;
 pub mod dispatch;
 pub mod duration;
 pub mod glob;
 pub mod grpc;
 pub mod hash;
+pub mod identity;
 pub mod json;
 pub mod mapping;
 pub mod metrics;

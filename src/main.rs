@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use toolgate::config::Config;
 use toolgate::grpc::probe;
+use toolgate::middleware::Redactor;
 
 // Every request allocates many small, short-lived objects (protobuf values, JSON, strings) across
 // worker threads; glibc's malloc/free were a fifth of the server's CPU under load.
@@ -148,7 +149,12 @@ fn serve(args: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    if let Err(e) = toolgate::telemetry::init(&config.log) {
+    // A pattern that does not compile stops the start below, with the problem named.
+    let redactor = config
+        .redaction
+        .redactor()
+        .unwrap_or_else(|_| Redactor::disabled());
+    if let Err(e) = toolgate::telemetry::init(&config.log, redactor) {
         report_error(&e.to_string());
         return ExitCode::FAILURE;
     }

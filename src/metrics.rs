@@ -40,6 +40,7 @@ pub struct Metrics {
     redactions: Counter<u64>,
     remote_reconnects: Counter<u64>,
     refusals: Counter<u64>,
+    spans_dropped: Counter<u64>,
 }
 
 impl Default for Metrics {
@@ -105,6 +106,10 @@ impl Metrics {
             refusals: counter(
                 "toolgate.admission.refusals",
                 "Requests refused for capacity, by the capacity that was full",
+            ),
+            spans_dropped: counter(
+                "toolgate.telemetry.spans.dropped",
+                "Finished spans not exported, by reason (queue_full, export_failed)",
             ),
         }
     }
@@ -195,6 +200,12 @@ impl Metrics {
                 KeyValue::new("toolgate.result", result),
             ],
         );
+    }
+
+    /// `count` finished spans were not exported, for `reason`.
+    pub fn spans_dropped(&self, reason: &'static str, count: u64) {
+        self.spans_dropped
+            .add(count, &[KeyValue::new("toolgate.reason", reason)]);
     }
 
     /// A request was refused because `capacity` was full.

@@ -1,8 +1,11 @@
-//! Sessions: per-session state keyed by a validated id: the loop-detection window, the memory of
-//! successful calls, and the scratch directory. Bounded by an idle TTL and a maximum count (least
-//! recently used evicted first); a session in use by a batch is never evicted or removed.
-//! Invariant: a session's scratch directory is `<base>/toolgate-<id>/` and no id can name a path
-//! outside the base, because ids are restricted to `[A-Za-z0-9._-]` and may not be `.` or `..`.
+//! Sessions: per-session state keyed by tenant and a validated id: the loop-detection window, the
+//! memory of successful calls, and the scratch directory. Bounded by an idle TTL and a maximum
+//! count (least recently used evicted first); a session in use by a batch is never evicted or
+//! removed.
+//! Invariant: two tenants using the same session id never share state, and a batch without a
+//! session id runs in a session no request can name (its id is `batch-` and 128 random bits, and
+//! client ids may not start with `batch-`). A session's scratch directory is
+//! `<base>/toolgate-<128 random bits>/`, never derived from an id.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -23,8 +26,17 @@ pub const MAX_SESSION_ID_LEN: usize = 128;
 /// Characters of input and of result kept per memory entry.
 pub const MEMORY_FIELD_CHARS: usize = 500;
 
+/// The prefix of the ids of sessions made for one batch; reserved.
+const EPHEMERAL_PREFIX: &str = "batch-";
+
 /// Checks a client-supplied session id; the error says what is allowed.
 pub fn validate_session_id(id: &str) -> Result<(), String> {
+    if id.starts_with(EPHEMERAL_PREFIX) {
+        return Err(format!(
+            "session_id '{}' is invalid: ids starting with '{EPHEMERAL_PREFIX}' name the sessions of batches sent without a session id, which no request can address",
+            crate::json::truncate_chars(id, 64)
+        ));
+    }
     let valid_chars = id
         .bytes()
         .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
@@ -48,6 +60,8 @@ pub struct SessionLimits {
     pub loop_window: usize,
     /// Memory entries kept per session (oldest dropped first); 0 switches memory off.
     pub memory_entries: usize,
+    /// Bytes a session's scratch directory may hold; 0: no quota.
+    pub scratch_quota_bytes: u64,
 }
 
 impl Default for SessionLimits {
@@ -57,6 +71,7 @@ impl Default for SessionLimits {
             max_sessions: 10_000,
             loop_window: 100,
             memory_entries: 100,
+            scratch_quota_bytes: crate::tools::DEFAULT_QUOTA_BYTES,
         }
     }
 }
@@ -65,6 +80,10 @@ impl Default for SessionLimits {
 #[derive(Debug)]
 pub struct Session {
     pub id: String,
+    /// The tenant whose session this is.
+    pub tenant: String,
+    /// `tenant/id`: the key in the sessions' map (`/` is in neither).
+    key: String,
     scratch: ScratchDir,
     /// A session made for one batch; everything goes when the batch ends.
     ephemeral: bool,
@@ -142,7 +161,6 @@ pub struct Sessions {
     owns_base: bool,
     limits: SessionLimits,
     live: Mutex<Live>,
-    next_ephemeral: AtomicU64,
 }
 
 /// The named sessions and their recency, so finding the least recently used one to evict does
@@ -161,7 +179,7 @@ impl Live {
         self.clock += 1;
         let previous = session.stamp.swap(self.clock, Ordering::Relaxed);
         self.order.remove(&previous);
-        self.order.insert(self.clock, session.id.clone());
+        self.order.insert(self.clock, session.key.clone());
     }
 
     fn remove(&mut self, id: &str) -> Option<Arc<Session>> {
@@ -196,7 +214,6 @@ impl Sessions {
             owns_base,
             limits,
             live: Mutex::default(),
-            next_ephemeral: AtomicU64::new(1),
         }
     }
 
@@ -204,24 +221,25 @@ impl Sessions {
         &self.base
     }
 
-    /// Opens the named session for a batch (created on first use), or a fresh ephemeral one for
-    /// an empty id. The id must have passed `validate_session_id`. Pair with `release`.
-    pub fn open(&self, id: &str) -> Arc<Session> {
+    /// Opens `tenant`'s named session for a batch (created on first use), or a fresh ephemeral
+    /// one for an empty id. The id must have passed `validate_session_id`. Pair with `release`.
+    pub fn open(&self, tenant: &str, id: &str) -> Arc<Session> {
         let now = Instant::now();
         if id.is_empty() {
-            let n = self.next_ephemeral.fetch_add(1, Ordering::Relaxed);
-            let session = Arc::new(self.make(format!("batch-{n}"), true, now));
+            let id = ephemeral_id();
+            let session = Arc::new(self.make(tenant, id, true, now));
             session.in_use.fetch_add(1, Ordering::SeqCst);
             return session;
         }
+        let key = key(tenant, id);
         let mut live = self.lock();
-        if !live.by_id.contains_key(id) && live.by_id.len() >= self.limits.max_sessions {
+        if !live.by_id.contains_key(&key) && live.by_id.len() >= self.limits.max_sessions {
             live.evict_least_recent();
         }
         let session = live
             .by_id
-            .entry(id.to_owned())
-            .or_insert_with(|| Arc::new(self.make(id.to_owned(), false, now)))
+            .entry(key)
+            .or_insert_with(|| Arc::new(self.make(tenant, id.to_owned(), false, now)))
             .clone();
         session.in_use.fetch_add(1, Ordering::SeqCst);
         session.touch(now);
@@ -237,7 +255,7 @@ impl Sessions {
             // Only the live session of that id: an ended one must not reappear in the order.
             if live
                 .by_id
-                .get(&session.id)
+                .get(&session.key)
                 .is_some_and(|s| std::ptr::eq(Arc::as_ptr(s), session))
             {
                 live.touch(session);
@@ -252,14 +270,15 @@ impl Sessions {
         }
     }
 
-    /// The live named session, if any (not an ephemeral one).
-    pub fn get(&self, id: &str) -> Option<Arc<Session>> {
-        self.lock().by_id.get(id).cloned()
+    /// `tenant`'s live named session, if any (an ephemeral one never).
+    pub fn get(&self, tenant: &str, id: &str) -> Option<Arc<Session>> {
+        self.lock().by_id.get(&key(tenant, id)).cloned()
     }
 
-    /// Drops a session; true if it was live. A batch still using it keeps its state until it ends.
-    pub fn end(&self, id: &str) -> bool {
-        let Some(session) = self.lock().remove(id) else {
+    /// Drops `tenant`'s session; true if it was live. A batch still using it keeps its state
+    /// until it ends.
+    pub fn end(&self, tenant: &str, id: &str) -> bool {
+        let Some(session) = self.lock().remove(&key(tenant, id)) else {
             return false;
         };
         retire(&session);
@@ -278,7 +297,7 @@ impl Sessions {
             .collect();
         for id in &expired {
             if let Some(session) = live.remove(id) {
-                tracing::debug!(session = %id, "session expired");
+                tracing::debug!(session = %session.id, tenant = %session.tenant, "session expired");
                 retire(&session);
             }
         }
@@ -315,9 +334,11 @@ impl Sessions {
         self.live.lock()
     }
 
-    fn make(&self, id: String, ephemeral: bool, now: Instant) -> Session {
-        let scratch = ScratchDir::new(self.base.join(format!("toolgate-{id}")));
+    fn make(&self, tenant: &str, id: String, ephemeral: bool, now: Instant) -> Session {
+        let scratch = ScratchDir::under(self.base.clone(), self.limits.scratch_quota_bytes);
         Session {
+            key: key(tenant, &id),
+            tenant: tenant.to_owned(),
             id,
             scratch,
             ephemeral,
@@ -330,6 +351,25 @@ impl Sessions {
             ended: AtomicBool::new(false),
         }
     }
+}
+
+/// The map key of `tenant`'s session `id`.
+fn key(tenant: &str, id: &str) -> String {
+    format!("{tenant}/{id}")
+}
+
+/// The id of a batch's own session: the prefix and 128 random bits, from the operating system's
+/// source. Without one (it does not fail on Linux) the clock and a counter keep ids unique,
+/// though guessable.
+fn ephemeral_id() -> String {
+    crate::tools::unguessable_name(EPHEMERAL_PREFIX).unwrap_or_else(|_| {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        format!("{EPHEMERAL_PREFIX}{:016x}{n:016x}", crate::hash::mix(nanos))
+    })
 }
 
 /// A session left the map: its directory goes now, or when its last batch releases it.

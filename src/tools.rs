@@ -22,7 +22,7 @@ pub use catalog::Catalog;
 pub use function::FnTool;
 pub use outcome::{ErrorClass, content_of};
 pub use registry::{RegistryError, ToolRegistry, ToolSource};
-pub use scratch::ScratchDir;
+pub use scratch::{DEFAULT_QUOTA_BYTES, ScratchDir, unguessable_name};
 
 /// The boxed future a tool returns; `'a` lets it borrow the tool and its context.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -83,8 +83,11 @@ pub struct ToolContext {
     pub deadline: Option<tokio::time::Instant>,
     /// Where the tool may report progress; `None` when nobody listens.
     pub progress: Option<ProgressSink>,
-    /// The batch's trace; `traceparent()` makes the header for a call this tool makes.
-    pub trace: Option<Arc<crate::trace::TraceContext>>,
+    /// The span of this execution (its ids only): `traceparent()` and `tracestate()` make the
+    /// headers for a call this tool makes, so a remote's own spans join the trace under it.
+    pub trace: opentelemetry::trace::SpanContext,
+    /// Who sent the batch (its tenant namespaces the session and the cache).
+    pub caller: Arc<crate::identity::Caller>,
 }
 
 /// A progress report from a running tool.
@@ -143,14 +146,20 @@ impl ToolContext {
             }),
             deadline: None,
             progress: None,
-            trace: None,
+            trace: opentelemetry::trace::SpanContext::empty_context(),
+            caller: Arc::new(crate::identity::Caller::local()),
         }
     }
 
-    /// A W3C `traceparent` for a call this tool makes: the batch's trace, a new span id (each
-    /// execution is its own span). Made on demand, so tools that call nothing pay nothing.
+    /// The W3C `traceparent` for a call this tool makes: this execution's span is the parent.
+    /// Made on demand, so tools that call nothing pay nothing.
     pub fn traceparent(&self) -> Option<String> {
-        self.trace.as_deref().map(crate::trace::TraceContext::child)
+        crate::trace::traceparent(&self.trace)
+    }
+
+    /// The W3C `tracestate` the client sent, passed on with `traceparent()`.
+    pub fn tracestate(&self) -> Option<String> {
+        crate::trace::tracestate(&self.trace)
     }
 }
 

@@ -1,65 +1,290 @@
-//! The W3C trace context a batch runs in: parsed from the client's `traceparent` or started new,
-//! and the `traceparent` toolgate sends on to workers, HTTP tools and MCP servers.
+//! Traces: the W3C trace context a request arrives with, the spans toolgate makes over the
+//! OpenTelemetry API, and the `traceparent` it sends on to workers, HTTP tools and MCP servers.
+//!
+//! A [`Tracer`] is either on (an SDK tracer: spans are sampled, recorded and exported by
+//! `telemetry::traces`) or off. Off, spans are not recorded, but each still gets its own span id
+//! in the client's trace (or a new one), so remote calls and log lines carry ids either way and a
+//! disabled tracer costs an id and a small allocation per span. Attributes and events are built
+//! by closures that run only for a recording span, so an unsampled call pays for no attribute.
+//! The attribute names live in [`attr`]; which span carries which is decided by the layer that
+//! makes it (`grpc` the RPC span, `dispatch` the batch and execution spans).
 
-use crate::hash::mix;
+use std::borrow::Cow;
+use std::str::FromStr;
+use std::sync::Arc;
 
-/// A W3C trace context: the trace a batch belongs to, from the client's `traceparent` or new.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TraceContext {
-    /// 32 lowercase hex digits.
-    pub trace_id: String,
-    /// 2 hex digits (`01` = sampled).
-    pub flags: String,
+use opentelemetry::trace::{
+    SpanBuilder, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId,
+    TraceState, Tracer as _,
+};
+use opentelemetry::{Context, KeyValue};
+use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator, SdkTracer};
+
+/// Attribute and event names, in one place: OpenTelemetry semantic conventions where one exists
+/// (RPC, GenAI tool execution, errors), `toolgate.*` otherwise.
+pub mod attr {
+    pub const RPC_SYSTEM: &str = "rpc.system";
+    pub const RPC_SERVICE: &str = "rpc.service";
+    pub const RPC_METHOD: &str = "rpc.method";
+    pub const RPC_GRPC_STATUS_CODE: &str = "rpc.grpc.status_code";
+    pub const PEER_ADDRESS: &str = "network.peer.address";
+    pub const PEER_PORT: &str = "network.peer.port";
+    pub const ERROR_TYPE: &str = "error.type";
+
+    pub const OPERATION: &str = "gen_ai.operation.name";
+    pub const TOOL_NAME: &str = "gen_ai.tool.name";
+    pub const TOOL_CALL_ID: &str = "gen_ai.tool.call.id";
+    pub const TOOL_TYPE: &str = "gen_ai.tool.type";
+    pub const TOOL_ARGUMENTS: &str = "gen_ai.tool.call.arguments";
+    pub const TOOL_RESULT: &str = "gen_ai.tool.call.result";
+
+    pub const SESSION: &str = "toolgate.session.id";
+    pub const TURN: &str = "toolgate.batch.turn";
+    pub const CALLS: &str = "toolgate.batch.calls";
+    pub const MODE: &str = "toolgate.batch.mode";
+    pub const OUTCOME: &str = "toolgate.batch.outcome";
+    pub const CALL_INDEX: &str = "toolgate.call.index";
+    pub const ATTEMPT: &str = "toolgate.attempt";
+    pub const CACHED: &str = "toolgate.cached";
+    pub const TRUNCATED: &str = "toolgate.truncated";
+    pub const SOURCE: &str = "toolgate.tool.source";
+    pub const REMOTE: &str = "toolgate.remote.name";
+    pub const TARGET: &str = "toolgate.tool.target";
+
+    /// Span events: hook verdicts, retries, loop warnings and stops, breaker changes.
+    pub const EVENT_HOOK: &str = "toolgate.hook";
+    pub const EVENT_RETRY: &str = "toolgate.retry";
+    pub const EVENT_LOOP_WARNING: &str = "toolgate.loop.warning";
+    pub const EVENT_LOOP_STOP: &str = "toolgate.loop.stop";
+    pub const EVENT_BREAKER: &str = "toolgate.breaker";
+    pub const HOOK: &str = "toolgate.hook.name";
+    pub const HOOK_STAGE: &str = "toolgate.hook.stage";
+    pub const VERDICT: &str = "toolgate.hook.verdict";
+    pub const REASON: &str = "toolgate.reason";
+    pub const DELAY_MS: &str = "toolgate.retry.delay_ms";
+    pub const REPEATS: &str = "toolgate.loop.repeats";
+    pub const FROM: &str = "toolgate.breaker.from";
+    pub const TO: &str = "toolgate.breaker.to";
 }
 
-impl TraceContext {
-    /// Parses `00-<trace-id>-<parent-id>-<flags>`; `None` for anything malformed or all-zero.
-    pub fn parse(traceparent: &str) -> Option<Self> {
-        let parts: Vec<&str> = traceparent.trim().split('-').collect();
-        let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit());
-        let [version, trace_id, parent_id, flags] = parts.as_slice() else {
-            return None;
-        };
-        let valid = hex(version, 2)
-            && *version != "ff"
-            && hex(trace_id, 32)
-            && trace_id.bytes().any(|b| b != b'0')
-            && hex(parent_id, 16)
-            && hex(flags, 2);
-        valid.then(|| TraceContext {
-            trace_id: trace_id.to_ascii_lowercase(),
-            flags: flags.to_ascii_lowercase(),
-        })
+/// Makes spans, or only span ids when tracing is off. Cheap to clone.
+#[derive(Clone, Debug, Default)]
+pub struct Tracer {
+    inner: Option<Arc<On>>,
+}
+
+#[derive(Debug)]
+struct On {
+    tracer: SdkTracer,
+    /// Opt-in: the longest argument or result text put on a span; `None` puts none.
+    content_chars: Option<usize>,
+}
+
+impl Tracer {
+    /// A tracer that records nothing (ids only).
+    pub fn off() -> Self {
+        Tracer::default()
     }
 
-    /// A new sampled trace.
-    pub fn new_trace() -> Self {
-        TraceContext {
-            trace_id: format!("{:016x}{:016x}", random_u64(), random_u64()),
-            flags: "01".to_owned(),
+    /// Spans recorded by `tracer`; arguments and results are put on them (cut to
+    /// `content_chars`) only when that is `Some`.
+    pub fn new(tracer: SdkTracer, content_chars: Option<usize>) -> Self {
+        Tracer {
+            inner: Some(Arc::new(On {
+                tracer,
+                content_chars,
+            })),
         }
     }
 
-    /// The `traceparent` for an outgoing call: this trace, a new span id.
-    pub fn child(&self) -> String {
-        format!(
-            "00-{}-{:016x}-{}",
-            self.trace_id,
-            random_u64() | 1,
-            self.flags
-        )
+    /// Whether spans are recorded and exported at all.
+    pub fn is_on(&self) -> bool {
+        self.inner.is_some()
+    }
+
+    /// The longest argument or result text spans carry, when content capture is on.
+    pub fn content_chars(&self) -> Option<usize> {
+        self.inner.as_ref().and_then(|on| on.content_chars)
+    }
+
+    /// Starts a span named `name()` under `parent` (a remote or local span, or nothing for a new
+    /// trace). `name` runs only when tracing is on, `attributes` only when the span is recorded.
+    pub fn start<N: Into<Cow<'static, str>>>(
+        &self,
+        name: impl FnOnce() -> N,
+        kind: SpanKind,
+        parent: &Context,
+        attributes: impl FnOnce() -> Vec<KeyValue>,
+    ) -> Span {
+        let cx = match &self.inner {
+            Some(on) => {
+                let span = on
+                    .tracer
+                    .build_with_context(SpanBuilder::from_name(name()).with_kind(kind), parent);
+                let cx = parent.with_span(span);
+                if cx.span().is_recording() {
+                    cx.span().set_attributes(attributes());
+                }
+                cx
+            }
+            None => parent.with_remote_span_context(untraced_child(parent)),
+        };
+        Span { cx }
     }
 }
 
-/// Non-cryptographic randomness for ids (splitmix64 over the clock and a counter).
-fn random_u64() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    mix(nanos ^ COUNTER.fetch_add(1, Ordering::Relaxed))
+/// A span context for a span nobody records: the parent's trace (or a new one, not sampled),
+/// a new span id.
+fn untraced_child(parent: &Context) -> SpanContext {
+    let ids = RandomIdGenerator::default();
+    let span = parent.span();
+    let of_parent = span.span_context();
+    let (trace_id, flags, state) = if of_parent.is_valid() {
+        (
+            of_parent.trace_id(),
+            of_parent.trace_flags(),
+            of_parent.trace_state().clone(),
+        )
+    } else {
+        (ids.new_trace_id(), TraceFlags::default(), TraceState::NONE)
+    };
+    SpanContext::new(trace_id, ids.new_span_id(), flags, false, state)
+}
+
+/// A started span (or, tracing off, just its ids). Ends on [`Span::end`] or when the last clone
+/// of its context is dropped.
+#[derive(Clone, Debug, Default)]
+pub struct Span {
+    cx: Context,
+}
+
+impl Span {
+    /// No span: children of it start a new trace.
+    pub fn none() -> Self {
+        Span::default()
+    }
+
+    /// A span that arrived with a request (its `traceparent`): the parent of what toolgate makes.
+    pub fn remote(context: SpanContext) -> Self {
+        Span {
+            cx: Context::new().with_remote_span_context(context),
+        }
+    }
+
+    /// The context to start children in and to run the span's work under (log lines read it).
+    pub fn context(&self) -> &Context {
+        &self.cx
+    }
+
+    /// This span's ids, for propagation.
+    pub fn span_context(&self) -> SpanContext {
+        self.cx.span().span_context().clone()
+    }
+
+    pub fn is_recording(&self) -> bool {
+        self.cx.span().is_recording()
+    }
+
+    /// Adds attributes; `attributes` runs only when the span is recorded.
+    pub fn set(&self, attributes: impl FnOnce() -> Vec<KeyValue>) {
+        let span = self.cx.span();
+        if span.is_recording() {
+            span.set_attributes(attributes());
+        }
+    }
+
+    /// Adds an event; `attributes` runs only when the span is recorded.
+    pub fn event(&self, name: &'static str, attributes: impl FnOnce() -> Vec<KeyValue>) {
+        let span = self.cx.span();
+        if span.is_recording() {
+            span.add_event(name, attributes());
+        }
+    }
+
+    /// Marks the span failed: `error.type` and an error status with `message`.
+    pub fn fail(&self, error_type: &'static str, message: &str) {
+        let span = self.cx.span();
+        if span.is_recording() {
+            span.set_attribute(KeyValue::new(attr::ERROR_TYPE, error_type));
+            span.set_status(Status::error(message.to_owned()));
+        }
+    }
+
+    /// Ends the span now (later calls do nothing).
+    pub fn end(&self) {
+        self.cx.span().end();
+    }
+}
+
+/// Cuts a text put on a span to `max` characters, marking the cut.
+pub fn bounded(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((at, _)) => format!("{}…[truncated]", &text[..at]),
+        None => text.to_owned(),
+    }
+}
+
+/// Parses the client's `traceparent` (`00-<trace-id>-<parent-id>-<flags>`) and `tracestate`;
+/// `None` for a malformed or all-zero `traceparent` (a malformed `tracestate` is dropped alone).
+pub fn parse_traceparent(traceparent: &str, tracestate: Option<&str>) -> Option<SpanContext> {
+    let parts: Vec<&str> = traceparent.trim().split('-').collect();
+    let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit());
+    let [version, trace_id, parent_id, flags] = parts.as_slice() else {
+        return None;
+    };
+    // Version 00 has exactly four fields; a later version may add fields, which we never see
+    // here (four parts matched), and ff is invalid.
+    if !hex(version, 2) || version.eq_ignore_ascii_case("ff") {
+        return None;
+    }
+    if !hex(trace_id, 32) || !hex(parent_id, 16) || !hex(flags, 2) {
+        return None;
+    }
+    let trace_id = TraceId::from_hex(trace_id).ok()?;
+    let span_id = SpanId::from_hex(parent_id).ok()?;
+    let flags = u8::from_str_radix(flags, 16).ok()?;
+    if trace_id == TraceId::INVALID || span_id == SpanId::INVALID {
+        return None;
+    }
+    let state = tracestate
+        .and_then(|s| TraceState::from_str(s).ok())
+        .unwrap_or_default();
+    Some(SpanContext::new(
+        trace_id,
+        span_id,
+        TraceFlags::new(flags & 1),
+        true,
+        state,
+    ))
+}
+
+/// The `traceparent` header for a span context; `None` for an invalid one.
+pub fn traceparent(context: &SpanContext) -> Option<String> {
+    context.is_valid().then(|| {
+        format!(
+            "00-{}-{}-{:02x}",
+            context.trace_id(),
+            context.span_id(),
+            context.trace_flags().to_u8()
+        )
+    })
+}
+
+/// The `tracestate` header for a span context; `None` when it is empty.
+pub fn tracestate(context: &SpanContext) -> Option<String> {
+    let header = context.trace_state().header();
+    (context.is_valid() && !header.is_empty()).then_some(header)
+}
+
+/// The trace and span id of the span the current task runs in, for log lines.
+pub fn current_ids() -> Option<(TraceId, SpanId)> {
+    Context::map_current(|cx| {
+        let span = cx.span();
+        let context = span.span_context();
+        context
+            .is_valid()
+            .then(|| (context.trace_id(), context.span_id()))
+    })
 }
 
 #[cfg(test)]
@@ -67,24 +292,70 @@ mod tests {
     use super::*;
 
     #[test]
-    fn traceparents_parse_and_children_keep_the_trace() {
-        let tc =
-            TraceContext::parse("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01").unwrap();
-        assert_eq!(tc.trace_id, "0af7651916cd43dd8448eb211c80319c");
-        let child = tc.child();
-        assert!(
-            child.starts_with("00-0af7651916cd43dd8448eb211c80319c-") && child.ends_with("-01"),
-            "{child}"
+    fn traceparents_parse_round_trip_and_reject_malformed() {
+        let parsed = parse_traceparent(
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            Some("vendor=a,other=b"),
+        )
+        .unwrap();
+        assert_eq!(
+            traceparent(&parsed).unwrap(),
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
         );
-        assert_ne!(child, tc.child());
+        assert_eq!(tracestate(&parsed).unwrap(), "vendor=a,other=b");
+        assert!(parsed.is_remote() && parsed.is_sampled());
         for bad in [
             "",
             "00-abc-def-01",
             "00-00000000000000000000000000000000-b7ad6b7169203331-01",
+            "00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01",
             "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            "00-0af7651916cd43dd8448eb211c80319g-b7ad6b7169203331-01",
         ] {
-            assert_eq!(TraceContext::parse(bad), None, "{bad}");
+            assert_eq!(parse_traceparent(bad, None), None, "{bad}");
         }
-        assert_eq!(TraceContext::new_trace().trace_id.len(), 32);
+        // A malformed tracestate is dropped, the traceparent kept.
+        let kept = parse_traceparent(
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00",
+            Some("not a list entry"),
+        )
+        .unwrap();
+        assert_eq!(tracestate(&kept), None);
+        assert!(!kept.is_sampled());
+    }
+
+    #[test]
+    fn an_off_tracer_still_gives_each_span_its_own_id_in_the_parents_trace() {
+        let tracer = Tracer::off();
+        let parent = Span::remote(
+            parse_traceparent(
+                "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+                None,
+            )
+            .unwrap(),
+        );
+        let a = tracer.start(|| "a", SpanKind::Internal, parent.context(), Vec::new);
+        let b = tracer.start(|| "b", SpanKind::Internal, a.context(), Vec::new);
+        let (a, b) = (a.span_context(), b.span_context());
+        assert_eq!(a.trace_id(), parent.span_context().trace_id());
+        assert_eq!(b.trace_id(), a.trace_id());
+        assert_ne!(a.span_id(), b.span_id());
+        assert_ne!(a.span_id(), parent.span_context().span_id());
+        assert!(a.is_sampled(), "the client's sampling decision passes on");
+        // Without a parent, a new trace that nobody samples.
+        let fresh = tracer.start(
+            || "c",
+            SpanKind::Internal,
+            Span::none().context(),
+            || unreachable!("attributes are never built for an unrecorded span"),
+        );
+        assert!(fresh.span_context().is_valid() && !fresh.span_context().is_sampled());
+        assert!(!fresh.is_recording());
+    }
+
+    #[test]
+    fn bounded_cuts_on_characters() {
+        assert_eq!(bounded("héllo", 10), "héllo");
+        assert_eq!(bounded("héllo", 2), "hé…[truncated]");
     }
 }

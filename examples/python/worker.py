@@ -18,16 +18,24 @@ Tools:
   fail_on_purpose {message, details}
                                reports an error (is_error): the message, then each detail as
                                a content part of its own
-  whoami {}                    the call metadata and traceparent the worker received
+  whoami {}                    the call metadata and traceparent the worker received (and, when
+                               tracing, the trace id of the worker's own span)
   bump_description {}          changes word_count's description (definition pinning demo)
   cancellations {}             how many calls this worker has seen cancelled
 
 usage: python examples/python/worker.py [--port 7001] [--host 127.0.0.1]   (port 0 picks a free
 port; the address is printed as "listening on HOST:PORT"; in a container, --host 0.0.0.0)
+
+Tracing: with the OpenTelemetry SDK installed (opentelemetry-sdk,
+opentelemetry-exporter-otlp-proto-grpc) and OTEL_EXPORTER_OTLP_ENDPOINT set, every Invoke is a
+server span whose parent is the traceparent toolgate sent: the span of that tool execution, so
+the worker's spans join the agent's trace. OTEL_SERVICE_NAME names the worker.
 """
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 import threading
 import time
@@ -39,6 +47,50 @@ from google.protobuf import json_format, struct_pb2
 import toolgate_stubs
 
 worker_pb2, worker_pb2_grpc, toolgate_pb2 = toolgate_stubs.load_worker()
+
+
+def start_tracing():
+    """An OpenTelemetry tracer exporting over OTLP/gRPC, or None when no collector is named or
+    the SDK is not installed."""
+    if not os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+        return None
+    try:
+        from opentelemetry import trace
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    except ImportError:
+        print("OTEL_EXPORTER_OTLP_ENDPOINT is set but the OpenTelemetry SDK is not installed: "
+              "not tracing", file=sys.stderr, flush=True)
+        return None
+    provider = TracerProvider()  # service.name from OTEL_SERVICE_NAME
+    # Endpoint, headers and timeouts from the standard OTEL_EXPORTER_OTLP_* variables.
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    trace.set_tracer_provider(provider)
+    return trace.get_tracer("toolgate-example-worker")
+
+
+TRACER = start_tracing()
+
+
+def invoke_span(request, context):
+    """The server span of one Invoke, under the traceparent toolgate sent (or nothing)."""
+    if TRACER is None:
+        return contextlib.nullcontext()
+    from opentelemetry import propagate, trace
+    carrier = dict(context.invocation_metadata())
+    return TRACER.start_as_current_span(
+        f"invoke {request.tool}", context=propagate.extract(carrier), kind=trace.SpanKind.SERVER,
+        attributes={"gen_ai.tool.name": request.tool, "gen_ai.tool.call.id": request.call_id})
+
+
+def own_trace_id():
+    """The trace id of the current span, as hex, or None when not tracing."""
+    if TRACER is None:
+        return None
+    from opentelemetry import trace
+    span_context = trace.get_current_span().get_span_context()
+    return format(span_context.trace_id, "032x") if span_context.is_valid else None
 
 
 def schema(properties, required=()):
@@ -113,6 +165,10 @@ class Worker(worker_pb2_grpc.ToolWorkerServicer):
         return worker_pb2.WorkerListToolsResponse(tools=tools)
 
     def Invoke(self, request, context):
+        with invoke_span(request, context):
+            yield from self.invoke(request, context)
+
+    def invoke(self, request, context):
         args = json_format.MessageToDict(request.input)
         if request.tool == "word_count":
             words = args.get("text", "").split()
@@ -135,7 +191,9 @@ class Worker(worker_pb2_grpc.ToolWorkerServicer):
                 content=[toolgate_pb2.ContentPart(text=t) for t in texts], is_error=True))
         elif request.tool == "whoami":
             metadata = dict(context.invocation_metadata())
-            yield structured({"traceparent": metadata.get("traceparent"), "tool_name": request.tool_name,
+            yield structured({"traceparent": metadata.get("traceparent"),
+                              "tracestate": metadata.get("tracestate"),
+                              "trace_id": own_trace_id(), "tool_name": request.tool_name,
                               "tool_call_id": request.tool_call_id, "session_id": request.session_id})
         elif request.tool == "bump_description":
             with self.lock:

@@ -66,7 +66,8 @@ async fn ready(State(admin): State<Admin>) -> (StatusCode, &'static str) {
 }
 
 /// Registers the gauges observed at collection time: capacity in use, overload, live
-/// sessions, each tool's breaker state and each remote's connection.
+/// sessions, each tool's breaker state and each remote's connection; and the process's own
+/// resident memory, open file descriptors and live runtime tasks (what a soak watches for leaks).
 pub fn register_gauges(
     pipeline: &MetricsPipeline,
     state: &Arc<ServiceState>,
@@ -113,6 +114,7 @@ pub fn register_gauges(
             }
         })
         .build();
+    register_process_gauges(&meter);
     let r = remotes.clone();
     meter
         .u64_observable_gauge("toolgate.remote.connected")
@@ -126,6 +128,45 @@ pub fn register_gauges(
             }
         })
         .build();
+}
+
+/// The process gauges, under the names Prometheus clients use for them
+/// (`process_resident_memory_bytes`, `process_open_fds`). Linux `/proc`; elsewhere they report
+/// nothing.
+fn register_process_gauges(meter: &opentelemetry::metrics::Meter) {
+    meter
+        .u64_observable_gauge("process.resident_memory.bytes")
+        .with_description("Resident memory of the process")
+        .with_callback(|o| {
+            if let Some(bytes) = resident_bytes() {
+                o.observe(bytes, &[]);
+            }
+        })
+        .build();
+    meter
+        .u64_observable_gauge("process.open_fds")
+        .with_description("File descriptors the process has open")
+        .with_callback(|o| {
+            if let Ok(entries) = std::fs::read_dir("/proc/self/fd") {
+                o.observe(count(entries.count()), &[]);
+            }
+        })
+        .build();
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        meter
+            .u64_observable_gauge("toolgate.runtime.tasks")
+            .with_description("Tasks alive on the server's runtime")
+            .with_callback(move |o| o.observe(count(runtime.metrics().num_alive_tasks()), &[]))
+            .build();
+    }
+}
+
+/// Resident set size, from `VmRSS` in `/proc/self/status` (kB).
+fn resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
 }
 
 fn count(n: usize) -> u64 {

@@ -3,19 +3,17 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::Semaphore;
 
+use crate::child::ChildEnv;
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::middleware::{CacheRule, MiddlewareConfig, PermissionRule, Redactor};
+use crate::middleware::{CacheRule, MiddlewareConfig, PermissionRule};
 use crate::safety::hooks::{CommandHook, GrpcHook, Hook, RuleHook};
 use crate::session::{SessionLimits, Sessions};
-
-/// Distinguishes the default scratch bases of servers in one process.
-static SERVER_SERIAL: AtomicU64 = AtomicU64::new(1);
+use crate::tools::unguessable_name;
 
 /// The middleware settings from the config: global values plus per-tool overrides; redactions
 /// of tool results are counted into `metrics`.
@@ -23,17 +21,7 @@ pub(crate) fn middleware_config(
     c: &Config,
     metrics: Arc<Metrics>,
 ) -> Result<MiddlewareConfig, String> {
-    let redactor = if c.redaction.enabled {
-        let custom: Vec<(String, String)> = c
-            .redaction
-            .patterns
-            .iter()
-            .map(|p| (p.kind.clone(), p.regex.clone()))
-            .collect();
-        Redactor::new(&custom, c.redaction.entropy)?.with_metrics(metrics)
-    } else {
-        Redactor::disabled()
-    };
+    let redactor = c.redaction.redactor()?.with_metrics(metrics);
     let permissions = c
         .permissions
         .rules
@@ -42,6 +30,9 @@ pub(crate) fn middleware_config(
         .map(|(i, r)| PermissionRule {
             id: r.id.clone().unwrap_or_else(|| format!("rules[{i}]")),
             tools: r.tools.clone(),
+            identities: r.identities.clone(),
+            tenants: r.tenants.clone(),
+            roles: r.roles.clone(),
             verdict: r.decision,
             reason: r.reason.clone(),
         })
@@ -107,9 +98,11 @@ pub(super) fn configured_hooks(config: &Config) -> Result<Vec<Arc<dyn Hook>>, St
     let processes = Arc::new(Semaphore::new(config.limits.max_hook_processes));
     for (i, h) in config.hooks.command.iter().enumerate() {
         let name = h.name.clone().unwrap_or_else(|| format!("command[{i}]"));
+        let env = ChildEnv::new(config.hooks.env_allow.iter().map(String::as_str), &h.env);
         let hook = CommandHook::new(name, &h.command, h.tools.clone(), h.timeout, h.failure_mode)
             .ok_or_else(|| format!("hooks.command[{i}]: name a program to run"))?
-            .limited_by(processes.clone());
+            .limited_by(processes.clone())
+            .with_env(env);
         hooks.push(Arc::new(hook));
     }
     for (i, h) in config.hooks.grpc.iter().enumerate() {
@@ -126,7 +119,7 @@ pub(super) fn configured_hooks(config: &Config) -> Result<Vec<Arc<dyn Hook>>, St
     Ok(hooks)
 }
 
-/// Removes the scratch bases (`toolgate-<pid>-<serial>`) that servers left in `temp` when they
+/// Removes the scratch bases (`toolgate-<pid>-<hex>`) that servers left in `temp` when they
 /// were killed: only that naming pattern, and only when the owning process is gone. Where
 /// processes cannot be looked up (no `/proc`), nothing is removed.
 pub(super) fn remove_stale_bases(temp: &Path) {
@@ -155,17 +148,21 @@ pub(super) fn remove_stale_bases(temp: &Path) {
     }
 }
 
-/// The owning pid of a scratch base name `toolgate-<pid>-<serial>`; `None` for anything else.
+/// The owning pid of a scratch base name `toolgate-<pid>-<hex>` (random now, a serial number
+/// before); `None` for anything else, session directories (`toolgate-<hex>`) included.
 pub(super) fn stale_base_owner(name: &str) -> Option<u32> {
-    let (pid, serial) = name.strip_prefix("toolgate-")?.split_once('-')?;
-    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    if !digits(pid) || !digits(serial) {
+    let (pid, token) = name.strip_prefix("toolgate-")?.split_once('-')?;
+    let digits = !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit());
+    let hex = !token.is_empty() && token.bytes().all(|b| b.is_ascii_hexdigit());
+    if !digits || !hex {
         return None;
     }
     pid.parse().ok()
 }
 
-pub(super) fn sessions(config: &Config) -> Sessions {
+/// The session table. A server's own base under the temp dir gets an unguessable name, so no
+/// other user can make it first (and so own the directory its sessions' directories go in).
+pub(super) fn sessions(config: &Config) -> Result<Sessions, String> {
     let limits = SessionLimits {
         idle_ttl: config.sessions.idle_ttl,
         max_sessions: config.sessions.max_sessions,
@@ -175,16 +172,18 @@ pub(super) fn sessions(config: &Config) -> Sessions {
         } else {
             0
         },
+        scratch_quota_bytes: config.tools.builtin.scratch_quota_bytes,
     };
     let configured = &config.sessions.scratch_base;
     if configured.as_os_str().is_empty() {
         let temp = std::env::temp_dir();
         remove_stale_bases(&temp);
-        let serial = SERVER_SERIAL.fetch_add(1, Ordering::Relaxed);
-        let base: PathBuf = temp.join(format!("toolgate-{}-{serial}", std::process::id()));
-        Sessions::new(base, true, limits)
+        let prefix = format!("toolgate-{}-", std::process::id());
+        let name = unguessable_name(&prefix).map_err(|e| format!("scratch base: {e}"))?;
+        let base: PathBuf = temp.join(name);
+        Ok(Sessions::new(base, true, limits))
     } else {
-        Sessions::new(configured.clone(), false, limits)
+        Ok(Sessions::new(configured.clone(), false, limits))
     }
 }
 

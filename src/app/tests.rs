@@ -8,7 +8,13 @@ use super::*;
 #[test]
 fn only_scratch_bases_of_dead_processes_are_removed() {
     assert_eq!(stale_base_owner("toolgate-123-0"), Some(123));
+    assert_eq!(
+        stale_base_owner("toolgate-123-0123456789abcdef0123456789abcdef"),
+        Some(123)
+    );
     for other in [
+        "toolgate-0123456789abcdef0123456789abcdef",
+        "toolgate-12-xyz",
         "toolgate-abc-0",
         "toolgate-12",
         "toolgate-12-",
@@ -34,6 +40,28 @@ fn only_scratch_bases_of_dead_processes_are_removed() {
         "nothing else is touched"
     );
     std::fs::remove_dir_all(&temp).unwrap();
+}
+
+#[tokio::test]
+async fn the_default_scratch_base_is_private_and_unguessable() {
+    use std::os::unix::fs::PermissionsExt;
+    let sessions = super::build::sessions(&Config::default()).unwrap();
+    let base = sessions.base().to_path_buf();
+    let name = base.file_name().unwrap().to_str().unwrap().to_owned();
+    let prefix = format!("toolgate-{}-", std::process::id());
+    let token = name.strip_prefix(&prefix).unwrap();
+    assert!(
+        token.len() == 32 && token.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{name}"
+    );
+    assert_eq!(stale_base_owner(&name), Some(std::process::id()));
+    let session = sessions.open("default", "s");
+    session.scratch().create().await.unwrap();
+    let mode = std::fs::metadata(&base).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700);
+    sessions.release(&session);
+    sessions.remove_all();
+    assert!(!base.exists());
 }
 
 #[tokio::test]

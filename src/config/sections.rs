@@ -4,6 +4,7 @@
 //! Over 400 lines because it is one small type per section with its `Default`: the defaults sit
 //! next to their fields, where the test pinning them to `config/default.toml` points.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -38,6 +39,9 @@ pub struct ServerConfig {
     pub keepalive_interval: Duration,
     #[serde(with = "duration")]
     pub shutdown_grace: Duration,
+    /// Listening on a non-loopback address without TLS needs this set: plaintext and
+    /// unauthenticated are fine only where nothing else can connect.
+    pub insecure: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
@@ -103,9 +107,11 @@ pub struct RetrySection {
 }
 
 /// Pre- and post-tool hooks, consulted in this order: rules, then command hooks, then gRPC hooks.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HooksConfig {
+    /// The server's environment variables command hooks get (their own `env` comes on top).
+    pub env_allow: Vec<String>,
     pub rules: Vec<RuleConfig>,
     pub command: Vec<CommandHookConfig>,
     pub grpc: Vec<GrpcHookConfig>,
@@ -155,6 +161,9 @@ pub struct CommandHookConfig {
     pub timeout: Duration,
     #[serde(default)]
     pub failure_mode: FailureMode,
+    /// Environment variables set for this hook's program, over `hooks.env_allow`.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
 }
 
 /// `[[hooks.grpc]]`: a remote `toolgate.v1.ToolHooks` service.
@@ -235,6 +244,21 @@ pub struct RedactionConfig {
     pub patterns: Vec<RedactionPattern>,
 }
 
+impl RedactionConfig {
+    /// The redactor this section describes (one that changes nothing when it is off).
+    pub fn redactor(&self) -> Result<crate::middleware::Redactor, String> {
+        if !self.enabled {
+            return Ok(crate::middleware::Redactor::disabled());
+        }
+        let custom: Vec<(String, String)> = self
+            .patterns
+            .iter()
+            .map(|p| (p.kind.clone(), p.regex.clone()))
+            .collect();
+        crate::middleware::Redactor::new(&custom, self.entropy)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RedactionPattern {
@@ -267,6 +291,13 @@ pub struct PermissionRuleConfig {
     pub id: Option<String>,
     #[serde(default = "any_tool")]
     pub tools: String,
+    /// Only for these callers (globs of identities, of tenants; role names); empty: everyone.
+    #[serde(default)]
+    pub identities: Vec<String>,
+    #[serde(default)]
+    pub tenants: Vec<String>,
+    #[serde(default)]
+    pub roles: Vec<String>,
     pub decision: PermissionVerdict,
     #[serde(default)]
     pub reason: String,
@@ -277,8 +308,69 @@ pub struct PermissionRuleConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct RemoteRegistrationConfig {
     pub enabled: bool,
-    /// Programs a run-time registered stdio MCP server may run (exact `command[0]` values).
-    pub stdio_commands: Vec<String>,
+    /// Programs a stdio MCP server registered at run time may run, each pinned to its argv.
+    pub commands: Vec<CommandConfig>,
+    /// Addresses (blocks such as `10.0.0.0/8`, or single addresses) and host names registered
+    /// remotes may reach beyond the default (which refuses loopback, link-local, metadata,
+    /// unspecified, multicast and broadcast addresses).
+    pub egress_allow: Vec<String>,
+    /// Let a registration set `follow_redirects` on an HTTP tool.
+    pub allow_redirects: bool,
+}
+
+impl RemoteRegistrationConfig {
+    /// The policy run-time registrations are checked against.
+    pub fn policy(&self) -> Result<crate::tools::remote::RegistrationPolicy, String> {
+        use crate::tools::remote::{CommandRule, EgressRule, RegistrationPolicy, anchored};
+        let mut commands = Vec::new();
+        for (i, c) in self.commands.iter().enumerate() {
+            if c.argv.is_empty() {
+                return Err(format!("remote_registration.commands[{i}].argv: required"));
+            }
+            let args =
+                match c.args_pattern.as_str() {
+                    "" => None,
+                    pattern => Some(anchored(pattern).map_err(|e| {
+                        format!("remote_registration.commands[{i}].args_pattern: {e}")
+                    })?),
+                };
+            commands.push(CommandRule {
+                argv: c.argv.clone(),
+                args,
+                env_keys: c.env_keys.clone(),
+                cwd: c.cwd.clone(),
+            });
+        }
+        let egress_allow = self
+            .egress_allow
+            .iter()
+            .map(|e| {
+                EgressRule::parse(e).map_err(|p| format!("remote_registration.egress_allow: {p}"))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(RegistrationPolicy {
+            commands,
+            egress_allow,
+            allow_redirects: self.allow_redirects,
+        })
+    }
+}
+
+/// `[[remote_registration.commands]]`: one allowlisted stdio program.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommandConfig {
+    /// The whole argv, or its prefix when `args_pattern` is set.
+    pub argv: Vec<String>,
+    /// A regex each argument after `argv` must match whole; empty: no further arguments.
+    #[serde(default)]
+    pub args_pattern: String,
+    /// Environment keys a registration may set.
+    #[serde(default)]
+    pub env_keys: Vec<String>,
+    /// Working directories a registration may use.
+    #[serde(default)]
+    pub cwd: Vec<String>,
 }
 
 /// Overrides for one tool, under `[per_tool.<name>]`.
@@ -320,6 +412,9 @@ pub struct ToolsConfig {
 pub struct BuiltinConfig {
     pub enabled: bool,
     pub exclude: Vec<String>,
+    /// Bytes a session's scratch directory may hold (each file and directory counts 4096 more);
+    /// 0: no quota.
+    pub scratch_quota_bytes: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -350,6 +445,21 @@ pub struct TelemetryConfig {
     /// How long one export may take before it is abandoned.
     #[serde(with = "duration")]
     pub export_timeout: Duration,
+    /// Export traces when a collector is configured (`OTEL_TRACES_EXPORTER=none` also turns
+    /// them off).
+    pub traces: bool,
+    /// Which traces are recorded: an `OTEL_TRACES_SAMPLER` name (`parentbased_always_on`,
+    /// `parentbased_traceidratio`, `traceidratio`, `always_on`, `always_off`,
+    /// `parentbased_always_off`); `OTEL_TRACES_SAMPLER` wins.
+    pub sampler: String,
+    /// The ratio of the `*traceidratio` samplers, 0 to 1; `OTEL_TRACES_SAMPLER_ARG` wins.
+    pub sampler_ratio: f64,
+    /// Finished spans waiting for export at most; more are dropped (and counted).
+    pub max_queued_spans: usize,
+    /// Opt-in: put each call's arguments and result on its span (`gen_ai.tool.call.arguments`
+    /// and `.result`), redacted and cut to `content_max_chars`.
+    pub capture_content: bool,
+    pub content_max_chars: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -364,6 +474,7 @@ impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             listen: "127.0.0.1:50051".to_owned(),
+            insecure: false,
             max_message_bytes: 4 * 1024 * 1024,
             max_concurrent_batches: 256,
             max_concurrent_calls: 1024,
@@ -441,6 +552,17 @@ impl Default for RetrySection {
     }
 }
 
+impl Default for HooksConfig {
+    fn default() -> Self {
+        HooksConfig {
+            env_allow: crate::child::DEFAULT_ENV_ALLOW.map(str::to_owned).into(),
+            rules: Vec::new(),
+            command: Vec::new(),
+            grpc: Vec::new(),
+        }
+    }
+}
+
 impl Default for ValidationConfig {
     fn default() -> Self {
         ValidationConfig { enabled: true }
@@ -487,6 +609,7 @@ impl Default for BuiltinConfig {
         BuiltinConfig {
             enabled: true,
             exclude: Vec::new(),
+            scratch_quota_bytes: crate::tools::DEFAULT_QUOTA_BYTES,
         }
     }
 }
@@ -498,6 +621,12 @@ impl Default for TelemetryConfig {
             service_name: "toolgate".to_owned(),
             metrics_interval: Duration::from_secs(60),
             export_timeout: Duration::from_secs(10),
+            traces: true,
+            sampler: "parentbased_always_on".to_owned(),
+            sampler_ratio: 1.0,
+            max_queued_spans: 2048,
+            capture_content: false,
+            content_max_chars: 1024,
         }
     }
 }
@@ -517,4 +646,169 @@ impl Default for LogConfig {
             format: LogFormat::Text,
         }
     }
+}
+
+/// `[tls]`: the server's certificate, and client certificates (mTLS).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsConfig {
+    /// PEM certificate chain; with `key_file`, the server speaks TLS only.
+    pub cert_file: String,
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1).
+    pub key_file: String,
+    /// PEM CA bundle: clients presenting a certificate must chain to it.
+    pub client_ca_file: String,
+    /// With `client_ca_file`: refuse connections without a client certificate.
+    pub require_client_cert: bool,
+    /// How often the files are checked for changes (SIGHUP reloads at once); zero: only SIGHUP.
+    #[serde(with = "duration")]
+    pub reload_interval: Duration,
+    /// How long a client may take for the TLS handshake.
+    #[serde(with = "duration")]
+    pub handshake_timeout: Duration,
+}
+
+impl TlsConfig {
+    pub fn enabled(&self) -> bool {
+        !self.cert_file.is_empty()
+    }
+}
+
+impl Default for TlsConfig {
+    fn default() -> Self {
+        TlsConfig {
+            cert_file: String::new(),
+            key_file: String::new(),
+            client_ca_file: String::new(),
+            require_client_cert: true,
+            reload_interval: Duration::from_secs(30),
+            handshake_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// `[auth]`: how callers prove who they are, and what unauthenticated callers may do.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// Which callers without credentials are let in as `anonymous` with `anonymous_roles`.
+    pub anonymous: Anonymous,
+    pub anonymous_tenant: String,
+    pub anonymous_roles: Vec<String>,
+    pub tokens: Vec<TokenConfig>,
+    pub jwt: JwtConfig,
+    pub certificates: Vec<CertificateIdentity>,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        AuthConfig {
+            anonymous: Anonymous::Loopback,
+            anonymous_tenant: crate::identity::DEFAULT_TENANT.to_owned(),
+            anonymous_roles: vec!["agent".to_owned(), "admin".to_owned()],
+            tokens: Vec::new(),
+            jwt: JwtConfig::default(),
+            certificates: Vec::new(),
+        }
+    }
+}
+
+/// Who may call without credentials (`anonymous = "loopback" | "any" | "none"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Anonymous {
+    /// Callers connecting from a loopback address (this machine).
+    #[default]
+    Loopback,
+    /// Anyone who can reach the port.
+    Any,
+    /// Nobody: every RPC needs credentials.
+    None,
+}
+
+/// A bearer token and the identity it stands for. Exactly one of `sha256`, `file`, `env`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenConfig {
+    /// The identity (shown in logs and audit lines; the token never is).
+    pub id: String,
+    #[serde(default = "default_tenant")]
+    pub tenant: String,
+    #[serde(default = "agent_role")]
+    pub roles: Vec<String>,
+    /// Hex SHA-256 of the token (`printf %s "$TOKEN" | sha256sum`).
+    #[serde(default)]
+    pub sha256: String,
+    /// A file holding the token (trailing whitespace ignored).
+    #[serde(default)]
+    pub file: String,
+    /// An environment variable holding the token.
+    #[serde(default)]
+    pub env: String,
+}
+
+/// JWT bearer tokens, checked against a JWKS (file or URL) with issuer, audience and expiry.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct JwtConfig {
+    pub jwks_file: String,
+    /// Fetched at start and every `jwks_refresh` (and when a token names an unknown key id).
+    pub jwks_url: String,
+    #[serde(with = "duration")]
+    pub jwks_refresh: Duration,
+    /// Required `iss`.
+    pub issuer: String,
+    /// Required `aud` (one of).
+    pub audience: String,
+    /// The claim naming the tenant; a token without it is refused.
+    pub tenant_claim: String,
+    /// The claim listing roles (an array, or a space-separated string).
+    pub roles_claim: String,
+    /// Roles of a token without the roles claim.
+    pub default_roles: Vec<String>,
+    /// Clock skew allowed on `exp` and `nbf`.
+    #[serde(with = "duration")]
+    pub leeway: Duration,
+}
+
+impl JwtConfig {
+    pub fn enabled(&self) -> bool {
+        !self.jwks_file.is_empty() || !self.jwks_url.is_empty()
+    }
+}
+
+impl Default for JwtConfig {
+    fn default() -> Self {
+        JwtConfig {
+            jwks_file: String::new(),
+            jwks_url: String::new(),
+            jwks_refresh: Duration::from_secs(600),
+            issuer: String::new(),
+            audience: String::new(),
+            tenant_claim: "tenant".to_owned(),
+            roles_claim: "roles".to_owned(),
+            default_roles: agent_role(),
+            leeway: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A client certificate name (a DNS subject alternative name the certificate is valid for) and
+/// the identity it stands for.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CertificateIdentity {
+    pub name: String,
+    #[serde(default = "default_tenant")]
+    pub tenant: String,
+    #[serde(default = "agent_role")]
+    pub roles: Vec<String>,
+}
+
+fn default_tenant() -> String {
+    crate::identity::DEFAULT_TENANT.to_owned()
+}
+
+fn agent_role() -> Vec<String> {
+    vec!["agent".to_owned()]
 }

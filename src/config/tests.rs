@@ -64,7 +64,8 @@ fn environment_overrides_the_file() {
 fn every_problem_is_listed() {
     let err = Config::from_toml(
         "[server]\nlisten = \"nowhere\"\n[limits]\nmax_calls = 0\nmax_json_depth = 500\n\
-         [dispatch]\ncall_timeout = \"soon\"\n[tools.builtin]\nexclude = [\"nope\"]\n[bogus]\nx = 1",
+         [dispatch]\ncall_timeout = \"soon\"\n[tools.builtin]\nexclude = [\"nope\"]\n[bogus]\nx = 1\n\
+         [hooks]\nenv_allow = [\"\"]\n[[hooks.command]]\ncommand = [\"x\"]\nenv = { \"A=B\" = \"v\" }",
     )
     .unwrap_err();
     let text = err.to_string();
@@ -75,10 +76,12 @@ fn every_problem_is_listed() {
         "[dispatch]: 'soon' is not a duration",
         "tools.builtin.exclude: 'nope' is not a built-in tool",
         "unknown section 'bogus'",
+        "hooks.env_allow: '' is not an environment variable name",
+        "hooks.command[0].env: 'A=B' is not an environment variable name",
     ] {
         assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
     }
-    assert_eq!(err.problems.len(), 6, "{text}");
+    assert_eq!(err.problems.len(), 8, "{text}");
 }
 
 #[test]
@@ -130,6 +133,11 @@ url = "http://127.0.0.1:1/mcp"
 name = "tls"
 kind = "mcp"
 url = "ftp://x"
+[[remotes]]
+name = "badenv"
+kind = "mcp"
+command = ["server"]
+env_allow = ["PATH", "A=B"]
 "#;
     let err = Config::from_toml(config).unwrap_err();
     let text = err.to_string();
@@ -141,6 +149,7 @@ url = "ftp://x"
         "remotes[5] (both): set either command (stdio) or url (HTTP), not both",
         "remotes[6]: the name 'tls' is used twice",
         "remotes[6] (tls): 'ftp://x' is not a URL",
+        "remotes[7] (badenv): 'A=B' is not an environment variable name",
     ] {
         assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
     }
@@ -207,7 +216,7 @@ fn the_unknown_section_message_lists_every_section() {
     for name in ["server", "bindings", "remotes", "log"] {
         assert!(SECTIONS.contains(&name));
     }
-    assert_eq!(SECTIONS.len(), 23);
+    assert_eq!(SECTIONS.len(), 25);
 }
 
 #[test]

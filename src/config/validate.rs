@@ -1,6 +1,7 @@
 //! Validation: the values checked against each other and the server's hard limits, every
 //! problem listed at once. The only place config values are judged.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
 use super::{Config, ConfigError, HooksConfig};
@@ -44,6 +45,25 @@ impl Config {
         }
         if t.export_timeout.is_zero() {
             p.push("telemetry.export_timeout: must be longer than zero".to_owned());
+        }
+        if !super::SAMPLERS.contains(&t.sampler.as_str()) {
+            p.push(format!(
+                "telemetry.sampler: '{}' is not one of {}",
+                t.sampler,
+                super::SAMPLERS.join(", ")
+            ));
+        }
+        if !(0.0..=1.0).contains(&t.sampler_ratio) {
+            p.push("telemetry.sampler_ratio: must be between 0 and 1".to_owned());
+        }
+        if t.max_queued_spans == 0 {
+            p.push("telemetry.max_queued_spans: must be at least 1".to_owned());
+        }
+        if t.capture_content && t.content_max_chars == 0 {
+            p.push(
+                "telemetry.content_max_chars: must be at least 1 when capture_content is on"
+                    .to_owned(),
+            );
         }
         if self.server.max_message_bytes < 1024 {
             p.push("server.max_message_bytes: must be at least 1024".to_owned());
@@ -177,7 +197,131 @@ impl Config {
                 self.log.level
             ));
         }
+        p.extend(self.security_problems());
+        if let Err(problem) = self.remote_registration.policy() {
+            p.push(problem);
+        }
         p
+    }
+
+    /// TLS and authentication settings: complete, consistent, and never plaintext on a public
+    /// address unless `server.insecure` says so.
+    fn security_problems(&self) -> Vec<String> {
+        let mut p = Vec::new();
+        let tls = &self.tls;
+        if tls.cert_file.is_empty() != tls.key_file.is_empty() {
+            p.push("tls: cert_file and key_file go together".to_owned());
+        }
+        if !tls.client_ca_file.is_empty() && !tls.enabled() {
+            p.push(
+                "tls.client_ca_file: client certificates need tls.cert_file and tls.key_file"
+                    .to_owned(),
+            );
+        }
+        if tls.enabled() && tls.handshake_timeout.is_zero() {
+            p.push("tls.handshake_timeout: must be longer than zero".to_owned());
+        }
+        if self.public_listen() && !tls.enabled() && !self.server.insecure {
+            p.push(format!(
+                "server.listen: {} is not a loopback address and TLS is off; set tls.cert_file and tls.key_file, or server.insecure = true to serve plaintext anyway",
+                self.server.listen
+            ));
+        }
+        let auth = &self.auth;
+        let roles = |at: &str, names: &[String], p: &mut Vec<String>| {
+            for name in names {
+                if crate::identity::Role::parse(name).is_none() {
+                    p.push(format!("{at}: unknown role '{name}' (known: agent, admin)"));
+                }
+            }
+        };
+        let tenant = |at: &str, tenant: &str, p: &mut Vec<String>| {
+            if let Err(problem) = crate::identity::validate_tenant(tenant) {
+                p.push(format!("{at}: {problem}"));
+            }
+        };
+        tenant("auth.anonymous_tenant", &auth.anonymous_tenant, &mut p);
+        roles("auth.anonymous_roles", &auth.anonymous_roles, &mut p);
+        for (i, token) in auth.tokens.iter().enumerate() {
+            let at = format!("auth.tokens[{i}]");
+            if token.id.is_empty() {
+                p.push(format!(
+                    "{at}.id: required (the identity the token stands for)"
+                ));
+            }
+            tenant(&format!("{at}.tenant"), &token.tenant, &mut p);
+            roles(&format!("{at}.roles"), &token.roles, &mut p);
+            let sources = [&token.sha256, &token.file, &token.env]
+                .iter()
+                .filter(|s| !s.is_empty())
+                .count();
+            if sources != 1 {
+                p.push(format!("{at}: give exactly one of sha256, file, env"));
+            }
+            let hex =
+                token.sha256.len() == 64 && token.sha256.bytes().all(|b| b.is_ascii_hexdigit());
+            if !token.sha256.is_empty() && !hex {
+                p.push(format!(
+                    "{at}.sha256: 64 hex digits (printf %s \"$TOKEN\" | sha256sum)"
+                ));
+            }
+        }
+        let jwt = &auth.jwt;
+        if !jwt.jwks_file.is_empty() && !jwt.jwks_url.is_empty() {
+            p.push("auth.jwt: give jwks_file or jwks_url, not both".to_owned());
+        }
+        if !jwt.jwks_url.is_empty()
+            && !jwt.jwks_url.starts_with("https://")
+            && !jwt.jwks_url.starts_with("http://")
+        {
+            p.push(format!(
+                "auth.jwt.jwks_url: '{}' is not an http(s) URL",
+                jwt.jwks_url
+            ));
+        }
+        if jwt.enabled() {
+            if jwt.issuer.is_empty() {
+                p.push("auth.jwt.issuer: required (tokens from any issuer would pass)".to_owned());
+            }
+            if jwt.audience.is_empty() {
+                p.push(
+                    "auth.jwt.audience: required (tokens meant for any service would pass)"
+                        .to_owned(),
+                );
+            }
+            if jwt.jwks_refresh < std::time::Duration::from_secs(10) {
+                p.push("auth.jwt.jwks_refresh: must be at least 10s".to_owned());
+            }
+            roles("auth.jwt.default_roles", &jwt.default_roles, &mut p);
+        }
+        for (i, cert) in auth.certificates.iter().enumerate() {
+            let at = format!("auth.certificates[{i}]");
+            if rustls::pki_types::ServerName::try_from(cert.name.as_str()).is_err() {
+                p.push(format!(
+                    "{at}.name: '{}' is not a DNS name or IP address",
+                    cert.name
+                ));
+            }
+            tenant(&format!("{at}.tenant"), &cert.tenant, &mut p);
+            roles(&format!("{at}.roles"), &cert.roles, &mut p);
+        }
+        if !auth.certificates.is_empty() && tls.client_ca_file.is_empty() {
+            p.push("auth.certificates: client certificates need tls.client_ca_file".to_owned());
+        }
+        let can_authenticate =
+            !auth.tokens.is_empty() || jwt.enabled() || !auth.certificates.is_empty();
+        if auth.anonymous == super::Anonymous::None && !can_authenticate {
+            p.push("auth.anonymous = \"none\" but no tokens, JWT keys or certificates are configured: no caller could get in".to_owned());
+        }
+        p
+    }
+
+    /// Whether the gRPC listener is reachable from other hosts.
+    fn public_listen(&self) -> bool {
+        self.server
+            .listen
+            .parse::<SocketAddr>()
+            .is_ok_and(|addr| !addr.ip().is_loopback())
     }
 }
 
@@ -208,6 +352,35 @@ impl Config {
                 ));
             }
         }
+        if self.public_listen() {
+            if self.auth.anonymous == super::Anonymous::Any {
+                w.push(format!(
+                    "server.listen: {} is not a loopback address and auth.anonymous = \"any\": anyone who can reach it gets {}",
+                    self.server.listen,
+                    self.auth.anonymous_roles.join(", ")
+                ));
+            }
+            if !self.tls.enabled() {
+                w.push(format!(
+                    "server.listen: {} serves plaintext (server.insecure = true): tokens and results cross the network unencrypted",
+                    self.server.listen
+                ));
+            }
+            if self.remote_registration.enabled {
+                w.push("remote_registration.enabled on a non-loopback address: callers with the admin role can make the server start programs and reach addresses".to_owned());
+            }
+        }
+        let admin_public = self
+            .admin
+            .listen
+            .parse::<SocketAddr>()
+            .is_ok_and(|addr| !addr.ip().is_loopback());
+        if admin_public {
+            w.push(format!(
+                "admin.listen: {} is not a loopback address; /metrics, /livez and /readyz have no authentication",
+                self.admin.listen
+            ));
+        }
         for (name, binding) in &self.bindings {
             if let Some(input) = &binding.input {
                 for warning in crate::mapping::warnings(input) {
@@ -229,9 +402,16 @@ impl HooksConfig {
                 }
             }
         }
+        let allow = self.env_allow.iter().map(String::as_str);
+        if let Err(problem) = crate::child::check_env(allow, &BTreeMap::new()) {
+            p.push(format!("hooks.env_allow: {problem}"));
+        }
         for (i, hook) in self.command.iter().enumerate() {
             if hook.command.first().is_none_or(String::is_empty) {
                 p.push(format!("hooks.command[{i}].command: name a program to run"));
+            }
+            if let Err(problem) = crate::child::check_env([], &hook.env) {
+                p.push(format!("hooks.command[{i}].env: {problem}"));
             }
         }
         for (i, hook) in self.grpc.iter().enumerate() {

@@ -1,7 +1,6 @@
 //! What a batch is (received calls, context, bindings, options) and what it produced.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Map, Value};
@@ -23,8 +22,11 @@ pub struct Batch {
     pub bindings: BTreeMap<String, Binding>,
     pub options: BatchOptions,
     pub turn: u32,
-    /// The trace the batch belongs to (from the client's `traceparent`, or new).
-    pub trace: Option<Arc<crate::trace::TraceContext>>,
+    /// Who sent the batch: its tenant namespaces the session, permission rules may match it.
+    pub caller: std::sync::Arc<crate::identity::Caller>,
+    /// The span the batch runs under (the RPC's, which continues the client's `traceparent`);
+    /// `Span::none()` starts a new trace.
+    pub trace: crate::trace::Span,
 }
 
 /// A model-facing tool name bound to a registered tool and an input mapping (a request's

@@ -9,6 +9,7 @@ use crate::safety::hooks::Hooks;
 use crate::safety::policy::Policy;
 use crate::safety::recovery::{DefaultReflector, Reflector};
 use crate::tools::Catalog;
+use crate::trace::Tracer;
 
 /// The safety pipeline's parts, shared by every call of a server.
 #[derive(Clone)]
@@ -30,6 +31,8 @@ pub struct Pipeline {
     pub max_error_chars: usize,
     /// Where calls, attempts and batches are counted.
     pub metrics: Arc<Metrics>,
+    /// Where batches and attempts are traced (ids only when tracing is off).
+    pub tracer: Tracer,
 }
 
 impl Pipeline {
@@ -52,6 +55,7 @@ impl Pipeline {
             preview_chars: 1024,
             max_error_chars: 2000,
             metrics: Arc::default(),
+            tracer: Tracer::off(),
         }
     }
 }

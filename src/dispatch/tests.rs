@@ -255,7 +255,8 @@ fn named_batch(session: &str, calls: Value) -> Batch {
             fail_fast: false,
         },
         turn: 0,
-        trace: None,
+        caller: std::sync::Arc::new(crate::identity::Caller::local()),
+        trace: crate::trace::Span::none(),
     }
 }
 

@@ -116,7 +116,8 @@ pub fn batch_from_request(
         bindings,
         options: batch_options,
         turn: request.turn,
-        trace: None,
+        caller: std::sync::Arc::new(crate::identity::Caller::local()),
+        trace: crate::trace::Span::none(),
     })
 }
 

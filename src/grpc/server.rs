@@ -13,8 +13,10 @@ use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
 use super::service::{ServiceState, ToolGateService};
+use super::tls::Tls;
 use crate::pb;
 use crate::pb::tool_gate_server::ToolGateServer;
+use crate::tools::BoxFuture;
 
 /// How long open connections (for example health watches) may linger once draining is done.
 const CONNECTION_LINGER: Duration = Duration::from_secs(5);
@@ -57,6 +59,7 @@ fn reflection() -> tonic_reflection::server::Builder<'static> {
 /// Serves on `listener` until `trigger` fires, then shuts down gracefully.
 pub async fn serve(
     listener: TcpListener,
+    tls: Option<Tls>,
     state: Arc<ServiceState>,
     settings: ServeSettings,
     trigger: CancellationToken,
@@ -84,14 +87,22 @@ pub async fn serve(
         trigger,
         stop_transport.clone(),
     ));
-    let serving = Server::builder()
+    let router = Server::builder()
         .max_concurrent_streams(settings.max_streams_per_connection)
         .http2_keepalive_interval(settings.keepalive_interval)
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(toolgate)
-        .serve_with_incoming_shutdown(incoming(listener), stop_transport.clone().cancelled_owned());
+        .add_service(toolgate);
+    let stopped = stop_transport.clone().cancelled_owned();
+    let serving: BoxFuture<'static, Result<(), tonic::transport::Error>> = match tls {
+        Some(tls) => {
+            tokio::spawn(tls.clone().watch(stop_transport.clone()));
+            let connections = tls.incoming(listener, stop_transport.clone());
+            Box::pin(router.serve_with_incoming_shutdown(connections, stopped))
+        }
+        None => Box::pin(router.serve_with_incoming_shutdown(incoming(listener), stopped)),
+    };
     let lingering = async {
         stop_transport.cancelled().await;
         tokio::time::sleep(CONNECTION_LINGER).await;

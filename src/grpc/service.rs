@@ -6,22 +6,26 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use opentelemetry::trace::FutureExt as _;
 use tokio::sync::mpsc;
 use tokio_util::task::TaskTracker;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 
 use super::admission::{Admission, Refusal, Ticket};
+use super::auth::{Authenticator, Rpc};
 use super::batch_stream::{BatchStream, StallWatch};
 use super::convert::{self, RequestRules};
 use super::reply;
+use super::rpc_span::RpcSpan;
 use super::status::RequestError;
 use crate::dispatch::{Batch, Cancel, Dispatcher, Event, Mode, NoObserver, Observer};
 use crate::metrics::Metrics;
 use crate::pb;
 use crate::pb::tool_gate_server::ToolGate;
 use crate::tools::BoxFuture;
-use crate::tools::remote::{Contributed, RemoteSpec, Remotes};
+use crate::tools::remote::{Contributed, RegistrationPolicy, RemoteSpec, Remotes};
+use crate::trace::Tracer;
 
 /// Events buffered per stream before the batch waits for the client to read.
 const EVENT_BUFFER: usize = 64;
@@ -40,11 +44,15 @@ pub struct ServiceState {
     pub stalls: Arc<StallWatch>,
     /// Where refusals for capacity are counted.
     pub metrics: Arc<Metrics>,
+    /// Where each RPC's server span is made (the batch's and the calls' are the dispatcher's).
+    pub tracer: Tracer,
+    /// Who the caller of each RPC is, and whether it may make it.
+    pub auth: Arc<Authenticator>,
     pub remotes: Arc<Remotes>,
     /// Whether `RegisterRemote` / `UnregisterRemote` are allowed.
     pub allow_registration: bool,
-    /// Programs a run-time registered stdio MCP server may run.
-    pub stdio_commands: Vec<String>,
+    /// What a run-time registration may ask for.
+    pub registration: Arc<RegistrationPolicy>,
 }
 
 /// The `toolgate.v1.ToolGate` implementation.
@@ -80,6 +88,16 @@ impl ToolGateService {
         }
     }
 
+    /// The server span of `method`, under the request's trace context.
+    fn rpc<T>(&self, method: &'static str, request: &Request<T>) -> RpcSpan {
+        RpcSpan::start(
+            &self.state.tracer,
+            method,
+            request.metadata(),
+            request.remote_addr(),
+        )
+    }
+
     fn refused(&self, refusal: Refusal) -> RequestError {
         self.state.metrics.refused(refusal.capacity_name());
         RequestError::Overloaded(refusal)
@@ -90,6 +108,7 @@ impl ToolGateService {
     fn admit(
         &self,
         connection: Option<SocketAddr>,
+        caller: crate::identity::Caller,
         request: pb::DispatchBatchRequest,
     ) -> Result<(Batch, Ticket), RequestError> {
         if self.state.tracker.is_closed() {
@@ -101,6 +120,7 @@ impl ToolGateService {
             .check(connection)
             .map_err(|refusal| self.refused(refusal))?;
         let mut batch = convert::batch_from_request(request, &self.state.rules)?;
+        batch.caller = Arc::new(caller);
         self.state
             .dispatcher
             .check_bindings(&batch.bindings)
@@ -145,32 +165,41 @@ impl ToolGate for ToolGateService {
         &self,
         request: Request<pb::DispatchBatchRequest>,
     ) -> Result<Response<Self::DispatchBatchStream>, Status> {
+        let rpc = self.rpc("DispatchBatch", &request);
+        let caller = match self.state.auth.authorize(&request, Rpc::DispatchBatch) {
+            Ok(caller) => caller,
+            Err(error) => return rpc.finish_with(Err(error.into())),
+        };
         let deadline = grpc_timeout(request.metadata());
-        let trace = trace_context(request.metadata());
         let connection = request.remote_addr();
-        let (mut batch, ticket) = self.admit(connection, request.into_inner())?;
+        let (mut batch, ticket) = match self.admit(connection, caller, request.into_inner()) {
+            Ok(admitted) => admitted,
+            Err(error) => return rpc.finish_with(Err(error.into())),
+        };
         batch.options.deadline = deadline.map(|d| tokio::time::Instant::now() + d);
-        batch.trace = Some(Arc::new(trace));
+        batch.trace = rpc.span().clone();
         let (tx, rx) = mpsc::channel(EVENT_BUFFER);
         let cancel = self.state.shutdown.child();
         let dispatcher = self.state.dispatcher.clone();
         let max_reply = self.state.rules.limits.max_reply_bytes;
+        let context = rpc.span().context().clone();
         let run = async move {
             let _ticket = ticket;
             // The stream owns this future: a client that leaves drops it, and the guard then
-            // fires the batch's cancel so tool tokens fire too.
+            // fires the batch's cancel so tool tokens fire too (and the span ends CANCELLED).
             let _guard = cancel.token().clone().drop_guard();
             let observer = StreamObserver { tx };
             let report = tokio::select! {
                 report = dispatcher.run(batch, &observer, &cancel) => report,
                 never = expire(&cancel, deadline) => match never {},
             };
-            let reply = reply::batch_result_within(&report, max_reply).map_err(Status::from)?;
+            let reply = reply::batch_result_within(&report, max_reply).map_err(Status::from);
+            let reply = rpc.finish_with(reply)?;
             Ok(pb::DispatchEvent {
                 event: Some(pb::dispatch_event::Event::Result(reply)),
             })
         };
-        let run = self.state.tracker.track_future(run);
+        let run = self.state.tracker.track_future(run.with_context(context));
         Ok(Response::new(BatchStream::new(
             Box::pin(run),
             rx,
@@ -182,27 +211,40 @@ impl ToolGate for ToolGateService {
         &self,
         request: Request<pb::DispatchBatchRequest>,
     ) -> Result<Response<pb::BatchResult>, Status> {
+        let rpc = self.rpc("Dispatch", &request);
+        let caller = match self.state.auth.authorize(&request, Rpc::Dispatch) {
+            Ok(caller) => caller,
+            Err(error) => return rpc.finish_with(Err(error.into())),
+        };
         let deadline = grpc_timeout(request.metadata());
-        let trace = trace_context(request.metadata());
         let connection = request.remote_addr();
-        let (mut batch, _ticket) = self.admit(connection, request.into_inner())?;
+        let (mut batch, _ticket) = match self.admit(connection, caller, request.into_inner()) {
+            Ok(admitted) => admitted,
+            Err(error) => return rpc.finish_with(Err(error.into())),
+        };
         batch.options.deadline = deadline.map(|d| tokio::time::Instant::now() + d);
-        batch.trace = Some(Arc::new(trace));
+        batch.trace = rpc.span().clone();
         let cancel = self.state.shutdown.child();
         // tonic drops this future when the client goes or its deadline passes; the guard then
-        // fires the batch's cancel so tool tokens fire too.
+        // fires the batch's cancel so tool tokens fire too (and the span ends CANCELLED).
         let _guard = cancel.token().clone().drop_guard();
         let run = self.state.dispatcher.run(batch, &NoObserver, &cancel);
-        let report = self.state.tracker.track_future(run).await;
+        let context = rpc.span().context().clone();
+        let report = self
+            .state
+            .tracker
+            .track_future(run.with_context(context))
+            .await;
         let max_reply = self.state.rules.limits.max_reply_bytes;
-        let reply = reply::batch_result_within(&report, max_reply)?;
-        Ok(Response::new(reply))
+        let reply = reply::batch_result_within(&report, max_reply).map_err(Status::from);
+        rpc.finish_with(reply).map(Response::new)
     }
 
     async fn get_tool_health(
         &self,
         request: Request<pb::GetToolHealthRequest>,
     ) -> Result<Response<pb::GetToolHealthResponse>, Status> {
+        self.state.auth.authorize(&request, Rpc::GetToolHealth)?;
         let wanted = request.into_inner().tool;
         let tools = self
             .state
@@ -220,8 +262,10 @@ impl ToolGate for ToolGateService {
         &self,
         request: Request<pb::GetSessionMemoryRequest>,
     ) -> Result<Response<pb::GetSessionMemoryResponse>, Status> {
+        let caller = self.state.auth.authorize(&request, Rpc::GetSessionMemory)?;
         let id = checked_session_id(request.into_inner().session_id)?;
-        let Some(session) = self.state.dispatcher.sessions().get(&id) else {
+        // Only the caller's tenant's sessions exist for it.
+        let Some(session) = self.state.dispatcher.sessions().get(&caller.tenant, &id) else {
             return Err(RequestError::UnknownSession(id).into());
         };
         Ok(Response::new(pb::GetSessionMemoryResponse {
@@ -233,8 +277,9 @@ impl ToolGate for ToolGateService {
         &self,
         request: Request<pb::EndSessionRequest>,
     ) -> Result<Response<pb::EndSessionResponse>, Status> {
+        let caller = self.state.auth.authorize(&request, Rpc::EndSession)?;
         let id = checked_session_id(request.into_inner().session_id)?;
-        let ended = self.state.dispatcher.sessions().end(&id);
+        let ended = self.state.dispatcher.sessions().end(&caller.tenant, &id);
         Ok(Response::new(pb::EndSessionResponse { ended }))
     }
 
@@ -242,6 +287,7 @@ impl ToolGate for ToolGateService {
         &self,
         request: Request<pb::RegisterRemoteRequest>,
     ) -> Result<Response<pb::RegisterRemoteResponse>, Status> {
+        self.state.auth.authorize(&request, Rpc::RegisterRemote)?;
         self.registration_allowed()?;
         let definition = request.into_inner().definition.unwrap_or_default();
         let definition = convert::to_json(&prost_types::Value {
@@ -249,15 +295,12 @@ impl ToolGate for ToolGateService {
         });
         let spec: RemoteSpec = serde_json::from_value(definition)
             .map_err(|e| RequestError::Invalid(format!("definition: {e}")))?;
-        // A stdio MCP server is a local program: only allowlisted ones may be started this way.
-        if let Some(program) = spec.command.first()
-            && !self.state.stdio_commands.contains(program)
-        {
-            return Err(RequestError::PermissionDenied(format!(
-                "'{program}' is not in [remote_registration] stdio_commands"
-            ))
-            .into());
-        }
+        // A registration may start a program or reach an address: only what the policy allows.
+        self.state
+            .registration
+            .check(&spec)
+            .await
+            .map_err(RequestError::PermissionDenied)?;
         let contributed = self
             .state
             .remotes
@@ -271,6 +314,7 @@ impl ToolGate for ToolGateService {
         &self,
         request: Request<pb::UnregisterRemoteRequest>,
     ) -> Result<Response<pb::UnregisterRemoteResponse>, Status> {
+        self.state.auth.authorize(&request, Rpc::UnregisterRemote)?;
         self.registration_allowed()?;
         let name = request.into_inner().name;
         let tools = self
@@ -285,6 +329,7 @@ impl ToolGate for ToolGateService {
         &self,
         request: Request<pb::RefreshRemoteRequest>,
     ) -> Result<Response<pb::RegisterRemoteResponse>, Status> {
+        self.state.auth.authorize(&request, Rpc::RefreshRemote)?;
         self.registration_allowed()?;
         let name = request.into_inner().name;
         let contributed = self
@@ -300,6 +345,7 @@ impl ToolGate for ToolGateService {
         &self,
         request: Request<pb::AcceptToolChangeRequest>,
     ) -> Result<Response<pb::ToolDefinition>, Status> {
+        self.state.auth.authorize(&request, Rpc::AcceptToolChange)?;
         self.registration_allowed()?;
         let tool = request.into_inner().tool;
         self.state
@@ -315,8 +361,9 @@ impl ToolGate for ToolGateService {
 
     async fn list_tools(
         &self,
-        _request: Request<pb::ListToolsRequest>,
+        request: Request<pb::ListToolsRequest>,
     ) -> Result<Response<pb::ListToolsResponse>, Status> {
+        self.state.auth.authorize(&request, Rpc::ListTools)?;
         let tools = self
             .state
             .dispatcher
@@ -345,15 +392,6 @@ async fn expire(cancel: &Cancel, deadline: Option<Duration>) -> Infallible {
         cancel.cancel("the request deadline passed");
     }
     std::future::pending().await
-}
-
-/// The client's W3C trace context (`traceparent` metadata), or a new trace.
-fn trace_context(metadata: &MetadataMap) -> crate::trace::TraceContext {
-    metadata
-        .get("traceparent")
-        .and_then(|v| v.to_str().ok())
-        .and_then(crate::trace::TraceContext::parse)
-        .unwrap_or_else(crate::trace::TraceContext::new_trace)
 }
 
 /// The client's `grpc-timeout` header (`<digits><unit>`, units H M S m u n), if any.

@@ -35,6 +35,9 @@ pub enum RequestError {
     UnknownSession(String),
     #[error("{0}")]
     PermissionDenied(String),
+    /// No acceptable credentials (the text says what was wrong, never the credential).
+    #[error("{0}")]
+    Unauthenticated(String),
     #[error(transparent)]
     Remote(#[from] crate::tools::remote::RemoteError),
 }
@@ -52,6 +55,7 @@ impl From<RequestError> for Status {
             RequestError::Stalled(_) => Code::DeadlineExceeded,
             RequestError::UnknownSession(_) => Code::NotFound,
             RequestError::PermissionDenied(_) => Code::PermissionDenied,
+            RequestError::Unauthenticated(_) => Code::Unauthenticated,
             RequestError::Remote(remote) => {
                 use crate::tools::remote::RemoteError;
                 match remote {

@@ -26,6 +26,7 @@ pub enum CacheScope {
     /// Entries are per session (the safe default: tools may read session state).
     #[default]
     Session,
+    /// Entries are shared by every session of the caller's tenant (never across tenants).
     Global,
 }
 
@@ -256,10 +257,12 @@ where
                 Ok(invoked)
             });
         };
+        // Entries never cross tenants: "global" means every session of the caller's tenant.
+        let tenant = &inv.ctx.caller.tenant;
         let key = Key {
             scope: match rule.scope {
-                CacheScope::Session => inv.ctx.session_id.clone(),
-                CacheScope::Global => String::new(),
+                CacheScope::Session => format!("{tenant}/{}", inv.ctx.session_id),
+                CacheScope::Global => tenant.clone(),
             },
             tool: inv.tool.clone(),
             input: inv

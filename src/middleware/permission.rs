@@ -1,5 +1,6 @@
-//! Permissions: allow / deny / ask rules by tool pattern; the first matching rule decides and its
-//! decision becomes a `gate_decision`. Requests cannot be asked, so `ask` denies with the prompt.
+//! Permissions: allow / deny / ask rules by tool pattern and, optionally, by the caller's
+//! identity, tenant or role; the first matching rule decides and its decision becomes a
+//! `gate_decision` naming the rule. Requests cannot be asked, so `ask` denies with the prompt.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -9,6 +10,7 @@ use tower::{Layer, Service};
 
 use super::{Invocation, Invoked};
 use crate::glob::glob_match;
+use crate::identity::Caller;
 use crate::safety::hooks::{Decision, GateRecord};
 use crate::tools::BoxFuture;
 use crate::tools::ErrorClass;
@@ -28,8 +30,30 @@ pub struct PermissionRule {
     pub id: String,
     /// Tool-name glob.
     pub tools: String,
+    /// Whose calls the rule is about: globs of identities and tenants and role names; an empty
+    /// list matches every caller.
+    pub identities: Vec<String>,
+    pub tenants: Vec<String>,
+    pub roles: Vec<String>,
     pub verdict: Verdict,
     pub reason: String,
+}
+
+impl PermissionRule {
+    /// Whether the rule is about `caller` calling `tool`.
+    pub fn matches(&self, tool: &str, caller: &Caller) -> bool {
+        let any = |globs: &[String], value: &str| {
+            globs.is_empty() || globs.iter().any(|g| glob_match(g, value))
+        };
+        glob_match(&self.tools, tool)
+            && any(&self.identities, &caller.id)
+            && any(&self.tenants, &caller.tenant)
+            && (self.roles.is_empty()
+                || caller
+                    .roles
+                    .iter()
+                    .any(|r| self.roles.iter().any(|name| name == r.name())))
+    }
 }
 
 /// Applies `Permission`.
@@ -63,9 +87,13 @@ impl<S> Layer<S> for PermissionLayer {
     }
 }
 
-/// The first matching rule's decision for `tool` (the plain, testable part).
-pub fn decide<'r>(rules: &'r [PermissionRule], tool: &str) -> Option<&'r PermissionRule> {
-    rules.iter().find(|r| glob_match(&r.tools, tool))
+/// The first rule about `caller` calling `tool` (the plain, testable part).
+pub fn decide<'r>(
+    rules: &'r [PermissionRule],
+    tool: &str,
+    caller: &Caller,
+) -> Option<&'r PermissionRule> {
+    rules.iter().find(|r| r.matches(tool, caller))
 }
 
 impl<S> Service<Invocation> for Permission<S>
@@ -82,7 +110,7 @@ where
     }
 
     fn call(&mut self, inv: Invocation) -> Self::Future {
-        let Some(rule) = decide(&self.rules, &inv.tool).cloned() else {
+        let Some(rule) = decide(&self.rules, &inv.tool, &inv.ctx.caller).cloned() else {
             return Box::pin(self.inner.call(inv));
         };
         let source = format!("permissions[{}]", rule.id);

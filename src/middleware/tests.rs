@@ -83,6 +83,38 @@ async fn timeout_cuts_the_call_fires_the_token_and_reads_well() {
     );
 }
 
+#[test]
+fn permission_rules_can_be_about_some_callers_only() {
+    use crate::identity::{Caller, Method, Role};
+    let rule = PermissionRule {
+        id: "acme-no-pay".into(),
+        tools: "pay*".into(),
+        identities: vec!["bot-*".into()],
+        tenants: vec!["acme".into()],
+        roles: vec!["agent".into()],
+        verdict: PermissionVerdict::Deny,
+        reason: "no".into(),
+    };
+    let caller = |id: &str, tenant: &str, roles: Vec<Role>| Caller {
+        id: id.into(),
+        tenant: tenant.into(),
+        roles,
+        method: Method::Token,
+    };
+    assert!(rule.matches("pay", &caller("bot-1", "acme", vec![Role::Agent])));
+    assert!(!rule.matches("pay", &caller("bot-1", "globex", vec![Role::Agent])));
+    assert!(!rule.matches("pay", &caller("human", "acme", vec![Role::Agent])));
+    assert!(!rule.matches("pay", &caller("bot-1", "acme", vec![Role::Admin])));
+    assert!(!rule.matches("echo", &caller("bot-1", "acme", vec![Role::Agent])));
+    let everyone = PermissionRule {
+        identities: Vec::new(),
+        tenants: Vec::new(),
+        roles: Vec::new(),
+        ..rule
+    };
+    assert!(everyone.matches("pay", &Caller::local()));
+}
+
 #[tokio::test]
 async fn permission_rules_deny_ask_and_allow_with_gate_records() {
     let calls = Arc::new(AtomicU32::new(0));
@@ -90,18 +122,27 @@ async fn permission_rules_deny_ask_and_allow_with_gate_records() {
         PermissionRule {
             id: "no-rm".into(),
             tools: "fs.rm*".into(),
+            identities: Vec::new(),
+            tenants: Vec::new(),
+            roles: Vec::new(),
             verdict: PermissionVerdict::Deny,
             reason: "deleting is off".into(),
         },
         PermissionRule {
             id: "confirm".into(),
             tools: "pay".into(),
+            identities: Vec::new(),
+            tenants: Vec::new(),
+            roles: Vec::new(),
             verdict: PermissionVerdict::Ask,
             reason: "charges money".into(),
         },
         PermissionRule {
             id: "ok".into(),
             tools: "*".into(),
+            identities: Vec::new(),
+            tenants: Vec::new(),
+            roles: Vec::new(),
             verdict: PermissionVerdict::Allow,
             reason: "default".into(),
         },

@@ -57,6 +57,18 @@ pub enum Decision {
     Modify(Value),
 }
 
+impl Decision {
+    /// The verdict's name, for metrics and spans (`allow`, `block`, `ask`, `modify`).
+    pub fn verdict(&self) -> &'static str {
+        match self {
+            Decision::Allow => "allow",
+            Decision::Block(_) => "block",
+            Decision::Ask(_) => "ask",
+            Decision::Modify(_) => "modify",
+        }
+    }
+}
+
 /// One hook's decision, for the `gate_decision` event.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GateRecord {

@@ -20,14 +20,20 @@ fn session_ids_cannot_name_paths() {
 async fn scratch_directories_are_per_session_and_removed() {
     let base = base("scratch");
     let sessions = Sessions::new(base.clone(), true, SessionLimits::default());
-    let named = sessions.open("alpha");
-    assert!(Arc::ptr_eq(&named, &sessions.open("alpha")));
+    let named = sessions.open("default", "alpha");
+    assert!(Arc::ptr_eq(&named, &sessions.open("default", "alpha")));
     let dir = named.scratch().create().await.unwrap().to_path_buf();
-    assert_eq!(dir, base.join("toolgate-alpha"));
+    // Named by 128 random bits, never by the id.
+    let name = dir.file_name().unwrap().to_str().unwrap();
+    assert!(
+        name.starts_with("toolgate-") && name.len() == 9 + 32,
+        "{name}"
+    );
+    assert_eq!(dir.parent(), Some(base.as_path()));
     assert!(dir.is_dir());
-    let once = sessions.open("");
+    let once = sessions.open("default", "");
     let once_dir = once.scratch().create().await.unwrap().to_path_buf();
-    assert_ne!(once.id, sessions.open("").id);
+    assert_ne!(once.id, sessions.open("default", "").id);
     sessions.release(&once);
     assert!(!once_dir.exists());
     sessions.release(&named);
@@ -38,15 +44,54 @@ async fn scratch_directories_are_per_session_and_removed() {
 }
 
 #[tokio::test]
+async fn tenants_never_share_a_session_and_batch_sessions_cannot_be_named() {
+    let sessions = Sessions::new(base("tenants"), true, SessionLimits::default());
+    let a = sessions.open("acme", "shared");
+    let b = sessions.open("globex", "shared");
+    assert!(!Arc::ptr_eq(&a, &b));
+    a.remember("echo", "{}", "acme's secret");
+    assert!(b.memory().is_empty());
+    let (dir_a, dir_b) = (
+        a.scratch().create().await.unwrap().to_path_buf(),
+        b.scratch().create().await.unwrap().to_path_buf(),
+    );
+    assert_ne!(dir_a, dir_b);
+    assert!(
+        sessions
+            .get("globex", "shared")
+            .is_some_and(|s| Arc::ptr_eq(&s, &b))
+    );
+    assert!(sessions.end("acme", "shared"));
+    assert!(
+        sessions.get("globex", "shared").is_some(),
+        "ending one tenant's session leaves the other's"
+    );
+    let once = sessions.open("acme", "");
+    assert!(
+        once.id.starts_with("batch-") && once.id.len() == 6 + 32,
+        "{}",
+        once.id
+    );
+    assert!(
+        validate_session_id(&once.id).is_err(),
+        "a batch's session cannot be named"
+    );
+    assert!(sessions.get("acme", &once.id).is_none());
+    for s in [&a, &b, &once] {
+        sessions.release(s);
+    }
+}
+
+#[tokio::test]
 async fn opening_and_releasing_sessions_touches_no_disk() {
     let base = base("lazy");
     let sessions = Sessions::new(base.clone(), true, SessionLimits::default());
-    let named = sessions.open("delta");
-    let once = sessions.open("");
+    let named = sessions.open("default", "delta");
+    let once = sessions.open("default", "");
     assert!(!base.exists(), "nothing made before a scratch tool asks");
     sessions.release(&once);
     sessions.release(&named);
-    assert!(sessions.end("delta"));
+    assert!(sessions.end("default", "delta"));
     assert!(!base.exists());
     sessions.remove_all();
 }
@@ -57,7 +102,7 @@ async fn an_operator_base_directory_is_kept() {
     std::fs::create_dir_all(&base).unwrap();
     std::fs::write(base.join("keep.txt"), "x").unwrap();
     let sessions = Sessions::new(base.clone(), false, SessionLimits::default());
-    let session = sessions.open("beta");
+    let session = sessions.open("default", "beta");
     let dir = session.scratch().create().await.unwrap().to_path_buf();
     sessions.release(&session);
     sessions.remove_all();
@@ -73,15 +118,15 @@ async fn idle_sessions_expire_but_busy_ones_do_not() {
         ..SessionLimits::default()
     };
     let sessions = Sessions::new(base("ttl"), true, limits);
-    let idle = sessions.open("idle");
+    let idle = sessions.open("default", "idle");
     let idle_dir = idle.scratch().create().await.unwrap().to_path_buf();
     sessions.release(&idle);
-    let busy = sessions.open("busy");
+    let busy = sessions.open("default", "busy");
     tokio::time::advance(Duration::from_secs(61)).await;
     assert_eq!(sessions.sweep(Instant::now()), 1);
-    assert!(sessions.get("idle").is_none());
+    assert!(sessions.get("default", "idle").is_none());
     assert!(!idle_dir.exists());
-    assert!(sessions.get("busy").is_some());
+    assert!(sessions.get("default", "busy").is_some());
     sessions.release(&busy);
     tokio::time::advance(Duration::from_secs(30)).await;
     assert_eq!(sessions.sweep(Instant::now()), 0, "released 30 s ago");
@@ -96,15 +141,18 @@ async fn the_least_recently_used_idle_session_is_evicted_at_the_limit() {
     };
     let sessions = Sessions::new(base("lru"), true, limits);
     for id in ["a", "b"] {
-        let s = sessions.open(id);
+        let s = sessions.open("default", id);
         sessions.release(&s);
         tokio::time::advance(Duration::from_secs(1)).await;
     }
-    let a = sessions.open("a");
+    let a = sessions.open("default", "a");
     sessions.release(&a);
-    let c = sessions.open("c");
-    assert!(sessions.get("b").is_none(), "b was least recently used");
-    assert!(sessions.get("a").is_some());
+    let c = sessions.open("default", "c");
+    assert!(
+        sessions.get("default", "b").is_none(),
+        "b was least recently used"
+    );
+    assert!(sessions.get("default", "a").is_some());
     assert_eq!(sessions.len(), 2);
     sessions.release(&c);
     sessions.remove_all();
@@ -113,10 +161,10 @@ async fn the_least_recently_used_idle_session_is_evicted_at_the_limit() {
 #[tokio::test]
 async fn ending_a_session_in_use_removes_its_directory_when_the_batch_ends() {
     let sessions = Sessions::new(base("end"), true, SessionLimits::default());
-    let s = sessions.open("gamma");
+    let s = sessions.open("default", "gamma");
     let dir = s.scratch().create().await.unwrap().to_path_buf();
-    assert!(sessions.end("gamma"));
-    assert!(!sessions.end("gamma"));
+    assert!(sessions.end("default", "gamma"));
+    assert!(!sessions.end("default", "gamma"));
     assert!(dir.exists(), "still in use");
     sessions.release(&s);
     assert!(!dir.exists());
@@ -130,7 +178,7 @@ async fn memory_is_bounded_and_cut_by_characters() {
         ..SessionLimits::default()
     };
     let sessions = Sessions::new(base("memory"), true, limits);
-    let s = sessions.open("m");
+    let s = sessions.open("default", "m");
     s.remember("a", "{}", "1");
     s.remember("b", "{}", "2");
     s.remember("c", &"é".repeat(600), "3");
@@ -150,7 +198,7 @@ async fn a_full_session_holds_its_bounds_and_no_more() {
     use crate::safety::detector::{Operation, Thresholds};
     let limits = SessionLimits::default();
     let sessions = Sessions::new(base("full"), true, limits);
-    let s = sessions.open("f");
+    let s = sessions.open("default", "f");
     let th = Thresholds {
         warn_after: 3,
         stop_after: 10,
@@ -185,23 +233,23 @@ async fn eviction_skips_busy_sessions_and_the_recency_order_stays_in_step() {
         ..SessionLimits::default()
     };
     let sessions = Sessions::new(base("order"), true, limits);
-    let busy = sessions.open("busy");
+    let busy = sessions.open("default", "busy");
     for id in ["a", "b"] {
-        let s = sessions.open(id);
+        let s = sessions.open("default", id);
         sessions.release(&s);
     }
     // "busy" is the oldest but in use: "a" goes.
-    let c = sessions.open("c");
-    assert!(sessions.get("busy").is_some());
-    assert!(sessions.get("a").is_none());
+    let c = sessions.open("default", "c");
+    assert!(sessions.get("default", "busy").is_some());
+    assert!(sessions.get("default", "a").is_none());
     // An ended session released after a new one of the same id opened leaves no stale entry.
-    assert!(sessions.end("c"));
-    let c2 = sessions.open("c");
+    assert!(sessions.end("default", "c"));
+    let c2 = sessions.open("default", "c");
     sessions.release(&c);
     sessions.release(&c2);
     sessions.release(&busy);
     for round in 0..50 {
-        let s = sessions.open(&format!("x{round}"));
+        let s = sessions.open("default", &format!("x{round}"));
         sessions.release(&s);
     }
     let live = sessions.lock();

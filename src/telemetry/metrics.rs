@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use opentelemetry::metrics::{Meter, MeterProvider as _};
 use opentelemetry::{KeyValue, Value};
-use opentelemetry_otlp::{WithExportConfig, WithTonicConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, Metric, MetricData, ResourceMetrics};
@@ -60,17 +59,6 @@ impl OtlpExport {
             timeout: config.export_timeout,
         })
     }
-
-    /// The resource every export carries: `service.name` (`OTEL_SERVICE_NAME` wins over the
-    /// config) and `OTEL_RESOURCE_ATTRIBUTES`.
-    fn resource(&self) -> Resource {
-        let builder = Resource::builder();
-        if std::env::var("OTEL_SERVICE_NAME").is_ok_and(|v| !v.is_empty()) {
-            builder.build()
-        } else {
-            builder.with_service_name(self.service_name.clone()).build()
-        }
-    }
 }
 
 impl MetricsPipeline {
@@ -82,20 +70,17 @@ impl MetricsPipeline {
     /// Metrics also pushed over OTLP as `export` says. Must run inside a Tokio runtime (the
     /// exporter's channel is created here).
     pub fn with_otlp(export: &OtlpExport) -> Result<Self, String> {
-        let mut exporter = opentelemetry_otlp::MetricExporter::builder()
-            .with_tonic()
-            .with_compression(opentelemetry_otlp::Compression::Gzip)
-            .with_timeout(export.timeout);
-        if let Some(endpoint) = &export.endpoint {
-            exporter = exporter.with_endpoint(endpoint.clone());
-        }
-        let exporter = exporter
+        let builder = opentelemetry_otlp::MetricExporter::builder().with_tonic();
+        let exporter = super::otlp(builder, export.endpoint.as_ref(), export.timeout)
             .build()
             .map_err(|e| format!("telemetry: the OTLP metrics exporter could not be built: {e}"))?;
         let reader = PeriodicReader::builder(exporter)
             .with_interval(export.interval)
             .build();
-        Ok(Self::build(Some((reader, export.resource()))))
+        Ok(Self::build(Some((
+            reader,
+            super::resource(&export.service_name),
+        ))))
     }
 
     fn build(otlp: Option<(PeriodicReader<opentelemetry_otlp::MetricExporter>, Resource)>) -> Self {

@@ -15,6 +15,19 @@ pub enum ToolSource {
     Http,
 }
 
+impl ToolSource {
+    /// The name used on the wire and on spans (`BUILTIN`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ToolSource::Builtin => "BUILTIN",
+            ToolSource::Embedded => "EMBEDDED",
+            ToolSource::Worker => "WORKER",
+            ToolSource::Mcp => "MCP",
+            ToolSource::Http => "HTTP",
+        }
+    }
+}
+
 /// A registered tool and its source.
 #[derive(Clone)]
 pub struct Registered {

@@ -6,6 +6,7 @@
 pub mod http;
 mod manager;
 pub mod mcp;
+mod policy;
 mod spec;
 mod tool;
 pub mod worker;
@@ -13,6 +14,7 @@ pub mod worker;
 use super::RegistryError;
 
 pub use manager::{Contributed, Remotes};
+pub use policy::{CommandRule, EgressRule, RegistrationPolicy, anchored};
 pub use spec::{HttpToolDefinition, RemoteKind, RemoteSpec, TlsSpec};
 
 /// Why a remote could not be registered or removed.

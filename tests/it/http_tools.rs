@@ -137,7 +137,13 @@ async fn http_tools_post_the_call_and_read_the_reply() {
 #[tokio::test]
 async fn http_remotes_can_be_registered_at_run_time() {
     let addr = serve().await;
-    let ts = start_with(Config::from_toml("[remote_registration]\nenabled = true").unwrap()).await;
+    let ts = start_with(
+        Config::from_toml(
+            "[remote_registration]\nenabled = true\negress_allow = [\"127.0.0.0/8\"]",
+        )
+        .unwrap(),
+    )
+    .await;
     let definition = json!({
         "name": "rt-weather", "kind": "http", "url": format!("http://{addr}/weather"),
         "definition": {"name": "weather_now", "description": "current weather", "read_only": true}

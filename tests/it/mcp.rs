@@ -210,8 +210,8 @@ async fn read_only_mcp_tools_run_in_parallel() {
 async fn a_stdio_mcp_server_is_registered_at_run_time_only_if_its_program_is_allowlisted() {
     let server = python_server();
     let config = format!(
-        "[remote_registration]\nenabled = true\nstdio_commands = [{:?}]",
-        server[0]
+        "[remote_registration]\nenabled = true\n[[remote_registration.commands]]\nargv = {:?}",
+        server
     );
     let ts = start_with(Config::from_toml(&config).unwrap()).await;
     let mut client = ts.client.clone();
@@ -228,6 +228,25 @@ async fn a_stdio_mcp_server_is_registered_at_run_time_only_if_its_program_is_all
         .await
         .unwrap_err();
     assert_eq!(status.code(), tonic::Code::PermissionDenied);
+    // Nor may a client hand the server's own environment to the program.
+    let mut widened = definition(&server).unwrap();
+    widened.fields.insert(
+        "env_allow".into(),
+        toolgate::grpc::convert::value_from_json(&json!(["AWS_SECRET_ACCESS_KEY"])),
+    );
+    let status = client
+        .register_remote(pb::RegisterRemoteRequest {
+            definition: Some(widened),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (status.code(), status.message()),
+        (
+            tonic::Code::PermissionDenied,
+            "env_allow shares the server's environment: only the config file may set it"
+        )
+    );
     let tools = client
         .register_remote(pb::RegisterRemoteRequest {
             definition: definition(&server),
@@ -258,7 +277,7 @@ async fn tool_list_changes_are_followed_and_pinned_and_a_crashed_server_is_resta
     // A short breaker cooldown and no loop detection: the test polls the same call until the
     // restarted server answers.
     let config = format!(
-        "{}[breaker]\ncooldown = \"200ms\"\n[loop_detection]\nenabled = false\n[remote_registration]\nenabled = true\n",
+        "{}[breaker]\ncooldown = \"200ms\"\n[loop_detection]\nenabled = false\n[remote_registration]\nenabled = true\negress_allow = [\"127.0.0.0/8\"]\n",
         stdio_remote("pymcp", "pm.", &python_server())
     );
     let ts = start_with(Config::from_toml(&config).unwrap()).await;
@@ -383,7 +402,7 @@ async fn a_python_sdk_server_over_streamable_http_gets_the_configured_headers() 
 }
 
 /// Whether a process is gone (or a zombie waiting to be reaped: it no longer runs).
-fn process_gone(pid: u32) -> bool {
+pub(crate) fn process_gone(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Err(_) => true,
         Ok(stat) => stat
@@ -392,19 +411,68 @@ fn process_gone(pid: u32) -> bool {
     }
 }
 
-#[tokio::test]
-async fn a_stdio_mcp_server_is_killed_when_the_server_stops() {
-    let ts =
-        start_with(Config::from_toml(&stdio_remote("pymcp", "pm.", &python_server())).unwrap())
-            .await;
-    let result = dispatch(&ts, request(json!([{"id": "p", "name": "pm.pid"}]))).await;
+/// The Python server behind a shell that first writes its environment to `<dir>/env` and
+/// starts a grandchild (`sleep`, its pid in `<dir>/grandchild`) that would outlive a server
+/// killed alone.
+pub(crate) fn python_server_with_a_grandchild(dir: &std::path::Path) -> Vec<String> {
+    let server: Vec<String> = python_server().iter().map(|a| format!("'{a}'")).collect();
+    let script = format!(
+        "env > '{d}/env'; sleep 1000 </dev/null >/dev/null 2>&1 & echo $! > '{d}/grandchild'; exec {}",
+        server.join(" "),
+        d = dir.display()
+    );
+    vec!["sh".to_owned(), "-c".to_owned(), script]
+}
+
+/// A scratch folder for one test's files, under the temp dir.
+pub(crate) fn test_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("toolgate-it-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The pids of the server (from its `pid` tool, under `prefix`) and of its grandchild.
+pub(crate) async fn server_and_grandchild(
+    client: &mut toolgate::pb::tool_gate_client::ToolGateClient<tonic::transport::Channel>,
+    prefix: &str,
+    dir: &std::path::Path,
+) -> (u32, u32) {
+    let req = request(json!([{"id": "p", "name": format!("{prefix}pid")}]));
+    let result = client.dispatch(req).await.unwrap().into_inner();
     assert!(result.all_succeeded, "{:?}", result.results[0]);
-    let pid: u32 = serde_json::from_str::<serde_json::Value>(&result.results[0].content)
+    let server: u32 = serde_json::from_str::<serde_json::Value>(&result.results[0].content)
         .ok()
         .and_then(|v| v["result"].as_u64().or_else(|| v.as_u64()))
         .and_then(|p| u32::try_from(p).ok())
         .unwrap_or_else(|| panic!("a pid in {:?}", result.results[0].content));
-    assert!(!process_gone(pid), "the server runs while toolgate does");
+    let grandchild = std::fs::read_to_string(dir.join("grandchild"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(!process_gone(server), "the server runs while toolgate does");
+    assert!(!process_gone(grandchild), "so does its grandchild");
+    (server, grandchild)
+}
+
+/// Waits until each of the MCP server's processes has ended (`when` says on what).
+pub(crate) async fn all_end(pids: &[u32], when: &str) {
+    for pid in pids {
+        eventually(
+            &format!("process {pid} of the MCP server's group ends {when}"),
+            async || process_gone(*pid),
+        )
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn a_stdio_mcp_server_and_its_grandchild_are_killed_when_the_server_stops() {
+    let dir = test_dir("mcp-stop");
+    let command = python_server_with_a_grandchild(&dir);
+    let ts = start_with(Config::from_toml(&stdio_remote("pymcp", "pm.", &command)).unwrap()).await;
+    let (server_pid, grandchild) = server_and_grandchild(&mut ts.client.clone(), "pm.", &dir).await;
     let TestServer {
         server,
         client,
@@ -413,9 +481,27 @@ async fn a_stdio_mcp_server_is_killed_when_the_server_stops() {
     } = ts;
     drop((client, channel));
     server.shutdown().await.unwrap();
-    eventually(
-        &format!("the MCP server process {pid} ends with toolgate"),
-        async || process_gone(pid),
-    )
-    .await;
+    all_end(&[server_pid, grandchild], "with toolgate").await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn unregistering_a_stdio_mcp_server_kills_its_whole_process_group() {
+    let dir = test_dir("mcp-unregister");
+    let command = python_server_with_a_grandchild(&dir);
+    let config = format!(
+        "{}[remote_registration]\nenabled = true\n",
+        stdio_remote("pymcp", "pm.", &command)
+    );
+    let ts = start_with(Config::from_toml(&config).unwrap()).await;
+    let (server_pid, grandchild) = server_and_grandchild(&mut ts.client.clone(), "pm.", &dir).await;
+    ts.client
+        .clone()
+        .unregister_remote(pb::UnregisterRemoteRequest {
+            name: "pymcp".into(),
+        })
+        .await
+        .unwrap();
+    all_end(&[server_pid, grandchild], "with its removal").await;
+    let _ = std::fs::remove_dir_all(&dir);
 }

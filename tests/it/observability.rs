@@ -92,6 +92,21 @@ async fn metrics_count_what_a_batch_did_and_pass_promtool() {
     ] {
         assert!(text.contains(expected), "missing {expected:?} in\n{text}");
     }
+    // The process's own gauges, what a soak watches for leaks.
+    for gauge in [
+        "process_resident_memory_bytes",
+        "process_open_fds",
+        "toolgate_runtime_tasks",
+    ] {
+        let value: f64 = text
+            .lines()
+            .find(|l| l.starts_with(gauge) && !l.starts_with('#'))
+            .and_then(|l| l.rsplit(' ').next())
+            .unwrap_or_else(|| panic!("no {gauge} in\n{text}"))
+            .parse()
+            .unwrap();
+        assert!(value > 0.0, "{gauge} = {value}");
+    }
     assert!(
         !text.contains("made_up_tool_xyz"),
         "a name the model made up is never a label"
@@ -141,14 +156,14 @@ async fn an_empty_admin_address_turns_the_listener_off() {
 }
 
 /// The Python OTLP receiver (`tests/otel/otlp_receiver.py`), killed on drop.
-struct Receiver {
+pub(crate) struct Receiver {
     child: tokio::process::Child,
     lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
-    addr: String,
+    pub addr: String,
 }
 
 impl Receiver {
-    async fn start() -> Receiver {
+    pub(crate) async fn start() -> Receiver {
         use tokio::io::AsyncBufReadExt;
         let python = crate::peers::testenv().join("venv/bin/python");
         let script =
@@ -170,7 +185,11 @@ impl Receiver {
     }
 
     /// The next export of `signal` whose request text contains `needle` (waiting up to 20 s).
-    async fn export_containing(&mut self, signal: &str, needle: &str) -> serde_json::Value {
+    pub(crate) async fn export_containing(
+        &mut self,
+        signal: &str,
+        needle: &str,
+    ) -> serde_json::Value {
         let wait = async {
             while let Some(line) = self.lines.next_line().await.unwrap() {
                 let export: serde_json::Value = serde_json::from_str(&line).unwrap();
@@ -183,6 +202,49 @@ impl Receiver {
         tokio::time::timeout(std::time::Duration::from_secs(20), wait)
             .await
             .unwrap_or_else(|_| panic!("no {signal} export containing {needle:?} within 20 s"))
+    }
+}
+
+impl Receiver {
+    /// The spans exported so far, until `enough` says they are (waiting up to 20 s). Each span
+    /// gets `service` (its resource's `service.name`) added.
+    pub(crate) async fn spans_until(
+        &mut self,
+        enough: impl Fn(&[serde_json::Value]) -> bool,
+    ) -> Vec<serde_json::Value> {
+        let mut spans = Vec::new();
+        let wait = async {
+            while !enough(&spans) {
+                let Some(line) = self.lines.next_line().await.unwrap() else {
+                    panic!("the receiver stopped");
+                };
+                let export: serde_json::Value = serde_json::from_str(&line).unwrap();
+                if export["signal"] != "traces" {
+                    continue;
+                }
+                for resource in export["request"]["resourceSpans"].as_array().unwrap() {
+                    let service = resource["resource"]["attributes"]
+                        .as_array()
+                        .and_then(|a| a.iter().find(|kv| kv["key"] == "service.name"))
+                        .map(|kv| kv["value"]["stringValue"].clone())
+                        .unwrap_or_default();
+                    for scope in resource["scopeSpans"].as_array().unwrap() {
+                        for span in scope["spans"].as_array().unwrap() {
+                            let mut span = span.clone();
+                            span["service"] = service.clone();
+                            spans.push(span);
+                        }
+                    }
+                }
+            }
+        };
+        if tokio::time::timeout(std::time::Duration::from_secs(20), wait)
+            .await
+            .is_err()
+        {
+            panic!("not enough spans within 20 s; got {spans:#?}");
+        }
+        spans
     }
 }
 
@@ -235,10 +297,15 @@ async fn an_unreachable_collector_does_not_slow_or_fail_batches() {
     let addr = closed.local_addr().unwrap();
     drop(closed);
     let config = Config::from_toml(&format!(
-        "[telemetry]\notlp_endpoint = \"http://{addr}\"\nmetrics_interval = \"1s\"\nexport_timeout = \"500ms\""
+        "[telemetry]\notlp_endpoint = \"http://{addr}\"\nmetrics_interval = \"1s\"\nexport_timeout = \"500ms\"\nmax_queued_spans = 1"
     ))
     .unwrap();
     let ts = start_with(config).await;
+    // A burst of spans against a queue of one: most are dropped, and counted.
+    let burst: Vec<serde_json::Value> = (0..50)
+        .map(|i| json!({"id": format!("b{i}"), "name": "echo", "arguments": {"i": i}}))
+        .collect();
+    assert!(dispatch(&ts, request(json!(burst))).await.all_succeeded);
     for i in 0..20 {
         let result = dispatch(
             &ts,
@@ -248,6 +315,25 @@ async fn an_unreachable_collector_does_not_slow_or_fail_batches() {
         assert!(result.all_succeeded);
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
+    // Spans that could not be exported are counted, by reason.
+    let admin = ts.server.admin_addr().unwrap();
+    let dropped = |text: &str, reason: &str| {
+        let prefix =
+            format!(r#"toolgate_telemetry_spans_dropped_total{{toolgate_reason="{reason}"}} "#);
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .map_or(0.0, |n| n.parse::<f64>().unwrap())
+    };
+    let mut text = String::new();
+    for _ in 0..100 {
+        text = get(format!("http://{admin}/metrics")).await.1;
+        if dropped(&text, "queue_full") > 0.0 && dropped(&text, "export_failed") > 0.0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(dropped(&text, "queue_full") > 0.0, "{text}");
+    assert!(dropped(&text, "export_failed") > 0.0, "{text}");
     let started = std::time::Instant::now();
     ts.server.shutdown().await.unwrap();
     assert!(
@@ -255,4 +341,73 @@ async fn an_unreachable_collector_does_not_slow_or_fail_batches() {
         "stopping waits for the last export only briefly: {:?}",
         started.elapsed()
     );
+}
+
+#[tokio::test]
+async fn a_real_prometheus_server_scrapes_the_endpoint() {
+    let ts = start().await;
+    let admin = ts.server.admin_addr().unwrap();
+    dispatch(
+        &ts,
+        request(json!([{"id": "a", "name": "echo", "arguments": {"x": 1}}])),
+    )
+    .await;
+    let dir = std::env::temp_dir().join(format!(
+        "toolgate-prometheus-{}-{}",
+        std::process::id(),
+        admin.port()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("prometheus.yml"),
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: toolgate\n    static_configs:\n      - targets: ['{admin}']\n"
+        ),
+    )
+    .unwrap();
+    let web = {
+        let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        free.local_addr().unwrap()
+    };
+    let _prometheus = tokio::process::Command::new("prometheus")
+        .arg(format!(
+            "--config.file={}",
+            dir.join("prometheus.yml").display()
+        ))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
+        .arg(format!("--web.listen-address={web}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("prometheus runs (Debian package `prometheus`; scripts/test installs it)");
+    // Ask its query API until the scraped series is there.
+    let mut last = String::new();
+    let mut found = false;
+    for _ in 0..300 {
+        if let Ok(response) = reqwest::get(format!(
+            "http://{web}/api/v1/query?query=toolgate_calls_total"
+        ))
+        .await
+        {
+            last = response.text().await.unwrap_or_default();
+            let parsed: serde_json::Value = serde_json::from_str(&last).unwrap_or_default();
+            found = parsed["data"]["result"].as_array().is_some_and(|series| {
+                series.iter().any(|s| {
+                    s["metric"]["gen_ai_tool_name"] == "echo"
+                        && s["metric"]["job"] == "toolgate"
+                        && s["value"][1] == "1"
+                })
+            });
+            if found {
+                break;
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(found, "prometheus never scraped the echo call: {last}");
 }

@@ -23,18 +23,18 @@ pub(crate) fn testenv() -> PathBuf {
 }
 
 /// The `toolgate` binary serving on a free port; killed on drop.
-struct Binary {
-    child: Child,
-    addr: String,
+pub(crate) struct Binary {
+    pub(crate) child: Child,
+    pub(crate) addr: String,
     stderr: Option<std::process::ChildStderr>,
 }
 
 impl Binary {
-    fn start(extra: &[&str]) -> Binary {
+    pub(crate) fn start(extra: &[&str]) -> Binary {
         Binary::start_with(extra, &[])
     }
 
-    fn start_with(extra: &[&str], env: &[(&str, &str)]) -> Binary {
+    pub(crate) fn start_with(extra: &[&str], env: &[(&str, &str)]) -> Binary {
         let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
             .args([
                 "serve",
@@ -44,9 +44,9 @@ impl Binary {
                 "127.0.0.1:0",
             ])
             .args(extra)
+            .env("RUST_LOG", "info")
             .envs(env.iter().copied())
             .env_remove("TOOLGATE_CONFIG")
-            .env("RUST_LOG", "info")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -69,7 +69,7 @@ impl Binary {
     }
 
     /// Sends SIGTERM and returns the exit status and what the server logged.
-    fn terminate(self) -> (std::process::ExitStatus, String) {
+    pub(crate) fn terminate(self) -> (std::process::ExitStatus, String) {
         self.send_sigterm();
         self.exit()
     }
@@ -101,7 +101,7 @@ impl Drop for Binary {
     }
 }
 
-fn run(command: &mut Command) -> String {
+pub(crate) fn run(command: &mut Command) -> String {
     let output = command.output().expect("command runs");
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -442,4 +442,195 @@ async fn loop_detection_keeps_digests_not_whole_inputs() {
         after < 200 * 1024,
         "RSS grew from {before} KiB to {after} KiB over 140 MB of arguments"
     );
+}
+
+#[test]
+fn log_lines_inside_a_batch_carry_its_trace_ids_and_no_secrets() {
+    let secret = "ghp_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789";
+    let dir = std::env::temp_dir().join(format!("toolgate-peers-log-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("leaky.toml");
+    // A hook that fails with a secret in its stderr: the failure is logged, the secret is not.
+    std::fs::write(
+        &file,
+        format!(
+            "[[hooks.command]]\nname = \"leaky\"\ncommand = [\"sh\", \"-c\", \"cat >/dev/null; echo 'auth with {secret} failed' >&2; exit 1\"]\nfailure_mode = \"fail_open\"\n"
+        ),
+    )
+    .unwrap();
+    let server = Binary::start(&["--config", file.to_str().unwrap(), "--log-format", "json"]);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let result = runtime.block_on(async {
+        let channel = crate::support::connect(server.addr.parse().unwrap()).await;
+        let mut client = toolgate::pb::tool_gate_client::ToolGateClient::new(channel);
+        let mut req = tonic::Request::new(crate::support::request(
+            serde_json::json!([{"id": "a", "name": "echo", "arguments": {"x": 1}}]),
+        ));
+        req.metadata_mut().insert(
+            "traceparent",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+                .parse()
+                .unwrap(),
+        );
+        client.dispatch(req).await.unwrap().into_inner()
+    });
+    assert!(result.results[0].success, "the hook fails open");
+    let (status, log) = server.terminate();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(status.success(), "{log}");
+    assert!(!log.contains(secret), "a secret reached the log: {log}");
+    let line = log
+        .lines()
+        .find(|l| l.contains("hook failed"))
+        .unwrap_or_else(|| panic!("no hook failure logged: {log}"));
+    let parsed: serde_json::Value = serde_json::from_str(line).unwrap();
+    assert!(
+        parsed["fields"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("[REDACTED:github_token]"),
+        "{line}"
+    );
+    assert_eq!(
+        parsed["trace_id"], "0af7651916cd43dd8448eb211c80319c",
+        "{line}"
+    );
+    let span_id = parsed["span_id"].as_str().unwrap();
+    assert!(
+        span_id.len() == 16 && span_id != "b7ad6b7169203331",
+        "the line carries the span it was logged in: {line}"
+    );
+    // Lines outside any request carry no ids.
+    let listening = log.lines().find(|l| l.contains("listening")).unwrap();
+    assert!(!listening.contains("trace_id"), "{listening}");
+}
+
+/// Lines `NAME=value` of an `env` dump, by name.
+fn variables(dump: &str) -> std::collections::BTreeMap<String, String> {
+    dump.lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+/// A value only the server's environment holds.
+const SECRET: &str = "s3cret-only-in-the-server";
+
+/// The binary with `config`, `TOOLGATE_TEST_SECRET=SECRET` in its environment, and a client.
+async fn start_with_a_secret(
+    config: &Path,
+) -> (
+    Binary,
+    toolgate::pb::tool_gate_client::ToolGateClient<tonic::transport::Channel>,
+) {
+    let server = Binary::start_with(
+        &["--config", config.to_str().unwrap()],
+        &[("TOOLGATE_TEST_SECRET", SECRET)],
+    );
+    let channel = crate::support::connect(server.addr.parse().unwrap()).await;
+    let client = toolgate::pb::tool_gate_client::ToolGateClient::new(channel);
+    (server, client)
+}
+
+/// What `sh` adds to any environment it runs in.
+const SHELL_OWN: [&str; 3] = ["PWD", "SHLVL", "_"];
+
+#[tokio::test]
+async fn a_hook_does_not_see_a_server_secret_and_runs_in_its_own_group() {
+    let dir = crate::mcp::test_dir("peers-hook-env");
+    let file = dir.join("hooks.toml");
+    let script = format!(
+        "cat >/dev/null; env > {d}/env; cut -d' ' -f5 /proc/$$/stat > {d}/pgid; echo $$ > {d}/pid",
+        d = dir.display()
+    );
+    std::fs::write(
+        &file,
+        format!(
+            "[[hooks.command]]\nname = \"env\"\ncommand = [\"sh\", \"-c\", {script:?}]\nenv = {{ HOOK_TOKEN = \"configured\" }}\n"
+        ),
+    )
+    .unwrap();
+    let (server, mut client) = start_with_a_secret(&file).await;
+    let req = crate::support::request(serde_json::json!([{"id": "a", "name": "echo"}]));
+    let result = client.dispatch(req).await.unwrap().into_inner();
+    assert!(result.all_succeeded, "{result:?}");
+    let (status, log) = server.terminate();
+    assert!(status.success(), "{log}");
+    let dump = std::fs::read_to_string(dir.join("env")).unwrap();
+    assert!(!dump.contains(SECRET), "the hook saw the secret:\n{dump}");
+    let seen = variables(&dump);
+    assert_eq!(
+        seen.get("HOOK_TOKEN").map(String::as_str),
+        Some("configured")
+    );
+    assert!(seen.contains_key("PATH"), "{dump}");
+    // Nothing but the default allowlist, the hook's own value and what sh sets itself: not
+    // TOOLGATE_TEST_SECRET, not RUST_LOG, not the CARGO_* variables of the test run.
+    let allowed: Vec<&str> = toolgate::child::DEFAULT_ENV_ALLOW
+        .into_iter()
+        .chain(SHELL_OWN)
+        .chain(["HOOK_TOKEN"])
+        .collect();
+    let extra: Vec<&String> = seen
+        .keys()
+        .filter(|k| !allowed.contains(&k.as_str()))
+        .collect();
+    assert!(extra.is_empty(), "the hook saw {extra:?}");
+    let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap();
+    assert_eq!(
+        read("pgid").trim(),
+        read("pid").trim(),
+        "the hook leads its group"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn no_child_process_survives_the_binarys_shutdown() {
+    use crate::mcp::{
+        all_end, process_gone, python_server_with_a_grandchild, server_and_grandchild,
+    };
+    let dir = crate::mcp::test_dir("peers-children");
+    let command: Vec<String> = python_server_with_a_grandchild(&dir)
+        .iter()
+        .map(|a| format!("{a:?}"))
+        .collect();
+    // A hook that leaves a background process behind and exits at once.
+    let hook = format!(
+        "cat >/dev/null; sleep 1000 </dev/null >/dev/null 2>&1 & echo $! > {}/hook-child",
+        dir.display()
+    );
+    let file = dir.join("children.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[[remotes]]\nname = \"wrapped\"\nkind = \"mcp\"\nprefix = \"w.\"\ntimeout = \"30s\"\nrequired = true\n\
+             command = [{}]\nenv = {{ MCP_TOKEN = \"configured\" }}\n\
+             [[hooks.command]]\nname = \"bg\"\ncommand = [\"sh\", \"-c\", {hook:?}]\n",
+            command.join(", ")
+        ),
+    )
+    .unwrap();
+    let (server, mut client) = start_with_a_secret(&file).await;
+    let (server_pid, grandchild) = server_and_grandchild(&mut client, "w.", &dir).await;
+    // The hook ran for that call; its group went when it exited.
+    let hook_child: u32 = std::fs::read_to_string(dir.join("hook-child"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    crate::support::eventually("the hook's background process is killed", async || {
+        process_gone(hook_child)
+    })
+    .await;
+    let seen = variables(&std::fs::read_to_string(dir.join("env")).unwrap());
+    assert_eq!(
+        seen.get("MCP_TOKEN").map(String::as_str),
+        Some("configured")
+    );
+    assert!(!seen.contains_key("TOOLGATE_TEST_SECRET"), "{seen:?}");
+    let (status, log) = server.terminate();
+    assert!(status.success(), "{log}");
+    all_end(&[server_pid, grandchild], "with the binary").await;
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -269,7 +269,13 @@ fn definition(value: serde_json::Value) -> Option<prost_types::Struct> {
 #[tokio::test]
 async fn remotes_are_registered_and_removed_at_run_time_when_allowed() {
     let worker = PyWorker::start().await;
-    let ts = start_with(Config::from_toml("[remote_registration]\nenabled = true").unwrap()).await;
+    let ts = start_with(
+        Config::from_toml(
+            "[remote_registration]\nenabled = true\negress_allow = [\"127.0.0.0/8\"]",
+        )
+        .unwrap(),
+    )
+    .await;
     let mut client = ts.client.clone();
     let def = json!({"name": "rt", "kind": "worker", "endpoint": format!("http://{}", worker.addr), "prefix": "rt.", "tools": ["word_*"]});
     let added = client
@@ -390,7 +396,10 @@ async fn tool(ts: &TestServer, name: &str) -> pb::ToolDefinition {
 async fn a_changed_definition_is_quarantined_until_accepted() {
     use pb::tool_definition::Status;
     let worker = PyWorker::start().await;
-    let ts = start_with(worker.config("[remote_registration]\nenabled = true")).await;
+    let ts = start_with(
+        worker.config("[remote_registration]\nenabled = true\negress_allow = [\"127.0.0.0/8\"]"),
+    )
+    .await;
     let before = tool(&ts, "py.word_count").await;
     assert_eq!(
         (before.status, before.remote.as_str()),
@@ -470,7 +479,7 @@ async fn a_remote_can_accept_changes_by_configuration() {
     use pb::tool_definition::Status;
     let worker = PyWorker::start().await;
     let ts =
-        start_with(worker.config("accept_changes = true\n[remote_registration]\nenabled = true"))
+        start_with(worker.config("accept_changes = true\n[remote_registration]\nenabled = true\negress_allow = [\"127.0.0.0/8\"]"))
             .await;
     let before = tool(&ts, "py.word_count").await;
     dispatch(

@@ -88,8 +88,8 @@ fn log_messages_are_lowercase() {
 /// The module layers, lowest first (ARCHITECTURE.md draws the same picture). A module may use
 /// modules of lower layers only: never its own layer's neighbours, never a higher layer.
 const LAYERS: &[&[&str]] = &[
-    &["hash", "duration", "glob", "pb"],
-    &["json", "trace", "metrics"],
+    &["hash", "duration", "glob", "pb", "child"],
+    &["json", "trace", "metrics", "identity"],
     &["protojson", "calls", "mapping"],
     &["tools"],
     &["safety"],

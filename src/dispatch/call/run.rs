@@ -23,6 +23,8 @@ impl Step<'_> {
         canonical: &Arc<str>,
         metadata: &Arc<CallMetadata>,
     ) -> (CallResult, bool) {
+        let p = self.scope.pipeline;
+        crate::dispatch::spans::arguments(&self.span, &p.tracer, &p.redactor, canonical);
         let started = Instant::now();
         let invoked = self.run_once(input, canonical, metadata).await;
         let duration = started.elapsed();
@@ -76,7 +78,8 @@ impl Step<'_> {
             metadata: metadata.clone(),
             deadline: None,
             progress: progress_tx,
-            trace: scope.trace.cloned(),
+            trace: self.span.span_context(),
+            caller: scope.caller.clone(),
         };
         let token = ctx.cancel.clone();
         let invocation = Invocation {

@@ -11,21 +11,25 @@ use crate::calls::ToolCall;
 use crate::dispatch::batch::Outcome;
 use crate::dispatch::events::Event;
 use crate::dispatch::result::CallResult;
+use crate::dispatch::spans;
 use crate::json;
 use crate::safety::backoff::RETRY_CEILING;
 use crate::safety::breaker::{Admission, Transition};
 use crate::safety::health::HealthOutcome;
-use crate::safety::hooks::{Decision, Gate, GateRecord, PostToolUse, PreToolUse};
+use crate::safety::hooks::{Gate, GateRecord, PostToolUse, PreToolUse};
 use crate::safety::recovery::{Failure, Verdict};
 use crate::tools::ErrorClass;
 use crate::tools::registry::Registered;
+use crate::trace::Span;
 
-/// One attempt of one call: what every step needs to act and to emit its events.
+/// One attempt of one call: what every step needs to act and to emit its events, and the
+/// attempt's span (it ends when the step is dropped, or when a retry starts waiting).
 pub(super) struct Step<'a> {
     pub call: &'a ToolCall,
     pub tool: &'a str,
     pub attempt: u32,
     pub scope: &'a CallScope<'a>,
+    pub span: Span,
 }
 
 /// What recovery decided after a failed attempt.
@@ -86,20 +90,15 @@ impl Step<'_> {
         }
     }
 
-    /// Counts hook and permission decisions by source and verdict.
+    /// Counts hook and permission decisions by source and verdict, and puts each on the
+    /// attempt's span.
     pub(super) fn count_gates(&self, records: &[GateRecord]) {
+        let p = self.scope.pipeline;
         for record in records {
-            let verdict = match record.decision {
-                Decision::Allow => "allow",
-                Decision::Block(_) => "block",
-                Decision::Ask(_) => "ask",
-                Decision::Modify(_) => "modify",
-            };
-            self.scope
-                .pipeline
-                .metrics
-                .hook_decision(&record.source, verdict);
+            p.metrics
+                .hook_decision(&record.source, record.decision.verdict());
         }
+        spans::gate_decisions(&self.span, records, &p.redactor, p.preview_chars);
     }
 
     /// One `gate_decision` per hook or permission decision, with the digest of the input the
@@ -131,6 +130,7 @@ impl Step<'_> {
     /// Step 3, stopped: the call would repeat a looping operation; the batch ends.
     pub async fn loop_stopped(&self, stop: LoopStop) -> Answered {
         self.scope.pipeline.metrics.loop_detected(self.tool, true);
+        spans::loop_detected(&self.span, true, &stop.pattern, stop.repeats);
         self.emit(Event::LoopDetected {
             index: self.call.index,
             id: self.call.id.clone(),
@@ -219,6 +219,7 @@ impl Step<'_> {
     pub async fn record_loop(&self, guard: &LoopGuard<'_>, result: &CallResult) -> Option<String> {
         let warning = guard.record(result)?;
         self.scope.pipeline.metrics.loop_detected(self.tool, false);
+        spans::loop_detected(&self.span, false, &warning.pattern, warning.repeats);
         self.emit(Event::LoopDetected {
             index: self.call.index,
             id: self.call.id.clone(),
@@ -236,9 +237,11 @@ impl Step<'_> {
             .then(|| loop_warning(&warning.pattern, warning.repeats, stop_after))
     }
 
-    /// Step 8, and the terminal event of every attempt: `tool_post`; and the attempt's metrics.
+    /// Step 8, and the terminal event of every attempt: `tool_post`; and the attempt's metrics
+    /// and span attributes.
     pub async fn post(&self, result: &CallResult) {
         let metrics = &self.scope.pipeline.metrics;
+        spans::attempt_finished(&self.span, &self.scope.pipeline.tracer, result);
         if result.cached {
             metrics.cache_hit(self.tool);
         } else if result.attempts >= self.attempt {
@@ -353,6 +356,9 @@ impl Step<'_> {
             .backoff
             .delay(attempt - 1, entropy(self.call.index, attempt));
         p.metrics.retry(tool);
+        spans::retry(&self.span, delay, &reason);
+        // The wait belongs to no attempt: this one's span ends before it.
+        self.span.end();
         self.emit(Event::RetryScheduled {
             index: self.call.index,
             id: self.call.id.clone(),
@@ -387,6 +393,7 @@ impl Step<'_> {
     async fn breaker_changed(&self, transition: Option<Transition>) {
         if let Some(t) = transition {
             tracing::info!(tool = %self.tool, from = ?t.from, to = ?t.to, "breaker changed");
+            spans::breaker_changed(&self.span, &t);
             self.scope
                 .pipeline
                 .metrics

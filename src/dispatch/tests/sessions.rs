@@ -7,7 +7,12 @@ use super::*;
 async fn memory_keeps_successful_calls_only() {
     let h = harness("memory", "", vec![], None);
     run(&h, named_batch("m", json!([{"id": "a", "name": "echo", "arguments": {"k": "v"}}, {"id": "b", "name": "plain_fail"}]))).await;
-    let memory = h.dispatcher.sessions().get("m").unwrap().memory();
+    let memory = h
+        .dispatcher
+        .sessions()
+        .get("default", "m")
+        .unwrap()
+        .memory();
     assert_eq!(memory, [r#"tool=echo; input={"k":"v"}; result={"k":"v"}"#]);
 }
 

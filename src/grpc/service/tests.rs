@@ -24,9 +24,11 @@ fn wire(config: &str) -> (ToolGateService, Arc<ServiceState>) {
         admission: Admission::new((&config.server).into()),
         stalls: StallWatch::new(config.server.stall_timeout),
         metrics: Arc::default(),
+        tracer: crate::trace::Tracer::off(),
+        auth: Arc::new(crate::grpc::auth::Authenticator::open()),
         remotes,
         allow_registration: config.remote_registration.enabled,
-        stdio_commands: config.remote_registration.stdio_commands.clone(),
+        registration: Arc::new(config.remote_registration.policy().unwrap()),
     });
     (ToolGateService::new(state.clone()), state)
 }
@@ -316,8 +318,9 @@ async fn remote_registration_is_permission_denied_unless_enabled_and_allowlisted
         );
     }
 
-    let (service, _state) =
-        wire("[remote_registration]\nenabled = true\nstdio_commands = [\"python3\"]");
+    let (service, _state) = wire(
+        "[remote_registration]\nenabled = true\n[[remote_registration.commands]]\nargv = [\"python3\", \"server.py\"]",
+    );
     let definition = |value: Value| pb::RegisterRemoteRequest {
         definition: value.as_object().map(convert::struct_from_json),
     };
@@ -330,7 +333,7 @@ async fn remote_registration_is_permission_denied_unless_enabled_and_allowlisted
         (status.code(), status.message()),
         (
             Code::PermissionDenied,
-            "'/bin/sh' is not in [remote_registration] stdio_commands"
+            "the command [\"/bin/sh\", \"-c\", \"true\"] matches no [[remote_registration.commands]] entry"
         )
     );
     let status = service

@@ -1,7 +1,8 @@
 //! Command hooks: run a program with the call as JSON on stdin, the contract coding agents use
 //! for PreToolUse hooks. Exit 0 allows (stdout JSON may carry a decision and an updated input),
 //! exit 2 blocks with stderr as the reason; anything else (another exit code, a crash, the
-//! timeout) is a hook failure, handled by the hook's failure mode.
+//! timeout) is a hook failure, handled by the hook's failure mode. The program gets a scrubbed
+//! environment and its own process group, and the whole group is killed when the run ends.
 
 use std::process::Stdio;
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use tokio::process::Command;
 use tokio::sync::Semaphore;
 
 use super::{Decision, Hook, PostToolUse, PreToolUse};
+use crate::child::{ChildEnv, ProcessGroup};
 use crate::glob::glob_match;
 use crate::tools::BoxFuture;
 
@@ -52,6 +54,8 @@ pub struct CommandHook {
     failure_mode: FailureMode,
     /// Turns to run a program, shared by every command hook of the server; `None`: unbounded.
     slots: Option<Arc<Semaphore>>,
+    /// The program's whole environment.
+    env: ChildEnv,
 }
 
 impl CommandHook {
@@ -72,7 +76,14 @@ impl CommandHook {
             timeout,
             failure_mode,
             slots: None,
+            env: ChildEnv::default(),
         })
+    }
+
+    /// Runs the program with `env` as its whole environment (default: the default allowlist).
+    pub fn with_env(mut self, env: ChildEnv) -> Self {
+        self.env = env;
+        self
     }
 
     /// Runs the program only with a turn from `slots` (waiting for one counts against the
@@ -107,14 +118,19 @@ impl CommandHook {
     }
 
     async fn spawn_and_wait(&self, payload: &Value) -> Result<(i32, String, String), String> {
-        let mut child = Command::new(&self.program)
+        let mut command = Command::new(&self.program);
+        command
             .args(&self.args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
+            .stderr(Stdio::piped());
+        self.env.apply(&mut command);
+        let mut child = command
             .spawn()
             .map_err(|e| format!("cannot start '{}': {e}", self.program))?;
+        // However the run ends (the program exits, or the timeout drops this future), its group
+        // is killed: nothing a hook starts in the background outlives the call.
+        let _group = ProcessGroup::led_by(child.id());
         let input = payload.to_string();
         let stdin = child.stdin.take();
         let writer = async move {
@@ -338,6 +354,39 @@ mod tests {
         assert_eq!(
             d,
             Decision::Block("hook 'slow' failed: timed out after 100ms".into())
+        );
+    }
+
+    #[tokio::test]
+    async fn a_timed_out_hook_takes_its_background_processes_with_it() {
+        let dir = std::env::temp_dir().join(format!("toolgate-hook-group-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pid_file = dir.join("pid");
+        // The hook starts a background sleep, notes its pid, and waits for it.
+        let script = format!(
+            "cat >/dev/null; sleep 1000 & echo $! > {}; wait",
+            pid_file.display()
+        );
+        let slow = CommandHook::new(
+            "bg".into(),
+            &["sh".into(), "-c".into(), script],
+            "*".into(),
+            Duration::from_millis(300),
+            FailureMode::FailOpen,
+        )
+        .unwrap();
+        let input = json!({});
+        let (d, _) = slow.pre_tool_use(&call(&input)).await;
+        assert_eq!(d, Decision::Allow, "fails open");
+        let pid: u32 = std::fs::read_to_string(&pid_file)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(
+            crate::child::tests::ends(pid).await,
+            "the hook's background sleep {pid} was killed with its group"
         );
     }
 

@@ -36,7 +36,14 @@ pub fn discover(spec: &RemoteSpec) -> Result<Vec<Arc<dyn Tool>>, RemoteError> {
         .definition
         .clone()
         .ok_or_else(|| invalid("an http remote needs a [definition] of its tool".to_owned()))?;
+    // A redirect is the tool's failure unless the remote says to follow (same origin only).
+    let redirects = if spec.follow_redirects {
+        same_origin_redirects()
+    } else {
+        reqwest::redirect::Policy::none()
+    };
     let client = pooled_client(spec.timeout)
+        .redirect(redirects)
         .build()
         .map_err(|e| invalid(format!("http client: {e}")))?;
     let endpoint = Arc::new(Endpoint {
@@ -80,6 +87,30 @@ pub(super) fn pooled_client(connect_timeout: Duration) -> reqwest::ClientBuilder
         .pool_idle_timeout(Duration::from_secs(4))
 }
 
+/// Same-origin 307 and 308 redirects only (rmcp's default for MCP over HTTP, which a client of
+/// our own must restate): only they keep the POST and its body, and a redirect to another origin
+/// would hand the session id and the configured headers to another host.
+pub(super) fn same_origin_redirects() -> reqwest::redirect::Policy {
+    const MAX_REDIRECTS: usize = 10;
+    reqwest::redirect::Policy::custom(|attempt| {
+        let keeps_body = matches!(
+            attempt.status(),
+            reqwest::StatusCode::TEMPORARY_REDIRECT | reqwest::StatusCode::PERMANENT_REDIRECT
+        );
+        let same_origin = attempt
+            .previous()
+            .first()
+            .is_some_and(|first| first.origin() == attempt.url().origin());
+        if !keeps_body || !same_origin {
+            attempt.stop()
+        } else if attempt.previous().len() > MAX_REDIRECTS {
+            attempt.error(format!("more than {MAX_REDIRECTS} redirects"))
+        } else {
+            attempt.follow()
+        }
+    })
+}
+
 impl Endpoint {
     async fn post(
         &self,
@@ -110,6 +141,9 @@ impl Endpoint {
         }
         if let Some(traceparent) = ctx.traceparent() {
             request = request.header("traceparent", traceparent);
+        }
+        if let Some(tracestate) = ctx.tracestate() {
+            request = request.header("tracestate", tracestate);
         }
         let response = request.send().await.map_err(|e| {
             ToolError::transport(format!("http tool '{}' at {}: {e}", self.remote, self.url))

@@ -128,15 +128,21 @@ impl Remotes {
         }
     }
 
-    /// Removes every remote: its tools leave the catalog and MCP sessions close, so stdio servers
-    /// are killed. Called when the server stops.
+    /// Removes every remote: its tools leave the catalog and MCP sessions close, and every stdio
+    /// server's process group is killed at once, even one a call still holds. Called when the
+    /// server stops.
     pub fn close(&self) {
+        let open = std::mem::take(&mut *self.mcp.lock());
+        for connection in open.values() {
+            connection.stop();
+        }
         for name in self.names() {
             let _ = self.unregister(&name);
         }
     }
 
-    /// Removes a remote and its tools; returns the tools' names.
+    /// Removes a remote and its tools; returns the tools' names. A stdio server's process group
+    /// is killed when the last call using it ends (at once when none is running).
     pub fn unregister(&self, name: &str) -> Result<Vec<String>, RemoteError> {
         self.mcp.lock().remove(name);
         let Some((_, names)) = self.lock().remove(name) else {

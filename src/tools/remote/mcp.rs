@@ -1,8 +1,9 @@
 //! The MCP adapter: tools of a Model Context Protocol server, through the official Rust SDK
-//! (rmcp) as a client, over stdio (a child process, killed when the remote goes) or streamable
-//! HTTP. `tools/list` gives the tools (annotations set the defaults: read-only tools are
-//! concurrency-safe); `tools/call` runs one: text content is the content, `structuredContent`
-//! the result, images stay parts, `isError` is TOOL_ERROR, a closed transport TRANSPORT.
+//! (rmcp) as a client, over stdio (a child process with a scrubbed environment, leading its own
+//! process group, killed whole when the remote goes) or streamable HTTP. `tools/list` gives the
+//! tools (annotations set the defaults: read-only tools are concurrency-safe); `tools/call` runs
+//! one: text content is the content, `structuredContent` the result, images stay parts,
+//! `isError` is TOOL_ERROR, a closed transport TRANSPORT.
 //! Progress notifications become progress reports; a timeout or cancellation sends
 //! `notifications/cancelled` to the server.
 
@@ -24,6 +25,7 @@ use serde_json::Value;
 
 use super::tool::{Invoke, RemoteDefinition, RemoteTool, remote_timeout};
 use super::{RemoteError, RemoteSpec, Signal, Signals};
+use crate::child::{ChildEnv, ProcessGroup};
 use crate::tools::{
     Annotations, BoxFuture, ContentPart, Progress, ProgressSink, Tool, ToolContext, ToolError,
     ToolOutput,
@@ -73,6 +75,9 @@ pub struct Connection {
     sinks: Sinks,
     remote: String,
     signals: Signals,
+    /// A stdio server's process group: killed when the connection goes (or `stop` is called), so
+    /// what the server started goes with it.
+    group: Mutex<ProcessGroup>,
 }
 
 impl std::fmt::Debug for Connection {
@@ -96,21 +101,24 @@ pub async fn discover(
         signals: signals.clone(),
     };
     let sinks = handler.sinks.clone();
+    let group = Mutex::new(ProcessGroup::led_by(None));
     let connecting = async {
         if let Some((program, args)) = spec.command.split_first() {
-            let mut command = tokio::process::Command::new(program);
-            command.args(args).envs(&spec.env);
-            if let Some(dir) = &spec.cwd {
-                command.current_dir(dir);
-            }
-            let command = command.configure(|c| {
-                c.kill_on_drop(true);
+            let env = ChildEnv::new(spec.env_allow(), &spec.env);
+            let command = tokio::process::Command::new(program).configure(|c| {
+                c.args(args);
+                if let Some(dir) = &spec.cwd {
+                    c.current_dir(dir);
+                }
+                env.apply(c);
             });
             let transport = TokioChildProcess::builder(command)
                 .stderr(std::process::Stdio::null())
                 .spawn()
                 .map(|(t, _)| t)
                 .map_err(|e| unreachable(format!("cannot start '{program}': {e}")))?;
+            // Taken before initialize: a server that fails it is killed with its group too.
+            *group.lock() = ProcessGroup::led_by(transport.id());
             handler
                 .serve(transport)
                 .await
@@ -147,6 +155,7 @@ pub async fn discover(
         sinks,
         remote: spec.name.clone(),
         signals,
+        group,
     });
     let tools = list(spec, &connection).await?;
     Ok((tools, connection))
@@ -159,32 +168,8 @@ pub async fn discover(
 /// rmcp drains a response's SSE stream so the connection goes back to the pool.
 fn http_client(spec: &RemoteSpec) -> reqwest::Result<reqwest::Client> {
     super::http::pooled_client(spec.timeout)
-        .redirect(same_origin_redirects())
+        .redirect(super::http::same_origin_redirects())
         .build()
-}
-
-/// rmcp's default redirect policy, which a client of our own must restate: only same-origin 307
-/// and 308 keep the POST and its JSON-RPC body, and a redirect to another origin would hand the
-/// session id and the configured headers to another host.
-fn same_origin_redirects() -> reqwest::redirect::Policy {
-    const MAX_REDIRECTS: usize = 10;
-    reqwest::redirect::Policy::custom(|attempt| {
-        let keeps_body = matches!(
-            attempt.status(),
-            reqwest::StatusCode::TEMPORARY_REDIRECT | reqwest::StatusCode::PERMANENT_REDIRECT
-        );
-        let same_origin = attempt
-            .previous()
-            .first()
-            .is_some_and(|first| first.origin() == attempt.url().origin());
-        if !keeps_body || !same_origin {
-            attempt.stop()
-        } else if attempt.previous().len() > MAX_REDIRECTS {
-            attempt.error(format!("more than {MAX_REDIRECTS} redirects"))
-        } else {
-            attempt.follow()
-        }
-    })
 }
 
 /// Lists the tools over an open connection (a tool list change keeps the session's state).
@@ -271,6 +256,12 @@ fn from_service_error(remote: &str, error: &ServiceError) -> ToolError {
 }
 
 impl Connection {
+    /// Kills a stdio server's process group now, whoever still holds the connection (the
+    /// server stops: nothing may outlive it). Its calls then fail as a closed transport.
+    pub fn stop(&self) {
+        self.group.lock().kill();
+    }
+
     async fn call(
         &self,
         tool: &RemoteDefinition,
@@ -291,6 +282,9 @@ impl Connection {
         if let Some(traceparent) = ctx.traceparent() {
             let mut meta = serde_json::Map::new();
             meta.insert("traceparent".to_owned(), Value::String(traceparent));
+            if let Some(tracestate) = ctx.tracestate() {
+                meta.insert("tracestate".to_owned(), Value::String(tracestate));
+            }
             options.meta = Some(rmcp::model::RequestMetaObject(rmcp::model::MetaObject(
                 meta,
             )));

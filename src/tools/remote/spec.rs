@@ -50,15 +50,22 @@ pub struct RemoteSpec {
     /// Mcp over stdio: the program and its arguments (no shell).
     #[serde(default)]
     pub command: Vec<String>,
-    /// Mcp over stdio: extra environment variables.
+    /// Mcp over stdio: environment variables set for the server's process, over `env_allow`.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Mcp over stdio: the server's own environment variables the process gets; unset: the
+    /// default allowlist (`child::DEFAULT_ENV_ALLOW`). Config only: `RegisterRemote` refuses it.
+    #[serde(default)]
+    pub env_allow: Option<Vec<String>>,
     /// Mcp over stdio: the working directory.
     #[serde(default)]
     pub cwd: Option<String>,
     /// Accept changed tool definitions on refresh instead of quarantining the tools.
     #[serde(default)]
     pub accept_changes: bool,
+    /// Http: follow redirects (same origin only). Off: a redirect is the tool's failure.
+    #[serde(default)]
+    pub follow_redirects: bool,
     /// From the config: `true` stops the start when the remote cannot be reached; `false` starts
     /// without its tools and keeps trying in the background, with backoff.
     #[serde(default)]
@@ -130,6 +137,7 @@ impl RemoteSpec {
         if self.name.is_empty() {
             return Err("a remote needs a name".to_owned());
         }
+        crate::child::check_env(self.env_allow().iter().copied(), &self.env)?;
         if self.tls.is_some() && !(self.kind == RemoteKind::Worker && self.is_https()) {
             return Err("tls applies only to a worker with an https:// endpoint".to_owned());
         }
@@ -163,6 +171,14 @@ impl RemoteSpec {
                 .map_err(|_| format!("header '{name}' has a value that is not valid in HTTP"))?;
         }
         plain_http(url)
+    }
+
+    /// The names of the server's environment variables a stdio process gets.
+    pub fn env_allow(&self) -> Vec<&str> {
+        match &self.env_allow {
+            Some(names) => names.iter().map(String::as_str).collect(),
+            None => crate::child::DEFAULT_ENV_ALLOW.to_vec(),
+        }
     }
 
     /// A worker endpoint that asks for TLS.

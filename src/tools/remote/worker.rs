@@ -232,8 +232,13 @@ impl Worker {
         if let Some(timeout) = remote_timeout(ctx) {
             request.set_timeout(timeout);
         }
-        if let Some(value) = ctx.traceparent().and_then(|t| t.parse().ok()) {
-            request.metadata_mut().insert("traceparent", value);
+        for (key, value) in [
+            ("traceparent", ctx.traceparent()),
+            ("tracestate", ctx.tracestate()),
+        ] {
+            if let Some(value) = value.and_then(|v| v.parse().ok()) {
+                request.metadata_mut().insert(key, value);
+            }
         }
         let mut stream = self
             .client

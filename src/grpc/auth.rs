@@ -1,0 +1,492 @@
+//! Who may call what: every RPC's caller from its credentials (a bearer token, a JWT, a TLS
+//! client certificate, or anonymous when the config allows), and whether the caller's roles
+//! allow the RPC. The decision table is `Rpc::needs`; refusals and admin actions are audit lines
+//! (target `toolgate::audit`). Credentials are never logged.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use jsonwebtoken::jwk::JwkSet;
+use jsonwebtoken::{DecodingKey, Validation};
+use parking_lot::{Mutex, RwLock};
+use rustls::pki_types::{CertificateDer, ServerName};
+use serde_json::Value;
+use tonic::Request;
+
+use super::status::RequestError;
+use crate::config::{Anonymous, AuthConfig, CertificateIdentity, JwtConfig, TokenConfig};
+use crate::identity::{Caller, Method, Role, validate_tenant};
+
+/// The RPCs, for the permission table and audit lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rpc {
+    DispatchBatch,
+    Dispatch,
+    ListTools,
+    GetSessionMemory,
+    EndSession,
+    GetToolHealth,
+    RegisterRemote,
+    UnregisterRemote,
+    RefreshRemote,
+    AcceptToolChange,
+}
+
+impl Rpc {
+    pub fn name(self) -> &'static str {
+        match self {
+            Rpc::DispatchBatch => "DispatchBatch",
+            Rpc::Dispatch => "Dispatch",
+            Rpc::ListTools => "ListTools",
+            Rpc::GetSessionMemory => "GetSessionMemory",
+            Rpc::EndSession => "EndSession",
+            Rpc::GetToolHealth => "GetToolHealth",
+            Rpc::RegisterRemote => "RegisterRemote",
+            Rpc::UnregisterRemote => "UnregisterRemote",
+            Rpc::RefreshRemote => "RefreshRemote",
+            Rpc::AcceptToolChange => "AcceptToolChange",
+        }
+    }
+
+    /// The role an RPC needs (an admin may do everything an agent may).
+    pub fn needs(self) -> Role {
+        match self {
+            Rpc::DispatchBatch
+            | Rpc::Dispatch
+            | Rpc::ListTools
+            | Rpc::GetSessionMemory
+            | Rpc::EndSession => Role::Agent,
+            Rpc::GetToolHealth
+            | Rpc::RegisterRemote
+            | Rpc::UnregisterRemote
+            | Rpc::RefreshRemote
+            | Rpc::AcceptToolChange => Role::Admin,
+        }
+    }
+
+    /// Whether a successful call is an admin action (audited).
+    fn is_admin_action(self) -> bool {
+        self.needs() == Role::Admin && self != Rpc::GetToolHealth
+    }
+}
+
+/// Turns credentials into callers. Built once per server from `[auth]`.
+pub struct Authenticator {
+    anonymous: Option<Caller>,
+    /// Anonymous callers only from loopback peers.
+    anonymous_loopback_only: bool,
+    /// SHA-256 of each token and the caller it stands for.
+    tokens: Vec<([u8; 32], Caller)>,
+    jwt: Option<Arc<Jwt>>,
+    certificates: Vec<(ServerName<'static>, Caller)>,
+    /// The JWKS refresher, stopped with the authenticator.
+    refresher: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Authenticator {
+    fn drop(&mut self) {
+        if let Some(task) = &self.refresher {
+            task.abort();
+        }
+    }
+}
+
+impl Authenticator {
+    /// Anyone is the local caller: for servers built without `[auth]` settings in code.
+    pub fn open() -> Self {
+        Authenticator {
+            anonymous: Some(Caller::local()),
+            anonymous_loopback_only: false,
+            tokens: Vec::new(),
+            jwt: None,
+            certificates: Vec::new(),
+            refresher: None,
+        }
+    }
+
+    /// Reads token files and variables and the JWKS (a URL is fetched now and refreshed in the
+    /// background; an unreachable one is retried, and JWTs are refused until it answers).
+    pub async fn from_config(config: &AuthConfig) -> Result<Self, String> {
+        let anonymous = (config.anonymous != Anonymous::None).then(|| Caller {
+            id: "anonymous".to_owned(),
+            tenant: config.anonymous_tenant.clone(),
+            roles: roles(&config.anonymous_roles),
+            method: Method::Anonymous,
+        });
+        let mut tokens = Vec::new();
+        for (i, token) in config.tokens.iter().enumerate() {
+            tokens.push((
+                token_digest(token).map_err(|e| format!("auth.tokens[{i}]: {e}"))?,
+                Caller {
+                    id: token.id.clone(),
+                    tenant: token.tenant.clone(),
+                    roles: roles(&token.roles),
+                    method: Method::Token,
+                },
+            ));
+        }
+        let certificates = config
+            .certificates
+            .iter()
+            .filter_map(certificate_identity)
+            .collect();
+        let (jwt, refresher) = if config.jwt.enabled() {
+            let jwt = Arc::new(Jwt::new(&config.jwt).await?);
+            let refresher = (!config.jwt.jwks_url.is_empty())
+                .then(|| tokio::spawn(jwt.clone().refresh_every(config.jwt.jwks_refresh)));
+            (Some(jwt), refresher)
+        } else {
+            (None, None)
+        };
+        Ok(Authenticator {
+            anonymous,
+            anonymous_loopback_only: config.anonymous == Anonymous::Loopback,
+            tokens,
+            jwt,
+            certificates,
+            refresher,
+        })
+    }
+
+    /// The caller of `request`, if it may make `rpc`. Every refusal is an audit line.
+    pub fn authorize<T>(&self, request: &Request<T>, rpc: Rpc) -> Result<Caller, RequestError> {
+        let caller = match self.authenticate(request) {
+            Ok(caller) => caller,
+            Err(why) => {
+                tracing::warn!(
+                    target: "toolgate::audit",
+                    rpc = rpc.name(),
+                    outcome = "unauthenticated",
+                    reason = %why,
+                    peer = ?request.remote_addr(),
+                    "refused"
+                );
+                return Err(RequestError::Unauthenticated(why));
+            }
+        };
+        let needs = rpc.needs();
+        if !(caller.has(needs) || caller.has(Role::Admin)) {
+            tracing::warn!(
+                target: "toolgate::audit",
+                rpc = rpc.name(),
+                outcome = "permission_denied",
+                identity = %caller.id,
+                tenant = %caller.tenant,
+                method = caller.method.name(),
+                roles = %caller.role_names(),
+                "refused"
+            );
+            return Err(RequestError::PermissionDenied(format!(
+                "{} needs the {} role; {} has {}",
+                rpc.name(),
+                needs.name(),
+                caller.id,
+                if caller.roles.is_empty() {
+                    "none".to_owned()
+                } else {
+                    caller.role_names()
+                }
+            )));
+        }
+        if rpc.is_admin_action() {
+            tracing::info!(
+                target: "toolgate::audit",
+                rpc = rpc.name(),
+                outcome = "allowed",
+                identity = %caller.id,
+                tenant = %caller.tenant,
+                method = caller.method.name(),
+                "admin action"
+            );
+        }
+        Ok(caller)
+    }
+
+    /// Credentials win over the connection: a request that presents a token is judged by it
+    /// alone (a wrong token is never let in as anonymous).
+    fn authenticate<T>(&self, request: &Request<T>) -> Result<Caller, String> {
+        if let Some(header) = request.metadata().get("authorization") {
+            let text = header
+                .to_str()
+                .map_err(|_| "the authorization header is not text".to_owned())?;
+            let Some(token) = strip_bearer(text) else {
+                return Err("the authorization header is not 'Bearer <token>'".to_owned());
+            };
+            return self.bearer(token);
+        }
+        if let Some(certs) = request.peer_certs()
+            && let Some(leaf) = certs.first()
+        {
+            if let Some(caller) = self.certificate(leaf) {
+                return Ok(caller);
+            }
+            if self.anonymous.is_none() {
+                return Err("the client certificate names no configured identity".to_owned());
+            }
+        }
+        let local = request.remote_addr().is_some_and(|a| a.ip().is_loopback());
+        match &self.anonymous {
+            Some(caller) if local || !self.anonymous_loopback_only => Ok(caller.clone()),
+            _ => Err("credentials required: send 'authorization: Bearer <token>'".to_owned()),
+        }
+    }
+
+    fn bearer(&self, token: &str) -> Result<Caller, String> {
+        let looks_like_jwt = token.split('.').count() == 3;
+        if looks_like_jwt && let Some(jwt) = &self.jwt {
+            return jwt.verify(token);
+        }
+        let digest = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
+        // Digests, not tokens, are compared (a timing difference says nothing about a token),
+        // each in full, and every one of them whatever matched first.
+        let mut found = None;
+        for (known, caller) in &self.tokens {
+            let difference = known
+                .iter()
+                .zip(digest.as_ref())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b));
+            if difference == 0 && found.is_none() {
+                found = Some(caller.clone());
+            }
+        }
+        found.ok_or_else(|| "unknown bearer token".to_owned())
+    }
+
+    fn certificate(&self, leaf: &CertificateDer<'_>) -> Option<Caller> {
+        let cert = webpki::EndEntityCert::try_from(leaf).ok()?;
+        self.certificates
+            .iter()
+            .find(|(name, _)| cert.verify_is_valid_for_subject_name(name).is_ok())
+            .map(|(_, caller)| caller.clone())
+    }
+}
+
+fn strip_bearer(header: &str) -> Option<&str> {
+    let (scheme, token) = header.trim().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+fn roles(names: &[String]) -> Vec<Role> {
+    let mut roles: Vec<Role> = names.iter().filter_map(|n| Role::parse(n)).collect();
+    roles.sort();
+    roles.dedup();
+    roles
+}
+
+/// The SHA-256 of a configured token: given as hex, or hashed from a file or variable.
+fn token_digest(token: &TokenConfig) -> Result<[u8; 32], String> {
+    let secret = if !token.sha256.is_empty() {
+        let mut digest = [0u8; 32];
+        for (i, byte) in digest.iter_mut().enumerate() {
+            let hex = token.sha256.get(2 * i..2 * i + 2).unwrap_or("");
+            *byte = u8::from_str_radix(hex, 16).map_err(|_| "sha256: not 64 hex digits")?;
+        }
+        return Ok(digest);
+    } else if !token.file.is_empty() {
+        std::fs::read_to_string(&token.file)
+            .map_err(|e| format!("file '{}': {e}", token.file))?
+            .trim_end()
+            .to_owned()
+    } else {
+        std::env::var(&token.env).map_err(|_| format!("env: {} is not set", token.env))?
+    };
+    if secret.is_empty() {
+        return Err("the token is empty".to_owned());
+    }
+    let digest = ring::digest::digest(&ring::digest::SHA256, secret.as_bytes());
+    let mut out = [0u8; 32];
+    out.copy_from_slice(digest.as_ref());
+    Ok(out)
+}
+
+fn certificate_identity(c: &CertificateIdentity) -> Option<(ServerName<'static>, Caller)> {
+    let name = ServerName::try_from(c.name.clone()).ok()?;
+    Some((
+        name,
+        Caller {
+            id: c.name.clone(),
+            tenant: c.tenant.clone(),
+            roles: roles(&c.roles),
+            method: Method::Certificate,
+        },
+    ))
+}
+
+/// JWTs checked against a JWKS, with issuer, audience, expiry and not-before.
+struct Jwt {
+    keys: RwLock<JwkSet>,
+    url: Option<String>,
+    client: reqwest::Client,
+    issuer: String,
+    audience: String,
+    tenant_claim: String,
+    roles_claim: String,
+    default_roles: Vec<Role>,
+    leeway: u64,
+    /// When the keys were last fetched because a token named an unknown key.
+    last_fetch: Mutex<Option<Instant>>,
+}
+
+/// At most one fetch per this long for tokens naming unknown keys.
+const UNKNOWN_KEY_REFETCH: Duration = Duration::from_secs(30);
+
+impl Jwt {
+    async fn new(config: &JwtConfig) -> Result<Self, String> {
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| format!("auth.jwt: {e}"))?;
+        let jwt = Jwt {
+            keys: RwLock::new(JwkSet { keys: Vec::new() }),
+            url: (!config.jwks_url.is_empty()).then(|| config.jwks_url.clone()),
+            client,
+            issuer: config.issuer.clone(),
+            audience: config.audience.clone(),
+            tenant_claim: config.tenant_claim.clone(),
+            roles_claim: config.roles_claim.clone(),
+            default_roles: roles(&config.default_roles),
+            leeway: config.leeway.as_secs(),
+            last_fetch: Mutex::new(None),
+        };
+        if !config.jwks_file.is_empty() {
+            let text = std::fs::read_to_string(&config.jwks_file)
+                .map_err(|e| format!("auth.jwt.jwks_file '{}': {e}", config.jwks_file))?;
+            *jwt.keys.write() = serde_json::from_str(&text)
+                .map_err(|e| format!("auth.jwt.jwks_file '{}': {e}", config.jwks_file))?;
+        } else if let Err(error) = jwt.fetch().await {
+            tracing::warn!(%error, "the JWKS was not fetched at start; JWTs are refused until it is");
+        }
+        Ok(jwt)
+    }
+
+    async fn fetch(&self) -> Result<(), String> {
+        let Some(url) = &self.url else {
+            return Ok(());
+        };
+        let response = self
+            .client
+            .get(url)
+            .send()
+            .await
+            .and_then(reqwest::Response::error_for_status)
+            .map_err(|e| format!("JWKS {url}: {e}"))?;
+        let set: JwkSet = response
+            .json()
+            .await
+            .map_err(|e| format!("JWKS {url}: {e}"))?;
+        *self.keys.write() = set;
+        Ok(())
+    }
+
+    async fn refresh_every(self: Arc<Self>, every: Duration) {
+        loop {
+            tokio::time::sleep(every).await;
+            if let Err(error) = self.fetch().await {
+                tracing::warn!(%error, "the JWKS refresh failed; the previous keys stay in use");
+            }
+        }
+    }
+
+    fn verify(self: &Arc<Self>, token: &str) -> Result<Caller, String> {
+        let header = jsonwebtoken::decode_header(token).map_err(|e| format!("JWT: {e}"))?;
+        let key = {
+            let keys = self.keys.read();
+            let jwk = match &header.kid {
+                Some(kid) => keys.find(kid),
+                None if keys.keys.len() == 1 => keys.keys.first(),
+                None => None,
+            };
+            jwk.map(DecodingKey::from_jwk)
+        };
+        let Some(key) = key else {
+            self.refetch_for_unknown_key();
+            return Err(format!(
+                "JWT: no key {} in the JWKS",
+                header.kid.as_deref().unwrap_or("(no kid)")
+            ));
+        };
+        let key = key.map_err(|e| format!("JWT: the JWKS key is unusable: {e}"))?;
+        let mut validation = Validation::new(header.alg);
+        validation.set_issuer(&[&self.issuer]);
+        validation.set_audience(&[&self.audience]);
+        validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
+        validation.validate_nbf = true;
+        validation.leeway = self.leeway;
+        let data = jsonwebtoken::decode::<serde_json::Map<String, Value>>(token, &key, &validation)
+            .map_err(|e| format!("JWT: {e}"))?;
+        let claims = data.claims;
+        let id = claims
+            .get("sub")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let tenant = claims
+            .get(&self.tenant_claim)
+            .and_then(Value::as_str)
+            .ok_or_else(|| format!("JWT: no '{}' claim (the tenant)", self.tenant_claim))?
+            .to_owned();
+        validate_tenant(&tenant).map_err(|e| format!("JWT: {e}"))?;
+        let roles = match claims.get(&self.roles_claim) {
+            Some(Value::Array(items)) => roles(
+                &items
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>(),
+            ),
+            Some(Value::String(text)) => roles(
+                &text
+                    .split_whitespace()
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>(),
+            ),
+            _ => self.default_roles.clone(),
+        };
+        Ok(Caller {
+            id,
+            tenant,
+            roles,
+            method: Method::Jwt,
+        })
+    }
+
+    /// A token names a key the JWKS lacks: the keys may have rotated. Fetch again, at most once
+    /// per `UNKNOWN_KEY_REFETCH`, in the background.
+    fn refetch_for_unknown_key(self: &Arc<Self>) {
+        if self.url.is_none() {
+            return;
+        }
+        {
+            let mut last = self.last_fetch.lock();
+            if last.is_some_and(|at| at.elapsed() < UNKNOWN_KEY_REFETCH) {
+                return;
+            }
+            *last = Some(Instant::now());
+        }
+        let jwt = self.clone();
+        tokio::spawn(async move {
+            if let Err(error) = jwt.fetch().await {
+                tracing::warn!(%error, "the JWKS fetch for an unknown key failed");
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_headers_parse_and_every_rpc_needs_a_role() {
+        assert_eq!(strip_bearer("Bearer abc"), Some("abc"));
+        assert_eq!(strip_bearer("bearer  abc "), Some("abc"));
+        assert_eq!(strip_bearer("Basic abc"), None);
+        assert_eq!(strip_bearer("Bearer "), None);
+        assert_eq!(Rpc::Dispatch.needs(), Role::Agent);
+        assert_eq!(Rpc::RegisterRemote.needs(), Role::Admin);
+        assert_eq!(Rpc::AcceptToolChange.needs(), Role::Admin);
+        assert_eq!(Rpc::GetToolHealth.needs(), Role::Admin);
+    }
+}

@@ -1,0 +1,294 @@
+//! Server TLS: the certificate chain, key and client CA bundle are read from files into a rustls
+//! server config that reloads (when a file changes, checked every `reload_interval`, or at once
+//! on SIGHUP) without dropping a connection: each new connection takes the config current when
+//! it arrives, and a reload that fails keeps the previous one. Handshakes run off the accept
+//! loop, at most `MAX_HANDSHAKES` at once, each bounded by `handshake_timeout`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use parking_lot::{Mutex, RwLock};
+use rustls::ServerConfig;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, mpsc};
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::TlsConfig;
+
+/// TLS handshakes in progress at most; more connections wait to be accepted.
+const MAX_HANDSHAKES: usize = 256;
+
+/// Where the TLS material is and how it is handled.
+#[derive(Debug, Clone)]
+pub struct TlsSettings {
+    cert: PathBuf,
+    key: PathBuf,
+    client_ca: Option<PathBuf>,
+    require_client_cert: bool,
+    reload_interval: Duration,
+    handshake_timeout: Duration,
+}
+
+impl TlsSettings {
+    /// The settings `[tls]` gives; `None` when TLS is off.
+    pub fn from_config(config: &TlsConfig) -> Option<Self> {
+        config.enabled().then(|| TlsSettings {
+            cert: PathBuf::from(&config.cert_file),
+            key: PathBuf::from(&config.key_file),
+            client_ca: (!config.client_ca_file.is_empty())
+                .then(|| PathBuf::from(&config.client_ca_file)),
+            require_client_cert: config.require_client_cert,
+            reload_interval: config.reload_interval,
+            handshake_timeout: config.handshake_timeout,
+        })
+    }
+
+    fn files(&self) -> Vec<&PathBuf> {
+        let mut files = vec![&self.cert, &self.key];
+        files.extend(self.client_ca.as_ref());
+        files
+    }
+}
+
+/// The server's TLS: the current config, swapped on reload.
+#[derive(Clone)]
+pub struct Tls {
+    settings: Arc<TlsSettings>,
+    current: Arc<RwLock<Arc<ServerConfig>>>,
+    /// What the files looked like when last loaded (modified time and length of each).
+    seen: Arc<Mutex<Vec<Stamp>>>,
+}
+
+/// A file's modified time and length, `None` while it cannot be read.
+type Stamp = Option<(SystemTime, u64)>;
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tls")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Tls {
+    /// Reads the files; any problem is named with the file it is in.
+    pub fn load(settings: TlsSettings) -> Result<Self, String> {
+        let seen = stamps(&settings);
+        let config = build(&settings)?;
+        Ok(Tls {
+            settings: Arc::new(settings),
+            current: Arc::new(RwLock::new(Arc::new(config))),
+            seen: Arc::new(Mutex::new(seen)),
+        })
+    }
+
+    /// Reloads when a file changed (or always, when `force`); true if the config was replaced.
+    /// A file that does not load leaves the current config in place.
+    pub fn reload(&self, force: bool) -> Result<bool, String> {
+        let now = stamps(&self.settings);
+        if !force && *self.seen.lock() == now {
+            return Ok(false);
+        }
+        let config = build(&self.settings)?;
+        *self.current.write() = Arc::new(config);
+        *self.seen.lock() = now;
+        Ok(true)
+    }
+
+    /// Reloads on SIGHUP and whenever a file changes, until `stop`.
+    pub async fn watch(self, stop: CancellationToken) {
+        let mut hangup =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+        let interval = self.settings.reload_interval;
+        loop {
+            let forced = tokio::select! {
+                () = stop.cancelled() => return,
+                () = sleep_or_forever(interval) => false,
+                Some(()) = recv(&mut hangup) => true,
+            };
+            match self.reload(forced) {
+                Ok(true) => tracing::info!("the TLS certificate was reloaded"),
+                Ok(false) => {}
+                Err(error) => {
+                    tracing::warn!(%error, "the TLS reload failed; the previous certificate stays in use");
+                }
+            }
+        }
+    }
+
+    /// Accepted connections after their TLS handshake, until `stop`. A failed or slow
+    /// handshake drops that connection only.
+    pub fn incoming(
+        self,
+        listener: TcpListener,
+        stop: CancellationToken,
+    ) -> ReceiverStream<Result<TlsStream<TcpStream>, std::io::Error>> {
+        let (tx, rx) = mpsc::channel(MAX_HANDSHAKES);
+        let handshakes = Arc::new(Semaphore::new(MAX_HANDSHAKES));
+        tokio::spawn(async move {
+            loop {
+                let Ok(permit) = handshakes.clone().acquire_owned().await else {
+                    return;
+                };
+                let accepted = tokio::select! {
+                    () = stop.cancelled() => return,
+                    accepted = listener.accept() => accepted,
+                };
+                let (stream, peer) = match accepted {
+                    Ok(accepted) => accepted,
+                    Err(error) => {
+                        tracing::debug!(%error, "accept failed");
+                        continue;
+                    }
+                };
+                // Small trailing frames must not wait for the client's delayed ACK.
+                let _ = stream.set_nodelay(true);
+                let acceptor = TlsAcceptor::from(self.current.read().clone());
+                let timeout = self.settings.handshake_timeout;
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    let _permit = permit;
+                    match tokio::time::timeout(timeout, acceptor.accept(stream)).await {
+                        Ok(Ok(tls)) => {
+                            let _ = tx.send(Ok(tls)).await;
+                        }
+                        Ok(Err(error)) => {
+                            tracing::debug!(%peer, %error, "a TLS handshake failed");
+                        }
+                        Err(_) => tracing::debug!(%peer, "a TLS handshake timed out"),
+                    }
+                });
+            }
+        });
+        ReceiverStream::new(rx)
+    }
+}
+
+async fn sleep_or_forever(interval: Duration) {
+    if interval.is_zero() {
+        std::future::pending::<()>().await;
+    }
+    tokio::time::sleep(interval).await;
+}
+
+async fn recv(signal: &mut Option<tokio::signal::unix::Signal>) -> Option<()> {
+    match signal {
+        Some(signal) => signal.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+fn stamps(settings: &TlsSettings) -> Vec<Stamp> {
+    settings
+        .files()
+        .iter()
+        .map(|path| {
+            let meta = std::fs::metadata(path).ok()?;
+            Some((meta.modified().ok()?, meta.len()))
+        })
+        .collect()
+}
+
+/// The rustls config from the files: TLS 1.2 and 1.3, ALPN `h2`, client certificates verified
+/// against the CA bundle when one is set.
+fn build(settings: &TlsSettings) -> Result<ServerConfig, String> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&settings.cert)
+        .and_then(Iterator::collect)
+        .map_err(|e| format!("tls.cert_file '{}': {e}", settings.cert.display()))?;
+    if certs.is_empty() {
+        return Err(format!(
+            "tls.cert_file '{}': no certificate in it",
+            settings.cert.display()
+        ));
+    }
+    let key = PrivateKeyDer::from_pem_file(&settings.key)
+        .map_err(|e| format!("tls.key_file '{}': {e}", settings.key.display()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("tls: {e}"))?;
+    let builder = match &settings.client_ca {
+        Some(path) => {
+            let mut roots = rustls::RootCertStore::empty();
+            let cas = CertificateDer::pem_file_iter(path)
+                .and_then(Iterator::collect::<Result<Vec<_>, _>>)
+                .map_err(|e| format!("tls.client_ca_file '{}': {e}", path.display()))?;
+            let (added, _) = roots.add_parsable_certificates(cas);
+            if added == 0 {
+                return Err(format!(
+                    "tls.client_ca_file '{}': no CA certificate in it",
+                    path.display()
+                ));
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
+            let verifier = if settings.require_client_cert {
+                verifier.build()
+            } else {
+                verifier.allow_unauthenticated().build()
+            }
+            .map_err(|e| format!("tls.client_ca_file '{}': {e}", path.display()))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder.with_single_cert(certs, key).map_err(|e| {
+        format!(
+            "tls: the key in '{}' does not fit the certificate in '{}': {e}",
+            settings.key.display(),
+            settings.cert.display()
+        )
+    })?;
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn self_signed(dir: &std::path::Path, name: &str) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec![name.to_owned()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        std::fs::write(dir.join("cert.pem"), cert.pem()).unwrap();
+        std::fs::write(dir.join("key.pem"), key.serialize_pem()).unwrap();
+    }
+
+    #[test]
+    fn a_changed_file_is_reloaded_and_a_broken_one_keeps_the_old_config() {
+        let dir = std::env::temp_dir().join(format!("toolgate-tls-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        self_signed(&dir, "one.test");
+        let settings = TlsSettings {
+            cert: dir.join("cert.pem"),
+            key: dir.join("key.pem"),
+            client_ca: None,
+            require_client_cert: true,
+            reload_interval: Duration::from_secs(1),
+            handshake_timeout: Duration::from_secs(1),
+        };
+        let tls = Tls::load(settings).unwrap();
+        assert!(!tls.reload(false).unwrap(), "nothing changed");
+        let before = tls.current.read().clone();
+        self_signed(&dir, "two.test.example");
+        assert!(tls.reload(false).unwrap(), "a changed file is picked up");
+        assert!(!Arc::ptr_eq(&before, &tls.current.read()));
+        std::fs::write(dir.join("key.pem"), "not a key").unwrap();
+        let kept = tls.current.read().clone();
+        assert!(tls.reload(true).is_err());
+        assert!(
+            Arc::ptr_eq(&kept, &tls.current.read()),
+            "the old config stays"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,373 @@
+//! What a remote registered at run time (`RegisterRemote`) may be. A stdio MCP server runs only
+//! as an allowlisted argv (a whole argv, or an argv prefix whose further arguments match a
+//! pattern), with only the allowed `env` keys and `cwd`. URLs (worker endpoints, HTTP tools, MCP
+//! over HTTP) reach only allowed addresses: loopback, link-local (cloud metadata included),
+//! unspecified, multicast and broadcast addresses are refused unless an `egress_allow` entry
+//! lists them, and a host name must resolve to allowed addresses only. No file paths come from an
+//! RPC (`tls.ca_file`), nor a share of the server's environment (`env_allow`), and an HTTP tool
+//! may follow redirects only when allowed. Remotes from
+//! the config file are the operator's choice and are not checked here.
+
+use std::net::IpAddr;
+
+use regex::Regex;
+
+use super::spec::{RemoteKind, RemoteSpec};
+
+/// One allowlisted program for stdio MCP servers registered at run time.
+#[derive(Debug, Clone)]
+pub struct CommandRule {
+    /// The argv, or its prefix when `args` is set.
+    pub argv: Vec<String>,
+    /// Each argument after `argv` must match this (anchored); `None`: no further arguments.
+    pub args: Option<Regex>,
+    /// Environment keys a registration may set.
+    pub env_keys: Vec<String>,
+    /// Working directories a registration may use.
+    pub cwd: Vec<String>,
+}
+
+/// Addresses or names registered remotes may connect to beyond the default.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EgressRule {
+    /// An address block, `10.0.0.0/8` or `::1/128`.
+    Net { addr: IpAddr, prefix: u8 },
+    /// A host name, allowed whatever it resolves to.
+    Host(String),
+}
+
+impl EgressRule {
+    /// `10.0.0.0/8`, `127.0.0.1` (one address), `fd00::/8`, or a host name.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let (addr, prefix) = match text.split_once('/') {
+            Some((addr, prefix)) => (addr, Some(prefix)),
+            None => (text, None),
+        };
+        if let Ok(addr) = addr.parse::<IpAddr>() {
+            let max = if addr.is_ipv4() { 32 } else { 128 };
+            let prefix = match prefix {
+                Some(p) => p
+                    .parse::<u8>()
+                    .ok()
+                    .filter(|p| *p <= max)
+                    .ok_or_else(|| format!("'{text}': the prefix must be 0 to {max}"))?,
+                None => max,
+            };
+            return Ok(EgressRule::Net { addr, prefix });
+        }
+        let name_like = !text.is_empty()
+            && prefix.is_none()
+            && text
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.'));
+        if name_like {
+            Ok(EgressRule::Host(text.to_ascii_lowercase()))
+        } else {
+            Err(format!(
+                "'{text}' is neither an address block (10.0.0.0/8) nor a host name"
+            ))
+        }
+    }
+
+    fn contains(&self, ip: IpAddr) -> bool {
+        match *self {
+            EgressRule::Net { addr, prefix } => in_block(ip, addr, prefix),
+            EgressRule::Host(_) => false,
+        }
+    }
+}
+
+/// What `RegisterRemote` may ask for.
+#[derive(Debug, Clone, Default)]
+pub struct RegistrationPolicy {
+    pub commands: Vec<CommandRule>,
+    pub egress_allow: Vec<EgressRule>,
+    pub allow_redirects: bool,
+}
+
+impl RegistrationPolicy {
+    /// Checks `spec` without connecting (but resolving host names); the error says why it is
+    /// refused.
+    pub async fn check(&self, spec: &RemoteSpec) -> Result<(), String> {
+        if spec.env_allow.is_some() {
+            return Err(
+                "env_allow shares the server's environment: only the config file may set it"
+                    .to_owned(),
+            );
+        }
+        if spec.tls.as_ref().is_some_and(|t| t.ca_file.is_some()) {
+            return Err(
+                "tls.ca_file names a file on the server: only the config file may do that"
+                    .to_owned(),
+            );
+        }
+        if spec.follow_redirects && !self.allow_redirects {
+            return Err(
+                "follow_redirects needs [remote_registration] allow_redirects = true".to_owned(),
+            );
+        }
+        if !spec.command.is_empty() {
+            return self.check_command(spec);
+        }
+        let url = match spec.kind {
+            RemoteKind::Worker => spec.endpoint.as_deref(),
+            RemoteKind::Http | RemoteKind::Mcp => spec.url.as_deref(),
+        };
+        match url {
+            Some(url) => self.check_url(url).await,
+            None => Ok(()),
+        }
+    }
+
+    fn check_command(&self, spec: &RemoteSpec) -> Result<(), String> {
+        let argv = &spec.command;
+        let Some(rule) = self.commands.iter().find(|r| argv_allowed(r, argv)) else {
+            return Err(format!(
+                "the command {argv:?} matches no [[remote_registration.commands]] entry"
+            ));
+        };
+        if let Some(key) = spec.env.keys().find(|k| !rule.env_keys.contains(k)) {
+            return Err(format!(
+                "env key '{key}' is not allowed for {:?} (env_keys)",
+                rule.argv
+            ));
+        }
+        if let Some(cwd) = &spec.cwd
+            && !rule.cwd.contains(cwd)
+        {
+            return Err(format!("cwd '{cwd}' is not allowed for {:?}", rule.argv));
+        }
+        Ok(())
+    }
+
+    async fn check_url(&self, url: &str) -> Result<(), String> {
+        let parsed = reqwest::Url::parse(url).map_err(|e| format!("'{url}': {e}"))?;
+        let port = parsed.port_or_known_default().unwrap_or(80);
+        let Some(host) = parsed.host_str() else {
+            return Err(format!("'{url}' has no host"));
+        };
+        let bare = host.trim_start_matches('[').trim_end_matches(']');
+        let addresses: Vec<IpAddr> = match bare.parse::<IpAddr>() {
+            Ok(ip) => vec![ip],
+            Err(_) => {
+                let name = bare.to_ascii_lowercase();
+                if self.egress_allow.contains(&EgressRule::Host(name.clone())) {
+                    return Ok(());
+                }
+                tokio::net::lookup_host((name.as_str(), port))
+                    .await
+                    .map_err(|e| format!("'{name}' does not resolve: {e}"))?
+                    .map(|a| a.ip())
+                    .collect()
+            }
+        };
+        for ip in addresses {
+            if !self.ip_allowed(ip) {
+                return Err(format!(
+                    "'{url}' reaches {ip}, a loopback, link-local, metadata or unspecified address; list it in [remote_registration] egress_allow to allow it"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn ip_allowed(&self, ip: IpAddr) -> bool {
+        let ip = unmapped(ip);
+        self.egress_allow.iter().any(|r| r.contains(ip)) || !denied_by_default(ip)
+    }
+}
+
+/// Whether `argv` is the rule's whole argv, or its prefix followed by arguments that each match
+/// the rule's pattern.
+fn argv_allowed(rule: &CommandRule, argv: &[String]) -> bool {
+    let Some(rest) = argv.strip_prefix(rule.argv.as_slice()) else {
+        return false;
+    };
+    match &rule.args {
+        None => rest.is_empty(),
+        Some(pattern) => rest.iter().all(|arg| pattern.is_match(arg)),
+    }
+}
+
+/// Compiles an argument pattern so it must match a whole argument.
+pub fn anchored(pattern: &str) -> Result<Regex, String> {
+    Regex::new(&format!("^(?:{pattern})$")).map_err(|e| format!("'{pattern}': {e}"))
+}
+
+/// An IPv4-mapped IPv6 address as the IPv4 address it is.
+fn unmapped(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// Addresses no registered remote reaches unless listed: this host, link-local (cloud metadata
+/// at 169.254.169.254 included), unspecified, multicast, broadcast, and the other well-known
+/// metadata addresses.
+fn denied_by_default(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => {
+            v4.is_loopback()
+                || v4.is_link_local()
+                || v4.is_unspecified()
+                || v4.is_multicast()
+                || v4.is_broadcast()
+                || v4.octets() == [100, 100, 100, 200]
+        }
+        IpAddr::V6(v6) => {
+            let link_local = (v6.segments()[0] & 0xffc0) == 0xfe80;
+            let aws_metadata = v6.segments() == [0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254];
+            v6.is_loopback()
+                || v6.is_unspecified()
+                || v6.is_multicast()
+                || link_local
+                || aws_metadata
+        }
+    }
+}
+
+fn in_block(ip: IpAddr, block: IpAddr, prefix: u8) -> bool {
+    match (unmapped(ip), block) {
+        (IpAddr::V4(ip), IpAddr::V4(block)) => {
+            let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
+            u32::from(ip) & mask == u32::from(block) & mask
+        }
+        (IpAddr::V6(ip), IpAddr::V6(block)) => {
+            let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
+            u128::from(ip) & mask == u128::from(block) & mask
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(json: serde_json::Value) -> RemoteSpec {
+        serde_json::from_value(json).unwrap()
+    }
+
+    #[tokio::test]
+    async fn argv_env_and_cwd_are_pinned() {
+        let policy = RegistrationPolicy {
+            commands: vec![
+                CommandRule {
+                    argv: vec!["python3".into(), "/srv/mcp/server.py".into()],
+                    args: None,
+                    env_keys: vec!["MCP_MODE".into()],
+                    cwd: vec!["/srv/mcp".into()],
+                },
+                CommandRule {
+                    argv: vec!["npx".into(), "-y".into(), "@scope/server".into()],
+                    args: Some(anchored("--port=[0-9]+").unwrap()),
+                    env_keys: Vec::new(),
+                    cwd: Vec::new(),
+                },
+            ],
+            ..RegistrationPolicy::default()
+        };
+        let mcp = |command: serde_json::Value| {
+            spec(serde_json::json!({"name": "m", "kind": "mcp", "command": command}))
+        };
+        assert!(
+            policy
+                .check(&mcp(serde_json::json!(["python3", "/srv/mcp/server.py"])))
+                .await
+                .is_ok()
+        );
+        for abuse in [
+            serde_json::json!(["python3", "-c", "import os; os.system('id')"]),
+            serde_json::json!(["python3", "/srv/mcp/server.py", "--extra"]),
+            serde_json::json!(["python3"]),
+            serde_json::json!(["npx", "-y", "@scope/server", "--port=1; rm -rf /"]),
+        ] {
+            assert!(policy.check(&mcp(abuse.clone())).await.is_err(), "{abuse}");
+        }
+        assert!(
+            policy
+                .check(&mcp(serde_json::json!([
+                    "npx",
+                    "-y",
+                    "@scope/server",
+                    "--port=8080"
+                ])))
+                .await
+                .is_ok()
+        );
+        let with_env = spec(serde_json::json!({"name": "m", "kind": "mcp",
+            "command": ["python3", "/srv/mcp/server.py"], "env": {"LD_PRELOAD": "/tmp/x.so"}}));
+        assert!(
+            policy
+                .check(&with_env)
+                .await
+                .unwrap_err()
+                .contains("LD_PRELOAD")
+        );
+        let with_cwd = spec(serde_json::json!({"name": "m", "kind": "mcp",
+            "command": ["python3", "/srv/mcp/server.py"], "cwd": "/tmp"}));
+        assert!(policy.check(&with_cwd).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn urls_reach_only_allowed_addresses() {
+        let open = RegistrationPolicy::default();
+        let http = |url: &str| {
+            spec(serde_json::json!({"name": "h", "kind": "http", "url": url,
+                "definition": {"name": "t"}}))
+        };
+        for denied in [
+            "http://169.254.169.254/latest/meta-data/",
+            "http://127.0.0.1:9464/metrics",
+            "http://[::1]:50051/",
+            "http://[::ffff:127.0.0.1]:80/",
+            "http://0.0.0.0:80/",
+            "http://[fe80::1]/",
+            "http://localhost:8080/",
+        ] {
+            assert!(open.check(&http(denied)).await.is_err(), "{denied}");
+        }
+        assert!(open.check(&http("http://10.1.2.3:8080/tool")).await.is_ok());
+        let listed = RegistrationPolicy {
+            egress_allow: vec![EgressRule::parse("127.0.0.0/8").unwrap()],
+            ..RegistrationPolicy::default()
+        };
+        assert!(listed.check(&http("http://127.0.0.1:7001/")).await.is_ok());
+        assert!(
+            listed
+                .check(&http("http://169.254.169.254/"))
+                .await
+                .is_err()
+        );
+        let worker_ca = spec(serde_json::json!({"name": "w", "kind": "worker",
+            "endpoint": "https://10.0.0.5:7001", "tls": {"ca_file": "/etc/shadow"}}));
+        assert!(
+            listed
+                .check(&worker_ca)
+                .await
+                .unwrap_err()
+                .contains("ca_file")
+        );
+        let redirecting = spec(serde_json::json!({"name": "h", "kind": "http",
+            "url": "http://10.0.0.5/", "definition": {"name": "t"}, "follow_redirects": true}));
+        assert!(open.check(&redirecting).await.is_err());
+    }
+
+    #[test]
+    fn egress_rules_parse_blocks_addresses_and_names() {
+        assert_eq!(
+            EgressRule::parse("10.0.0.0/8").unwrap(),
+            EgressRule::Net {
+                addr: "10.0.0.0".parse().unwrap(),
+                prefix: 8
+            }
+        );
+        assert!(EgressRule::parse("10.0.0.0/33").is_err());
+        assert!(EgressRule::parse("tools.internal").is_ok());
+        assert!(EgressRule::parse("bad name!").is_err());
+        let block = EgressRule::parse("fd00::/8").unwrap();
+        assert!(block.contains("fd12::1".parse().unwrap()));
+        assert!(!block.contains("fe80::1".parse().unwrap()));
+    }
+}

@@ -1,0 +1,898 @@
+//! Transport security and caller identity through the real binary and real clients: TLS with
+//! grpcurl (`-cacert`, `-cert/-key`, `-H authorization`) and Python grpcio
+//! (`ssl_channel_credentials`, metadata), certificates made here with rcgen; bearer tokens, JWTs
+//! against a JWKS, client certificates; roles per RPC; tenants that never see each other's
+//! sessions; batch sessions no request can name; a certificate reloaded on SIGHUP.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use base64::Engine as _;
+use serde_json::{Value, json};
+use toolgate::pb;
+
+use crate::peers::{Binary, testenv};
+use crate::support::*;
+
+/// A CA that signs server and client certificates, written under `dir`.
+struct Ca {
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+    pem: String,
+}
+
+impl Ca {
+    fn new() -> Ca {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        // A subject of its own: a leaf whose issuer equals its subject reads as self-signed.
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "toolgate test CA");
+        let cert = params.self_signed(&key).unwrap();
+        Ca {
+            pem: cert.pem(),
+            issuer: rcgen::Issuer::new(params, key),
+        }
+    }
+
+    /// A certificate for `names`, signed by this CA: (certificate PEM, key PEM).
+    fn sign(&self, names: &[&str]) -> (String, String) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+        let mut params = rcgen::CertificateParams::new(names.clone()).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, names[0].as_str());
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+}
+
+fn scratch_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("toolgate-security-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path.to_str().unwrap().to_owned()
+}
+
+/// grpcurl with `args`, then the address and `rest`: (succeeded, stdout + stderr).
+fn grpcurl(args: &[&str], addr: &str, rest: &[&str]) -> (bool, String) {
+    let output = Command::new(testenv().join("venv/bin/grpcurl"))
+        .args(args)
+        .arg(addr)
+        .args(rest)
+        .output()
+        .unwrap();
+    (
+        output.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ),
+    )
+}
+
+/// Python grpcio over TLS with `ca` (and a client certificate when given), calling `Dispatch`
+/// with one echo call and `metadata`: what it printed (the reply's content, or the error code).
+fn python_tls(
+    addr: &str,
+    ca: &str,
+    client: Option<(&str, &str)>,
+    metadata: &[(&str, &str)],
+) -> String {
+    let script = r#"
+import sys, json, grpc
+sys.path.insert(0, sys.argv[1])
+import toolgate_stubs
+pb, pb_grpc = toolgate_stubs.load()
+from google.protobuf import json_format, struct_pb2
+addr, ca, cert, key, metadata = sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], json.loads(sys.argv[6])
+read = lambda p: open(p, "rb").read() if p else None
+creds = grpc.ssl_channel_credentials(read(ca), read(key), read(cert))
+channel = grpc.secure_channel(addr.replace("127.0.0.1", "localhost"), creds)
+stub = pb_grpc.ToolGateStub(channel)
+call = json_format.ParseDict({"id": "p", "name": "echo", "arguments": {"via": "python"}}, struct_pb2.Value())
+try:
+    reply = stub.Dispatch(pb.DispatchBatchRequest(calls=[call]), metadata=list(metadata.items()), timeout=10)
+    print("ok", reply.results[0].content)
+except grpc.RpcError as e:
+    print("error", e.code().name)
+"#;
+    let (cert, key) = client.unwrap_or(("", ""));
+    let metadata: serde_json::Map<String, Value> = metadata
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), json!(v)))
+        .collect();
+    let output = Command::new(testenv().join("venv/bin/python"))
+        .args(["-c", script])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/python"))
+        .args([addr, ca, cert, key])
+        .arg(Value::Object(metadata).to_string())
+        .output()
+        .unwrap();
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+#[test]
+fn tls_and_client_certificates_with_grpcurl_and_python_and_a_reload_on_sighup() {
+    let dir = scratch_dir("tls");
+    let (server_ca, client_ca, stranger_ca) = (Ca::new(), Ca::new(), Ca::new());
+    let (cert, key) = server_ca.sign(&["localhost"]);
+    let ca_file = write(&dir, "ca.pem", &server_ca.pem);
+    let cert_file = write(&dir, "server.pem", &cert);
+    let key_file = write(&dir, "server.key", &key);
+    let client_ca_file = write(&dir, "client-ca.pem", &client_ca.pem);
+    let (agent_cert, agent_key) = client_ca.sign(&["agent-7.clients.test"]);
+    let agent = (
+        write(&dir, "agent.pem", &agent_cert),
+        write(&dir, "agent.key", &agent_key),
+    );
+    let (nobody_cert, nobody_key) = client_ca.sign(&["nobody.clients.test"]);
+    let nobody = (
+        write(&dir, "nobody.pem", &nobody_cert),
+        write(&dir, "nobody.key", &nobody_key),
+    );
+    let (stray_cert, stray_key) = stranger_ca.sign(&["agent-7.clients.test"]);
+    let stray = (
+        write(&dir, "stray.pem", &stray_cert),
+        write(&dir, "stray.key", &stray_key),
+    );
+    let config = write(
+        &dir,
+        "toolgate.toml",
+        &format!(
+            r#"
+            [tls]
+            cert_file = "{cert_file}"
+            key_file = "{key_file}"
+            client_ca_file = "{client_ca_file}"
+            reload_interval = "0s"
+            [auth]
+            anonymous = "none"
+            [[auth.certificates]]
+            name = "agent-7.clients.test"
+            tenant = "acme"
+            roles = ["agent"]
+            "#
+        ),
+    );
+    let server = Binary::start(&["--config", &config]);
+    let addr = server.addr.replace("127.0.0.1", "localhost");
+    let with_agent = [
+        "-cacert",
+        ca_file.as_str(),
+        "-cert",
+        agent.0.as_str(),
+        "-key",
+        agent.1.as_str(),
+    ];
+
+    // grpcurl with the CA and the agent's certificate: reflection and an agent RPC work.
+    let (ok, out) = grpcurl(&with_agent, &addr, &["list"]);
+    assert!(ok && out.contains("toolgate.v1.ToolGate"), "{out}");
+    let (ok, out) = grpcurl(&with_agent, &addr, &["toolgate.v1.ToolGate/ListTools"]);
+    assert!(ok && out.contains("\"echo\""), "{out}");
+    // The agent role may not register remotes.
+    let mut unregister = with_agent.to_vec();
+    unregister.extend(["-d", r#"{"name": "x"}"#]);
+    let (ok, out) = grpcurl(
+        &unregister,
+        &addr,
+        &["toolgate.v1.ToolGate/UnregisterRemote"],
+    );
+    assert!(!ok && out.contains("PermissionDenied"), "{out}");
+    // Plaintext, a wrong CA, no client certificate, or one from another CA: refused.
+    let (ok, out) = grpcurl(&["-plaintext"], &addr, &["list"]);
+    assert!(!ok, "plaintext must not work: {out}");
+    let stranger_ca_file = write(&dir, "stranger-ca.pem", &stranger_ca.pem);
+    let (ok, out) = grpcurl(
+        &[
+            "-cacert",
+            &stranger_ca_file,
+            "-cert",
+            &agent.0,
+            "-key",
+            &agent.1,
+        ],
+        &addr,
+        &["list"],
+    );
+    assert!(
+        !ok,
+        "a server certificate from another CA must not verify: {out}"
+    );
+    let (ok, out) = grpcurl(&["-cacert", &ca_file], &addr, &["list"]);
+    assert!(!ok, "a client certificate is required: {out}");
+    let (ok, out) = grpcurl(
+        &["-cacert", &ca_file, "-cert", &stray.0, "-key", &stray.1],
+        &addr,
+        &["list"],
+    );
+    assert!(
+        !ok,
+        "a client certificate from another CA is refused: {out}"
+    );
+    // A certificate from the right CA that names no configured identity: UNAUTHENTICATED.
+    let (ok, out) = grpcurl(
+        &["-cacert", &ca_file, "-cert", &nobody.0, "-key", &nobody.1],
+        &addr,
+        &["toolgate.v1.ToolGate/ListTools"],
+    );
+    assert!(!ok && out.contains("Unauthenticated"), "{out}");
+
+    // Python grpcio with ssl_channel_credentials.
+    let out = python_tls(&server.addr, &ca_file, Some((&agent.0, &agent.1)), &[]);
+    assert!(out.starts_with("ok") && out.contains("python"), "{out}");
+    let out = python_tls(
+        &server.addr,
+        &stranger_ca_file,
+        Some((&agent.0, &agent.1)),
+        &[],
+    );
+    assert!(out.contains("UNAVAILABLE"), "{out}");
+
+    // A new certificate from a new CA, picked up on SIGHUP: new connections get it.
+    let next_ca = Ca::new();
+    let (next_cert, next_key) = next_ca.sign(&["localhost"]);
+    let next_ca_file = write(&dir, "next-ca.pem", &next_ca.pem);
+    let next_with_agent = [
+        "-cacert",
+        next_ca_file.as_str(),
+        "-cert",
+        agent.0.as_str(),
+        "-key",
+        agent.1.as_str(),
+    ];
+    let (ok, _) = grpcurl(&next_with_agent, &addr, &["list"]);
+    assert!(!ok, "not before the reload");
+    // A connection made before the reload, trusting only the old CA.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let identity = tonic::transport::Identity::from_pem(&agent_cert, &agent_key);
+    let tls = tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(tonic::transport::Certificate::from_pem(&server_ca.pem))
+        .identity(identity)
+        .domain_name("localhost");
+    let channel = runtime.block_on(async {
+        tonic::transport::Endpoint::from_shared(format!("https://{addr}"))
+            .unwrap()
+            .tls_config(tls)
+            .unwrap()
+            .connect()
+            .await
+            .unwrap()
+    });
+    let mut before = pb::tool_gate_client::ToolGateClient::new(channel);
+    runtime
+        .block_on(before.list_tools(pb::ListToolsRequest::default()))
+        .unwrap();
+    write(&dir, "server.key", &next_key);
+    write(&dir, "server.pem", &next_cert);
+    let pid = server.child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-HUP", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let mut reloaded = false;
+    for _ in 0..50 {
+        if grpcurl(&next_with_agent, &addr, &["list"]).0 {
+            reloaded = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(reloaded, "the new certificate is served after SIGHUP");
+    // The old connection still works: a new one would not verify against the old CA.
+    runtime
+        .block_on(before.list_tools(pb::ListToolsRequest::default()))
+        .expect("a connection made before the reload is not dropped");
+    let (status, log) = server.terminate();
+    assert!(status.success(), "{log}");
+    assert!(log.contains("the TLS certificate was reloaded"), "{log}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// base64url without padding, as JWKs and JWTs write it.
+fn b64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// An ES256 signing key and its JWK.
+struct JwtKey {
+    encoding: jsonwebtoken::EncodingKey,
+    jwk: Value,
+}
+
+impl JwtKey {
+    fn new(kid: &str) -> JwtKey {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let point = key.public_key_raw();
+        assert_eq!(point.len(), 65, "an uncompressed P-256 point");
+        JwtKey {
+            encoding: jsonwebtoken::EncodingKey::from_ec_der(&key.serialize_der()),
+            jwk: json!({
+                "kty": "EC", "crv": "P-256", "kid": kid, "alg": "ES256", "use": "sig",
+                "x": b64(&point[1..33]), "y": b64(&point[33..]),
+            }),
+        }
+    }
+
+    fn token(&self, kid: &str, claims: Value) -> String {
+        let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256);
+        header.kid = Some(kid.to_owned());
+        jsonwebtoken::encode(&header, &claims, &self.encoding).unwrap()
+    }
+}
+
+fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+/// A tonic client that sends `authorization: Bearer <token>` (when given) on every call.
+async fn client_with(
+    ts: &TestServer,
+    token: Option<&str>,
+) -> pb::tool_gate_client::ToolGateClient<
+    tonic::service::interceptor::InterceptedService<
+        tonic::transport::Channel,
+        impl FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Clone,
+    >,
+> {
+    let header: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>> =
+        token.map(|t| format!("Bearer {t}").parse().unwrap());
+    pb::tool_gate_client::ToolGateClient::with_interceptor(
+        ts.channel.clone(),
+        move |mut request: tonic::Request<()>| {
+            if let Some(header) = &header {
+                request
+                    .metadata_mut()
+                    .insert("authorization", header.clone());
+            }
+            Ok(request)
+        },
+    )
+}
+
+fn sha256_hex(text: &str) -> String {
+    ring::digest::digest(&ring::digest::SHA256, text.as_bytes())
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[tokio::test]
+async fn tokens_and_jwts_are_identities_with_roles_and_tenants_stay_apart() {
+    let dir = scratch_dir("auth");
+    let key = JwtKey::new("k1");
+    let stranger = JwtKey::new("k1");
+    let jwks = write(&dir, "jwks.json", &json!({"keys": [key.jwk]}).to_string());
+    let admin_file = write(&dir, "admin.token", "admin-secret\n");
+    let config = toolgate::config::Config::from_toml(&format!(
+        r#"
+        [auth]
+        anonymous = "none"
+        [[auth.tokens]]
+        id = "acme-agent"
+        tenant = "acme"
+        sha256 = "{}"
+        [[auth.tokens]]
+        id = "globex-agent"
+        tenant = "globex"
+        sha256 = "{}"
+        [[auth.tokens]]
+        id = "ops"
+        roles = ["admin"]
+        file = "{admin_file}"
+        [auth.jwt]
+        jwks_file = "{jwks}"
+        issuer = "https://idp.test"
+        audience = "toolgate"
+        [[permissions.rules]]
+        id = "globex-no-clock"
+        tools = "now"
+        tenants = ["globex"]
+        decision = "deny"
+        reason = "not for globex"
+        "#,
+        sha256_hex("acme-secret"),
+        sha256_hex("globex-secret"),
+    ))
+    .unwrap();
+    let ts = start_with(config).await;
+    let one_echo = || request(json!([{"id": "a", "name": "echo", "arguments": {"n": 1}}]));
+    let code = |r: Result<tonic::Response<pb::BatchResult>, tonic::Status>| match r {
+        Ok(_) => tonic::Code::Ok,
+        Err(status) => status.code(),
+    };
+
+    // No credentials, an unknown token: UNAUTHENTICATED.
+    assert_eq!(
+        code(client_with(&ts, None).await.dispatch(one_echo()).await),
+        tonic::Code::Unauthenticated
+    );
+    assert_eq!(
+        code(
+            client_with(&ts, Some("guess"))
+                .await
+                .dispatch(one_echo())
+                .await
+        ),
+        tonic::Code::Unauthenticated
+    );
+    // An agent token dispatches, but may not read tool health or register remotes.
+    let mut acme = client_with(&ts, Some("acme-secret")).await;
+    assert_eq!(code(acme.dispatch(one_echo()).await), tonic::Code::Ok);
+    let denied = acme
+        .get_tool_health(pb::GetToolHealthRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(denied.code(), tonic::Code::PermissionDenied);
+    assert!(denied.message().contains("admin"), "{}", denied.message());
+    let denied = acme
+        .unregister_remote(pb::UnregisterRemoteRequest { name: "x".into() })
+        .await
+        .unwrap_err();
+    assert_eq!(denied.code(), tonic::Code::PermissionDenied);
+    // The admin token (read from a file) may.
+    let mut ops = client_with(&ts, Some("admin-secret")).await;
+    ops.get_tool_health(pb::GetToolHealthRequest::default())
+        .await
+        .unwrap();
+
+    // JWTs: valid; expired; wrong audience; wrong issuer; signed by another key; no tenant.
+    let claims = |overrides: Value| {
+        let mut c = json!({
+            "iss": "https://idp.test", "aud": "toolgate", "sub": "user-42",
+            "tenant": "acme", "roles": ["agent"], "exp": now() + 300,
+        });
+        for (k, v) in overrides.as_object().unwrap() {
+            if v.is_null() {
+                c.as_object_mut().unwrap().remove(k);
+            } else {
+                c[k] = v.clone();
+            }
+        }
+        c
+    };
+    let valid = key.token("k1", claims(json!({})));
+    assert_eq!(
+        code(
+            client_with(&ts, Some(&valid))
+                .await
+                .dispatch(one_echo())
+                .await
+        ),
+        tonic::Code::Ok
+    );
+    for (why, token) in [
+        (
+            "expired",
+            key.token("k1", claims(json!({"exp": now() - 3600}))),
+        ),
+        (
+            "wrong audience",
+            key.token("k1", claims(json!({"aud": "other"}))),
+        ),
+        (
+            "wrong issuer",
+            key.token("k1", claims(json!({"iss": "https://evil.test"}))),
+        ),
+        ("another key", stranger.token("k1", claims(json!({})))),
+        ("unknown key id", key.token("k2", claims(json!({})))),
+        (
+            "no tenant",
+            key.token("k1", claims(json!({"tenant": null}))),
+        ),
+    ] {
+        let status = client_with(&ts, Some(&token))
+            .await
+            .dispatch(one_echo())
+            .await
+            .unwrap_err();
+        assert_eq!(
+            status.code(),
+            tonic::Code::Unauthenticated,
+            "{why}: {status:?}"
+        );
+    }
+
+    // Tenants: the same session id is two sessions; neither sees or ends the other's.
+    let mut globex = client_with(&ts, Some("globex-secret")).await;
+    // A permission rule about one tenant only, named in its gate decision.
+    let clock = || request(json!([{"id": "t", "name": "now"}]));
+    let theirs = globex.dispatch(clock()).await.unwrap().into_inner();
+    assert_eq!(
+        theirs.results[0].error_class,
+        pb::ErrorClass::PermissionDenied as i32,
+        "{:?}",
+        theirs.results[0]
+    );
+    assert!(theirs.results[0].content.contains("not for globex"));
+    let mut stream = globex.dispatch_batch(clock()).await.unwrap().into_inner();
+    let mut gate = None;
+    while let Some(event) = stream.message().await.unwrap() {
+        if let Some(pb::dispatch_event::Event::GateDecision(g)) = event.event {
+            gate = Some(g);
+        }
+    }
+    assert_eq!(gate.unwrap().source, "permissions[globex-no-clock]");
+    assert!(
+        acme.dispatch(clock())
+            .await
+            .unwrap()
+            .into_inner()
+            .all_succeeded
+    );
+    let mut write_file = request(json!([
+        {"id": "w", "name": "scratch_write", "arguments": {"path": "plan.txt", "content": "acme only"}},
+        {"id": "e", "name": "echo", "arguments": {"remember": "acme"}},
+    ]));
+    write_file.session_id = "shared".into();
+    let written = acme.dispatch(write_file).await.unwrap().into_inner();
+    assert!(written.all_succeeded, "{:?}", written.results);
+    let mut read_file = request(json!([
+        {"id": "r", "name": "scratch_read", "arguments": {"path": "plan.txt"}},
+    ]));
+    read_file.session_id = "shared".into();
+    let read = globex
+        .dispatch(read_file.clone())
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!read.results[0].success, "globex must not read acme's file");
+    assert!(!read.results[0].content.contains("acme only"));
+    let read = acme.dispatch(read_file).await.unwrap().into_inner();
+    assert!(read.results[0].content.contains("acme only"));
+    let memory = |id: &str| pb::GetSessionMemoryRequest {
+        session_id: id.into(),
+    };
+    assert!(
+        !acme
+            .get_session_memory(memory("shared"))
+            .await
+            .unwrap()
+            .into_inner()
+            .entries
+            .is_empty()
+    );
+    let theirs = globex.get_session_memory(memory("shared")).await;
+    assert!(
+        theirs
+            .as_ref()
+            .map_or(true, |r| r.get_ref().entries.is_empty()),
+        "globex sees none of acme's memory: {theirs:?}"
+    );
+    let ended = globex
+        .end_session(pb::EndSessionRequest {
+            session_id: "shared".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let still = acme.get_session_memory(memory("shared")).await.unwrap();
+    assert!(
+        !still.into_inner().entries.is_empty(),
+        "ending globex's 'shared' ({ended:?}) left acme's"
+    );
+
+    // A batch without a session id runs in a session nobody can name.
+    let fresh = acme.dispatch(one_echo()).await.unwrap().into_inner();
+    assert!(fresh.session_id.starts_with("batch-") && fresh.session_id.len() == 6 + 32);
+    let mut named = one_echo();
+    named.session_id = fresh.session_id.clone();
+    let refused = acme.dispatch(named).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn grpcurl_sends_a_bearer_token_and_refusals_are_audited() {
+    let dir = scratch_dir("grpcurl-token");
+    let config = write(
+        &dir,
+        "toolgate.toml",
+        &format!(
+            "[auth]\nanonymous = \"none\"\n[[auth.tokens]]\nid = \"ci\"\ntenant = \"acme\"\nsha256 = \"{}\"\n",
+            sha256_hex("ci-secret")
+        ),
+    );
+    let server = Binary::start(&["--config", &config, "--log-format", "json"]);
+    let (ok, out) = grpcurl(
+        &["-plaintext", "-H", "authorization: Bearer ci-secret"],
+        &server.addr,
+        &["toolgate.v1.ToolGate/ListTools"],
+    );
+    assert!(ok && out.contains("\"echo\""), "{out}");
+    let (ok, out) = grpcurl(
+        &["-plaintext", "-H", "authorization: Bearer wrong"],
+        &server.addr,
+        &["toolgate.v1.ToolGate/ListTools"],
+    );
+    assert!(!ok && out.contains("Unauthenticated"), "{out}");
+    let (ok, out) = grpcurl(
+        &["-plaintext", "-H", "authorization: Bearer ci-secret"],
+        &server.addr,
+        &["toolgate.v1.ToolGate/GetToolHealth"],
+    );
+    assert!(!ok && out.contains("PermissionDenied"), "{out}");
+    // Health stays open for probes.
+    let (ok, out) = grpcurl(
+        &["-plaintext"],
+        &server.addr,
+        &["grpc.health.v1.Health/Check"],
+    );
+    assert!(ok && out.contains("SERVING"), "{out}");
+    let (status, log) = server.terminate();
+    assert!(status.success(), "{log}");
+    assert!(!log.contains("ci-secret"), "a token reached the log: {log}");
+    let audit: Vec<Value> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|l| l["target"] == "toolgate::audit")
+        .collect();
+    assert!(
+        audit
+            .iter()
+            .any(|l| l["fields"]["outcome"] == "unauthenticated"
+                && l["fields"]["rpc"] == "ListTools"),
+        "{audit:#?}"
+    );
+    assert!(
+        audit
+            .iter()
+            .any(|l| l["fields"]["outcome"] == "permission_denied"
+                && l["fields"]["identity"] == "ci"
+                && l["fields"]["tenant"] == "acme"),
+        "{audit:#?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_public_listener_needs_tls_or_an_explicit_insecure() {
+    let output = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["serve", "--listen", "0.0.0.0:0"])
+        .env_remove("TOOLGATE_CONFIG")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("not a loopback address and TLS is off"),
+        "{stderr}"
+    );
+    let dir = scratch_dir("public");
+    let config = write(
+        &dir,
+        "public.toml",
+        "[server]\nlisten = \"0.0.0.0:50051\"\ninsecure = true\n[remote_registration]\nenabled = true\n[auth]\nanonymous = \"any\"\n",
+    );
+    let output = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["check-config", &config])
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.status.success(), "{said}");
+    for warning in [
+        "auth.anonymous = \"any\"",
+        "serves plaintext",
+        "remote_registration.enabled on a non-loopback address",
+    ] {
+        assert!(said.contains(warning), "no warning {warning:?} in {said}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_newline_in_a_call_id_cannot_forge_a_text_log_line() {
+    let server = Binary::start_with(&[], &[("RUST_LOG", "debug")]);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let channel = connect(server.addr.parse().unwrap()).await;
+        let mut client = pb::tool_gate_client::ToolGateClient::new(channel);
+        client
+            .dispatch(request(json!([
+                {"id": "a\nFORGED fake line", "name": "echo"}
+            ])))
+            .await
+            .unwrap();
+    });
+    let (_, log) = server.terminate();
+    assert!(log.contains("FORGED"), "the id was logged at debug: {log}");
+    assert!(
+        !log.lines().any(|l| l.starts_with("FORGED")),
+        "a forged line: {log}"
+    );
+}
+
+#[tokio::test]
+async fn run_time_registration_cannot_run_other_programs_or_reach_protected_addresses() {
+    let config = toolgate::config::Config::from_toml(
+        r#"
+        [remote_registration]
+        enabled = true
+        [[remote_registration.commands]]
+        argv = ["python3", "/srv/mcp/server.py"]
+        env_keys = ["MCP_MODE"]
+        "#,
+    )
+    .unwrap();
+    let ts = start_with(config).await;
+    let register = |definition: Value| {
+        let mut client = ts.client.clone();
+        async move {
+            client
+                .register_remote(pb::RegisterRemoteRequest {
+                    definition: definition
+                        .as_object()
+                        .map(toolgate::grpc::convert::struct_from_json),
+                })
+                .await
+        }
+    };
+    for (why, definition) in [
+        (
+            "an allowlisted interpreter with other arguments",
+            json!({"name": "x", "kind": "mcp", "command": ["python3", "-c", "import os; os.system('id')"]}),
+        ),
+        (
+            "an env key the entry does not allow",
+            json!({"name": "x", "kind": "mcp", "command": ["python3", "/srv/mcp/server.py"],
+                   "env": {"PYTHONSTARTUP": "/tmp/evil.py"}}),
+        ),
+        (
+            "a working directory",
+            json!({"name": "x", "kind": "mcp", "command": ["python3", "/srv/mcp/server.py"], "cwd": "/tmp"}),
+        ),
+        (
+            "the cloud metadata address",
+            json!({"name": "x", "kind": "http", "url": "http://169.254.169.254/latest/meta-data/",
+                   "definition": {"name": "meta"}}),
+        ),
+        (
+            "another service on this host",
+            json!({"name": "x", "kind": "http", "url": "http://127.0.0.1:9464/metrics",
+                   "definition": {"name": "metrics"}}),
+        ),
+        (
+            "a worker on this host by name",
+            json!({"name": "x", "kind": "worker", "endpoint": "http://localhost:7001"}),
+        ),
+        (
+            "a file path from the request",
+            json!({"name": "x", "kind": "worker", "endpoint": "https://10.9.9.9:7001",
+                   "tls": {"ca_file": "/etc/shadow"}}),
+        ),
+        (
+            "redirects",
+            json!({"name": "x", "kind": "http", "url": "http://10.9.9.9/", "follow_redirects": true,
+                   "definition": {"name": "r"}}),
+        ),
+    ] {
+        let status = register(definition).await.unwrap_err();
+        assert_eq!(
+            status.code(),
+            tonic::Code::PermissionDenied,
+            "{why}: {status:?}"
+        );
+    }
+    assert!(
+        list_tools(&ts)
+            .await
+            .iter()
+            .all(|t| t.name != "metrics" && t.name != "r")
+    );
+}
+
+#[tokio::test]
+async fn http_tools_do_not_follow_redirects_unless_told() {
+    use axum::routing::post;
+    // /tool redirects to /elsewhere, which would answer "followed".
+    let app = axum::Router::new()
+        .route(
+            "/tool",
+            post(|| async { axum::response::Redirect::temporary("/elsewhere") }),
+        )
+        .route("/elsewhere", post(|| async { "followed" }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let remote = |name: &str, follow: bool| {
+        format!(
+            "[[remotes]]\nname = \"{name}\"\nkind = \"http\"\nurl = \"http://{addr}/tool\"\nfollow_redirects = {follow}\n[remotes.definition]\nname = \"{name}\"\n"
+        )
+    };
+    let config = toolgate::config::Config::from_toml(&format!(
+        "{}{}",
+        remote("strict", false),
+        remote("lenient", true)
+    ))
+    .unwrap();
+    let ts = start_with(config).await;
+    let result = dispatch(
+        &ts,
+        request(json!([{"id": "s", "name": "strict"}, {"id": "l", "name": "lenient"}])),
+    )
+    .await;
+    assert!(!result.results[0].success, "{:?}", result.results[0]);
+    assert!(!result.results[0].content.contains("followed"));
+    assert!(
+        result.results[1].success && result.results[1].content.contains("followed"),
+        "{:?}",
+        result.results[1]
+    );
+}
+
+/// A non-loopback address of this machine, if it has one (the source address towards a
+/// documentation address; nothing is sent).
+fn non_loopback_ip() -> Option<std::net::IpAddr> {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    socket.connect("192.0.2.1:9").ok()?;
+    let ip = socket.local_addr().ok()?.ip();
+    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
+}
+
+#[test]
+fn by_default_anonymous_callers_are_let_in_only_from_this_machine() {
+    let Some(ip) = non_loopback_ip() else {
+        eprintln!("skipped: this machine has no non-loopback address to connect from");
+        return;
+    };
+    let dir = scratch_dir("loopback-only");
+    let config = write(
+        &dir,
+        "public.toml",
+        "[server]\nlisten = \"0.0.0.0:0\"\ninsecure = true\n[admin]\nlisten = \"\"\n",
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["serve", "--config", &config])
+        .env_remove("TOOLGATE_CONFIG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let port = line.trim().rsplit(':').next().unwrap().to_owned();
+    let (ok, out) = grpcurl(
+        &["-plaintext"],
+        &format!("127.0.0.1:{port}"),
+        &["toolgate.v1.ToolGate/ListTools"],
+    );
+    assert!(ok, "from this machine: {out}");
+    let (ok, out) = grpcurl(
+        &["-plaintext"],
+        &format!("{ip}:{port}"),
+        &["toolgate.v1.ToolGate/ListTools"],
+    );
+    assert!(!ok && out.contains("Unauthenticated"), "from {ip}: {out}");
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
