@@ -36,7 +36,9 @@ COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certifica
 COPY --from=build /usr/local/bin/toolgate /usr/local/bin/toolgate
 # Inside a container the listeners must face the container's network, not its loopback. These
 # variables win over a mounted config file (TOOLGATE_CONFIG=/etc/toolgate/toolgate.toml);
-# any other key can be set the same way, TOOLGATE_<SECTION>__<KEY>.
+# any other key can be set the same way, TOOLGATE_<SECTION>__<KEY>. A non-loopback listener
+# needs TLS ([tls]) or an explicit server.insecure = true, and callers that are not on the
+# container's loopback need credentials ([auth]): the image decides neither for the operator.
 ENV TOOLGATE_LISTEN=0.0.0.0:50051 \
     TOOLGATE_ADMIN__LISTEN=0.0.0.0:9464
 # 50051: gRPC (toolgate.v1, health, reflection). 9464: admin HTTP (/metrics, /livez, /readyz).

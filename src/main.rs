@@ -109,6 +109,14 @@ fn health(args: HealthArgs) -> ExitCode {
     let addr = match args.addr {
         Some(addr) => addr,
         None => match Config::load(args.config.as_deref(), std::env::vars()) {
+            // The probe speaks plaintext; a TLS listener would fail it for the wrong reason.
+            Ok(config) if config.tls.enabled() => {
+                report_error(&format!(
+                    "{}: serves TLS, and toolgate health speaks plaintext: probe GET /livez on the admin listener instead",
+                    config.server.listen
+                ));
+                return ExitCode::FAILURE;
+            }
             // Validation has checked that the address parses.
             Ok(config) => match config.server.listen.parse() {
                 Ok(listen) => probe::local_target(listen).to_string(),

@@ -252,6 +252,7 @@ async fn health_command(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
         .env_remove("TOOLGATE_CONFIG")
         .env_remove("TOOLGATE_LISTEN")
         .env_remove("TOOLGATE_SERVER__LISTEN")
+        .env_remove("TOOLGATE_SERVER__INSECURE")
         .envs(env.iter().copied())
         .output()
         .await
@@ -276,8 +277,21 @@ async fn the_health_command_exits_0_for_a_serving_server_and_1_for_none() {
 
     // Without --addr it asks the configured address, on loopback for 0.0.0.0 (a container).
     let listen = format!("0.0.0.0:{}", ts.server.local_addr().port());
-    let (ok, printed) = health_command(&[], &[("TOOLGATE_LISTEN", &listen)]).await;
+    let env = [
+        ("TOOLGATE_LISTEN", listen.as_str()),
+        ("TOOLGATE_SERVER__INSECURE", "true"),
+    ];
+    let (ok, printed) = health_command(&[], &env).await;
     assert!(ok, "{printed}");
+
+    // A TLS listener is not probed in plaintext: the command says so instead of "unreachable".
+    let tls = [
+        ("TOOLGATE_TLS__CERT_FILE", "/etc/toolgate/cert.pem"),
+        ("TOOLGATE_TLS__KEY_FILE", "/etc/toolgate/key.pem"),
+    ];
+    let (ok, printed) = health_command(&[], &tls).await;
+    assert!(!ok);
+    assert!(printed.contains("serves TLS"), "{printed}");
 
     let (ok, printed) = health_command(&["--addr", &addr, "--service", "no.Such"], &[]).await;
     assert!(!ok);
