@@ -325,3 +325,112 @@ async fn the_health_command_exits_1_while_the_server_drains() {
     drop(stream);
     ts.server.wait().await.unwrap();
 }
+
+/// A gauge's value from the admin listener's `/metrics`.
+async fn gauge(ts: &TestServer, name: &str) -> f64 {
+    let admin = ts.server.admin_addr().expect("the admin listener is on");
+    let text = reqwest::get(format!("http://{admin}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find(|l| l.starts_with(name) && l.as_bytes().get(name.len()) == Some(&b' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_client_leaving_mid_batch_leaves_no_task_no_process_and_a_usable_session() {
+    let dir = std::env::temp_dir().join(format!("toolgate-disconnect-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pid_file = dir.join("hook.pid");
+    // A pre-tool hook on `sleep` that writes its pid and hangs: the call waits in it.
+    let config = Config::from_toml(&format!(
+        "[[hooks.command]]\nname = \"slow\"\ntools = \"sleep\"\ncommand = [\"sh\", \"-c\", \"echo $$ > {}; exec sleep 60\"]\ntimeout = \"120s\"",
+        pid_file.display()
+    ))
+    .unwrap();
+    let ts = start_with(config).await;
+    let mut first = request(json!([{"id": "e", "name": "echo", "arguments": {"n": 1}}]));
+    first.session_id = "kept".into();
+    assert!(dispatch(&ts, first).await.all_succeeded);
+    let baseline = gauge(&ts, "toolgate_runtime_tasks").await;
+
+    // A PARALLEL batch in the same session: one call in a tool, one in its hook's process.
+    let mut leaving = request(json!([
+        {"id": "w", "name": "wait_cancel"},
+        {"id": "s", "name": "sleep", "arguments": {"ms": 60000}},
+    ]));
+    leaving.session_id = "kept".into();
+    leaving.options = Some(pb::DispatchOptions {
+        mode: pb::dispatch_options::Mode::Parallel as i32,
+        ..Default::default()
+    });
+    let stream = ts
+        .client
+        .clone()
+        .dispatch_batch(leaving)
+        .await
+        .unwrap()
+        .into_inner();
+    let file = pid_file.clone();
+    eventually("the hook started", async || file.exists()).await;
+    let pid: u32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
+    let during = gauge(&ts, "toolgate_runtime_tasks").await;
+    assert!(
+        during > baseline,
+        "the batch runs tasks: {during} vs {baseline}"
+    );
+
+    drop(stream);
+    let flag = ts.saw_cancel.clone();
+    eventually("the running tool's token fires", async || {
+        flag.load(Ordering::SeqCst)
+    })
+    .await;
+    eventually("the hook's process is gone", async || {
+        !std::path::Path::new(&format!("/proc/{pid}")).exists()
+            || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .is_ok_and(|s| s.contains(") Z "))
+    })
+    .await;
+    let mut settled = f64::MAX;
+    for _ in 0..100 {
+        settled = gauge(&ts, "toolgate_runtime_tasks").await;
+        if settled <= baseline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        settled <= baseline,
+        "no task outlives the batch: {settled} vs {baseline} before it"
+    );
+    assert_eq!(gauge(&ts, "toolgate_batches_in_flight").await, 0.0);
+
+    // The session is consistent: its memory is intact and it serves the next batch.
+    let memory = ts
+        .client
+        .clone()
+        .get_session_memory(pb::GetSessionMemoryRequest {
+            session_id: "kept".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .entries;
+    assert_eq!(memory.len(), 1, "{memory:?}");
+    let mut next = request(json!([{"id": "e2", "name": "echo", "arguments": {"n": 2}}]));
+    next.session_id = "kept".into();
+    assert!(dispatch(&ts, next).await.all_succeeded);
+    let _ = std::fs::remove_dir_all(&dir);
+}
