@@ -97,11 +97,6 @@ impl Tracer {
         }
     }
 
-    /// Whether spans are recorded and exported at all.
-    pub fn is_on(&self) -> bool {
-        self.inner.is_some()
-    }
-
     /// The longest argument or result text spans carry, when content capture is on.
     pub fn content_chars(&self) -> Option<usize> {
         self.inner.as_ref().and_then(|on| on.content_chars)
@@ -213,14 +208,6 @@ impl Span {
     /// Ends the span now (later calls do nothing).
     pub fn end(&self) {
         self.cx.span().end();
-    }
-}
-
-/// Cuts a text put on a span to `max` characters, marking the cut.
-pub fn bounded(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((at, _)) => format!("{}…[truncated]", &text[..at]),
-        None => text.to_owned(),
     }
 }
 
@@ -351,11 +338,5 @@ mod tests {
         );
         assert!(fresh.span_context().is_valid() && !fresh.span_context().is_sampled());
         assert!(!fresh.is_recording());
-    }
-
-    #[test]
-    fn bounded_cuts_on_characters() {
-        assert_eq!(bounded("héllo", 10), "héllo");
-        assert_eq!(bounded("héllo", 2), "hé…[truncated]");
     }
 }

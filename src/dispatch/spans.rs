@@ -9,11 +9,12 @@ use opentelemetry::trace::SpanKind;
 use super::batch::{Batch, Mode, Outcome};
 use super::result::CallResult;
 use crate::calls::ToolCall;
+use crate::json::truncate_chars;
 use crate::middleware::Redactor;
 use crate::safety::breaker::Transition;
 use crate::safety::hooks::GateRecord;
 use crate::tools::registry::Registered;
-use crate::trace::{Span, Tracer, attr, bounded};
+use crate::trace::{Span, Tracer, attr};
 
 /// `gen_ai.operation.name` of every execution span.
 const EXECUTE_TOOL: &str = "execute_tool";
@@ -81,7 +82,10 @@ pub(super) fn arguments(span: &Span, tracer: &Tracer, redactor: &Redactor, canon
     if let Some(max) = tracer.content_chars() {
         span.set(|| {
             let text = redactor.redact(canonical);
-            vec![KeyValue::new(attr::TOOL_ARGUMENTS, bounded(&text, max))]
+            vec![KeyValue::new(
+                attr::TOOL_ARGUMENTS,
+                truncate_chars(&text, max),
+            )]
         });
     }
 }
@@ -98,7 +102,7 @@ pub(super) fn attempt_finished(span: &Span, tracer: &Tracer, result: &CallResult
         if let Some(max) = tracer.content_chars() {
             attributes.push(KeyValue::new(
                 attr::TOOL_RESULT,
-                bounded(&result.content, max),
+                truncate_chars(&result.content, max),
             ));
         }
         attributes
@@ -139,7 +143,7 @@ pub(super) fn gate_decisions(span: &Span, records: &[GateRecord], redactor: &Red
             vec![
                 KeyValue::new(attr::HOOK, record.source.clone()),
                 KeyValue::new(attr::VERDICT, record.decision.verdict()),
-                KeyValue::new(attr::REASON, bounded(&reason, max)),
+                KeyValue::new(attr::REASON, truncate_chars(&reason, max)),
             ]
         });
     }

@@ -92,8 +92,9 @@ impl Drop for Authenticator {
 }
 
 impl Authenticator {
-    /// Anyone is the local caller: for servers built without `[auth]` settings in code.
-    pub fn open() -> Self {
+    /// Anyone is the local caller (the service's unit tests).
+    #[cfg(test)]
+    pub(crate) fn open() -> Self {
         Authenticator {
             anonymous: Some(Caller::local()),
             anonymous_loopback_only: false,
