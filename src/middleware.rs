@@ -85,6 +85,9 @@ pub struct Invoked {
     /// A layer answered before the tool ran (permission, validation, quarantine, unknown tool):
     /// the attempt is not an execution.
     pub refused: bool,
+    /// The call timed out under a deadline the client set shorter than the tool's own (its
+    /// `options.call_timeout` or gRPC deadline): the client's impatience, not the tool's fault.
+    pub client_deadline: bool,
 }
 
 impl Invoked {
@@ -95,6 +98,7 @@ impl Invoked {
             truncated: false,
             gates: Vec::new(),
             refused: false,
+            client_deadline: false,
         }
     }
 

@@ -42,6 +42,9 @@ pub struct CallResult {
     pub duration: Duration,
     pub cached: bool,
     pub truncated: bool,
+    /// A TIMEOUT under a deadline the client cut below the tool's own: neutral for the tool's
+    /// health and breaker. Not on the wire.
+    pub client_deadline: bool,
 }
 
 impl CallResult {
@@ -74,6 +77,7 @@ impl CallResult {
             duration: Duration::ZERO,
             cached: false,
             truncated: false,
+            client_deadline: false,
         }
     }
 

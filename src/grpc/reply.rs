@@ -140,6 +140,7 @@ mod tests {
             duration: Duration::ZERO,
             cached: false,
             truncated: false,
+            client_deadline: false,
         }
     }
 

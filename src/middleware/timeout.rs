@@ -1,5 +1,6 @@
 //! The per-call deadline: the request's call timeout, else the tool's, else the default, never
-//! past the request deadline. On expiry the tool's token fires and its future is dropped.
+//! past the request deadline. On expiry the tool's token fires and its future is dropped; an
+//! expiry under a deadline the client cut below the tool's own is marked as the client's.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -64,15 +65,21 @@ where
     }
 
     fn call(&mut self, inv: Invocation) -> Self::Future {
-        let configured = inv
-            .requested_timeout
-            .or_else(|| self.per_tool.get(&inv.tool).copied())
+        let own = self
+            .per_tool
+            .get(&inv.tool)
+            .copied()
             .unwrap_or(self.default);
+        let configured = inv.requested_timeout.unwrap_or(own);
         // Never past the gRPC deadline: the client would not wait for the answer anyway.
         let limit = match inv.deadline {
             Some(deadline) => configured.min(deadline.saturating_duration_since(Instant::now())),
             None => configured,
         };
+        // A deadline the client cut below the tool's own: its expiry says nothing about the
+        // tool, so it must not count against the tool's health (and trip its breaker for every
+        // other caller).
+        let client_deadline = limit < own;
         let mut inv = inv;
         // The tool learns its deadline, so a remote tool can pass it on to the remote side.
         inv.ctx.deadline = Some(Instant::now() + limit);
@@ -85,7 +92,9 @@ where
                 Err(_) => {
                     token.cancel();
                     let message = format!("Tool '{tool}' timed out after {}", readable(limit));
-                    Ok(Invoked::error(ErrorClass::Timeout, message))
+                    let mut invoked = Invoked::error(ErrorClass::Timeout, message);
+                    invoked.client_deadline = client_deadline;
+                    Ok(invoked)
                 }
             }
         })

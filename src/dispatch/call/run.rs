@@ -132,6 +132,7 @@ impl Step<'_> {
         };
         result.cached = invoked.cached;
         result.truncated = invoked.truncated;
+        result.client_deadline = invoked.client_deadline;
         result
     }
 

@@ -416,6 +416,9 @@ fn health_outcome(result: &CallResult) -> HealthOutcome {
     }
     match result.error_class {
         ErrorClass::None => HealthOutcome::Success(result.duration),
+        // The client's own short deadline passed: nothing learned about the tool, and one
+        // impatient caller must not open the breaker for everyone.
+        ErrorClass::Timeout if result.client_deadline => HealthOutcome::Neutral,
         ErrorClass::ToolError | ErrorClass::Timeout | ErrorClass::Transport | ErrorClass::Panic => {
             HealthOutcome::Failure(result.duration)
         }

@@ -37,15 +37,47 @@ async fn a_timed_out_call_gets_its_post_and_the_batch_goes_on() {
 
 #[tokio::test(start_paused = true)]
 async fn timeouts_of_a_read_only_tool_are_retried_until_the_breaker_refuses() {
-    let h = harness("timeout-retry", "", vec![], None);
-    let mut b = batch(json!([{"id": "s", "name": "sleep", "arguments": {"ms": 5000}}]));
-    b.options.call_timeout = Some(Duration::from_millis(100));
+    let h = harness(
+        "timeout-retry",
+        "[per_tool.sleep]\ntimeout = \"100ms\"",
+        vec![],
+        None,
+    );
+    let b = batch(json!([{"id": "s", "name": "sleep", "arguments": {"ms": 5000}}]));
     let (report, kinds) = run(&h, b).await;
     // Three timeouts open the breaker (threshold 3); the third retry is refused, not retried.
     let r = &report.results[0];
     assert_eq!((r.error_class, r.attempts), (ErrorClass::CircuitOpen, 3));
     assert_eq!(kinds.iter().filter(|k| k.starts_with("retry:")).count(), 3);
     assert!(kinds.contains(&"breaker:sleep:Closed->Open".to_owned()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn timeouts_under_a_deadline_the_client_cut_short_leave_the_breaker_closed() {
+    // The tool's own deadline is 60 s; a client asking for 100 ms times out, again and again,
+    // without opening the breaker every other caller of the tool depends on.
+    let h = harness("client-deadline", "", vec![], None);
+    for n in 0..3 {
+        let mut b = batch(json!([{"id": "s", "name": "sleep", "arguments": {"ms": 5000 + n}}]));
+        b.options.call_timeout = Some(Duration::from_millis(100));
+        let (report, kinds) = run(&h, b).await;
+        let r = &report.results[0];
+        assert_eq!(
+            (r.error_class, r.attempts),
+            (ErrorClass::Timeout, 4),
+            "{kinds:?}"
+        );
+        assert!(
+            !kinds.iter().any(|k| k.starts_with("breaker:")),
+            "{kinds:?}"
+        );
+    }
+    let (report, _) = run(
+        &h,
+        batch(json!([{"id": "s", "name": "sleep", "arguments": {"ms": 1}}])),
+    )
+    .await;
+    assert!(report.results[0].success, "{:?}", report.results[0]);
 }
 
 #[tokio::test(start_paused = true)]

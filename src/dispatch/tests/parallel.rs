@@ -155,13 +155,11 @@ async fn a_hard_error_cancels_running_siblings_and_skips_the_rest() {
 async fn concurrent_calls_share_one_half_open_probe() {
     let h = parallel_harness(
         "par-probe",
-        "[breaker]\nfailure_threshold = 1\ncooldown = \"10s\"",
+        "[breaker]\nfailure_threshold = 1\ncooldown = \"10s\"\n[per_tool.keyed]\ntimeout = \"20ms\"",
     );
     let fail =
         json!([{"id": "f", "name": "keyed", "arguments": {"safe": true, "ms": 5000, "n": 0}}]);
-    let mut b = batch(fail);
-    b.options.call_timeout = Some(Duration::from_millis(10));
-    run(&h, b).await; // one TIMEOUT opens the breaker (keyed is not retried)
+    run(&h, batch(fail)).await; // one TIMEOUT opens the breaker (keyed is not retried)
     tokio::time::advance(Duration::from_secs(10)).await;
     let calls: Vec<Value> = (1..=4)
         .map(|n| json!({"id": format!("c{n}"), "name": "keyed", "arguments": {"safe": true, "ms": 10, "n": n}}))
