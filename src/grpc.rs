@@ -7,7 +7,7 @@ mod batch_stream;
 pub mod codec;
 pub mod convert;
 pub mod probe;
-mod reply;
+pub mod reply;
 mod rpc_span;
 pub(crate) mod server;
 mod service;
