@@ -9,7 +9,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use regex::{Captures, Regex, RegexSet};
+use regex::{Regex, RegexSet};
 use serde_json::Value;
 use tower::{Layer, Service};
 
@@ -323,28 +323,43 @@ impl Rule {
         let Some(confirm) = self.confirm else {
             return self.re.replace_all(text, self.replacement.as_str());
         };
+        // By hand rather than `replace_all`: a match the check turns down must not hide the
+        // matches that overlap it. In `x_token:a_b_token:s3cr3t...` the first candidate's value
+        // (`a_b_token`, a name) is the second candidate's key, so the search resumes where the
+        // turned-down value starts, not after it (a second pass would otherwise find the secret
+        // the first one skipped).
+        let mut out = String::new();
         let mut replaced_any = false;
-        let out = self.re.replace_all(text, |caps: &Captures<'_>| {
-            let mut out = String::new();
-            let Some(found) = caps.get(0) else {
-                return out;
-            };
+        let mut copied = 0;
+        let mut at = 0;
+        while let Some(caps) = self.re.captures_at(text, at) {
+            let Some(found) = caps.get(0) else { break };
             let start = caps.name("k").map_or(found.start(), |k| k.end());
             let end = caps.name("t").map_or(found.end(), |t| t.start());
             if confirm(text.get(start..end).unwrap_or_default()) {
+                out.push_str(&text[copied..found.start()]);
                 caps.expand(&self.replacement, &mut out);
                 replaced_any = true;
+                copied = found.end();
+                at = found.end();
             } else {
-                out.push_str(found.as_str());
+                // Past the match's start, at the latest where its value begins.
+                let next_char = text[found.start()..]
+                    .chars()
+                    .next()
+                    .map_or(1, char::len_utf8);
+                at = start.max(found.start() + next_char);
             }
-            out
-        });
-        // Matches the check turned down leave the text as it was, borrowed.
-        if replaced_any {
-            out
-        } else {
-            Cow::Borrowed(text)
+            if at >= text.len() {
+                break;
+            }
         }
+        // Matches the check turned down leave the text as it was, borrowed.
+        if !replaced_any {
+            return Cow::Borrowed(text);
+        }
+        out.push_str(&text[copied..]);
+        Cow::Owned(out)
     }
 }
 

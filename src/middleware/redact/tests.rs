@@ -8,6 +8,21 @@ fn check(input: &str, expected: &str) {
     assert_eq!(r.redact(input), expected);
 }
 
+/// Found by the `redact` fuzz target: a candidate the check turned down hid the candidate that
+/// overlaps it, so a second pass redacted what the first one had left.
+#[test]
+fn a_turned_down_match_does_not_hide_the_secret_that_overlaps_it() {
+    check(
+        "x_token:a_b_token:s3cr3tV4lu3abcdefgh12",
+        "x_token:a_b_token:[REDACTED:api_key_kv]",
+    );
+    let r = Redactor::new(&[], true).unwrap();
+    let crash = "O\u{0}\u{0}\u{0}ZZZZZZZZ\u{0}\u{0}\u{0}\u{0}\u{0}\u{0}\u{0}\u{0}\u{0}\u{0}\u{0}\u{0}\u{0}\u{0}\u{0}\u{0}\u{0}\u{0}\u{0}\u{0}99999lqiib_tgit:38/7lppr_tokestgit:38/7lppr_tokes_secret_ke55-awrOyrawemkeyr_tgithub7zbpkkkObpulumi_token:_secrrmOmi_token:_secr_secret_ke55-awrOyrawemkeyr_tgithub7zbpkkkObpulumi_token:_secrrmOmi_token:_secrrkokeykkr\u{5}r";
+    let once = r.redact(crash).into_owned();
+    assert_eq!(r.redact(&once), once, "redaction is stable");
+    assert!(once.contains("mi_token:[REDACTED:api_key_kv]"), "{once}");
+}
+
 #[test]
 fn every_builtin_kind_is_redacted() {
     check(
