@@ -3,6 +3,7 @@
 //! problems in another; then validation, so every problem comes back at once.
 
 use std::path::Path;
+use std::sync::OnceLock;
 
 use serde::de::DeserializeOwned;
 use toml::Table;
@@ -16,7 +17,7 @@ impl Config {
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Config, ConfigError> {
         let mut problems = Vec::new();
-        let mut table = parse_toml(DEFAULT_TOML, "embedded default", &mut problems);
+        let mut table = default_table(&mut problems);
         if let Some(path) = file {
             match std::fs::read_to_string(path) {
                 Ok(text) => {
@@ -33,7 +34,7 @@ impl Config {
     /// Parses a TOML document on top of the embedded default, without the environment.
     pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
         let mut problems = Vec::new();
-        let mut table = parse_toml(DEFAULT_TOML, "embedded default", &mut problems);
+        let mut table = default_table(&mut problems);
         merge(&mut table, parse_toml(text, "config", &mut problems));
         finish(table, problems)
     }
@@ -47,6 +48,27 @@ fn finish(table: Table, mut problems: Vec<String>) -> Result<Config, ConfigError
         Ok(config)
     } else {
         Err(ConfigError { problems })
+    }
+}
+
+/// The embedded default as a table, parsed once: it is mostly comments, and parsing it was most
+/// of the cost of reading a small config (every `Config::default()`, every fuzz input).
+fn default_table(problems: &mut Vec<String>) -> Table {
+    static PARSED: OnceLock<Result<Table, String>> = OnceLock::new();
+    let parsed = PARSED.get_or_init(|| {
+        let mut problems = Vec::new();
+        let table = parse_toml(DEFAULT_TOML, "embedded default", &mut problems);
+        match problems.pop() {
+            None => Ok(table),
+            Some(problem) => Err(problem),
+        }
+    });
+    match parsed {
+        Ok(table) => table.clone(),
+        Err(problem) => {
+            problems.push(problem.clone());
+            Table::new()
+        }
     }
 }
 
