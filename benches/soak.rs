@@ -20,7 +20,7 @@
 //! counts the MCP server processes left behind. Output is markdown on stdout; the exit status is
 //! non-zero when a call was lost, a reply was wrong, toolgate exited badly or a child was left.
 //!
-//! One file of about 900 lines because a bench target is one file; its parts are marked.
+//! One file of about 1,300 lines because a bench target is one file; its parts are marked.
 
 use std::collections::BTreeMap;
 use std::error::Error;
@@ -248,6 +248,9 @@ async fn soak(cli: Cli) -> Result<bool, BoxError> {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let survivors = processes_running(&cli.everything);
     worker.kill().await;
+    // A panic anywhere in toolgate is logged (and isolated); the soak wants none.
+    let log = std::fs::read_to_string(cli.work.join("toolgate.log")).unwrap_or_default();
+    let panics = log.lines().filter(|l| l.contains("panic")).count();
 
     let ok = write_report(Report {
         cli: &cli,
@@ -260,6 +263,7 @@ async fn soak(cli: Cli) -> Result<bool, BoxError> {
         exit,
         exited_after,
         survivors,
+        panics,
     });
     Ok(ok)
 }
@@ -679,6 +683,88 @@ impl Scenario {
             _ => Scenario::Deadline,
         }
     }
+
+    /// The calls of one batch of this scenario; ids and tokens unique in the run.
+    fn calls(self, rng: &mut Rng, task: usize, seq: u64) -> Vec<Call> {
+        let mut kinds = Vec::new();
+        match self {
+            Scenario::Echo8 => kinds.extend([Kind::Echo; 8]),
+            Scenario::Mixed => {
+                kinds.extend([
+                    Kind::Echo,
+                    Kind::Worker,
+                    Kind::Mcp,
+                    Kind::HttpOk,
+                    Kind::Echo,
+                ]);
+                if rng.below(4) == 0 {
+                    kinds.push(Kind::HttpFail);
+                }
+                if rng.below(20) == 0 {
+                    kinds.push(Kind::HttpHang);
+                }
+            }
+            Scenario::CallTimeout => kinds.extend([Kind::SleepTimeout, Kind::Echo]),
+            Scenario::Disconnect | Scenario::Deadline => {
+                kinds.extend([Kind::Echo, Kind::SleepLong, Kind::Echo]);
+            }
+        }
+        kinds
+            .into_iter()
+            .enumerate()
+            .map(|(i, kind)| {
+                let token = format!("t{task}-{seq}-{i}-{}", rng.below(1_000_000));
+                let id = format!("c{task}-{seq}-{i}");
+                Call {
+                    kind,
+                    element: element(kind, &id, &token, rng.next()),
+                    id,
+                    token,
+                }
+            })
+            .collect()
+    }
+
+    /// The request for `calls`: a random mode and session, the scenario's deadlines; and
+    /// whether it goes as unary `Dispatch` and runs PARALLEL.
+    fn request(
+        self,
+        calls: &[Call],
+        rng: &mut Rng,
+    ) -> (tonic::Request<pb::DispatchBatchRequest>, bool, bool) {
+        let session = if rng.below(2) == 0 {
+            format!("soak-{}", rng.below(256))
+        } else {
+            String::new()
+        };
+        let parallel = self == Scenario::Disconnect || rng.below(2) == 0;
+        let unary = !matches!(self, Scenario::Disconnect) && rng.below(2) == 0;
+        let mut options = pb::DispatchOptions {
+            mode: if parallel {
+                pb::dispatch_options::Mode::Parallel as i32
+            } else {
+                pb::dispatch_options::Mode::Sequential as i32
+            },
+            ..Default::default()
+        };
+        if self == Scenario::CallTimeout {
+            options.call_timeout = Some(prost_types::Duration {
+                seconds: 0,
+                nanos: 50_000_000,
+            });
+        }
+        let body = pb::DispatchBatchRequest {
+            session_id: session,
+            calls: calls.iter().map(|c| value_from_json(&c.element)).collect(),
+            options: Some(options),
+            ..Default::default()
+        };
+        let mut request = tonic::Request::new(body);
+        if self == Scenario::Deadline {
+            request.set_timeout(Duration::from_millis(50));
+        }
+        (request, unary, parallel)
+    }
 }
 
 /// Counters shared by the client tasks.
@@ -724,74 +810,8 @@ async fn drive(
     while !phase.stop.load(Ordering::Relaxed) {
         seq += 1;
         let scenario = Scenario::pick(&mut rng);
-        let mut kinds = Vec::new();
-        match scenario {
-            Scenario::Echo8 => kinds.extend([Kind::Echo; 8]),
-            Scenario::Mixed => {
-                kinds.extend([
-                    Kind::Echo,
-                    Kind::Worker,
-                    Kind::Mcp,
-                    Kind::HttpOk,
-                    Kind::Echo,
-                ]);
-                if rng.below(4) == 0 {
-                    kinds.push(Kind::HttpFail);
-                }
-                if rng.below(20) == 0 {
-                    kinds.push(Kind::HttpHang);
-                }
-            }
-            Scenario::CallTimeout => kinds.extend([Kind::SleepTimeout, Kind::Echo]),
-            Scenario::Disconnect | Scenario::Deadline => {
-                kinds.extend([Kind::Echo, Kind::SleepLong, Kind::Echo]);
-            }
-        }
-        let calls: Vec<Call> = kinds
-            .into_iter()
-            .enumerate()
-            .map(|(i, kind)| {
-                let token = format!("t{task}-{seq}-{i}-{}", rng.below(1_000_000));
-                let id = format!("c{task}-{seq}-{i}");
-                Call {
-                    kind,
-                    element: element(kind, &id, &token, rng.next()),
-                    id,
-                    token,
-                }
-            })
-            .collect();
-        let session = if rng.below(2) == 0 {
-            format!("soak-{}", rng.below(256))
-        } else {
-            String::new()
-        };
-        let parallel = scenario == Scenario::Disconnect || rng.below(2) == 0;
-        let unary = !matches!(scenario, Scenario::Disconnect) && rng.below(2) == 0;
-        let mut options = pb::DispatchOptions {
-            mode: if parallel {
-                pb::dispatch_options::Mode::Parallel as i32
-            } else {
-                pb::dispatch_options::Mode::Sequential as i32
-            },
-            ..Default::default()
-        };
-        if scenario == Scenario::CallTimeout {
-            options.call_timeout = Some(prost_types::Duration {
-                seconds: 0,
-                nanos: 50_000_000,
-            });
-        }
-        let body = pb::DispatchBatchRequest {
-            session_id: session,
-            calls: calls.iter().map(|c| value_from_json(&c.element)).collect(),
-            options: Some(options),
-            ..Default::default()
-        };
-        let mut request = tonic::Request::new(body);
-        if scenario == Scenario::Deadline {
-            request.set_timeout(Duration::from_millis(50));
-        }
+        let calls = scenario.calls(&mut rng, task, seq);
+        let (request, unary, parallel) = scenario.request(&calls, &mut rng);
         let n = calls.len() as u64;
         let shutting_down = phase.shutting_down.load(Ordering::Relaxed);
         stats.sent.fetch_add(n, Ordering::Relaxed);
@@ -1136,6 +1156,8 @@ struct Report<'a> {
     exit: Option<std::process::ExitStatus>,
     exited_after: f64,
     survivors: Vec<i32>,
+    /// Lines of toolgate's log that mention a panic.
+    panics: usize,
 }
 
 /// Prints the report; whether the run passed.
@@ -1151,7 +1173,12 @@ fn write_report(r: Report<'_>) -> bool {
     let (lost, wrong) = (load(&s.lost), load(&s.wrong));
     let unaccounted = sent.saturating_sub(answered + abandoned + by_status + lost + wrong);
     let exit_ok = r.exit.is_some_and(|status| status.success());
-    let passed = lost == 0 && wrong == 0 && unaccounted == 0 && exit_ok && r.survivors.is_empty();
+    let passed = lost == 0
+        && wrong == 0
+        && unaccounted == 0
+        && exit_ok
+        && r.survivors.is_empty()
+        && r.panics == 0;
 
     report(&format!(
         "## Soak: {} s of load, {} client tasks over {} connections, then SIGTERM\n",
@@ -1243,13 +1270,14 @@ fn write_report(r: Report<'_>) -> bool {
     }
     report(&format!(
         "\n- SIGTERM with {} batches in flight; toolgate exited {} after {:.1} s; MCP server \
-         processes left: {}",
+         processes left: {}; log lines about a panic: {}",
         r.in_flight_at_sigterm,
         r.exit
             .map_or("(killed: no exit within 60 s)".to_owned(), |status| status
                 .to_string()),
         r.exited_after,
-        r.survivors.len()
+        r.survivors.len(),
+        r.panics
     ));
     let problems = s.problems.lock();
     if !problems.is_empty() {
