@@ -23,6 +23,22 @@ fn a_turned_down_match_does_not_hide_the_secret_that_overlaps_it() {
     assert!(once.contains("mi_token:[REDACTED:api_key_kv]"), "{once}");
 }
 
+/// Found by the `redact` fuzz target: two AWS keys glued together form one run too long to be a
+/// key; only once the first is replaced does the second stand alone. One call redacts both.
+#[test]
+fn redaction_is_stable_when_a_replacement_frees_the_next_secret() {
+    let r = Redactor::new(&[], true).unwrap();
+    let crash = "aws_secret_key:KKKKKKKKKKKKKKKKKKKKKKKKKKKKKKKKKKKObpulaws_secret_key:KKKKKKKKKKKKKKKKKKKKKKKKKKKCKKKKKKKKKKKKKKKKKKKKKKKKKKK_secrp\u{0}\u{0}\u{0}~miaws_secret_key:KKKKKKKKKKKKKKKKKKKKKKKObpulp\u{0}\u{0}\u{0}~mi_token:'KKK_token:'KKKKrm\u{0}baO\u{0}\u{0}\u{0}aws_secret_key:KKKKKKKKKKKKKKKKKKKKKKKKKKKKKKK_secrrm\u{0}baO\u{0}\u{0}\u{0}aws_secret_key:KKKKKKK_secrrmOabn--\u{1}\u{0}KK\u{0}\u{0}\u{0}\u{0}\u{0},aK\u{0}Kaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaanstok";
+    let once = r.redact(crash).into_owned();
+    assert_eq!(r.redact(&once), once, "redaction is stable");
+    assert!(
+        once.starts_with(
+            "aws_secret_key:[REDACTED:aws_secret_key]aws_secret_key:[REDACTED:aws_secret_key]"
+        ),
+        "{once}"
+    );
+}
+
 #[test]
 fn every_builtin_kind_is_redacted() {
     check(
