@@ -88,14 +88,20 @@ impl Redactor {
 
     /// How many markers of each known kind `output` carries.
     fn markers(&self, output: &ToolOutput) -> Vec<(usize, u64)> {
-        let mut counts = vec![0u64; self.kinds.len()];
+        // Almost every output has none: no allocation, one substring search per string.
+        let mut counts: Vec<(usize, u64)> = Vec::new();
         let mut count_in = |text: &str| {
-            for (at, _) in text.match_indices("[REDACTED:") {
-                let rest = &text[at + "[REDACTED:".len()..];
-                if let Some(end) = rest.find(']')
-                    && let Some(i) = self.kinds.iter().position(|k| k == &rest[..end])
-                {
-                    counts[i] += 1;
+            for (at, _) in text.match_indices(MARKER) {
+                let rest = &text[at + MARKER.len()..];
+                let Some(i) = rest
+                    .find(']')
+                    .and_then(|end| self.kinds.iter().position(|k| k == &rest[..end]))
+                else {
+                    continue;
+                };
+                match counts.iter_mut().find(|(j, _)| *j == i) {
+                    Some((_, n)) => *n += 1,
+                    None => counts.push((i, 1)),
                 }
             }
         };
@@ -111,10 +117,6 @@ impl Redactor {
             }
         }
         counts
-            .into_iter()
-            .enumerate()
-            .filter(|(_, n)| *n > 0)
-            .collect()
     }
 
     /// Redacts a tool's output and counts what was redacted, by kind (markers the output
@@ -125,7 +127,9 @@ impl Redactor {
             return;
         };
         let before = self.markers(output);
-        self.redact_output(output);
+        if !self.redact_output_changed(output) {
+            return;
+        }
         for (i, after) in self.markers(output) {
             let had = before.iter().find(|(j, _)| *j == i).map_or(0, |(_, n)| *n);
             if after > had {
@@ -245,25 +249,35 @@ impl Redactor {
 
     /// Redacts every string inside a JSON value.
     pub fn redact_value(&self, value: &mut Value) {
+        self.redact_value_changed(value);
+    }
+
+    /// `redact_value`, saying whether anything changed.
+    fn redact_value_changed(&self, value: &mut Value) -> bool {
         if !self.enabled {
-            return;
+            return false;
         }
         match value {
-            Value::String(s) => {
-                if let Cow::Owned(r) = self.redact(s) {
+            Value::String(s) => match self.redact(s) {
+                Cow::Owned(r) => {
                     *s = r;
+                    true
                 }
-            }
-            Value::Array(items) => items.iter_mut().for_each(|v| self.redact_value(v)),
+                Cow::Borrowed(_) => false,
+            },
+            Value::Array(items) => items
+                .iter_mut()
+                .fold(false, |changed, v| self.redact_value_changed(v) | changed),
             Value::Object(map) => self.redact_object(map),
-            _ => {}
+            _ => false,
         }
     }
 
     /// An object's values, its keys (a secret used as a key), the value of a field whose name
     /// says it holds a secret (`"api_key": "..."`, whatever the secret looks like), and the
     /// `value` of a `{"name": "api_key", "value": "..."}` pair.
-    fn redact_object(&self, map: &mut serde_json::Map<String, Value>) {
+    fn redact_object(&self, map: &mut serde_json::Map<String, Value>) -> bool {
+        let mut changed = false;
         let pair_is_secret = ["name", "key"].iter().any(|k| {
             map.get(*k)
                 .and_then(Value::as_str)
@@ -274,8 +288,9 @@ impl Redactor {
             match value {
                 Value::String(text) if named_secret && text.chars().count() >= SECRET_FIELD_MIN => {
                     *text = "[REDACTED:secret_field]".to_owned();
+                    changed = true;
                 }
-                other => self.redact_value(other),
+                other => changed |= self.redact_value_changed(other),
             }
         }
         // Every built-in secret format is at least 16 characters long: shorter keys are names.
@@ -287,6 +302,7 @@ impl Redactor {
                 Cow::Borrowed(_) => None,
             })
             .collect();
+        changed |= !renamed.is_empty();
         for (n, (old, mut new)) in renamed.into_iter().enumerate() {
             if let Some(value) = map.remove(&old) {
                 // Two secrets that redact alike keep both values.
@@ -296,27 +312,35 @@ impl Redactor {
                 map.insert(new, value);
             }
         }
+        changed
     }
 
     /// Redacts a tool output in place.
     pub fn redact_output(&self, output: &mut ToolOutput) {
-        match output {
-            ToolOutput::Text(text) => {
-                if let Cow::Owned(r) = self.redact(text) {
-                    *text = r;
-                }
+        self.redact_output_changed(output);
+    }
+
+    /// `redact_output`, saying whether anything changed.
+    fn redact_output_changed(&self, output: &mut ToolOutput) -> bool {
+        let mut changed = false;
+        let mut redact = |text: &mut String| {
+            if let Cow::Owned(r) = self.redact(text) {
+                *text = r;
+                changed = true;
             }
-            ToolOutput::Json(value) => self.redact_value(value),
+        };
+        match output {
+            ToolOutput::Text(text) => redact(text),
+            ToolOutput::Json(value) => return self.redact_value_changed(value),
             ToolOutput::Parts(parts) => {
                 for part in parts {
-                    if let ContentPart::Text(text) = part
-                        && let Cow::Owned(r) = self.redact(text)
-                    {
-                        *text = r;
+                    if let ContentPart::Text(text) = part {
+                        redact(text);
                     }
                 }
             }
         }
+        changed
     }
 }
 
@@ -380,6 +404,9 @@ impl Rule {
         Cow::Owned(out)
     }
 }
+
+/// What every replacement starts with.
+const MARKER: &str = "[REDACTED:";
 
 /// Passes `Redactor::redact` makes at most; a pass that changes nothing ends it sooner. Each pass
 /// only replaces text with shorter markers, and the fuzz target has found no text needing a third.
