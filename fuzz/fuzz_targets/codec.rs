@@ -13,9 +13,10 @@ use http_body::{Body, Frame};
 use libfuzzer_sys::fuzz_target;
 use tonic::Code;
 use tonic::codec::{Codec, Streaming};
+use toolgate::calls::extract_calls;
 use toolgate::config::Config;
 use toolgate::grpc::codec::ToolgateCodec;
-use toolgate::grpc::convert::{RequestRules, batch_from_request};
+use toolgate::grpc::convert::{RequestRules, batch_from_request, json_from_value};
 use toolgate::pb::{DispatchBatchRequest, DispatchEvent};
 
 /// A request body that hands out its bytes in the chunks the input chose.
@@ -60,8 +61,17 @@ fuzz_target!(|data: &[u8]| {
         };
         match next {
             Ok(Some(request)) => {
-                let elements = request.calls.len();
-                if let Ok(batch) = batch_from_request(request, &rules) {
+                let elements = match &request.assistant_message {
+                    Some(message) if request.calls.is_empty() => {
+                        json_from_value(message, rules.limits.max_json_depth, "m")
+                            .ok()
+                            .and_then(|m| extract_calls(&m).ok())
+                            .map(|calls| calls.len())
+                    }
+                    _ => Some(request.calls.len()),
+                };
+                if let (Ok(batch), Some(elements)) = (batch_from_request(request, &rules), elements)
+                {
                     assert_eq!(batch.calls.len(), elements);
                 }
             }

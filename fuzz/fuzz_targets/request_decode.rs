@@ -1,11 +1,13 @@
 //! The request path: protobuf bytes decoded as a `DispatchBatchRequest`, then converted under
-//! the default rules: never panics, and a converted batch has one call per request element.
+//! the default rules: never panics, and a converted batch has one call per request element (or
+//! per element found in the assistant message).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
+use toolgate::calls::extract_calls;
 use toolgate::config::Config;
-use toolgate::grpc::convert::{RequestRules, batch_from_request};
+use toolgate::grpc::convert::{RequestRules, batch_from_request, json_from_value};
 use toolgate::pb::DispatchBatchRequest;
 
 fuzz_target!(|data: &[u8]| {
@@ -17,8 +19,20 @@ fuzz_target!(|data: &[u8]| {
         limits: config.limits,
         dispatch: config.dispatch,
     };
-    let elements = request.calls.len();
-    if let Ok(batch) = batch_from_request(request, &rules) {
+    let elements = expected_calls(&request, &rules);
+    if let (Ok(batch), Some(elements)) = (batch_from_request(request, &rules), elements) {
         assert_eq!(batch.calls.len(), elements);
     }
 });
+
+/// The calls a request holds: its `calls`, or those its assistant message carries (items
+/// intake cannot place are answered too, as `INVALID_CALL`, so none is dropped silently).
+fn expected_calls(request: &DispatchBatchRequest, rules: &RequestRules) -> Option<usize> {
+    match &request.assistant_message {
+        Some(message) if request.calls.is_empty() => {
+            let message = json_from_value(message, rules.limits.max_json_depth, "m").ok()?;
+            extract_calls(&message).ok().map(|calls| calls.len())
+        }
+        _ => Some(request.calls.len()),
+    }
+}
