@@ -11,10 +11,11 @@
 //!
 //! Output is markdown on stdout; progress goes to stderr. `cargo bench` runs every bench target
 //! with `--bench`: that argument is ignored, and without a subcommand the driver exits at once.
-//! One file of about 700 lines because a bench target is one file; the `overhead` and `memory`
-//! parts are marked and share only the connection and output helpers.
+//! About 700 lines; the `overhead` and `memory` parts are marked and share only the connection
+//! and output helpers (`support/`, shared with `soak`).
 
-use std::error::Error;
+mod support;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -27,13 +28,13 @@ use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Map, Value, json};
 use tokio_stream::StreamExt;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use toolgate::grpc::convert::{struct_from_json, value_from_json};
 use toolgate::pb;
+
+use support::{BoxError, connect, progress, report};
 use toolgate::pb::tool_gate_client::ToolGateClient;
 use toolgate::pb::tool_worker_client::ToolWorkerClient;
-
-type BoxError = Box<dyn Error + Send + Sync>;
 
 #[derive(Parser)]
 #[command(
@@ -150,27 +151,6 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
-}
-
-/// The table on stdout (the script keeps it).
-#[allow(clippy::print_stdout)]
-fn report(line: &str) {
-    println!("{line}");
-}
-
-/// Progress and errors on stderr, so stdout stays a clean table.
-#[allow(clippy::print_stderr)]
-fn progress(line: &str) {
-    eprintln!("{line}");
-}
-
-async fn connect(addr: &str) -> Result<Channel, BoxError> {
-    let channel = Endpoint::from_shared(format!("http://{addr}"))?
-        .connect_timeout(Duration::from_secs(5))
-        .tcp_nodelay(true)
-        .connect()
-        .await?;
-    Ok(channel)
 }
 
 // ---------------------------------------------------------------------------------------------

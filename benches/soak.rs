@@ -20,10 +20,12 @@
 //! counts the MCP server processes left behind. Output is markdown on stdout; the exit status is
 //! non-zero when a call was lost, a reply was wrong, toolgate exited badly or a child was left.
 //!
-//! One file of about 1,300 lines because a bench target is one file; its parts are marked.
+//! About 1,300 lines, its parts marked; output and the connection are in `support/`, shared with
+//! `grpc_driver`.
+
+mod support;
 
 use std::collections::BTreeMap;
-use std::error::Error;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -38,12 +40,12 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::process::{Child, Command};
 use tokio_stream::StreamExt;
 use tonic::Code;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use toolgate::grpc::convert::value_from_json;
 use toolgate::pb;
-use toolgate::pb::tool_gate_client::ToolGateClient;
 
-type BoxError = Box<dyn Error + Send + Sync>;
+use support::{BoxError, connect, progress, report};
+use toolgate::pb::tool_gate_client::ToolGateClient;
 
 #[derive(Parser)]
 #[command(name = "soak", about = "a soak with injected faults for toolgate")]
@@ -118,18 +120,6 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
-}
-
-/// The report on stdout.
-#[allow(clippy::print_stdout)]
-fn report(line: &str) {
-    println!("{line}");
-}
-
-/// Progress on stderr.
-#[allow(clippy::print_stderr)]
-fn progress(line: &str) {
-    eprintln!("{line}");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -281,15 +271,6 @@ struct Faults {
     mcp_kills: u64,
     /// MCP kills due while no server process was running (toolgate was respawning it).
     mcp_absent: u64,
-}
-
-async fn connect(addr: &str) -> Result<Channel, BoxError> {
-    let channel = Endpoint::from_shared(format!("http://{addr}"))?
-        .connect_timeout(Duration::from_secs(5))
-        .tcp_nodelay(true)
-        .connect()
-        .await?;
-    Ok(channel)
 }
 
 fn config_text(cli: &Cli, worker_port: u16, http: std::net::SocketAddr) -> String {
