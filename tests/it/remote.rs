@@ -160,9 +160,19 @@ async fn a_worker_error_in_several_parts_reads_as_the_parts_text() {
 async fn a_slow_remote_call_is_cut_by_its_deadline_and_cancelled_on_the_worker() {
     let worker = PyWorker::start().await;
     let ts = start_with(worker.config(
-        "[per_tool.\"py.slow_count\"]\ntimeout = \"300ms\"\n[per_tool.\"py.slow_count\".retry]\nenabled = false",
+        "[per_tool.\"py.slow_count\"]\ntimeout = \"800ms\"\n[per_tool.\"py.slow_count\".retry]\nenabled = false",
     ))
     .await;
+    // Connect to the worker first: on a loaded machine the first call's connection can take
+    // longer than the deadline, and a call cut before it reached the worker is not one the
+    // worker can see cancelled. The deadline leaves the worker time to start counting; the
+    // count itself would take 5 s.
+    let warm = dispatch(
+        &ts,
+        request(json!([{"id": "w", "name": "py.cancellations"}])),
+    )
+    .await;
+    assert!(warm.results[0].success, "{:?}", warm.results[0]);
     let result = dispatch(
         &ts,
         request(
@@ -173,7 +183,7 @@ async fn a_slow_remote_call_is_cut_by_its_deadline_and_cancelled_on_the_worker()
     assert_eq!(class(&result.results[0]), ErrorClass::Timeout);
     assert_eq!(
         result.results[0].error,
-        "Tool 'py.slow_count' timed out after 300ms"
+        "Tool 'py.slow_count' timed out after 800ms"
     );
     eventually("the worker saw the call cancelled", async || {
         let check = dispatch(
