@@ -12,12 +12,11 @@ use std::sync::Arc;
 
 use opentelemetry_sdk::Resource;
 use tracing::{Event, Subscriber};
-use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::format::{Format, Writer};
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
 
-use crate::config::{LogConfig, LogFormat};
+use crate::config::{LogConfig, LogFormat, log_filter};
 use crate::middleware::Redactor;
 
 /// Installs the global subscriber; `RUST_LOG` wins over the configured level. Every line is
@@ -25,9 +24,10 @@ use crate::middleware::Redactor;
 /// line logged inside a span (an RPC, a batch, a tool execution) ends with its trace and span id.
 pub fn init(log: &LogConfig, redactor: Redactor) -> anyhow::Result<()> {
     let filter = match std::env::var("RUST_LOG") {
-        Ok(directives) if !directives.is_empty() => EnvFilter::try_new(directives)?,
-        _ => EnvFilter::try_new(&log.level)?,
-    };
+        Ok(directives) if !directives.is_empty() => log_filter(&directives),
+        _ => log_filter(&log.level),
+    }
+    .map_err(|e| anyhow::anyhow!("log filter: {e}"))?;
     // Colour codes only for a person at a terminal: in a file or a log shipper they are noise.
     let ansi = std::io::stderr().is_terminal();
     let builder = tracing_subscriber::fmt()

@@ -424,6 +424,17 @@ pub struct LogConfig {
     pub format: LogFormat,
 }
 
+/// The log filter of `directives` (`log.level`, or `RUST_LOG`). A field value in a directive
+/// (`target[span{field=value}]=level`) matches as plain text, not as a regular expression:
+/// tracing-subscriber builds a full DFA for such a pattern, which took seconds for a 366-byte
+/// value the config fuzzer found (and grows exponentially with it).
+pub fn log_filter(directives: &str) -> Result<tracing_subscriber::EnvFilter, String> {
+    tracing_subscriber::EnvFilter::builder()
+        .with_regex(false)
+        .parse(directives)
+        .map_err(|e| e.to_string())
+}
+
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AdminConfig {

@@ -191,9 +191,9 @@ impl Config {
                 ));
             }
         }
-        if tracing_subscriber::EnvFilter::try_new(&self.log.level).is_err() {
+        if let Err(e) = super::log_filter(&self.log.level) {
             p.push(format!(
-                "log.level: '{}' is not a valid log filter",
+                "log.level: '{}' is not a valid log filter: {e}",
                 self.log.level
             ));
         }
