@@ -269,7 +269,7 @@ fn log_filter_field_values_match_as_text_not_as_regexes() {
     assert!(log_filter("toolgate[batch{tool=a(}]=debug").is_ok());
     // The config fuzzer's input (`TOOLGATE_LOG__LEVEL`): compiled as regexes, its field values
     // took 5.7 s; as text the filter is built at once.
-    let level = "[+{+{i]]]]{0i]LOG__LEVEL[..{+{i]]]]{0i]]]]]]]mA=[F[et\u{18}rics_interval\0\0.\"\"\"...\"\"\"\u{8}too\r\r\"\"\"tt....\"\"\".....................tttttttttttttttt]t(.\0 \0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0]\"tt....[[permissions.rules]]................[...tttttttttttttttttt(.\0 \0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0]\"tt....\"\"\"...................\01\0#\0\0\0\0\u{8}\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0==[}}$\0\0\0\0\0\0\0\0\0\0\0\0\u{4}.\0\0\0\05{";
+    let level = "[+{+{i]]]]{0i]LOG__LEVEL[..{+{i]]]]{0i]]]]]]]mA=[F[et\u{18}rics_interval\x00\x00.\"\"\"...\"\"\"\u{8}too\r\r\"\"\"tt....\"\"\".....................tttttttttttttttt]t(.\x00 \x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00]\"tt....[[permissions.rules]]................[...tttttttttttttttttt(.\x00 \x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00]\"tt....\"\"\"...................\x001\x00#\x00\x00\x00\x00\u{8}\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00==[}}$\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\u{4}.\x00\x00\x00\x005{";
     assert!(log_filter(level).is_err());
     let err = Config::load(None, env(&[("TOOLGATE_LOG__LEVEL", level)])).unwrap_err();
     assert!(err.to_string().contains("log.level"), "{err}");
