@@ -55,6 +55,8 @@ pub struct Redactor {
 #[derive(Debug)]
 struct Rule {
     re: Regex,
+    /// `re` anchored at the start of the text: tried where a replacement just ended.
+    glued: Regex,
     /// A replacement template: `$k` and `$t` keep what the pattern captured around the secret.
     replacement: String,
     confirm: Option<Confirm>,
@@ -156,6 +158,7 @@ impl Redactor {
                 if group("t") { "${t}" } else { "" },
             );
             rules.push(Rule {
+                glued: anchored(&source).map_err(|e| format!("built-in pattern {kind}: {e}"))?,
                 re,
                 replacement,
                 confirm: pattern.confirm,
@@ -164,6 +167,7 @@ impl Redactor {
         for (kind, pattern) in custom {
             let re = Regex::new(pattern).map_err(|e| format!("redaction pattern '{kind}': {e}"))?;
             rules.push(Rule {
+                glued: anchored(pattern).map_err(|e| format!("redaction pattern '{kind}': {e}"))?,
                 re,
                 replacement: format!("[REDACTED:{kind}]"),
                 confirm: None,
@@ -361,55 +365,83 @@ fn strings_of(value: &Value, each: &mut impl FnMut(&str)) {
 
 impl Rule {
     /// The text with this rule's matches replaced (those its check confirms, if it has one).
+    ///
+    /// By hand rather than `replace_all`, for two reasons.
+    /// - A match the check turns down must not hide the matches that overlap it. In
+    ///   `x_token:a_b_token:s3cr3t...` the first candidate's value (`a_b_token`, a name) is the
+    ///   second candidate's key, so the search resumes where the turned-down value starts, not
+    ///   after it.
+    /// - Where a replacement ends, the output has a marker (ending in `]`, not a word
+    ///   character), so a match may start there even when the input's last secret character
+    ///   defeats its leading `\b`: glued secrets (`aws_secret_key:<key>aws_secret_key:<key>`)
+    ///   are all replaced in this one pass, not one more per pass.
+    ///
+    /// Either way a second redaction would otherwise find what the first one skipped.
     fn apply<'t>(&self, text: &'t str) -> Cow<'t, str> {
-        let Some(confirm) = self.confirm else {
-            return self.re.replace_all(text, self.replacement.as_str());
-        };
-        // By hand rather than `replace_all`: a match the check turns down must not hide the
-        // matches that overlap it. In `x_token:a_b_token:s3cr3t...` the first candidate's value
-        // (`a_b_token`, a name) is the second candidate's key, so the search resumes where the
-        // turned-down value starts, not after it (a second pass would otherwise find the secret
-        // the first one skipped).
         let mut out = String::new();
         let mut replaced_any = false;
-        let mut copied = 0;
-        let mut at = 0;
-        while let Some(caps) = self.re.captures_at(text, at) {
+        let (mut copied, mut at) = (0, 0);
+        let mut after_replacement = false;
+        while at <= text.len() {
+            let glued = match after_replacement {
+                true => text
+                    .get(at..)
+                    .and_then(|rest| self.glued.captures(rest))
+                    .map(|caps| (caps, at)),
+                false => None,
+            };
+            let Some((caps, base)) =
+                glued.or_else(|| self.re.captures_at(text, at).map(|caps| (caps, 0)))
+            else {
+                break;
+            };
             let Some(found) = caps.get(0) else { break };
-            let start = caps.name("k").map_or(found.start(), |k| k.end());
-            let end = caps.name("t").map_or(found.end(), |t| t.start());
-            if confirm(text.get(start..end).unwrap_or_default()) {
-                out.push_str(&text[copied..found.start()]);
+            let (found_start, found_end) = (base + found.start(), base + found.end());
+            let start = caps.name("k").map_or(found_start, |k| base + k.end());
+            let end = caps.name("t").map_or(found_end, |t| base + t.start());
+            let next_char = text
+                .get(found_start..)
+                .and_then(|rest| rest.chars().next())
+                .map_or(1, char::len_utf8);
+            let secret = text.get(start..end).unwrap_or_default();
+            if self.confirm.is_none_or(|confirm| confirm(secret)) {
+                out.push_str(text.get(copied..found_start).unwrap_or_default());
                 caps.expand(&self.replacement, &mut out);
                 replaced_any = true;
-                copied = found.end();
-                at = found.end();
+                copied = found_end;
+                // An empty match (a custom pattern can make one) must not hold the search.
+                after_replacement = found_end > found_start;
+                at = if after_replacement {
+                    found_end
+                } else {
+                    found_start + next_char
+                };
             } else {
                 // Past the match's start, at the latest where its value begins.
-                let next_char = text[found.start()..]
-                    .chars()
-                    .next()
-                    .map_or(1, char::len_utf8);
-                at = start.max(found.start() + next_char);
-            }
-            if at >= text.len() {
-                break;
+                after_replacement = false;
+                at = start.max(found_start + next_char);
             }
         }
         // Matches the check turned down leave the text as it was, borrowed.
         if !replaced_any {
             return Cow::Borrowed(text);
         }
-        out.push_str(&text[copied..]);
+        out.push_str(text.get(copied..).unwrap_or_default());
         Cow::Owned(out)
     }
+}
+
+/// `source` matched only at the start of the text.
+fn anchored(source: &str) -> Result<Regex, regex::Error> {
+    Regex::new(&format!("^(?:{source})"))
 }
 
 /// What every replacement starts with.
 const MARKER: &str = "[REDACTED:";
 
-/// Passes `Redactor::redact` makes at most; a pass that changes nothing ends it sooner. Each pass
-/// only replaces text with shorter markers, and the fuzz target has found no text needing a third.
+/// Passes `Redactor::redact` makes at most; a pass that changes nothing ends it sooner. A rule
+/// replaces glued secrets of its own kind in one pass; more passes are for a replacement by one
+/// rule that frees a secret for another, or for the bare-key scan.
 const MAX_PASSES: usize = 4;
 
 /// Shannon entropy in bits per character (characters, not bytes).
