@@ -12,6 +12,9 @@ fuzz_target!(|data: &[u8]| {
     let (toml, env) = text.split_once('\0').unwrap_or((text, ""));
     if let Ok(config) = Config::from_toml(toml) {
         assert!(config.validate().is_ok());
+        // What start-up does with a valid config next: its warnings and the dispatch policy.
+        let _ = config.warnings();
+        let _ = config.policy();
     }
     let vars: Vec<(String, String)> = env
         .lines()
