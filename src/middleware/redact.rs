@@ -383,12 +383,12 @@ impl Rule {
         let (mut copied, mut at) = (0, 0);
         let mut after_replacement = false;
         while at <= text.len() {
-            let glued = match after_replacement {
-                true => text
-                    .get(at..)
+            let glued = if after_replacement {
+                text.get(at..)
                     .and_then(|rest| self.glued.captures(rest))
-                    .map(|caps| (caps, at)),
-                false => None,
+                    .map(|caps| (caps, at))
+            } else {
+                None
             };
             let Some((caps, base)) =
                 glued.or_else(|| self.re.captures_at(text, at).map(|caps| (caps, 0)))
