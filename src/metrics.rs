@@ -9,7 +9,11 @@
 use std::time::Duration;
 
 use opentelemetry::KeyValue;
-use opentelemetry::metrics::{Counter, Histogram, Meter};
+use opentelemetry::metrics::{Histogram, Meter};
+
+use tally::{Spec, Tally};
+
+mod tally;
 
 /// The label for calls whose tool is not registered.
 pub const UNKNOWN_TOOL: &str = "unknown";
@@ -23,24 +27,26 @@ const SECONDS: &[f64] = &[
 /// Label keys (OpenTelemetry attribute names; Prometheus shows them with `_` for `.`).
 const TOOL: &str = "gen_ai.tool.name";
 const ERROR_TYPE: &str = "error.type";
+const OUTCOME: &str = "toolgate.outcome";
 
-/// Every instrument toolgate records into.
+/// Every instrument toolgate records into. Counters are tallies (atomics read at collection
+/// time); the two duration histograms are the SDK's.
 #[derive(Debug, Clone)]
 pub struct Metrics {
     execute_tool: Histogram<f64>,
-    calls: Counter<u64>,
-    batches: Counter<u64>,
+    calls: Tally,
+    batches: Tally,
     batch_duration: Histogram<f64>,
-    retries: Counter<u64>,
-    loop_detections: Counter<u64>,
-    breaker_transitions: Counter<u64>,
-    cache_hits: Counter<u64>,
-    truncations: Counter<u64>,
-    hook_decisions: Counter<u64>,
-    redactions: Counter<u64>,
-    remote_reconnects: Counter<u64>,
-    refusals: Counter<u64>,
-    spans_dropped: Counter<u64>,
+    retries: Tally,
+    loop_detections: Tally,
+    breaker_transitions: Tally,
+    cache_hits: Tally,
+    truncations: Tally,
+    hook_decisions: Tally,
+    redactions: Tally,
+    remote_reconnects: Tally,
+    refusals: Tally,
+    spans_dropped: Tally,
 }
 
 impl Default for Metrics {
@@ -52,11 +58,16 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new(meter: &Meter) -> Self {
-        let counter = |name: &'static str, description: &'static str| {
-            meter
-                .u64_counter(name)
-                .with_description(description)
-                .build()
+        let counter = |name, description, dynamic, fixed| {
+            Tally::new(
+                meter,
+                Spec {
+                    name,
+                    description,
+                    dynamic,
+                    fixed,
+                },
+            )
         };
         let seconds = |name: &'static str, description: &'static str| {
             meter
@@ -74,143 +85,144 @@ impl Metrics {
             calls: counter(
                 "toolgate.calls",
                 "Calls answered, by tool and error class (NONE for success)",
+                Some(TOOL),
+                Some("toolgate.error_class"),
             ),
-            batches: counter("toolgate.batches", "Batches finished, by outcome"),
+            batches: counter(
+                "toolgate.batches",
+                "Batches finished, by outcome",
+                None,
+                Some(OUTCOME),
+            ),
             batch_duration: seconds("toolgate.batch.duration", "Duration of batches, by outcome"),
-            retries: counter("toolgate.retries", "Retries scheduled, by tool"),
+            retries: counter(
+                "toolgate.retries",
+                "Retries scheduled, by tool",
+                Some(TOOL),
+                None,
+            ),
             loop_detections: counter(
                 "toolgate.loop.detections",
                 "Loop warnings and stops, by tool and level",
+                Some(TOOL),
+                Some("toolgate.level"),
             ),
             breaker_transitions: counter(
                 "toolgate.breaker.transitions",
                 "Circuit breaker changes, by tool and the state entered",
+                Some(TOOL),
+                Some("toolgate.state"),
             ),
             cache_hits: counter(
                 "toolgate.cache.hits",
                 "Calls answered from the result cache",
+                Some(TOOL),
+                None,
             ),
             truncations: counter(
                 "toolgate.output.truncations",
                 "Results cut by an output cap or the batch budget",
+                Some(TOOL),
+                None,
             ),
             hook_decisions: counter(
                 "toolgate.hook.decisions",
                 "Pre-tool hook and permission decisions, by source and verdict",
+                Some("toolgate.hook"),
+                Some("toolgate.verdict"),
             ),
-            redactions: counter("toolgate.redactions", "Secrets redacted, by kind"),
+            redactions: counter(
+                "toolgate.redactions",
+                "Secrets redacted, by kind",
+                Some("toolgate.kind"),
+                None,
+            ),
             remote_reconnects: counter(
                 "toolgate.remote.reconnects",
                 "Reconnections of lost remotes, by remote and result",
+                Some("toolgate.remote"),
+                Some("toolgate.result"),
             ),
             refusals: counter(
                 "toolgate.admission.refusals",
                 "Requests refused for capacity, by the capacity that was full",
+                None,
+                Some("toolgate.capacity"),
             ),
             spans_dropped: counter(
                 "toolgate.telemetry.spans.dropped",
                 "Finished spans not exported, by reason (queue_full, export_failed)",
+                None,
+                Some("toolgate.reason"),
             ),
         }
     }
 
     /// One execution of `tool` ended; `error_type` is its error class when it failed.
     pub fn execution(&self, tool: &str, error_type: Option<&'static str>, duration: Duration) {
-        let mut labels = vec![KeyValue::new(TOOL, tool.to_owned())];
-        if let Some(error) = error_type {
-            labels.push(KeyValue::new(ERROR_TYPE, error));
+        let tool = KeyValue::new(TOOL, tool.to_owned());
+        let seconds = duration.as_secs_f64();
+        match error_type {
+            Some(error) => self
+                .execute_tool
+                .record(seconds, &[tool, KeyValue::new(ERROR_TYPE, error)]),
+            None => self.execute_tool.record(seconds, &[tool]),
         }
-        self.execute_tool.record(duration.as_secs_f64(), &labels);
     }
 
     /// A call was answered with `class` (`NONE` for success).
     pub fn call(&self, tool: &str, class: &'static str) {
-        self.calls.add(
-            1,
-            &[
-                KeyValue::new(TOOL, tool.to_owned()),
-                KeyValue::new("toolgate.error_class", class),
-            ],
-        );
+        self.calls.add(tool, class, 1);
     }
 
     pub fn batch(&self, outcome: &'static str, duration: Duration) {
-        let labels = [KeyValue::new("toolgate.outcome", outcome)];
-        self.batches.add(1, &labels);
-        self.batch_duration.record(duration.as_secs_f64(), &labels);
+        self.batches.add("", outcome, 1);
+        self.batch_duration
+            .record(duration.as_secs_f64(), &[KeyValue::new(OUTCOME, outcome)]);
     }
 
     pub fn retry(&self, tool: &str) {
-        self.retries.add(1, &[KeyValue::new(TOOL, tool.to_owned())]);
+        self.retries.add(tool, "", 1);
     }
 
     pub fn loop_detected(&self, tool: &str, stop: bool) {
-        let level = if stop { "stop" } else { "warn" };
-        self.loop_detections.add(
-            1,
-            &[
-                KeyValue::new(TOOL, tool.to_owned()),
-                KeyValue::new("toolgate.level", level),
-            ],
-        );
+        self.loop_detections
+            .add(tool, if stop { "stop" } else { "warn" }, 1);
     }
 
     pub fn breaker_changed(&self, tool: &str, to: &'static str) {
-        self.breaker_transitions.add(
-            1,
-            &[
-                KeyValue::new(TOOL, tool.to_owned()),
-                KeyValue::new("toolgate.state", to),
-            ],
-        );
+        self.breaker_transitions.add(tool, to, 1);
     }
 
     pub fn cache_hit(&self, tool: &str) {
-        self.cache_hits
-            .add(1, &[KeyValue::new(TOOL, tool.to_owned())]);
+        self.cache_hits.add(tool, "", 1);
     }
 
     pub fn truncated(&self, tool: &str) {
-        self.truncations
-            .add(1, &[KeyValue::new(TOOL, tool.to_owned())]);
+        self.truncations.add(tool, "", 1);
     }
 
     /// A hook (or permission rule) named `source` decided `verdict`.
     pub fn hook_decision(&self, source: &str, verdict: &'static str) {
-        self.hook_decisions.add(
-            1,
-            &[
-                KeyValue::new("toolgate.hook", source.to_owned()),
-                KeyValue::new("toolgate.verdict", verdict),
-            ],
-        );
+        self.hook_decisions.add(source, verdict, 1);
     }
 
     pub fn redacted(&self, kind: &str, count: u64) {
-        self.redactions
-            .add(count, &[KeyValue::new("toolgate.kind", kind.to_owned())]);
+        self.redactions.add(kind, "", count);
     }
 
     pub fn remote_reconnect(&self, remote: &str, succeeded: bool) {
-        let result = if succeeded { "ok" } else { "failed" };
-        self.remote_reconnects.add(
-            1,
-            &[
-                KeyValue::new("toolgate.remote", remote.to_owned()),
-                KeyValue::new("toolgate.result", result),
-            ],
-        );
+        self.remote_reconnects
+            .add(remote, if succeeded { "ok" } else { "failed" }, 1);
     }
 
     /// `count` finished spans were not exported, for `reason`.
     pub fn spans_dropped(&self, reason: &'static str, count: u64) {
-        self.spans_dropped
-            .add(count, &[KeyValue::new("toolgate.reason", reason)]);
+        self.spans_dropped.add("", reason, count);
     }
 
     /// A request was refused because `capacity` was full.
     pub fn refused(&self, capacity: &'static str) {
-        self.refusals
-            .add(1, &[KeyValue::new("toolgate.capacity", capacity)]);
+        self.refusals.add("", capacity, 1);
     }
 }
