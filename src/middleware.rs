@@ -28,7 +28,7 @@ use crate::tools::{Catalog, ToolContext, ToolOutput};
 
 pub use cache::{Cache, CacheLayer, CacheRule, CacheScope, ResultCache};
 pub use core::Core;
-pub use output_cap::{Budget, OutputCap, OutputCapLayer, truncate_output};
+pub use output_cap::{Budget, Capped, OutputCap, OutputCapLayer, truncate_output};
 pub use permission::{Permission, PermissionLayer, PermissionRule, Verdict as PermissionVerdict};
 pub use redact::{Redact, RedactLayer, Redactor};
 pub use select::{Select, SelectLayer, select};
@@ -88,6 +88,9 @@ pub struct Invoked {
     /// The call timed out under a deadline the client set shorter than the tool's own (its
     /// `options.call_timeout` or gRPC deadline): the client's impatience, not the tool's fault.
     pub client_deadline: bool,
+    /// The output's content text, when the output cap (the outermost layer, so nothing changes
+    /// the output after it) already wrote it to measure it.
+    pub content: Option<String>,
 }
 
 impl Invoked {
@@ -99,6 +102,7 @@ impl Invoked {
             gates: Vec::new(),
             refused: false,
             client_deadline: false,
+            content: None,
         }
     }
 

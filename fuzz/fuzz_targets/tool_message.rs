@@ -91,6 +91,7 @@ fuzz_target!(|data: &[u8]| {
                     &r.call,
                     &r.call.name,
                     out.unwrap_or(ToolOutput::Text(String::new())),
+                    None,
                 ),
                 _ => CallResult::failed(
                     &r.call,

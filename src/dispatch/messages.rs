@@ -104,7 +104,12 @@ mod tests {
             shape: None,
         };
         vec![
-            CallResult::succeeded(&call(0, "a", false), "t", ToolOutput::Json(json!({"x": 1}))),
+            CallResult::succeeded(
+                &call(0, "a", false),
+                "t",
+                ToolOutput::Json(json!({"x": 1})),
+                None,
+            ),
             CallResult::refused(
                 &call(1, "call_1", true),
                 ErrorClass::UnknownTool,
@@ -169,6 +174,7 @@ mod tests {
                     data: "AAA=".into(),
                 },
             ]),
+            None,
         );
         let got = tool_messages(&[r], MessageFormat::Anthropic);
         assert_eq!(

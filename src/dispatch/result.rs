@@ -82,11 +82,17 @@ impl CallResult {
     }
 
     /// A call that ran and returned output.
-    pub fn succeeded(call: &ToolCall, tool: &str, output: ToolOutput) -> Self {
+    /// `content` is the output's text when a layer already wrote it.
+    pub fn succeeded(
+        call: &ToolCall,
+        tool: &str,
+        output: ToolOutput,
+        content: Option<String>,
+    ) -> Self {
         let mut result = CallResult::refused(call, ErrorClass::None, String::new());
         result.success = true;
         result.tool = tool.to_owned();
-        result.set_output(output);
+        result.set_output(output, content);
         result
     }
 
@@ -101,7 +107,7 @@ impl CallResult {
         let mut result = CallResult::refused(call, class, message);
         result.tool = tool.to_owned();
         if let Some(output) = output {
-            result.set_output(output);
+            result.set_output(output, None);
         }
         result
     }
@@ -145,11 +151,11 @@ impl CallResult {
             } else {
                 ToolOutput::Json(std::mem::take(&mut self.result))
             };
-            let (output, _, _) = crate::middleware::truncate_output(output, max_chars);
+            let capped = crate::middleware::truncate_output(output, max_chars);
             if had_output {
-                self.set_output(output);
+                self.set_output(capped.output, capped.content);
             } else {
-                self.content = output.text();
+                self.content = capped.content.unwrap_or_else(|| capped.output.text());
             }
             changed = true;
         }
@@ -175,8 +181,9 @@ impl CallResult {
             .sum()
     }
 
-    fn set_output(&mut self, output: ToolOutput) {
-        self.content = output.text();
+    /// Takes `output` as result and content; `content` is its text when already written.
+    fn set_output(&mut self, output: ToolOutput, content: Option<String>) {
+        self.content = content.unwrap_or_else(|| output.text());
         match output {
             ToolOutput::Text(text) => self.result = Value::String(text),
             ToolOutput::Json(value) => self.result = value,
@@ -215,7 +222,7 @@ mod tests {
 
     #[track_caller]
     fn check(output: ToolOutput, result: Value, content: &str) {
-        let r = CallResult::succeeded(&call(), "t", output);
+        let r = CallResult::succeeded(&call(), "t", output, None);
         assert_eq!(r.result, result);
         assert_eq!(r.content, content);
         assert!(r.success);

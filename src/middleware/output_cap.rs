@@ -76,11 +76,12 @@ impl<S> Layer<S> for OutputCapLayer {
     }
 }
 
-/// Cuts `text` to `max` characters including the marker; returns the text and whether it was cut.
-fn cut(text: &str, max: usize) -> (String, bool) {
+/// Cuts `text` to `max` characters including the marker; returns the text, whether it was cut
+/// and its length in characters. Text within the cap is returned as is, not copied.
+fn cut(text: String, max: usize) -> (String, bool, usize) {
     let total = text.chars().count();
     if total <= max {
-        return (text.to_owned(), false);
+        return (text, false, total);
     }
     // The marker's own length depends on the numbers in it; two passes settle it.
     let mut keep = max;
@@ -89,30 +90,58 @@ fn cut(text: &str, max: usize) -> (String, bool) {
         marker = format!("\n[truncated: {} of {total} characters cut]", total - keep);
         keep = max.saturating_sub(marker.chars().count());
     }
-    let head: String = text.chars().take(keep).collect();
-    if keep == 0 {
+    let text = if keep == 0 {
         // No room for the marker: the cap still holds.
-        return (marker.chars().take(max).collect(), true);
-    }
-    (format!("{head}{marker}"), true)
+        marker.chars().take(max).collect()
+    } else {
+        let head: String = text.chars().take(keep).collect();
+        format!("{head}{marker}")
+    };
+    let used = text.chars().count();
+    (text, true, used)
+}
+
+/// One output after its cap.
+#[derive(Debug)]
+pub struct Capped {
+    pub output: ToolOutput,
+    /// The cap cut it.
+    pub cut: bool,
+    /// Its length in characters of content.
+    pub used: usize,
+    /// Its content text when measuring it meant writing it (JSON within the cap), so the
+    /// result does not write it again.
+    pub content: Option<String>,
 }
 
 /// Caps one output at `max` characters of content; JSON that is cut becomes readable text.
-pub fn truncate_output(output: ToolOutput, max: usize) -> (ToolOutput, bool, usize) {
+pub fn truncate_output(output: ToolOutput, max: usize) -> Capped {
     match output {
         ToolOutput::Text(text) => {
-            let (text, cut_) = cut(&text, max);
-            let used = text.chars().count();
-            (ToolOutput::Text(text), cut_, used)
+            let (text, was_cut, used) = cut(text, max);
+            Capped {
+                output: ToolOutput::Text(text),
+                cut: was_cut,
+                used,
+                content: None,
+            }
         }
         ToolOutput::Json(value) => {
-            let content = content_of(&value);
-            let (text, was_cut) = cut(&content, max);
-            let used = text.chars().count();
+            let (text, was_cut, used) = cut(content_of(&value), max);
             if was_cut {
-                (ToolOutput::Text(text), true, used)
+                Capped {
+                    output: ToolOutput::Text(text),
+                    cut: true,
+                    used,
+                    content: None,
+                }
             } else {
-                (ToolOutput::Json(value), false, used)
+                Capped {
+                    output: ToolOutput::Json(value),
+                    cut: false,
+                    used,
+                    content: Some(text),
+                }
             }
         }
         ToolOutput::Parts(parts) => {
@@ -122,15 +151,20 @@ pub fn truncate_output(output: ToolOutput, max: usize) -> (ToolOutput, bool, usi
             for part in parts {
                 match part {
                     ContentPart::Text(text) => {
-                        let (text, was_cut) = cut(&text, left);
+                        let (text, was_cut, used) = cut(text, left);
                         any |= was_cut;
-                        left = left.saturating_sub(text.chars().count());
+                        left = left.saturating_sub(used);
                         out.push(ContentPart::Text(text));
                     }
                     image => out.push(image),
                 }
             }
-            (ToolOutput::Parts(out), any, max - left)
+            Capped {
+                output: ToolOutput::Parts(out),
+                cut: any,
+                used: max - left,
+                content: None,
+            }
         }
     }
 }
@@ -168,11 +202,12 @@ where
             };
             if let Some(output) = output {
                 let taken = std::mem::replace(output, ToolOutput::Text(String::new()));
-                let (capped, was_cut, used) = truncate_output(taken, max);
-                *output = capped;
-                invoked.truncated |= was_cut;
+                let capped = truncate_output(taken, max);
+                *output = capped.output;
+                invoked.truncated |= capped.cut;
+                invoked.content = capped.content;
                 if let Some(b) = &budget {
-                    b.spend(used);
+                    b.spend(capped.used);
                 }
             }
             Ok(invoked)
@@ -187,23 +222,24 @@ mod tests {
 
     #[test]
     fn cuts_at_characters_and_the_marker_fits_the_cap() {
-        let (text, was_cut) = cut(&"é".repeat(200), 100);
+        let (text, was_cut, used) = cut("é".repeat(200), 100);
         assert!(was_cut);
         assert_eq!(text.chars().count(), 100);
+        assert_eq!(used, 100);
         assert!(text.starts_with('é'));
         assert!(text.ends_with("characters cut]"), "{text}");
         assert!(text.contains("of 200 characters cut"), "{text}");
-        assert_eq!(cut("short", 100), ("short".to_owned(), false));
-        let (tiny, _) = cut(&"x".repeat(50), 5);
+        assert_eq!(cut("short".into(), 100), ("short".to_owned(), false, 5));
+        let (tiny, _, _) = cut("x".repeat(50), 5);
         assert_eq!(tiny.chars().count(), 5);
     }
 
     #[test]
     fn cut_json_stays_readable_and_parts_share_the_cap() {
-        let (out, was_cut, _) =
-            truncate_output(ToolOutput::Json(json!({"data": "x".repeat(500)})), 100);
-        assert!(was_cut);
-        let ToolOutput::Text(text) = out else {
+        let capped = truncate_output(ToolOutput::Json(json!({"data": "x".repeat(500)})), 100);
+        assert!(capped.cut);
+        assert_eq!(capped.content, None);
+        let ToolOutput::Text(text) = capped.output else {
             panic!("cut JSON becomes text")
         };
         assert!(text.starts_with("{\"data\":\"xxx"));
@@ -215,12 +251,22 @@ mod tests {
             },
             ContentPart::Text("b".repeat(80)),
         ];
-        let (out, was_cut, used) = truncate_output(ToolOutput::Parts(parts), 100);
-        assert!(was_cut);
-        assert!(used <= 100);
-        let ToolOutput::Parts(parts) = out else {
+        let capped = truncate_output(ToolOutput::Parts(parts), 100);
+        assert!(capped.cut);
+        assert!(capped.used <= 100);
+        let ToolOutput::Parts(parts) = capped.output else {
             panic!("parts")
         };
         assert!(matches!(parts[1], ContentPart::Image { .. }));
+    }
+
+    #[test]
+    fn json_within_the_cap_stays_json_and_hands_on_the_text_it_measured() {
+        let value = json!({"b": [1, 2], "a": "é"});
+        let capped = truncate_output(ToolOutput::Json(value.clone()), 100);
+        assert!(!capped.cut);
+        assert_eq!(capped.used, r#"{"a":"é","b":[1,2]}"#.chars().count());
+        assert_eq!(capped.content.as_deref(), Some(content_of(&value).as_str()));
+        assert!(matches!(capped.output, ToolOutput::Json(v) if v == value));
     }
 }

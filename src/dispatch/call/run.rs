@@ -122,7 +122,7 @@ impl Step<'_> {
             return CallResult::failed(call, tool, ErrorClass::Cancelled, message, None);
         };
         let mut result = match invoked.reply {
-            Reply::Output(output) => CallResult::succeeded(call, tool, output),
+            Reply::Output(output) => CallResult::succeeded(call, tool, output, invoked.content),
             Reply::Error {
                 class,
                 message,
