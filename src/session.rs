@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::{Mutex, MutexGuard};
@@ -107,6 +107,11 @@ impl Session {
     /// The loop-detection window (lock poisoning cannot fail a call: the state is kept).
     pub fn detector(&self) -> MutexGuard<'_, LoopDetector> {
         self.detector.lock()
+    }
+
+    /// Whether `remember` keeps anything: memory is on and the session is named.
+    pub fn keeps_memory(&self) -> bool {
+        self.memory_entries > 0
     }
 
     /// Remembers a successful call as `tool={name}; input={…}; result={…}`.
@@ -344,7 +349,13 @@ impl Sessions {
             ephemeral,
             detector: Mutex::new(LoopDetector::new(self.limits.loop_window)),
             memory: Mutex::new(VecDeque::new()),
-            memory_entries: self.limits.memory_entries,
+            // Memory is read only through GetSession, which never finds an ephemeral session:
+            // one would keep entries nobody can read.
+            memory_entries: if ephemeral {
+                0
+            } else {
+                self.limits.memory_entries
+            },
             last_used: Mutex::new(now),
             in_use: AtomicUsize::new(0),
             stamp: AtomicU64::new(0),
@@ -361,15 +372,31 @@ fn key(tenant: &str, id: &str) -> String {
 /// The id of a batch's own session: the prefix and 128 random bits, from the operating system's
 /// source. Without one (it does not fail on Linux) the clock and a counter keep ids unique,
 /// though guessable.
+/// A fresh session's id: unique in this process (a counter) and unlike any other process's (a
+/// seed drawn once). No request can address it (`validate_session_id` refuses the prefix), so it
+/// needs no randomness of its own: a `getrandom` call per batch was a system call per batch.
 fn ephemeral_id() -> String {
-    crate::tools::unguessable_name(EPHEMERAL_PREFIX).unwrap_or_else(|_| {
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        format!("{EPHEMERAL_PREFIX}{:016x}{n:016x}", crate::hash::mix(nanos))
-    })
+    static SEED: OnceLock<u64> = OnceLock::new();
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let seed = *SEED.get_or_init(|| {
+        let mut bytes = [0u8; 8];
+        match getrandom::fill(&mut bytes) {
+            Ok(()) => u64::from_le_bytes(bytes),
+            Err(_) => std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64),
+        }
+    });
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let mut id = String::with_capacity(EPHEMERAL_PREFIX.len() + 32);
+    id.push_str(EPHEMERAL_PREFIX);
+    for word in [crate::hash::mix(seed ^ n), n] {
+        for shift in (0..16).rev() {
+            let digit = (word >> (shift * 4)) & 0xf;
+            id.push(char::from(b"0123456789abcdef"[digit as usize]));
+        }
+    }
+    id
 }
 
 /// A session left the map: its directory goes now, or when its last batch releases it.

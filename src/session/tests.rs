@@ -193,6 +193,32 @@ async fn memory_is_bounded_and_cut_by_characters() {
     sessions.remove_all();
 }
 
+#[test]
+fn ephemeral_ids_are_distinct_and_cannot_be_requested() {
+    let ids: std::collections::BTreeSet<String> = (0..1000).map(|_| ephemeral_id()).collect();
+    assert_eq!(ids.len(), 1000);
+    for id in &ids {
+        let digits = id.strip_prefix(EPHEMERAL_PREFIX).unwrap();
+        assert_eq!(digits.len(), 32, "{id}");
+        assert!(digits.bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
+        assert!(validate_session_id(id).is_err(), "{id}");
+    }
+}
+
+#[tokio::test]
+async fn an_ephemeral_session_keeps_no_memory() {
+    let sessions = Sessions::new(base("ephemeral-memory"), true, SessionLimits::default());
+    let fresh = sessions.open("default", "");
+    assert!(!fresh.keeps_memory());
+    fresh.remember("a", "{}", "1");
+    assert!(fresh.memory().is_empty());
+    let named = sessions.open("default", "n");
+    assert!(named.keeps_memory());
+    sessions.release(&fresh);
+    sessions.release(&named);
+    sessions.remove_all();
+}
+
 #[tokio::test]
 async fn a_full_session_holds_its_bounds_and_no_more() {
     use crate::safety::detector::{Operation, Thresholds};

@@ -304,7 +304,7 @@ impl Step<'_> {
     /// is redacted here.
     pub fn remember(&self, guard: &LoopGuard<'_>, result: &CallResult) {
         let p = self.scope.pipeline;
-        if result.success && p.policy.memory_enabled {
+        if result.success && p.policy.memory_enabled && self.scope.session.keeps_memory() {
             let input_text = p.redactor.redact(&guard.input);
             self.scope
                 .session
