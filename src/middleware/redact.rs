@@ -216,13 +216,14 @@ impl Redactor {
     /// One pass of every rule, the bare AWS key scan and the entropy heuristic.
     fn redact_once<'t>(&self, text: &'t str) -> Cow<'t, str> {
         let mut out = Cow::Borrowed(text);
-        if let Some(any) = &self.any {
-            let hits = any.matches(text);
-            if hits.matched_any() {
-                for index in hits.iter() {
-                    if let Cow::Owned(replaced) = self.rules[index].apply(&out) {
-                        out = Cow::Owned(replaced);
-                    }
+        // `is_match` stops at the first hit and needs no per-pattern set: most texts are clean,
+        // and only a text that holds something learns which rules matched.
+        if let Some(any) = &self.any
+            && any.is_match(text)
+        {
+            for index in any.matches(text).iter() {
+                if let Cow::Owned(replaced) = self.rules[index].apply(&out) {
+                    out = Cow::Owned(replaced);
                 }
             }
         }
