@@ -1,6 +1,8 @@
 //! JSON ⇄ the protobuf well-known `Value` and `Struct`: the one conversion every protobuf
 //! boundary shares (the public API, the worker protocol, the hook protocol).
 
+use std::fmt::Display;
+
 use prost_types::value::Kind;
 use serde_json::{Map, Number, Value};
 
@@ -24,49 +26,45 @@ const MAX_EXACT_INTEGER: f64 = 9_007_199_254_740_992.0;
 
 /// A protobuf `Value` as JSON, refused (with a message naming `path`) past `max_depth` levels
 /// of nesting or for a number that is not finite. Integral numbers within ±2^53 become JSON
-/// integers.
+/// integers. Takes the value: its strings and keys move into the JSON, uncopied.
 pub fn to_json_within(
-    value: &prost_types::Value,
+    value: prost_types::Value,
     max_depth: usize,
-    path: &str,
+    path: &dyn Display,
 ) -> Result<Value, String> {
     convert_value(value, max_depth, 0, path)
 }
 
 /// A protobuf `Struct` as a JSON object, under the same rules as `to_json_within`.
 pub fn struct_to_json_within(
-    value: &prost_types::Struct,
+    value: prost_types::Struct,
     max_depth: usize,
-    path: &str,
+    path: &dyn Display,
 ) -> Result<Map<String, Value>, String> {
-    match convert_struct(value, max_depth, 1, path)? {
-        Value::Object(map) => Ok(map),
-        _ => Ok(Map::new()),
-    }
+    convert_struct(value, max_depth, 1, path)
 }
 
 fn convert_value(
-    value: &prost_types::Value,
+    value: prost_types::Value,
     max_depth: usize,
     depth: usize,
-    path: &str,
+    path: &dyn Display,
 ) -> Result<Value, String> {
-    let too_deep = || format!("{path} nests deeper than {max_depth} levels");
-    Ok(match &value.kind {
+    Ok(match value.kind {
         None | Some(Kind::NullValue(_)) => Value::Null,
-        Some(Kind::BoolValue(b)) => Value::Bool(*b),
-        Some(Kind::StringValue(s)) => Value::String(s.clone()),
+        Some(Kind::BoolValue(b)) => Value::Bool(b),
+        Some(Kind::StringValue(s)) => Value::String(s),
         Some(Kind::NumberValue(n)) => {
-            json_number(*n).ok_or_else(|| format!("{path} holds a number that is not finite"))?
+            json_number(n).ok_or_else(|| format!("{path} holds a number that is not finite"))?
         }
-        Some(Kind::StructValue(s)) => convert_struct(s, max_depth, depth + 1, path)?,
+        Some(Kind::StructValue(s)) => Value::Object(convert_struct(s, max_depth, depth + 1, path)?),
         Some(Kind::ListValue(list)) => {
             if depth + 1 > max_depth {
-                return Err(too_deep());
+                return Err(format!("{path} nests deeper than {max_depth} levels"));
             }
             let items = list
                 .values
-                .iter()
+                .into_iter()
                 .map(|v| convert_value(v, max_depth, depth + 1, path))
                 .collect::<Result<Vec<_>, _>>()?;
             Value::Array(items)
@@ -75,19 +73,19 @@ fn convert_value(
 }
 
 fn convert_struct(
-    value: &prost_types::Struct,
+    value: prost_types::Struct,
     max_depth: usize,
     depth: usize,
-    path: &str,
-) -> Result<Value, String> {
+    path: &dyn Display,
+) -> Result<Map<String, Value>, String> {
     if depth > max_depth {
         return Err(format!("{path} nests deeper than {max_depth} levels"));
     }
     let mut map = Map::new();
-    for (key, member) in &value.fields {
-        map.insert(key.clone(), convert_value(member, max_depth, depth, path)?);
+    for (key, member) in value.fields {
+        map.insert(key, convert_value(member, max_depth, depth, path)?);
     }
-    Ok(Value::Object(map))
+    Ok(map)
 }
 
 fn json_number(n: f64) -> Option<Value> {
@@ -103,8 +101,13 @@ fn json_number(n: f64) -> Option<Value> {
 }
 
 /// A protobuf `Value` as JSON for clients (no depth limit beyond protobuf's own).
-pub fn to_json(value: &prost_types::Value) -> Value {
-    convert_value(value, usize::MAX, 0, "value").unwrap_or(Value::Null)
+pub fn to_json(value: prost_types::Value) -> Value {
+    convert_value(value, usize::MAX, 0, &"value").unwrap_or(Value::Null)
+}
+
+/// A protobuf `Struct` as a JSON object (no depth limit beyond protobuf's own).
+pub fn struct_to_json(value: prost_types::Struct) -> Value {
+    convert_struct(value, usize::MAX, 1, &"value").map_or(Value::Null, Value::Object)
 }
 
 /// JSON as a protobuf `Value` (numbers become doubles).

@@ -63,7 +63,7 @@ fuzz_target!(|data: &[u8]| {
             Ok(Some(request)) => {
                 let elements = match &request.assistant_message {
                     Some(message) if request.calls.is_empty() => {
-                        json_from_value(message, rules.limits.max_json_depth, "m")
+                        json_from_value(message.clone(), rules.limits.max_json_depth, &"m")
                             .ok()
                             .and_then(|m| extract_calls(&m).ok())
                             .map(|calls| calls.len())

@@ -30,7 +30,8 @@ fuzz_target!(|data: &[u8]| {
 fn expected_calls(request: &DispatchBatchRequest, rules: &RequestRules) -> Option<usize> {
     match &request.assistant_message {
         Some(message) if request.calls.is_empty() => {
-            let message = json_from_value(message, rules.limits.max_json_depth, "m").ok()?;
+            let message =
+                json_from_value(message.clone(), rules.limits.max_json_depth, &"m").ok()?;
             extract_calls(&message).ok().map(|calls| calls.len())
         }
         _ => Some(request.calls.len()),

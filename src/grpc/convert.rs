@@ -15,7 +15,7 @@ use crate::dispatch::{
 };
 use crate::pb;
 use crate::protojson;
-pub use crate::protojson::{struct_from_json, to_json, value_from_json};
+pub use crate::protojson::{struct_from_json, struct_to_json, to_json, value_from_json};
 use crate::safety::breaker::BreakerState;
 use crate::safety::health::{HealthReport, Status};
 use crate::safety::hooks::Decision;
@@ -41,26 +41,34 @@ pub fn batch_from_request(
     request: pb::DispatchBatchRequest,
     rules: &RequestRules,
 ) -> Result<Batch, RequestError> {
-    if !request.session_id.is_empty() {
-        validate_session_id(&request.session_id).map_err(RequestError::Invalid)?;
+    let pb::DispatchBatchRequest {
+        session_id,
+        calls,
+        assistant_message,
+        context,
+        options,
+        turn,
+        bindings: requested_bindings,
+    } = request;
+    if !session_id.is_empty() {
+        validate_session_id(&session_id).map_err(RequestError::Invalid)?;
     }
-    let options = request.options.unwrap_or_default();
+    let options = options.unwrap_or_default();
     let (batch_options, max_calls) = options_from(&options, rules)?;
     let depth = rules.limits.max_json_depth;
-    let elements = match (request.calls.is_empty(), &request.assistant_message) {
+    let elements = match (calls.is_empty(), assistant_message) {
         (false, Some(_)) => {
             return Err(RequestError::Invalid(
                 "set either calls or assistant_message, not both".to_owned(),
             ));
         }
-        (_, None) => request
-            .calls
-            .iter()
+        (_, None) => calls
+            .into_iter()
             .enumerate()
-            .map(|(i, v)| json_from_value(v, depth, &format!("calls[{i}]")))
+            .map(|(i, v)| json_from_value(v, depth, &format_args!("calls[{i}]")))
             .collect::<Result<Vec<_>, _>>()?,
         (true, Some(message)) => {
-            let message = json_from_value(message, depth, "assistant_message")?;
+            let message = json_from_value(message, depth, &"assistant_message")?;
             calls::extract_calls(&message).map_err(RequestError::Invalid)?
         }
     };
@@ -70,26 +78,31 @@ pub fn batch_from_request(
             limit: max_calls,
         });
     }
-    let context = match &request.context {
-        Some(context) => json_from_struct(context, depth, "context")?,
+    let context = match context {
+        Some(context) => json_from_struct(context, depth, &"context")?,
         None => Map::new(),
     };
     let mut bindings = BTreeMap::new();
-    for (name, binding) in &request.bindings {
+    for (name, binding) in requested_bindings {
         if binding.tool.is_empty() {
             return Err(RequestError::Invalid(format!(
                 "bindings['{name}'].tool is required"
             )));
         }
-        let input = match &binding.input {
+        let input = match binding.input {
             Some(input) => {
-                let at = format!("bindings['{name}'].input");
+                let at = format_args!("bindings['{name}'].input");
                 Some(Value::Object(json_from_struct(input, depth, &at)?))
             }
             None => None,
         };
-        let tool = binding.tool.clone();
-        bindings.insert(name.clone(), Binding { tool, input });
+        bindings.insert(
+            name,
+            Binding {
+                tool: binding.tool,
+                input,
+            },
+        );
     }
     let received = calls::intake(
         &elements,
@@ -110,12 +123,12 @@ pub fn batch_from_request(
         }
     }
     Ok(Batch {
-        session_id: request.session_id,
+        session_id,
         calls: received,
         context,
         bindings,
         options: batch_options,
-        turn: request.turn,
+        turn,
         caller: std::sync::Arc::new(crate::identity::Caller::local()),
         trace: crate::trace::Span::none(),
     })
@@ -203,17 +216,17 @@ fn options_from(
 
 /// A protobuf `Value` as JSON, refused past `max_depth` levels of nesting.
 pub fn json_from_value(
-    value: &prost_types::Value,
+    value: prost_types::Value,
     max_depth: usize,
-    path: &str,
+    path: &dyn std::fmt::Display,
 ) -> Result<Value, RequestError> {
     protojson::to_json_within(value, max_depth, path).map_err(RequestError::Invalid)
 }
 
 fn json_from_struct(
-    value: &prost_types::Struct,
+    value: prost_types::Struct,
     max_depth: usize,
-    path: &str,
+    path: &dyn std::fmt::Display,
 ) -> Result<Map<String, Value>, RequestError> {
     protojson::struct_to_json_within(value, max_depth, path).map_err(RequestError::Invalid)
 }

@@ -290,9 +290,7 @@ impl ToolGate for ToolGateService {
         self.state.auth.authorize(&request, Rpc::RegisterRemote)?;
         self.registration_allowed()?;
         let definition = request.into_inner().definition.unwrap_or_default();
-        let definition = convert::to_json(&prost_types::Value {
-            kind: Some(prost_types::value::Kind::StructValue(definition)),
-        });
+        let definition = convert::struct_to_json(definition);
         let spec: RemoteSpec = serde_json::from_value(definition)
             .map_err(|e| RequestError::Invalid(format!("definition: {e}")))?;
         // A registration may start a program or reach an address: only what the policy allows.

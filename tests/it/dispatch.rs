@@ -267,7 +267,7 @@ async fn list_tools_describes_every_tool_with_its_source() {
         )),
     };
     assert_eq!(
-        toolgate::grpc::convert::to_json(&schema)["required"],
+        toolgate::grpc::convert::to_json(schema)["required"],
         json!(["ms"])
     );
     let fail = tools.iter().find(|t| t.name == "fail").unwrap();

@@ -164,7 +164,7 @@ impl ToolHooks for TestHooks {
                 response.reason = "long nap?".into();
             }
             "echo" => {
-                let mut input = to_json(&prost_types::Value {
+                let mut input = to_json(prost_types::Value {
                     kind: Some(prost_types::value::Kind::StructValue(
                         req.input.unwrap_or_default(),
                     )),

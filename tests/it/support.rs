@@ -176,7 +176,7 @@ pub async fn dispatch_stream(
 }
 
 pub fn json_of(value: &Option<prost_types::Value>) -> Value {
-    value.as_ref().map(to_json).unwrap_or(Value::Null)
+    value.clone().map_or(Value::Null, to_json)
 }
 
 pub fn messages_json(result: &pb::BatchResult) -> Value {
@@ -185,7 +185,7 @@ pub fn messages_json(result: &pb::BatchResult) -> Value {
             .messages
             .iter()
             .map(|m| {
-                to_json(&prost_types::Value {
+                to_json(prost_types::Value {
                     kind: Some(prost_types::value::Kind::StructValue(m.clone())),
                 })
             })

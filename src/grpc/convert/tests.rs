@@ -20,20 +20,20 @@ fn number(n: f64) -> prost_types::Value {
 
 #[test]
 fn integral_numbers_become_integers_within_two_to_the_53() {
-    assert_eq!(json_from_value(&number(2.0), 64, "x").unwrap(), json!(2));
-    assert_eq!(json_from_value(&number(-7.0), 64, "x").unwrap(), json!(-7));
-    assert_eq!(json_from_value(&number(2.5), 64, "x").unwrap(), json!(2.5));
+    assert_eq!(json_from_value(number(2.0), 64, &"x").unwrap(), json!(2));
+    assert_eq!(json_from_value(number(-7.0), 64, &"x").unwrap(), json!(-7));
+    assert_eq!(json_from_value(number(2.5), 64, &"x").unwrap(), json!(2.5));
     assert_eq!(
-        json_from_value(&number(9_007_199_254_740_992.0), 64, "x").unwrap(),
+        json_from_value(number(9_007_199_254_740_992.0), 64, &"x").unwrap(),
         json!(9_007_199_254_740_992_i64)
     );
     assert_eq!(
-        json_from_value(&number(1e20), 64, "x").unwrap(),
+        json_from_value(number(1e20), 64, &"x").unwrap(),
         json!(1e20)
     );
-    assert!(json_from_value(&number(f64::NAN), 64, "x").is_err());
+    assert!(json_from_value(number(f64::NAN), 64, &"x").is_err());
     assert_eq!(
-        json_from_value(&number(2.0), 64, "x").unwrap().to_string(),
+        json_from_value(number(2.0), 64, &"x").unwrap().to_string(),
         "2"
     );
 }
@@ -41,7 +41,7 @@ fn integral_numbers_become_integers_within_two_to_the_53() {
 #[test]
 fn round_trip_keeps_structure() {
     let original = json!({"a": [1, "two", null, {"b": true}], "c": 1.5});
-    let back = json_from_value(&value_from_json(&original), 64, "x").unwrap();
+    let back = json_from_value(value_from_json(&original), 64, &"x").unwrap();
     assert_eq!(back, original);
 }
 
@@ -55,8 +55,8 @@ fn nested(levels: usize) -> prost_types::Value {
 
 #[test]
 fn nesting_past_the_limit_is_invalid_argument() {
-    assert!(json_from_value(&nested(64), 64, "calls[0]").is_ok());
-    let err = json_from_value(&nested(65), 64, "calls[0]").unwrap_err();
+    assert!(json_from_value(nested(64), 64, &"calls[0]").is_ok());
+    let err = json_from_value(nested(65), 64, &"calls[0]").unwrap_err();
     assert_eq!(
         err,
         RequestError::Invalid("calls[0] nests deeper than 64 levels".into())

@@ -12,7 +12,7 @@ use crate::glob::glob_match;
 use crate::pb;
 use crate::pb::pre_tool_use_response::Decision as Wire;
 use crate::pb::tool_hooks_client::ToolHooksClient;
-use crate::protojson::{struct_from_json, to_json};
+use crate::protojson::{struct_from_json, struct_to_json};
 use crate::tools::BoxFuture;
 
 /// A hook served by a remote `ToolHooks` service.
@@ -103,9 +103,7 @@ impl Hook for GrpcHook {
                 }),
                 Ok(Wire::Ask) => Decision::Ask(reason.clone()),
                 Ok(Wire::Modify) => match response.modified_input {
-                    Some(s) => Decision::Modify(to_json(&prost_types::Value {
-                        kind: Some(prost_types::value::Kind::StructValue(s)),
-                    })),
+                    Some(s) => Decision::Modify(struct_to_json(s)),
                     None => return self.failed("MODIFY without modified_input"),
                 },
                 Err(_) => return self.failed(&format!("unknown decision {}", response.decision)),

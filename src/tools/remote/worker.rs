@@ -13,7 +13,7 @@ use super::tool::{Invoke, RemoteDefinition, RemoteTool, remote_timeout};
 use super::{RemoteError, RemoteSpec, Signal, Signals};
 use crate::pb;
 use crate::pb::tool_worker_client::ToolWorkerClient;
-use crate::protojson::{struct_from_json, to_json, value_from_json};
+use crate::protojson::{struct_from_json, struct_to_json, to_json, value_from_json};
 use crate::tools::{
     Annotations, BoxFuture, ContentPart, Progress, Tool, ToolContext, ToolError, ToolOutput,
 };
@@ -117,11 +117,7 @@ fn definition(prefix: &str, tool: pb::WorkerTool) -> RemoteDefinition {
     let annotations = tool.annotations.unwrap_or_default();
     let input_schema = tool
         .input_schema
-        .map(|s| {
-            to_json(&prost_types::Value {
-                kind: Some(prost_types::value::Kind::StructValue(s)),
-            })
-        })
+        .map(struct_to_json)
         .unwrap_or_else(|| serde_json::json!({"type": "object"}));
     RemoteDefinition {
         name: format!("{prefix}{}", tool.name),
@@ -169,18 +165,18 @@ fn from_status(remote: &str, status: &Status) -> ToolError {
 }
 
 /// The final result as a tool output: the structured result when set, else the content.
-fn output_of(result: &pb::InvokeResult) -> ToolOutput {
-    if let Some(structured) = &result.structured {
+fn output_of(result: pb::InvokeResult) -> ToolOutput {
+    if let Some(structured) = result.structured {
         return ToolOutput::Json(to_json(structured));
     }
     let parts = result
         .content
-        .iter()
-        .filter_map(|p| match &p.part {
-            Some(pb::content_part::Part::Text(t)) => Some(ContentPart::Text(t.clone())),
+        .into_iter()
+        .filter_map(|p| match p.part {
+            Some(pb::content_part::Part::Text(t)) => Some(ContentPart::Text(t)),
             Some(pb::content_part::Part::Image(i)) => Some(ContentPart::Image {
-                mime_type: i.mime_type.clone(),
-                data: i.data.clone(),
+                mime_type: i.mime_type,
+                data: i.data,
             }),
             None => None,
         })
@@ -190,9 +186,10 @@ fn output_of(result: &pb::InvokeResult) -> ToolOutput {
 
 /// The call's answer: the output, or for a result that is an error, a failure whose message is
 /// the text the output reads as.
-fn answer(result: &pb::InvokeResult) -> Result<ToolOutput, ToolError> {
+fn answer(result: pb::InvokeResult) -> Result<ToolOutput, ToolError> {
+    let (is_error, retryable) = (result.is_error, result.retryable);
     let output = output_of(result);
-    if !result.is_error {
+    if !is_error {
         return Ok(output);
     }
     let text = output.text();
@@ -201,11 +198,7 @@ fn answer(result: &pb::InvokeResult) -> Result<ToolOutput, ToolError> {
     } else {
         text
     });
-    Err(if result.retryable {
-        error.retryable()
-    } else {
-        error
-    })
+    Err(if retryable { error.retryable() } else { error })
 }
 
 impl Worker {
@@ -267,7 +260,7 @@ impl Worker {
                     // connection, past which it closes the worker's channel (ENHANCE_YOUR_CALM).
                     // Bounded: a worker that never ends its stream must not hold the answer.
                     let _ = tokio::time::timeout(TRAILERS_WAIT, stream.trailers()).await;
-                    return answer(&result);
+                    return answer(result);
                 }
                 None => {}
             }
@@ -310,7 +303,7 @@ mod tests {
 
     #[track_caller]
     fn check(result: pb::InvokeResult, message: &str) {
-        let error = answer(&result).unwrap_err();
+        let error = answer(result).unwrap_err();
         assert_eq!(error.message, message);
     }
 
