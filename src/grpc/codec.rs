@@ -1,11 +1,13 @@
 //! The ToolGate service codec: prost encoding, with undecodable requests reported as
 //! INVALID_ARGUMENT (a malformed or too deeply nested request is the client's error) instead of
-//! tonic-prost's INTERNAL.
+//! tonic-prost's INTERNAL, and replies written in one pass.
+
+use std::marker::PhantomData;
 
 use prost::Message;
 use tonic::Status;
-use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
-use tonic_prost::{ProstCodec, ProstDecoder, ProstEncoder};
+use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic_prost::{ProstCodec, ProstDecoder};
 
 /// `ProstCodec` with decode errors mapped to INVALID_ARGUMENT.
 #[derive(Debug, Clone, Default)]
@@ -19,6 +21,27 @@ pub struct ToolgateDecoder<U> {
     inner: ProstDecoder<U>,
 }
 
+/// Writes a reply with `encode_raw`. `ProstEncoder` calls `Message::encode`, which first walks
+/// the whole message for its length only to check the buffer's room; tonic's buffer grows as it
+/// is written (its room is `usize::MAX` less its length), so the check cannot fail and the walk
+/// was a second pass over every reply (~1.7k instructions for a one-call `BatchResult`).
+#[derive(Debug)]
+pub struct ToolgateEncoder<T>(PhantomData<T>);
+
+impl<T: Message> Encoder for ToolgateEncoder<T> {
+    type Item = T;
+    type Error = Status;
+
+    fn encode(&mut self, item: T, buf: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        item.encode_raw(buf);
+        Ok(())
+    }
+
+    fn buffer_settings(&self) -> BufferSettings {
+        BufferSettings::default()
+    }
+}
+
 impl<T, U> Codec for ToolgateCodec<T, U>
 where
     T: Message + Send + 'static,
@@ -26,11 +49,11 @@ where
 {
     type Encode = T;
     type Decode = U;
-    type Encoder = ProstEncoder<T>;
+    type Encoder = ToolgateEncoder<T>;
     type Decoder = ToolgateDecoder<U>;
 
     fn encoder(&mut self) -> Self::Encoder {
-        self.inner.encoder()
+        ToolgateEncoder(PhantomData)
     }
 
     fn decoder(&mut self) -> Self::Decoder {
