@@ -57,6 +57,9 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// The instruments on `meter`. One `Metrics` per meter provider: each registers its
+    /// counters' collection callbacks, so a second one on the same provider would report every
+    /// counter twice.
     pub fn new(meter: &Meter) -> Self {
         let counter = |name, description, dynamic, fixed| {
             Tally::new(
