@@ -3,11 +3,13 @@
 //! count (least recently used evicted first); a session in use by a batch is never evicted or
 //! removed.
 //! Invariant: two tenants using the same session id never share state, and a batch without a
-//! session id runs in a session no request can name (its id is `batch-` and 128 random bits, and
-//! client ids may not start with `batch-`). A session's scratch directory is
+//! session id runs in a session no request can name (its id is `batch-` and 128 bits of a keyed
+//! hash, and client ids may not start with `batch-`). A session's scratch directory is
 //! `<base>/toolgate-<128 random bits>/`, never derived from an id.
 
+use std::collections::hash_map::RandomState;
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::hash::BuildHasher;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -349,7 +351,7 @@ impl Sessions {
             ephemeral,
             detector: Mutex::new(LoopDetector::new(self.limits.loop_window)),
             memory: Mutex::new(VecDeque::new()),
-            // Memory is read only through GetSession, which never finds an ephemeral session:
+            // Memory is read only through GetSessionMemory, which never finds an ephemeral session:
             // one would keep entries nobody can read.
             memory_entries: if ephemeral {
                 0
@@ -369,28 +371,20 @@ fn key(tenant: &str, id: &str) -> String {
     format!("{tenant}/{id}")
 }
 
-/// The id of a batch's own session: the prefix and 128 random bits, from the operating system's
-/// source. Without one (it does not fail on Linux) the clock and a counter keep ids unique,
-/// though guessable.
-/// A fresh session's id: unique in this process (a counter) and unlike any other process's (a
-/// seed drawn once). No request can address it (`validate_session_id` refuses the prefix), so it
-/// needs no randomness of its own: a `getrandom` call per batch was a system call per batch.
+/// A fresh session's id: the prefix and 128 bits of a keyed hash (SipHash, its key drawn once per
+/// process) of a counter. As unguessable as the 128 random bits it replaced, which were a
+/// `getrandom` system call per batch, and it gives away neither the counter (how many batches the
+/// process served) nor other batches' ids. No request can address it (`validate_session_id`
+/// refuses the prefix).
 fn ephemeral_id() -> String {
-    static SEED: OnceLock<u64> = OnceLock::new();
+    static KEY: OnceLock<RandomState> = OnceLock::new();
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let seed = *SEED.get_or_init(|| {
-        let mut bytes = [0u8; 8];
-        match getrandom::fill(&mut bytes) {
-            Ok(()) => u64::from_le_bytes(bytes),
-            Err(_) => std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64),
-        }
-    });
+    let key = KEY.get_or_init(RandomState::new);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let mut id = String::with_capacity(EPHEMERAL_PREFIX.len() + 32);
     id.push_str(EPHEMERAL_PREFIX);
-    for word in [crate::hash::mix(seed ^ n), n] {
+    for half in [0u8, 1] {
+        let word = key.hash_one((n, half));
         for shift in (0..16).rev() {
             let digit = (word >> (shift * 4)) & 0xf;
             id.push(char::from(b"0123456789abcdef"[digit as usize]));
