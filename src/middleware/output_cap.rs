@@ -104,6 +104,7 @@ fn cut(text: String, max: usize) -> (String, bool, usize) {
 /// One output after its cap.
 #[derive(Debug)]
 pub struct Capped {
+    /// The output within the cap (cut JSON becomes text).
     pub output: ToolOutput,
     /// The cap cut it.
     pub cut: bool,
@@ -196,16 +197,19 @@ where
             if let Some(b) = &budget {
                 max = max.min(b.remaining());
             }
-            let output = match &mut invoked.reply {
-                Reply::Output(output) => Some(output),
-                Reply::Error { output, .. } => output.as_mut(),
+            let (output, succeeded) = match &mut invoked.reply {
+                Reply::Output(output) => (Some(output), true),
+                Reply::Error { output, .. } => (output.as_mut(), false),
             };
             if let Some(output) = output {
                 let taken = std::mem::replace(output, ToolOutput::Text(String::new()));
                 let capped = truncate_output(taken, max);
                 *output = capped.output;
                 invoked.truncated |= capped.cut;
-                invoked.content = capped.content;
+                // Read back only for a success (`answer`); a failure with output is rare.
+                if succeeded {
+                    invoked.content = capped.content;
+                }
                 if let Some(b) = &budget {
                     b.spend(capped.used);
                 }
