@@ -118,7 +118,7 @@ impl Session {
 
     /// Remembers a successful call as `tool={name}; input={…}; result={…}`.
     pub fn remember(&self, tool: &str, input: &str, result: &str) {
-        if self.memory_entries == 0 {
+        if !self.keeps_memory() {
             return;
         }
         let fields =
@@ -381,16 +381,8 @@ fn ephemeral_id() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let key = KEY.get_or_init(RandomState::new);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let mut id = String::with_capacity(EPHEMERAL_PREFIX.len() + 32);
-    id.push_str(EPHEMERAL_PREFIX);
-    for half in [0u8, 1] {
-        let word = key.hash_one((n, half));
-        for shift in (0..16).rev() {
-            let digit = (word >> (shift * 4)) & 0xf;
-            id.push(char::from(b"0123456789abcdef"[digit as usize]));
-        }
-    }
-    id
+    let (high, low) = (key.hash_one((n, 0u8)), key.hash_one((n, 1u8)));
+    format!("{EPHEMERAL_PREFIX}{high:016x}{low:016x}")
 }
 
 /// A session left the map: its directory goes now, or when its last batch releases it.
