@@ -2,27 +2,37 @@
 
 /// Whether `name` matches `pattern` as a whole.
 pub fn glob_match(pattern: &str, name: &str) -> bool {
+    // Tool names and patterns are ASCII in practice: match their bytes without collecting
+    // characters (two allocations per match, several matches per call). `?` is one character,
+    // so anything else goes through chars.
+    if pattern.is_ascii() && name.is_ascii() {
+        return match_units(pattern.as_bytes(), name.as_bytes(), b'*', b'?');
+    }
     let p: Vec<char> = pattern.chars().collect();
     let n: Vec<char> = name.chars().collect();
-    // Iterative matching with backtracking to the last `*`: linear in practice, no recursion.
+    match_units(&p, &n, '*', '?')
+}
+
+/// Iterative matching with backtracking to the last `*`: linear in practice, no recursion.
+fn match_units<T: Copy + PartialEq>(p: &[T], n: &[T], star: T, one: T) -> bool {
     let (mut pi, mut ni) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
+    let mut back: Option<(usize, usize)> = None;
     while ni < n.len() {
-        if pi < p.len() && (p[pi] == '?' || p[pi] == n[ni]) {
+        if pi < p.len() && (p[pi] == one || p[pi] == n[ni]) {
             pi += 1;
             ni += 1;
-        } else if pi < p.len() && p[pi] == '*' {
-            star = Some((pi, ni));
+        } else if pi < p.len() && p[pi] == star {
+            back = Some((pi, ni));
             pi += 1;
-        } else if let Some((sp, sn)) = star {
+        } else if let Some((sp, sn)) = back {
             pi = sp + 1;
             ni = sn + 1;
-            star = Some((sp, sn + 1));
+            back = Some((sp, sn + 1));
         } else {
             return false;
         }
     }
-    p[pi..].iter().all(|c| *c == '*')
+    p[pi..].iter().all(|c| *c == star)
 }
 
 #[cfg(test)]
@@ -44,6 +54,10 @@ mod tests {
             ("a*b*c", "aXXbYYc", true),
             ("a*b*c", "aXXbYY", false),
             ("mcp.*", "mcp.fs.read", true),
+            ("wetter_?", "wetter_ü", true),
+            ("*ü", "grün_ü", true),
+            ("?", "ü", true),
+            ("??", "ü", false),
         ] {
             assert_eq!(glob_match(pattern, name), expected, "{pattern} vs {name}");
         }
