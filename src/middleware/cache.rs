@@ -6,8 +6,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
-use std::sync::Arc;
+use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -41,11 +42,56 @@ pub struct CacheRule {
     pub path: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// An entry's identity. Equality compares every part exactly; the hash is taken once, when the
+/// key is made, so a miss and its insert hash the input text once instead of three times.
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Key {
+    /// SipHash of the parts below under keys drawn once per process (inputs come from the
+    /// model, so the table must not be floodable with chosen collisions).
+    hash: u64,
     scope: String,
     tool: String,
     input: Arc<str>,
+}
+
+impl Key {
+    fn new(scope: String, tool: String, input: Arc<str>) -> Self {
+        static KEYS: OnceLock<RandomState> = OnceLock::new();
+        let hash = KEYS
+            .get_or_init(RandomState::new)
+            .hash_one((&scope, &tool, &*input));
+        Key {
+            hash,
+            scope,
+            tool,
+            input,
+        }
+    }
+}
+
+impl Hash for Key {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
+/// Hands a `Key`'s own hash to the table unchanged.
+#[derive(Default)]
+struct Prehashed(u64);
+
+impl Hasher for Prehashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `write_u64` is used (by `Key::hash`); fold anything else in rather than drop it.
+        self.0 = crate::hash::fnv1a_extend(self.0 ^ crate::hash::FNV1A_OFFSET, bytes);
+    }
+
+    fn write_u64(&mut self, value: u64) {
+        self.0 = value;
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -62,7 +108,7 @@ struct Entry {
 /// Entries plus their recency order (use stamp → key), so eviction is O(log n).
 #[derive(Debug, Default)]
 struct Store {
-    entries: HashMap<Arc<Key>, Entry>,
+    entries: HashMap<Arc<Key>, Entry, BuildHasherDefault<Prehashed>>,
     /// Shares the keys of `entries`: a use re-stamps without copying the key.
     order: BTreeMap<u64, Arc<Key>>,
     clock: u64,
@@ -259,17 +305,16 @@ where
         };
         // Entries never cross tenants: "global" means every session of the caller's tenant.
         let tenant = &inv.ctx.caller.tenant;
-        let key = Key {
-            scope: match rule.scope {
+        let key = Key::new(
+            match rule.scope {
                 CacheScope::Session => format!("{tenant}/{}", inv.ctx.session_id),
                 CacheScope::Global => tenant.clone(),
             },
-            tool: inv.tool.clone(),
-            input: inv
-                .canonical
+            inv.tool.clone(),
+            inv.canonical
                 .clone()
                 .unwrap_or_else(|| json::canonical(&inv.input).into()),
-        };
+        );
         let now = Instant::now();
         if let Some(output) = self.cache.get(&key, rule, inv.turn, now) {
             let mut invoked = Invoked::reply(Reply::Output(output));
