@@ -314,7 +314,9 @@ impl Dispatcher {
                     }
                     started[i] = true;
                     let answer = self.answer(&calls[i], &prepared[i], scope, &group);
-                    running.push(async move { (i, answer.await) });
+                    // Boxed: the call's future is large, and the set moves what it is given
+                    // into its task more than once.
+                    running.push(Box::pin(async move { (i, answer.await) }));
                 }
             }
             let Some((i, answered)) = running.next().await else {
