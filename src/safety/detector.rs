@@ -1,7 +1,8 @@
 //! Loop detection as a plain state machine over a session's recent operations.
 //! An operation is (tool, canonical input, result hash). The window keeps digests, never the
-//! inputs, and is the detector's only state: counts, predictions and warnings are read off it, so
-//! a session's detector stays `window` × 32 bytes however many calls it has seen.
+//! inputs, and is the detector's only state beside a fixed 256-byte filter over it: counts,
+//! predictions and warnings are read off it, so a session's detector stays `window` × 32 bytes
+//! plus the filter however many calls it has seen.
 //! Unlike the reference, the stop applies to the call about to repeat the looping operation (not
 //! to whatever call comes next), and the warning is reported once per pattern.
 
@@ -83,11 +84,41 @@ struct Slot {
 /// hash table that keeps deleting and inserting doubles its buckets once its tombstones fill it
 /// (256 for 100 entries), which made two maps 17 of a full session's 30 KB. Scanning the default
 /// 100 slots was faster than those maps' lookups in a micro-benchmark; the cost grows linearly
-/// with `window` (slower than the maps by 1000).
+/// with `window` (slower than the maps by 1000). The filter spares the scans for calls the
+/// window has not seen, which is most calls.
 #[derive(Debug, Clone)]
 pub struct LoopDetector {
     capacity: usize,
     window: VecDeque<Slot>,
+    filter: Filter,
+}
+
+/// How many slots of the window fall in each of 256 buckets of their call's digest: a bucket at
+/// 0 proves the call absent without a scan. A bucket that reaches 255 stays there (it can no
+/// longer count exactly), so 0 never lies.
+#[derive(Debug, Clone)]
+struct Filter([u8; 256]);
+
+impl Filter {
+    fn bucket(call: CallKey) -> usize {
+        usize::from(call.1.to_le_bytes()[0])
+    }
+
+    fn may_hold(&self, call: CallKey) -> bool {
+        self.0[Self::bucket(call)] != 0
+    }
+
+    fn add(&mut self, call: CallKey) {
+        let count = &mut self.0[Self::bucket(call)];
+        *count = count.saturating_add(1);
+    }
+
+    fn remove(&mut self, call: CallKey) {
+        let count = &mut self.0[Self::bucket(call)];
+        if *count != u8::MAX {
+            *count = count.saturating_sub(1);
+        }
+    }
 }
 
 /// How a pattern is shown: `tool(input)`, with long inputs cut.
@@ -101,6 +132,7 @@ impl LoopDetector {
         LoopDetector {
             capacity: capacity.max(1),
             window: VecDeque::new(),
+            filter: Filter([0; 256]),
         }
     }
 
@@ -111,6 +143,9 @@ impl LoopDetector {
             return Check::Pass;
         }
         let call = CallKey::of(tool, input);
+        if !self.filter.may_hold(call) {
+            return Check::Pass;
+        }
         let Some(latest) = self.window.iter().rev().find(|s| s.op.call == call) else {
             return Check::Pass;
         };
@@ -128,7 +163,9 @@ impl LoopDetector {
     /// Records an executed (or refused) attempt; reports the warning once per pattern.
     pub fn record(&mut self, op: Operation<'_>, thresholds: Thresholds) -> Option<Warning> {
         if self.window.len() >= self.capacity {
-            self.window.pop_front();
+            if let Some(oldest) = self.window.pop_front() {
+                self.filter.remove(oldest.op.call);
+            }
         } else if self.window.len() == self.window.capacity() {
             // Grow by doubling but stop at the window, not at the next power of two above it.
             let room = self
@@ -143,10 +180,13 @@ impl LoopDetector {
             result: op.result,
         };
         let (mut repeats, mut warned) = (1, false);
-        for slot in self.window.iter().filter(|s| s.op == key) {
-            repeats += 1;
-            warned |= slot.warned;
+        if self.filter.may_hold(key.call) {
+            for slot in self.window.iter().filter(|s| s.op == key) {
+                repeats += 1;
+                warned |= slot.warned;
+            }
         }
+        self.filter.add(key.call);
         let warn = !warned && thresholds.warn_after > 0 && repeats >= thresholds.warn_after;
         self.window.push_back(Slot {
             op: key,
@@ -161,7 +201,17 @@ impl LoopDetector {
     /// Forgets every operation of (tool, input): a stop uses the pattern up.
     pub fn clear(&mut self, tool: &str, input: &str) {
         let call = CallKey::of(tool, input);
-        self.window.retain(|s| s.op.call != call);
+        if !self.filter.may_hold(call) {
+            return;
+        }
+        let filter = &mut self.filter;
+        self.window.retain(|s| {
+            let keep = s.op.call != call;
+            if !keep {
+                filter.remove(s.op.call);
+            }
+            keep
+        });
     }
 
     pub fn len(&self) -> usize {
@@ -349,12 +399,36 @@ mod tests {
         }
         assert!(d.len() <= 100);
         assert!(d.window.capacity() <= 100, "{} slots", d.window.capacity());
-        // Nothing beside the window and its size: a field added here must be bounded by the
-        // window too (maps keyed by operation were not: they settled at twice their entries).
+        // Nothing beside the window, its size and the fixed filter: a field added here must be
+        // bounded too (maps keyed by operation were not: they settled at twice their entries).
         assert_eq!(
             std::mem::size_of::<LoopDetector>(),
-            std::mem::size_of::<usize>() + std::mem::size_of::<VecDeque<Slot>>()
+            std::mem::size_of::<usize>() + std::mem::size_of::<VecDeque<Slot>>() + 256
         );
+    }
+
+    #[test]
+    fn the_filter_never_hides_an_operation_in_the_window() {
+        // Far more operations than buckets, many sharing buckets and some saturating them, with
+        // clears and slides: every answer must equal a plain scan's.
+        let mut d = LoopDetector::new(600);
+        for i in 0..20_000u64 {
+            let input = format!("{{\"n\":{}}}", i % 900);
+            let expected = {
+                let call = CallKey::of("t", &input);
+                d.window.iter().any(|s| s.op.call == call)
+            };
+            assert!(
+                !expected || d.filter.may_hold(CallKey::of("t", &input)),
+                "operation {i} hidden"
+            );
+            d.record(op("t", &input, i % 2), DEFAULT);
+            if i % 131 == 0 {
+                d.clear("t", &input);
+            }
+        }
+        let held: usize = d.filter.0.iter().map(|&c| usize::from(c)).sum();
+        assert!(held >= d.len(), "{held} counted for {} slots", d.len());
     }
 
     #[test]
