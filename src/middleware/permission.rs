@@ -56,23 +56,35 @@ impl PermissionRule {
     }
 }
 
+/// The rules with the gate-decision source each one is recorded under (`permissions[<id>]`),
+/// written once rather than per call.
+#[derive(Debug)]
+struct Rules {
+    rules: Vec<PermissionRule>,
+    sources: Vec<String>,
+}
+
 /// Applies `Permission`.
 #[derive(Debug, Clone)]
 pub struct PermissionLayer {
-    rules: Arc<Vec<PermissionRule>>,
+    rules: Arc<Rules>,
 }
 
 /// Refuses calls a rule denies.
 #[derive(Debug, Clone)]
 pub struct Permission<S> {
     inner: S,
-    rules: Arc<Vec<PermissionRule>>,
+    rules: Arc<Rules>,
 }
 
 impl PermissionLayer {
     pub fn new(rules: Vec<PermissionRule>) -> Self {
+        let sources = rules
+            .iter()
+            .map(|rule| format!("permissions[{}]", rule.id))
+            .collect();
         PermissionLayer {
-            rules: Arc::new(rules),
+            rules: Arc::new(Rules { rules, sources }),
         }
     }
 }
@@ -87,13 +99,9 @@ impl<S> Layer<S> for PermissionLayer {
     }
 }
 
-/// The first rule about `caller` calling `tool` (the plain, testable part).
-pub fn decide<'r>(
-    rules: &'r [PermissionRule],
-    tool: &str,
-    caller: &Caller,
-) -> Option<&'r PermissionRule> {
-    rules.iter().find(|r| r.matches(tool, caller))
+/// The index of the first rule about `caller` calling `tool` (the plain, testable part).
+pub fn decide(rules: &[PermissionRule], tool: &str, caller: &Caller) -> Option<usize> {
+    rules.iter().position(|r| r.matches(tool, caller))
 }
 
 impl<S> Service<Invocation> for Permission<S>
@@ -110,10 +118,11 @@ where
     }
 
     fn call(&mut self, inv: Invocation) -> Self::Future {
-        let Some(rule) = decide(&self.rules, &inv.tool, &inv.ctx.caller).cloned() else {
+        let Rules { rules, sources } = &*self.rules;
+        let Some(at) = decide(rules, &inv.tool, &inv.ctx.caller) else {
             return Box::pin(self.inner.call(inv));
         };
-        let source = format!("permissions[{}]", rule.id);
+        let (rule, source) = (&rules[at], &sources[at]);
         let refuse = |decision: Decision, text: String| {
             let mut invoked = Invoked::refused(ErrorClass::PermissionDenied, text);
             invoked.gates.push(GateRecord {
@@ -140,9 +149,9 @@ where
             Verdict::Allow => {
                 let running = self.inner.call(inv);
                 let record = GateRecord {
-                    source,
+                    source: source.clone(),
                     decision: Decision::Allow,
-                    reason: rule.reason,
+                    reason: rule.reason.clone(),
                 };
                 Box::pin(async move {
                     let Ok(mut invoked) = running.await;
