@@ -93,6 +93,66 @@ pub fn push_truncated(out: &mut String, text: &str, max: usize) {
     }
 }
 
+/// A JSON pointer (RFC 6901) split and unescaped once: looking it up allocates nothing, where
+/// `Value::pointer` splits and unescapes the text again on every lookup. It finds what
+/// `Value::pointer` finds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pointer {
+    text: String,
+    /// `None` for a text that is no pointer (neither empty nor starting with `/`): finds nothing.
+    tokens: Option<Vec<String>>,
+}
+
+impl Pointer {
+    pub fn new(text: &str) -> Self {
+        let tokens = match text.strip_prefix('/') {
+            _ if text.is_empty() => Some(Vec::new()),
+            Some(rest) => Some(
+                rest.split('/')
+                    .map(|t| t.replace("~1", "/").replace("~0", "~"))
+                    .collect(),
+            ),
+            None => None,
+        };
+        Pointer {
+            text: text.to_owned(),
+            tokens,
+        }
+    }
+
+    /// The pointer as written.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// The value the pointer names in `value`.
+    pub fn find<'v>(&self, value: &'v Value) -> Option<&'v Value> {
+        self.tokens
+            .as_ref()?
+            .iter()
+            .try_fold(value, |target, token| match target {
+                Value::Object(map) => map.get(token),
+                Value::Array(items) => array_index(token).and_then(|i| items.get(i)),
+                _ => None,
+            })
+    }
+}
+
+impl From<&str> for Pointer {
+    fn from(text: &str) -> Self {
+        Pointer::new(text)
+    }
+}
+
+/// An array index token as RFC 6901 (and `Value::pointer`) reads it: digits, no sign, no
+/// leading zero.
+fn array_index(token: &str) -> Option<usize> {
+    if token.starts_with('+') || (token.starts_with('0') && token.len() != 1) {
+        return None;
+    }
+    token.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,5 +213,37 @@ mod tests {
         assert_eq!(truncate_chars("héllo", 3), "hél…");
         assert_eq!(truncate_chars("héllo", 5), "héllo");
         assert_eq!(truncate_chars("", 0), "");
+    }
+
+    #[test]
+    fn pointers_find_what_value_pointer_finds() {
+        let doc = json!({
+            "a": {"b": [10, {"c/d": 1, "e~f": 2}], "": 3},
+            "0": "zero",
+            "list": [[1], 2],
+        });
+        for text in [
+            "",
+            "/",
+            "/a",
+            "/a/b",
+            "/a/b/0",
+            "/a/b/1/c~1d",
+            "/a/b/1/e~0f",
+            "/a/",
+            "/0",
+            "/list/0/0",
+            "/list/1",
+            "/list/01",
+            "/list/+1",
+            "/list/2",
+            "/list/-",
+            "a",
+            "/a/b/1/c/d",
+            "/nothing/here",
+            "/a/b/x",
+        ] {
+            assert_eq!(Pointer::new(text).find(&doc), doc.pointer(text), "{text:?}");
+        }
     }
 }

@@ -192,7 +192,7 @@ impl ConditionConfig {
                 self.pointer
             ));
         }
-        let pointer = self.pointer.clone();
+        let pointer = crate::json::Pointer::new(&self.pointer);
         match (&self.equals, &self.regex, self.exists) {
             (Some(value), None, None) => Ok(Condition::Equals {
                 pointer,

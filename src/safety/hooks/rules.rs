@@ -6,22 +6,23 @@ use serde_json::Value;
 
 use super::{Decision, Hook, PreToolUse};
 use crate::glob::glob_match;
+use crate::json::Pointer;
 use crate::tools::BoxFuture;
 
 /// One condition on the input; all of a rule's conditions must hold.
 #[derive(Debug, Clone)]
 pub enum Condition {
     Equals {
-        pointer: String,
+        pointer: Pointer,
         value: Value,
     },
     /// The value at `pointer` is a string matching the regex.
     Matches {
-        pointer: String,
+        pointer: Pointer,
         regex: Regex,
     },
     Exists {
-        pointer: String,
+        pointer: Pointer,
         exists: bool,
     },
 }
@@ -48,12 +49,12 @@ pub struct RuleHook {
 impl Condition {
     fn holds(&self, input: &Value) -> bool {
         match self {
-            Condition::Equals { pointer, value } => input.pointer(pointer) == Some(value),
-            Condition::Matches { pointer, regex } => input
-                .pointer(pointer)
+            Condition::Equals { pointer, value } => pointer.find(input) == Some(value),
+            Condition::Matches { pointer, regex } => pointer
+                .find(input)
                 .and_then(Value::as_str)
                 .is_some_and(|s| regex.is_match(s)),
-            Condition::Exists { pointer, exists } => input.pointer(pointer).is_some() == *exists,
+            Condition::Exists { pointer, exists } => pointer.find(input).is_some() == *exists,
         }
     }
 }
