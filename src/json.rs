@@ -84,6 +84,11 @@ pub fn truncate_chars(text: &str, max: usize) -> String {
 
 /// Appends `text` cut to at most `max` characters, with `…` when cut.
 pub fn push_truncated(out: &mut String, text: &str, max: usize) {
+    // No more bytes than `max` means no more characters: nothing to count.
+    if text.len() <= max {
+        out.push_str(text);
+        return;
+    }
     match text.char_indices().nth(max) {
         None => out.push_str(text),
         Some((cut, _)) => {
