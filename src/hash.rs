@@ -42,6 +42,17 @@ pub fn words64(bytes: &[u8]) -> u64 {
     mix(hash ^ u64::from_le_bytes(tail))
 }
 
+/// Appends `bytes` as lowercase hex, two digits a byte (`{:016x}` of a `u64` is its big-endian
+/// bytes), without the formatting machinery.
+pub fn push_hex(out: &mut String, bytes: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.reserve(2 * bytes.len());
+    for byte in bytes {
+        out.push(char::from(HEX[usize::from(byte >> 4)]));
+        out.push(char::from(HEX[usize::from(byte & 0xf)]));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -70,5 +81,12 @@ mod tests {
     fn consecutive_seeds_mix_to_unrelated_values() {
         assert_ne!(mix(1) >> 32, mix(2) >> 32);
         assert_eq!(mix(7), mix(7));
+    }
+
+    #[test]
+    fn hex_is_what_format_writes() {
+        let mut out = String::from("x");
+        push_hex(&mut out, &0x0123_4567_89ab_cdef_u64.to_be_bytes());
+        assert_eq!(out, format!("x{:016x}", 0x0123_4567_89ab_cdef_u64));
     }
 }

@@ -368,7 +368,11 @@ impl Sessions {
 
 /// The map key of `tenant`'s session `id`.
 fn key(tenant: &str, id: &str) -> String {
-    format!("{tenant}/{id}")
+    let mut key = String::with_capacity(tenant.len() + 1 + id.len());
+    key.push_str(tenant);
+    key.push('/');
+    key.push_str(id);
+    key
 }
 
 /// A fresh session's id: the prefix and 128 bits of a keyed hash (SipHash, its key drawn once per
@@ -382,7 +386,11 @@ fn ephemeral_id() -> String {
     let key = KEY.get_or_init(RandomState::new);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let (high, low) = (key.hash_one((n, 0u8)), key.hash_one((n, 1u8)));
-    format!("{EPHEMERAL_PREFIX}{high:016x}{low:016x}")
+    let mut id = String::with_capacity(EPHEMERAL_PREFIX.len() + 32);
+    id.push_str(EPHEMERAL_PREFIX);
+    crate::hash::push_hex(&mut id, &high.to_be_bytes());
+    crate::hash::push_hex(&mut id, &low.to_be_bytes());
+    id
 }
 
 /// A session left the map: its directory goes now, or when its last batch releases it.

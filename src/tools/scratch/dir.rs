@@ -147,14 +147,9 @@ pub fn unguessable_name(prefix: &str) -> std::io::Result<String> {
         .map_err(|e| std::io::Error::other(format!("no randomness: {e}")))?;
     let mut name = String::with_capacity(prefix.len() + 32);
     name.push_str(prefix);
-    for byte in bytes {
-        name.push(char::from(HEX[usize::from(byte >> 4)]));
-        name.push(char::from(HEX[usize::from(byte & 0xf)]));
-    }
+    crate::hash::push_hex(&mut name, &bytes);
     Ok(name)
 }
-
-const HEX: &[u8; 16] = b"0123456789abcdef";
 
 #[cfg(test)]
 mod tests {
