@@ -4,6 +4,7 @@
 //! so a watchdog cancels batches whose stream has waited on the client past `stall_timeout`.
 //! Invariant: the final result is the last item, after every event the batch emitted.
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -14,7 +15,6 @@ use std::time::Duration;
 use futures::Stream;
 use futures::task::AtomicWaker;
 use parking_lot::Mutex;
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tonic::Status;
 
@@ -24,9 +24,49 @@ use crate::pb;
 /// What the stream yields.
 pub type Item = Result<pb::DispatchEvent, Status>;
 
-/// The running batch: it sends events into the channel and ends with the final result event
+/// The running batch: it pushes events into its `Events` and ends with the final result event
 /// (or the status that ends the stream instead).
 pub type Run = Pin<Box<dyn Future<Output = Item> + Send>>;
+
+/// The events a running batch produced that its stream has not yielded yet, at most `capacity`:
+/// a batch that fills the queue waits in `push` until the stream has yielded them.
+///
+/// The batch fills it and the stream drains it on the same task (the stream polls the batch),
+/// so a waiting push needs no waker: the stream yields what is queued and polls the batch again
+/// once the queue is empty, which retries the push. (A channel cost a semaphore and atomic
+/// hand-offs per event and ~4k instructions a batch.)
+#[derive(Debug)]
+pub struct Events {
+    queue: Mutex<VecDeque<Item>>,
+    capacity: usize,
+}
+
+impl Events {
+    pub fn new(capacity: usize) -> Arc<Self> {
+        Arc::new(Events {
+            queue: Mutex::new(VecDeque::new()),
+            capacity: capacity.max(1),
+        })
+    }
+
+    /// Queues `item`, waiting while the queue is full.
+    pub async fn push(&self, item: Item) {
+        let mut item = Some(item);
+        std::future::poll_fn(|_| {
+            let mut queue = self.queue.lock();
+            if queue.len() >= self.capacity {
+                return Poll::Pending;
+            }
+            queue.extend(item.take());
+            Poll::Ready(())
+        })
+        .await;
+    }
+
+    fn pop(&self) -> Option<Item> {
+        self.queue.lock().pop_front()
+    }
+}
 
 /// Events of a running batch, then its result.
 ///
@@ -38,7 +78,7 @@ pub struct BatchStream {
     shared: Arc<Shared>,
     /// Wakes the transport's task through `shared.signal`, noting that a poll is owed.
     waker: Waker,
-    events: mpsc::Receiver<Item>,
+    events: Arc<Events>,
     /// The final result, held back until every event has been yielded.
     result: Option<Item>,
     timeout: Duration,
@@ -97,8 +137,8 @@ impl Wake for Signal {
 }
 
 impl BatchStream {
-    /// A stream over `run`, which sends its events on the sender paired with `events`.
-    pub fn new(run: Run, events: mpsc::Receiver<Item>, watch: &StallWatch) -> Self {
+    /// A stream over `run`, which pushes its events into `events`.
+    pub fn new(run: Run, events: Arc<Events>, watch: &StallWatch) -> Self {
         let signal = Arc::new(Signal {
             owed_since: AtomicU64::new(0),
             epoch: watch.epoch,
@@ -124,25 +164,24 @@ impl BatchStream {
 
     fn next_item(&mut self) -> Poll<Option<Item>> {
         // Events already queued go first, in order.
-        if let Ok(event) = self.events.try_recv() {
+        if let Some(event) = self.events.pop() {
             return Poll::Ready(Some(event));
         }
         // Nothing queued: let the batch work until it waits (for a tool, or for room in the
-        // channel, which the items yielded above make).
+        // queue, which the items yielded above made).
         let running = {
             let mut run = self.shared.run.lock();
             let mut cx = Context::from_waker(&self.waker);
             if let Some(batch) = run.as_mut()
                 && let Poll::Ready(result) = batch.as_mut().poll(&mut cx)
             {
-                // Dropping the finished batch drops its sender, so the channel ends after the
-                // rest.
+                // The finished batch pushes nothing more: the queue ends with what it holds.
                 *run = None;
                 self.result = Some(result);
             }
             run.is_some()
         };
-        if let Ok(event) = self.events.try_recv() {
+        if let Some(event) = self.events.pop() {
             return Poll::Ready(Some(event));
         }
         if running {
@@ -267,19 +306,49 @@ mod tests {
 
     #[tokio::test]
     async fn events_come_in_order_and_the_result_last_even_past_the_buffer() {
-        let (tx, rx) = mpsc::channel(2);
+        // With and without the batch yielding between events: without, it fills the queue
+        // within one poll and waits for the stream to drain it.
+        for yielding in [true, false] {
+            let events = Events::new(2);
+            let tx = events.clone();
+            let run: Run = Box::pin(async move {
+                for i in 0..5 {
+                    tx.push(Ok(event(&i.to_string()))).await;
+                    if yielding {
+                        tokio::task::yield_now().await;
+                    }
+                }
+                Ok(event("result"))
+            });
+            let ids: Vec<String> = BatchStream::new(run, events, &watch())
+                .map(|item| id_of(&item))
+                .collect()
+                .await;
+            assert_eq!(ids, ["0", "1", "2", "3", "4", "result"], "{yielding}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_holds_the_batch_until_the_stream_takes_events() {
+        let events = Events::new(1);
+        let tx = events.clone();
+        let pushed = Arc::new(AtomicU64::new(0));
+        let counted = pushed.clone();
         let run: Run = Box::pin(async move {
-            for i in 0..5 {
-                tx.send(Ok(event(&i.to_string()))).await.unwrap();
-                tokio::task::yield_now().await;
+            for i in 0..3 {
+                tx.push(Ok(event(&i.to_string()))).await;
+                counted.fetch_add(1, Ordering::Relaxed);
             }
             Ok(event("result"))
         });
-        let ids: Vec<String> = BatchStream::new(run, rx, &watch())
-            .map(|item| id_of(&item))
-            .collect()
-            .await;
-        assert_eq!(ids, ["0", "1", "2", "3", "4", "result"]);
+        let mut stream = BatchStream::new(run, events, &watch());
+        assert_eq!(id_of(&stream.next().await.unwrap()), "0");
+        // One event taken, one more queued: the third push waits for room.
+        assert_eq!(pushed.load(Ordering::Relaxed), 1);
+        assert_eq!(id_of(&stream.next().await.unwrap()), "1");
+        assert_eq!(id_of(&stream.next().await.unwrap()), "2");
+        assert_eq!(id_of(&stream.next().await.unwrap()), "result");
+        assert!(stream.next().await.is_none());
     }
 
     /// A batch future that reports when it is dropped.
@@ -295,9 +364,8 @@ mod tests {
 
     #[tokio::test]
     async fn dropping_the_stream_drops_the_batch() {
-        let (_tx, rx) = mpsc::channel(1);
         let (run, dropped) = pending_run();
-        let mut stream = BatchStream::new(run, rx, &watch());
+        let mut stream = BatchStream::new(run, Events::new(1), &watch());
         let polled = futures::poll!(stream.next());
         assert!(polled.is_pending());
         drop(stream);
@@ -307,10 +375,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_stream_the_client_stopped_reading_has_its_batch_dropped_after_the_timeout() {
         let watch = StallWatch::new(Duration::from_secs(30));
-        let (tx, rx) = mpsc::channel(4);
-        tx.send(Ok(event("first"))).await.unwrap();
+        let events = Events::new(4);
+        events.push(Ok(event("first"))).await;
         let (run, mut dropped) = pending_run();
-        let mut stream = BatchStream::new(run, rx, &watch);
+        let mut stream = BatchStream::new(run, events, &watch);
         // The transport takes one item, then stops asking (the client's window is full).
         assert_eq!(id_of(&stream.next().await.unwrap()), "first");
         tokio::time::advance(Duration::from_secs(29)).await;
@@ -337,9 +405,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_batch_waiting_on_its_tool_is_not_stalled() {
         let watch = StallWatch::new(Duration::from_secs(30));
-        let (_tx, rx) = mpsc::channel(4);
         let (run, mut dropped) = pending_run();
-        let mut stream = BatchStream::new(run, rx, &watch);
+        let mut stream = BatchStream::new(run, Events::new(4), &watch);
         assert!(futures::poll!(stream.next()).is_pending());
         tokio::time::advance(Duration::from_secs(120)).await;
         assert_eq!(watch.sweep(), 0);
@@ -351,7 +418,6 @@ mod tests {
         // The transport holds an item it cannot send, so it never polls again, even when the
         // batch wakes it because its tool finished.
         let watch = StallWatch::new(Duration::from_secs(30));
-        let (_tx, rx) = mpsc::channel(4);
         let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
         let (dropped_tx, dropped_rx) = tokio::sync::oneshot::channel::<()>();
         let run: Run = Box::pin(async move {
@@ -360,7 +426,7 @@ mod tests {
             std::future::pending::<()>().await;
             Ok(event("never"))
         });
-        let mut stream = BatchStream::new(run, rx, &watch);
+        let mut stream = BatchStream::new(run, Events::new(4), &watch);
         assert!(futures::poll!(stream.next()).is_pending());
         done_tx.send(()).unwrap();
         tokio::time::advance(Duration::from_secs(31)).await;
@@ -371,9 +437,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_stream_the_transport_never_polls_is_stalled_too() {
         let watch = StallWatch::new(Duration::from_secs(30));
-        let (_tx, rx) = mpsc::channel(4);
         let (run, dropped) = pending_run();
-        let _stream = BatchStream::new(run, rx, &watch);
+        let _stream = BatchStream::new(run, Events::new(4), &watch);
         tokio::time::advance(Duration::from_secs(31)).await;
         assert_eq!(watch.sweep(), 1);
         assert!(dropped.await.is_err());

@@ -7,14 +7,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use opentelemetry::trace::FutureExt as _;
-use tokio::sync::mpsc;
 use tokio_util::task::TaskTracker;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 
 use super::admission::{Admission, Refusal, Ticket};
 use super::auth::{Authenticator, Rpc};
-use super::batch_stream::{BatchStream, StallWatch};
+use super::batch_stream::{BatchStream, Events, StallWatch};
 use super::convert::{self, RequestRules};
 use super::reply;
 use super::rpc_span::RpcSpan;
@@ -145,15 +144,12 @@ impl ToolGateService {
 
 /// Forwards batch events to the response stream (a full buffer makes the batch wait).
 struct StreamObserver {
-    tx: mpsc::Sender<Result<pb::DispatchEvent, Status>>,
+    events: Arc<Events>,
 }
 
 impl Observer for StreamObserver {
     fn on_event(&self, event: Event) -> BoxFuture<'_, ()> {
-        Box::pin(async move {
-            // The receiver lives as long as the batch does: the stream owns both.
-            let _ = self.tx.send(Ok(convert::event(event))).await;
-        })
+        Box::pin(async move { self.events.push(Ok(convert::event(event))).await })
     }
 }
 
@@ -178,7 +174,8 @@ impl ToolGate for ToolGateService {
         };
         batch.options.deadline = deadline.map(|d| tokio::time::Instant::now() + d);
         batch.trace = rpc.span().clone();
-        let (tx, rx) = mpsc::channel(EVENT_BUFFER);
+        let events = Events::new(EVENT_BUFFER);
+        let queue = events.clone();
         let cancel = self.state.shutdown.child();
         let dispatcher = self.state.dispatcher.clone();
         let max_reply = self.state.rules.limits.max_reply_bytes;
@@ -188,7 +185,7 @@ impl ToolGate for ToolGateService {
             // The stream owns this future: a client that leaves drops it, and the guard then
             // fires the batch's cancel so tool tokens fire too (and the span ends CANCELLED).
             let _guard = cancel.token().clone().drop_guard();
-            let observer = StreamObserver { tx };
+            let observer = StreamObserver { events: queue };
             let report = tokio::select! {
                 report = dispatcher.run(batch, &observer, &cancel) => report,
                 never = expire(&cancel, deadline) => match never {},
@@ -202,7 +199,7 @@ impl ToolGate for ToolGateService {
         let run = self.state.tracker.track_future(run.with_context(context));
         Ok(Response::new(BatchStream::new(
             Box::pin(run),
-            rx,
+            events,
             &self.state.stalls,
         )))
     }
