@@ -99,22 +99,54 @@ impl Arguments {
 /// Normalizes the elements of `DispatchBatchRequest.calls`, in order.
 pub fn intake(elements: &[Value], limits: IntakeLimits) -> Vec<Received> {
     let parsed: Vec<Parsed> = elements.iter().map(parse_element).collect();
-    let explicit: HashSet<&str> = parsed.iter().filter_map(|p| p.id.as_deref()).collect();
-    let mut seen: HashSet<String> = HashSet::new();
+    let ids = assign_ids(&parsed);
+    parsed
+        .into_iter()
+        .zip(ids)
+        .enumerate()
+        .map(|(index, (p, id))| finish(p, index, id, limits))
+        .collect()
+}
+
+/// A call's id: the model's, or generated when it sent none.
+struct Id {
+    id: String,
+    generated: bool,
+    /// An earlier call of the batch has the same (model-given) id.
+    duplicate: bool,
+}
+
+/// Every call's id. The sets are built only when needed: ids to avoid only when one must be
+/// generated, ids seen only when there are two calls to compare.
+fn assign_ids(parsed: &[Parsed]) -> Vec<Id> {
+    let explicit: HashSet<&str> = if parsed.iter().any(|p| p.id.is_none()) {
+        parsed.iter().filter_map(|p| p.id.as_deref()).collect()
+    } else {
+        HashSet::new()
+    };
+    let mut seen: HashSet<&str> = HashSet::new();
     let mut generated: HashSet<String> = HashSet::new();
-    let mut out = Vec::with_capacity(parsed.len());
+    let compare = parsed.len() > 1;
+    let mut ids = Vec::with_capacity(parsed.len());
     for (index, p) in parsed.iter().enumerate() {
-        let (id, id_generated) = match &p.id {
-            Some(id) => (id.clone(), false),
-            None => (generate_id(index, &explicit, &generated), true),
-        };
-        if id_generated {
-            generated.insert(id.clone());
-        }
-        let duplicate = !id_generated && !seen.insert(id.clone());
-        out.push(finish(p, index, id, id_generated, duplicate, limits));
+        ids.push(match &p.id {
+            Some(id) => Id {
+                id: id.clone(),
+                generated: false,
+                duplicate: compare && !seen.insert(id),
+            },
+            None => {
+                let id = generate_id(index, &explicit, &generated);
+                generated.insert(id.clone());
+                Id {
+                    id,
+                    generated: true,
+                    duplicate: false,
+                }
+            }
+        });
     }
-    out
+    ids
 }
 
 /// Extracts the call elements from a whole assistant message or a Responses output list.
@@ -298,23 +330,22 @@ fn generate_id(index: usize, explicit: &HashSet<&str>, generated: &HashSet<Strin
     candidate
 }
 
-fn finish(
-    p: &Parsed,
-    index: usize,
-    id: String,
-    id_generated: bool,
-    duplicate: bool,
-    limits: IntakeLimits,
-) -> Received {
-    let raw_arguments = match &p.arguments {
-        Arguments::Text(text) => Some(text.clone()),
-        _ => None,
+fn finish(p: Parsed, index: usize, id: Id, limits: IntakeLimits) -> Received {
+    let Id {
+        id,
+        generated: id_generated,
+        duplicate,
+    } = id;
+    // Parsed now, reported below only if the call passes the checks before it.
+    let (parsed, raw_arguments) = match p.arguments {
+        Arguments::Text(text) => (parse_text(&text, limits), Some(text)),
+        other => (parse_arguments(other, limits), None),
     };
     let mut call = ToolCall {
         index,
         id,
         id_generated,
-        name: p.name.clone().unwrap_or_default(),
+        name: p.name.unwrap_or_default(),
         arguments: Arc::new(Value::Null),
         raw_arguments,
         shape: p.shape,
@@ -342,7 +373,7 @@ fn finish(
         let message = format!("tool call at index {index} has no tool name");
         return reject(call, Rejection::InvalidCall, message);
     }
-    match parse_arguments(&p.arguments, limits) {
+    match parsed {
         Ok(arguments) => call.arguments = Arc::new(arguments),
         Err(message) => return reject(call, Rejection::InvalidArguments, message),
     }
@@ -361,14 +392,27 @@ fn finish(
 }
 
 /// Strict parse: text must be one JSON object; absent, null or blank arguments mean `{}`.
-fn parse_arguments(arguments: &Arguments, limits: IntakeLimits) -> Result<Value, String> {
+fn parse_arguments(arguments: Arguments, limits: IntakeLimits) -> Result<Value, String> {
     let value = match arguments {
         Arguments::Absent => return Ok(Value::Object(Map::new())),
-        Arguments::Text(text) if text.trim().is_empty() => return Ok(Value::Object(Map::new())),
-        Arguments::Text(text) => serde_json::from_str::<Value>(text)
-            .map_err(|e| format!("arguments are not valid JSON: {e}"))?,
-        Arguments::Json(value) => value.clone(),
+        Arguments::Text(text) => return parse_text(&text, limits),
+        Arguments::Json(value) => value,
     };
+    checked(value, limits)
+}
+
+/// Arguments sent as text: blank means `{}`.
+fn parse_text(text: &str, limits: IntakeLimits) -> Result<Value, String> {
+    if text.trim().is_empty() {
+        return Ok(Value::Object(Map::new()));
+    }
+    let value = serde_json::from_str::<Value>(text)
+        .map_err(|e| format!("arguments are not valid JSON: {e}"))?;
+    checked(value, limits)
+}
+
+/// Parsed arguments must be an object no deeper than the limit.
+fn checked(value: Value, limits: IntakeLimits) -> Result<Value, String> {
     if !value.is_object() {
         return Err(format!(
             "arguments must be a JSON object, got {}",
