@@ -29,22 +29,31 @@ pub type Item = Result<pb::DispatchEvent, Status>;
 pub type Run = Pin<Box<dyn Future<Output = Item> + Send>>;
 
 /// The events a running batch produced that its stream has not yielded yet, at most `capacity`:
-/// a batch that fills the queue waits in `push` until the stream has yielded them.
+/// a batch that fills the queue waits in `push` until the stream has yielded some.
 ///
-/// The batch fills it and the stream drains it on the same task (the stream polls the batch),
-/// so a waiting push needs no waker: the stream yields what is queued and polls the batch again
-/// once the queue is empty, which retries the push. (A channel cost a semaphore and atomic
-/// hand-offs per event and ~4k instructions a batch.)
+/// A waiting push keeps its waker and `pop` wakes it once there is room: the push may sit in a
+/// combinator (each call of a batch is a child of a `FuturesUnordered`, which polls again only
+/// the children whose own waker fired), so the stream polling the batch again is not enough.
+/// (A channel did the same with a semaphore and atomic hand-offs per event, ~4k instructions a
+/// batch; here the batch and the stream share a task and a lock taken per event.)
 #[derive(Debug)]
 pub struct Events {
-    queue: Mutex<VecDeque<Item>>,
+    queue: Mutex<Queue>,
     capacity: usize,
 }
 
+#[derive(Debug, Default)]
+struct Queue {
+    items: VecDeque<Item>,
+    /// Pushes waiting for room, one waker each (at most one per call of the batch).
+    waiting: Vec<Waker>,
+}
+
 impl Events {
+    /// An empty queue holding at most `capacity` events (at least one).
     pub fn new(capacity: usize) -> Arc<Self> {
         Arc::new(Events {
-            queue: Mutex::new(VecDeque::new()),
+            queue: Mutex::new(Queue::default()),
             capacity: capacity.max(1),
         })
     }
@@ -52,19 +61,30 @@ impl Events {
     /// Queues `item`, waiting while the queue is full.
     pub async fn push(&self, item: Item) {
         let mut item = Some(item);
-        std::future::poll_fn(|_| {
+        std::future::poll_fn(|cx| {
             let mut queue = self.queue.lock();
-            if queue.len() >= self.capacity {
+            if queue.items.len() >= self.capacity {
+                if !queue.waiting.iter().any(|w| w.will_wake(cx.waker())) {
+                    queue.waiting.push(cx.waker().clone());
+                }
                 return Poll::Pending;
             }
-            queue.extend(item.take());
+            queue.items.extend(item.take());
             Poll::Ready(())
         })
         .await;
     }
 
+    /// The oldest event; taking one makes room, so every waiting push is woken.
     fn pop(&self) -> Option<Item> {
-        self.queue.lock().pop_front()
+        let mut queue = self.queue.lock();
+        let item = queue.items.pop_front()?;
+        let waiting = std::mem::take(&mut queue.waiting);
+        drop(queue);
+        for waker in waiting {
+            waker.wake();
+        }
+        Some(item)
     }
 }
 
@@ -325,6 +345,52 @@ mod tests {
                 .collect()
                 .await;
             assert_eq!(ids, ["0", "1", "2", "3", "4", "result"], "{yielding}");
+        }
+    }
+
+    #[tokio::test]
+    async fn pushes_from_concurrent_children_past_the_capacity_all_arrive() {
+        // The shape of a batch: each call is a child of a FuturesUnordered, which polls again
+        // only the children whose own waker fired. A push waiting for room must be woken.
+        let events = Events::new(2);
+        let tx = events.clone();
+        let run: Run = Box::pin(async move {
+            let mut calls: futures::stream::FuturesUnordered<_> = (0..10)
+                .map(|call| {
+                    let tx = tx.clone();
+                    async move {
+                        for step in 0..3 {
+                            tx.push(Ok(event(&format!("{call}.{step}")))).await;
+                        }
+                    }
+                })
+                .collect();
+            while calls.next().await.is_some() {}
+            Ok(event("result"))
+        });
+        let ids: Vec<String> = tokio::time::timeout(
+            Duration::from_secs(10),
+            BatchStream::new(run, events, &watch())
+                .map(|item| id_of(&item))
+                .collect(),
+        )
+        .await
+        .expect("every push was woken");
+        assert_eq!(ids.len(), 31);
+        assert_eq!(ids.last().map(String::as_str), Some("result"));
+        for call in 0..10 {
+            let steps: Vec<&String> = ids
+                .iter()
+                .filter(|id| id.starts_with(&format!("{call}.")))
+                .collect();
+            assert_eq!(
+                steps,
+                [
+                    &format!("{call}.0"),
+                    &format!("{call}.1"),
+                    &format!("{call}.2")
+                ]
+            );
         }
     }
 

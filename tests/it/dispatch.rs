@@ -295,3 +295,30 @@ async fn builtins_can_be_switched_off() {
             .all(|t| t.source == pb::tool_definition::Source::Embedded as i32)
     );
 }
+
+#[tokio::test]
+async fn a_streamed_batch_of_the_most_calls_delivers_every_event_and_its_result() {
+    // Three events a call, far more than the stream's queue holds (64): each call's push that
+    // waits for room must be woken when the stream takes events, sequential and parallel.
+    let ts = start().await;
+    let max = toolgate::config::Config::default().limits.max_calls;
+    let calls = json!(
+        (0..max)
+            .map(|i| json!({"id": format!("c{i}"), "name": "echo", "arguments": {"i": i}}))
+            .collect::<Vec<_>>()
+    );
+    for req in [request(calls.clone()), parallel(calls, 8)] {
+        let (events, result) = tokio::time::timeout(
+            std::time::Duration::from_secs(30),
+            dispatch_stream(&ts, req),
+        )
+        .await
+        .expect("the stream ends");
+        assert_eq!(result.results.len(), max as usize);
+        assert!(result.all_succeeded);
+        let count = |f: fn(&Event) -> bool| events.iter().filter(|e| f(e)).count();
+        assert_eq!(count(|e| matches!(e, Event::CallReceived(_))), max as usize);
+        assert_eq!(count(|e| matches!(e, Event::ToolPre(_))), max as usize);
+        assert_eq!(count(|e| matches!(e, Event::ToolPost(_))), max as usize);
+    }
+}
