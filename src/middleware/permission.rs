@@ -56,13 +56,9 @@ impl PermissionRule {
     }
 }
 
-/// The rules with the gate-decision source each one is recorded under (`permissions[<id>]`),
-/// written once rather than per call.
-#[derive(Debug)]
-struct Rules {
-    rules: Vec<PermissionRule>,
-    sources: Vec<String>,
-}
+/// Each rule with the gate-decision source it is recorded under (`permissions[<id>]`), written
+/// once rather than per call.
+type Rules = Vec<(PermissionRule, String)>;
 
 /// Applies `Permission`.
 #[derive(Debug, Clone)]
@@ -79,12 +75,15 @@ pub struct Permission<S> {
 
 impl PermissionLayer {
     pub fn new(rules: Vec<PermissionRule>) -> Self {
-        let sources = rules
-            .iter()
-            .map(|rule| format!("permissions[{}]", rule.id))
+        let rules = rules
+            .into_iter()
+            .map(|rule| {
+                let source = format!("permissions[{}]", rule.id);
+                (rule, source)
+            })
             .collect();
         PermissionLayer {
-            rules: Arc::new(Rules { rules, sources }),
+            rules: Arc::new(rules),
         }
     }
 }
@@ -97,11 +96,6 @@ impl<S> Layer<S> for PermissionLayer {
             rules: self.rules.clone(),
         }
     }
-}
-
-/// The index of the first rule about `caller` calling `tool` (the plain, testable part).
-pub fn decide(rules: &[PermissionRule], tool: &str, caller: &Caller) -> Option<usize> {
-    rules.iter().position(|r| r.matches(tool, caller))
 }
 
 impl<S> Service<Invocation> for Permission<S>
@@ -118,11 +112,14 @@ where
     }
 
     fn call(&mut self, inv: Invocation) -> Self::Future {
-        let Rules { rules, sources } = &*self.rules;
-        let Some(at) = decide(rules, &inv.tool, &inv.ctx.caller) else {
+        // The first rule about this caller calling this tool decides.
+        let Some((rule, source)) = self
+            .rules
+            .iter()
+            .find(|(rule, _)| rule.matches(&inv.tool, &inv.ctx.caller))
+        else {
             return Box::pin(self.inner.call(inv));
         };
-        let (rule, source) = (&rules[at], &sources[at]);
         let refuse = |decision: Decision, text: String| {
             let mut invoked = Invoked::refused(ErrorClass::PermissionDenied, text);
             invoked.gates.push(GateRecord {
