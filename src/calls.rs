@@ -336,10 +336,10 @@ fn finish(p: Parsed, index: usize, id: Id, limits: IntakeLimits) -> Received {
         generated: id_generated,
         duplicate,
     } = id;
-    // Parsed now, reported below only if the call passes the checks before it.
-    let (parsed, raw_arguments) = match p.arguments {
-        Arguments::Text(text) => (parse_text(&text, limits), Some(text)),
-        other => (parse_arguments(other, limits), None),
+    // Text moves into the call as sent; anything else is parsed after the checks below.
+    let (structured, raw_arguments) = match p.arguments {
+        Arguments::Text(text) => (None, Some(text)),
+        other => (Some(other), None),
     };
     let mut call = ToolCall {
         index,
@@ -373,6 +373,10 @@ fn finish(p: Parsed, index: usize, id: Id, limits: IntakeLimits) -> Received {
         let message = format!("tool call at index {index} has no tool name");
         return reject(call, Rejection::InvalidCall, message);
     }
+    let parsed = match structured {
+        Some(arguments) => parse_arguments(arguments, limits),
+        None => parse_text(call.raw_arguments.as_deref().unwrap_or_default(), limits),
+    };
     match parsed {
         Ok(arguments) => call.arguments = Arc::new(arguments),
         Err(message) => return reject(call, Rejection::InvalidArguments, message),
