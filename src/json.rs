@@ -109,6 +109,7 @@ pub struct Pointer {
 }
 
 impl Pointer {
+    /// Splits and unescapes `text` (`~1` is `/`, `~0` is `~`).
     pub fn new(text: &str) -> Self {
         let tokens = match text.strip_prefix('/') {
             _ if text.is_empty() => Some(Vec::new()),
@@ -123,11 +124,6 @@ impl Pointer {
             text: text.to_owned(),
             tokens,
         }
-    }
-
-    /// The pointer as written.
-    pub fn as_str(&self) -> &str {
-        &self.text
     }
 
     /// The value the pointer names in `value`.
