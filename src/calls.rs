@@ -336,10 +336,11 @@ fn finish(p: Parsed, index: usize, id: Id, limits: IntakeLimits) -> Received {
         generated: id_generated,
         duplicate,
     } = id;
-    // Text moves into the call as sent; anything else is parsed after the checks below.
-    let (structured, raw_arguments) = match p.arguments {
+    // Text moves into the call as sent; arguments are checked after the call's other checks.
+    let (json, raw_arguments) = match p.arguments {
+        Arguments::Absent => (None, None),
         Arguments::Text(text) => (None, Some(text)),
-        other => (Some(other), None),
+        Arguments::Json(value) => (Some(value), None),
     };
     let mut call = ToolCall {
         index,
@@ -373,8 +374,8 @@ fn finish(p: Parsed, index: usize, id: Id, limits: IntakeLimits) -> Received {
         let message = format!("tool call at index {index} has no tool name");
         return reject(call, Rejection::InvalidCall, message);
     }
-    let parsed = match structured {
-        Some(arguments) => parse_arguments(arguments, limits),
+    let parsed = match json {
+        Some(value) => checked(value, limits),
         None => parse_text(call.raw_arguments.as_deref().unwrap_or_default(), limits),
     };
     match parsed {
@@ -395,17 +396,8 @@ fn finish(p: Parsed, index: usize, id: Id, limits: IntakeLimits) -> Received {
     }
 }
 
-/// Strict parse: text must be one JSON object; absent, null or blank arguments mean `{}`.
-fn parse_arguments(arguments: Arguments, limits: IntakeLimits) -> Result<Value, String> {
-    let value = match arguments {
-        Arguments::Absent => return Ok(Value::Object(Map::new())),
-        Arguments::Text(text) => return parse_text(&text, limits),
-        Arguments::Json(value) => value,
-    };
-    checked(value, limits)
-}
-
-/// Arguments sent as text: blank means `{}`.
+/// Strict parse: text must be one JSON object; absent (no text), null or blank arguments mean
+/// `{}`.
 fn parse_text(text: &str, limits: IntakeLimits) -> Result<Value, String> {
     if text.trim().is_empty() {
         return Ok(Value::Object(Map::new()));
