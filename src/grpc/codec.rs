@@ -73,15 +73,11 @@ fn encode_reply<T: Message + 'static>(item: T, buf: &mut impl BufMut) {
         WireBatchResult::from(reply).encode_raw(buf);
         return;
     }
-    if let Some(slot) = any.downcast_mut::<Option<pb::DispatchEvent>>()
-        && let Some(pb::DispatchEvent {
-            event: Some(Event::Result(_)),
-        }) = slot
-        && let Some(pb::DispatchEvent {
-            event: Some(Event::Result(reply)),
-        }) = slot.take()
+    if let Some(Some(pb::DispatchEvent {
+        event: Some(Event::Result(reply)),
+    })) = any.downcast_mut::<Option<pb::DispatchEvent>>()
     {
-        let wire = WireBatchResult::from(reply);
+        let wire = WireBatchResult::from(std::mem::take(reply));
         encode_key(EVENT_RESULT_TAG, WireType::LengthDelimited, buf);
         encode_varint(wire.encoded_len() as u64, buf);
         wire.encode_raw(buf);
