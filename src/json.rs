@@ -103,7 +103,6 @@ pub fn push_truncated(out: &mut String, text: &str, max: usize) {
 /// `Value::pointer` finds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pointer {
-    text: String,
     /// `None` for a text that is no pointer (neither empty nor starting with `/`): finds nothing.
     tokens: Option<Vec<String>>,
 }
@@ -120,10 +119,7 @@ impl Pointer {
             ),
             None => None,
         };
-        Pointer {
-            text: text.to_owned(),
-            tokens,
-        }
+        Pointer { tokens }
     }
 
     /// The value the pointer names in `value`.

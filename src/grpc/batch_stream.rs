@@ -409,7 +409,7 @@ mod tests {
         });
         let mut stream = BatchStream::new(run, events, &watch());
         assert_eq!(id_of(&stream.next().await.unwrap()), "0");
-        // One event taken, one more queued: the third push waits for room.
+        // The first event taken, the second push still waits for room.
         assert_eq!(pushed.load(Ordering::Relaxed), 1);
         assert_eq!(id_of(&stream.next().await.unwrap()), "1");
         assert_eq!(id_of(&stream.next().await.unwrap()), "2");
