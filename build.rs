@@ -29,6 +29,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // Decode failures (oversized or too deeply nested messages) must reach clients as
         // INVALID_ARGUMENT, not INTERNAL, so the ToolGate service uses our codec wrapper.
         .codec_path("crate::grpc::codec::ToolgateCodec")
+        // `Value` and `Struct` are read and written as JSON directly (`protojson`): the pipeline
+        // speaks JSON, and a protobuf tree in between cost a conversion each way.
+        .extern_path(".google.protobuf.Value", "crate::protojson::Value")
+        .extern_path(".google.protobuf.Struct", "crate::protojson::Struct")
         .compile_fds(fds)?;
     Ok(())
 }

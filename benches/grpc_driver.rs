@@ -29,8 +29,8 @@ use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Map, Value, json};
 use tokio_stream::StreamExt;
 use tonic::transport::Channel;
-use toolgate::grpc::convert::{struct_from_json, value_from_json};
 use toolgate::pb;
+use toolgate::protojson;
 
 use support::{BoxError, connect, progress, report};
 use toolgate::pb::tool_gate_client::ToolGateClient;
@@ -161,7 +161,7 @@ enum Target {
     Worker {
         client: ToolWorkerClient<Channel>,
         tool: String,
-        input: prost_types::Struct,
+        input: protojson::Struct,
     },
     Mcp {
         service: RunningService<RoleClient, ()>,
@@ -233,7 +233,7 @@ impl Target {
             } => {
                 let call = json!({"id": "c", "name": tool, "arguments": arguments});
                 let request = pb::DispatchBatchRequest {
-                    calls: vec![value_from_json(&call)],
+                    calls: vec![protojson::Value::from(call.clone())],
                     ..Default::default()
                 };
                 let result = client
@@ -377,7 +377,7 @@ async fn overhead(args: OverheadArgs) -> Result<(), BoxError> {
             direct: Arc::new(Target::Worker {
                 client: ToolWorkerClient::new(connect(addr).await?),
                 tool: args.worker_tool.clone(),
-                input: struct_from_json(input),
+                input: protojson::Struct::from(input.clone()),
             }),
             gate: gate(
                 format!("{}{}", args.worker_prefix, args.worker_tool),
@@ -577,7 +577,7 @@ async fn echo_batch(client: &mut ToolGateClient<Channel>, n: u64, sessions: u64)
     };
     let request = pb::DispatchBatchRequest {
         session_id,
-        calls: vec![value_from_json(&call)],
+        calls: vec![protojson::Value::from(call.clone())],
         ..Default::default()
     };
     let Ok(result) = client.dispatch(request).await else {

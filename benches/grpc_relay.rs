@@ -15,7 +15,6 @@ use std::error::Error;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use prost_types::value::Kind;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_stream::StreamExt;
 use tonic::body::Body;
@@ -25,8 +24,8 @@ use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Endpoint, Server};
 use tonic::{Request, Response, Status};
 use tonic_prost::ProstCodec;
-use toolgate::pb;
 use toolgate::pb::tool_worker_client::ToolWorkerClient;
+use toolgate::{pb, protojson};
 
 // The allocator toolgate's binary ships with, so the comparison measures work, not malloc.
 #[global_allocator]
@@ -132,26 +131,25 @@ impl tower::Service<Request<pb::DispatchBatchRequest>> for Relay {
 impl Relay {
     /// Runs the call's arguments on the worker, reading its stream to the end like toolgate;
     /// answers whether the result was a success.
-    async fn invoke(mut self, call: Option<prost_types::Value>) -> Result<bool, Status> {
-        let call = match call.and_then(|c| c.kind) {
-            Some(Kind::StructValue(s)) => s,
-            _ => prost_types::Struct::default(),
+    async fn invoke(mut self, call: Option<protojson::Value>) -> Result<bool, Status> {
+        let call = match call.map(protojson::Value::into_json) {
+            Some(serde_json::Value::Object(call)) => call,
+            _ => serde_json::Map::new(),
         };
-        let input = match call.fields.get("arguments").and_then(|a| a.kind.clone()) {
-            Some(Kind::StructValue(a)) => Some(a),
+        let input = match call.get("arguments") {
+            Some(serde_json::Value::Object(a)) => Some(a.clone()),
             _ => None,
         };
         let mut invoke = pb::InvokeRequest {
             tool: self.tool.clone(),
             call_id: "c".to_owned(),
-            input: input.clone(),
+            input: input.clone().map(protojson::Struct::from),
             ..Default::default()
         };
         if self.like_toolgate {
-            invoke.tool_arguments = input.map(|i| prost_types::Value {
-                kind: Some(Kind::StructValue(i)),
-            });
-            invoke.tool_call = Some(call);
+            invoke.tool_arguments =
+                input.map(|i| protojson::Value::from(serde_json::Value::Object(i)));
+            invoke.tool_call = Some(protojson::Struct::from(call));
             invoke.tool_name = self.tool.clone();
             invoke.tool_call_id = "c".to_owned();
             invoke.session_id = "0123456789abcdef0123456789abcdef".to_owned();

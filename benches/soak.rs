@@ -41,8 +41,8 @@ use tokio::process::{Child, Command};
 use tokio_stream::StreamExt;
 use tonic::Code;
 use tonic::transport::Channel;
-use toolgate::grpc::convert::value_from_json;
 use toolgate::pb;
+use toolgate::protojson;
 
 use support::{BoxError, connect, progress, report};
 use toolgate::pb::tool_gate_client::ToolGateClient;
@@ -736,7 +736,10 @@ impl Scenario {
         }
         let body = pb::DispatchBatchRequest {
             session_id: session,
-            calls: calls.iter().map(|c| value_from_json(&c.element)).collect(),
+            calls: calls
+                .iter()
+                .map(|c| protojson::Value::from(c.element.clone()))
+                .collect(),
             options: Some(options),
             ..Default::default()
         };

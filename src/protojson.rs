@@ -1,10 +1,12 @@
-//! JSON ⇄ the protobuf well-known `Value` and `Struct`: the one conversion every protobuf
-//! boundary shares (the public API, the worker protocol, the hook protocol).
+//! The protobuf well-known `Value` and `Struct` carried as JSON: every protobuf boundary (the
+//! public API, the worker protocol, the hook protocol) decodes them straight into `serde_json`
+//! and encodes them straight from it (`wire`), with no intermediate protobuf tree.
+
+mod wire;
 
 use std::fmt::Display;
 
-use prost_types::value::Kind;
-use serde_json::{Map, Number, Value};
+use serde_json::{Map, Number};
 
 /// The deepest JSON (objects within objects, `json::depth`) a reply can carry and still be
 /// decoded: every object level is several nested protobuf messages (`Value`, `Struct`, its map
@@ -12,124 +14,165 @@ use serde_json::{Map, Number, Value};
 /// with the Python client on a `DispatchEvent`: 32 decodes, 33 does not.
 pub const MAX_REPLY_DEPTH: usize = 32;
 
-/// JSON as a protobuf `Value` a client can always decode: JSON deeper than `MAX_REPLY_DEPTH` is
-/// carried as its canonical text (a JSON string) instead.
-pub fn value_for_reply(value: &Value) -> prost_types::Value {
-    if crate::json::depth(value) > MAX_REPLY_DEPTH {
-        return value_from_json(&Value::String(crate::json::canonical(value)));
-    }
-    value_from_json(value)
-}
+/// The deepest JSON this server decodes from the wire. Nesting past it is skipped, not recursed
+/// into, and marks the value too deep (`Value::into_json_within` refuses it); it is above every
+/// `limits.max_json_depth` a configuration may set (at most `MAX_REPLY_DEPTH`).
+pub const MAX_DECODE_DEPTH: usize = 64;
 
 /// Largest integer magnitude a protobuf double carries exactly (2^53).
 const MAX_EXACT_INTEGER: f64 = 9_007_199_254_740_992.0;
 
-/// A protobuf `Value` as JSON, refused (with a message naming `path`) past `max_depth` levels
-/// of nesting or for a number that is not finite. Integral numbers within ±2^53 become JSON
-/// integers. Takes the value: its strings and keys move into the JSON, uncopied.
-pub fn to_json_within(
-    value: prost_types::Value,
-    max_depth: usize,
-    path: &dyn Display,
-) -> Result<Value, String> {
-    convert_value(value, max_depth, 0, path)
+/// `google.protobuf.Value`, held as the JSON it stands for. Numbers are doubles on the wire:
+/// integral numbers within ±2^53 decode as JSON integers, and JSON numbers encode as doubles.
+///
+/// JSON cannot hold everything the wire can: a number that is not finite decodes as `null`, and
+/// nesting past `MAX_DECODE_DEPTH` as an empty array or object. Such a value remembers it, and
+/// `into_json_within` refuses it; `into_json` takes it as decoded.
+#[derive(Clone, Debug, Default)]
+pub struct Value {
+    json: serde_json::Value,
+    found: Option<Found>,
 }
 
-/// A protobuf `Struct` as a JSON object, under the same rules as `to_json_within`.
-pub fn struct_to_json_within(
-    value: prost_types::Struct,
-    max_depth: usize,
-    path: &dyn Display,
-) -> Result<Map<String, Value>, String> {
-    convert_struct(value, max_depth, 1, path)
+/// `google.protobuf.Struct`, held as the JSON object it stands for (under `Value`'s rules).
+#[derive(Clone, Debug, Default)]
+pub struct Struct {
+    fields: Map<String, serde_json::Value>,
+    found: Option<Found>,
 }
 
-fn convert_value(
-    value: prost_types::Value,
-    max_depth: usize,
+/// What decoding saw that the JSON alone does not say; `None` for a value made from JSON.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Found {
+    /// The deepest nesting decoded (`json::depth` of the result, or past `MAX_DECODE_DEPTH`).
     depth: usize,
-    path: &dyn Display,
-) -> Result<Value, String> {
-    Ok(match value.kind {
-        None | Some(Kind::NullValue(_)) => Value::Null,
-        Some(Kind::BoolValue(b)) => Value::Bool(b),
-        Some(Kind::StringValue(s)) => Value::String(s),
-        Some(Kind::NumberValue(n)) => {
-            json_number(n).ok_or_else(|| format!("{path} holds a number that is not finite"))?
-        }
-        Some(Kind::StructValue(s)) => Value::Object(convert_struct(s, max_depth, depth + 1, path)?),
-        Some(Kind::ListValue(list)) => {
-            if depth + 1 > max_depth {
-                return Err(format!("{path} nests deeper than {max_depth} levels"));
-            }
-            let items = list
-                .values
-                .into_iter()
-                .map(|v| convert_value(v, max_depth, depth + 1, path))
-                .collect::<Result<Vec<_>, _>>()?;
-            Value::Array(items)
-        }
-    })
+    /// A number that was NaN or infinite (decoded as `null`).
+    not_finite: bool,
+    /// Nesting past `MAX_DECODE_DEPTH` (skipped).
+    too_deep: bool,
 }
 
-fn convert_struct(
-    value: prost_types::Struct,
-    max_depth: usize,
-    depth: usize,
-    path: &dyn Display,
-) -> Result<Map<String, Value>, String> {
-    if depth > max_depth {
-        return Err(format!("{path} nests deeper than {max_depth} levels"));
+impl Found {
+    fn check(self, max_depth: usize, path: &dyn Display) -> Result<(), String> {
+        if self.not_finite {
+            return Err(format!("{path} holds a number that is not finite"));
+        }
+        if self.too_deep || self.depth > max_depth {
+            return Err(format!("{path} nests deeper than {max_depth} levels"));
+        }
+        Ok(())
     }
-    let mut map = Map::new();
-    for (key, member) in value.fields {
-        map.insert(key, convert_value(member, max_depth, depth, path)?);
-    }
-    Ok(map)
 }
 
-fn json_number(n: f64) -> Option<Value> {
+/// Values compare as the JSON they hold.
+impl PartialEq for Value {
+    fn eq(&self, other: &Self) -> bool {
+        self.json == other.json
+    }
+}
+
+/// Structs compare as the JSON objects they hold.
+impl PartialEq for Struct {
+    fn eq(&self, other: &Self) -> bool {
+        self.fields == other.fields
+    }
+}
+
+impl Value {
+    /// The JSON this value holds.
+    pub fn json(&self) -> &serde_json::Value {
+        &self.json
+    }
+
+    /// The JSON, as decoded (see the type's note on what JSON cannot hold).
+    pub fn into_json(self) -> serde_json::Value {
+        self.json
+    }
+
+    /// The JSON, refused (with a message naming `path`) past `max_depth` levels of nesting or
+    /// when it held a number that is not finite.
+    pub fn into_json_within(
+        self,
+        max_depth: usize,
+        path: &dyn Display,
+    ) -> Result<serde_json::Value, String> {
+        let found = self.found.unwrap_or_else(|| Found {
+            depth: crate::json::depth(&self.json),
+            ..Found::default()
+        });
+        found.check(max_depth, path)?;
+        Ok(self.json)
+    }
+}
+
+impl From<serde_json::Value> for Value {
+    fn from(json: serde_json::Value) -> Self {
+        Self { json, found: None }
+    }
+}
+
+impl Struct {
+    /// The JSON object this struct holds.
+    pub fn fields(&self) -> &Map<String, serde_json::Value> {
+        &self.fields
+    }
+
+    /// The JSON object, as decoded (see `Value`'s note on what JSON cannot hold).
+    pub fn into_json(self) -> Map<String, serde_json::Value> {
+        self.fields
+    }
+
+    /// The JSON object, under the rules of `Value::into_json_within`.
+    pub fn into_json_within(
+        self,
+        max_depth: usize,
+        path: &dyn Display,
+    ) -> Result<Map<String, serde_json::Value>, String> {
+        let found = self.found.unwrap_or_else(|| Found {
+            depth: 1 + self
+                .fields
+                .values()
+                .map(crate::json::depth)
+                .max()
+                .unwrap_or(0),
+            ..Found::default()
+        });
+        found.check(max_depth, path)?;
+        Ok(self.fields)
+    }
+}
+
+impl From<Map<String, serde_json::Value>> for Struct {
+    fn from(fields: Map<String, serde_json::Value>) -> Self {
+        Self {
+            fields,
+            found: None,
+        }
+    }
+}
+
+/// JSON as a `Value` a client can always decode: JSON deeper than `MAX_REPLY_DEPTH` is carried as
+/// its canonical text (a JSON string) instead.
+pub fn value_for_reply(value: &serde_json::Value) -> Value {
+    if crate::json::depth(value) > MAX_REPLY_DEPTH {
+        return Value::from(serde_json::Value::String(crate::json::canonical(value)));
+    }
+    Value::from(value.clone())
+}
+
+/// A protobuf double as JSON: integral numbers within ±2^53 as integers; `None` when it is not
+/// finite.
+fn json_number(n: f64) -> Option<serde_json::Value> {
     if !n.is_finite() {
         return None;
     }
     if n.fract() == 0.0 && n.abs() <= MAX_EXACT_INTEGER {
         // Exact: |n| <= 2^53 fits an i64 without rounding.
         #[allow(clippy::cast_possible_truncation)]
-        return Some(Value::Number(Number::from(n as i64)));
+        return Some(serde_json::Value::Number(Number::from(n as i64)));
     }
-    Number::from_f64(n).map(Value::Number)
+    Number::from_f64(n).map(serde_json::Value::Number)
 }
 
-/// A protobuf `Value` as JSON for clients (no depth limit beyond protobuf's own).
-pub fn to_json(value: prost_types::Value) -> Value {
-    convert_value(value, usize::MAX, 0, &"value").unwrap_or(Value::Null)
-}
-
-/// A protobuf `Struct` as a JSON object (no depth limit beyond protobuf's own).
-pub fn struct_to_json(value: prost_types::Struct) -> Value {
-    convert_struct(value, usize::MAX, 1, &"value").map_or(Value::Null, Value::Object)
-}
-
-/// JSON as a protobuf `Value` (numbers become doubles).
-pub fn value_from_json(value: &Value) -> prost_types::Value {
-    let kind = match value {
-        Value::Null => Kind::NullValue(0),
-        Value::Bool(b) => Kind::BoolValue(*b),
-        Value::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or(0.0)),
-        Value::String(s) => Kind::StringValue(s.clone()),
-        Value::Array(items) => Kind::ListValue(prost_types::ListValue {
-            values: items.iter().map(value_from_json).collect(),
-        }),
-        Value::Object(map) => Kind::StructValue(struct_from_json(map)),
-    };
-    prost_types::Value { kind: Some(kind) }
-}
-
-pub fn struct_from_json(map: &Map<String, Value>) -> prost_types::Struct {
-    prost_types::Struct {
-        fields: map
-            .iter()
-            .map(|(k, v)| (k.clone(), value_from_json(v)))
-            .collect(),
-    }
-}
+#[cfg(test)]
+mod tests;

@@ -15,7 +15,6 @@ use crate::dispatch::{
 };
 use crate::pb;
 use crate::protojson;
-pub use crate::protojson::{struct_from_json, struct_to_json, to_json, value_from_json};
 use crate::safety::breaker::BreakerState;
 use crate::safety::health::{HealthReport, Status};
 use crate::safety::hooks::Decision;
@@ -214,21 +213,26 @@ fn options_from(
     ))
 }
 
-/// A protobuf `Value` as JSON, refused past `max_depth` levels of nesting.
+/// A protobuf `Value` as JSON, refused past `max_depth` levels of nesting or for a number JSON
+/// cannot hold.
 pub fn json_from_value(
-    value: prost_types::Value,
+    value: protojson::Value,
     max_depth: usize,
     path: &dyn std::fmt::Display,
 ) -> Result<Value, RequestError> {
-    protojson::to_json_within(value, max_depth, path).map_err(RequestError::Invalid)
+    value
+        .into_json_within(max_depth, path)
+        .map_err(RequestError::Invalid)
 }
 
 fn json_from_struct(
-    value: prost_types::Struct,
+    value: protojson::Struct,
     max_depth: usize,
     path: &dyn std::fmt::Display,
 ) -> Result<Map<String, Value>, RequestError> {
-    protojson::struct_to_json_within(value, max_depth, path).map_err(RequestError::Invalid)
+    value
+        .into_json_within(max_depth, path)
+        .map_err(RequestError::Invalid)
 }
 
 pub fn duration(d: Duration) -> prost_types::Duration {
@@ -272,7 +276,7 @@ pub fn call_result(r: &CallResult) -> pb::CallResult {
         success: r.success,
         // Arguments passed intake's depth limit (at most MAX_REPLY_DEPTH); only a tool's result
         // can be deeper than a reply carries.
-        arguments: Some(value_from_json(&r.arguments)),
+        arguments: Some(protojson::Value::from(Value::clone(&r.arguments))),
         result: Some(protojson::value_for_reply(&r.result)),
         content: r.content.clone(),
         error: r.error.clone(),
@@ -315,7 +319,11 @@ pub fn batch_result(report: &BatchReport) -> pb::BatchResult {
         count: index(results.len()),
         errors: index(report.errors()),
         all_succeeded: report.all_succeeded(),
-        messages: report.messages.iter().map(struct_from_json).collect(),
+        messages: report
+            .messages
+            .iter()
+            .map(|m| protojson::Struct::from(m.clone()))
+            .collect(),
         by_id,
         results,
         outcome: outcome.into(),
@@ -337,7 +345,7 @@ pub fn event(event: Event) -> pb::DispatchEvent {
             index: index(i),
             id,
             name,
-            arguments: Some(value_from_json(&arguments)),
+            arguments: Some(protojson::Value::from(arguments)),
         }),
         Event::ToolPre {
             index: i,
@@ -493,8 +501,8 @@ pub fn tool_definition(registered: &Registered) -> pb::ToolDefinition {
     use pb::tool_definition::Source;
     let tool = &registered.tool;
     let schema = match tool.input_schema() {
-        Value::Object(map) => struct_from_json(&map),
-        _ => prost_types::Struct::default(),
+        Value::Object(map) => protojson::Struct::from(map),
+        _ => protojson::Struct::default(),
     };
     let a = tool.annotations();
     let source = match registered.source {

@@ -287,7 +287,10 @@ impl ToolGate for ToolGateService {
         self.state.auth.authorize(&request, Rpc::RegisterRemote)?;
         self.registration_allowed()?;
         let definition = request.into_inner().definition.unwrap_or_default();
-        let definition = convert::struct_to_json(definition);
+        let definition = definition
+            .into_json_within(crate::protojson::MAX_DECODE_DEPTH, &"definition")
+            .map(serde_json::Value::Object)
+            .map_err(RequestError::Invalid)?;
         let spec: RemoteSpec = serde_json::from_value(definition)
             .map_err(|e| RequestError::Invalid(format!("definition: {e}")))?;
         // A registration may start a program or reach an address: only what the policy allows.

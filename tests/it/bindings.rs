@@ -3,21 +3,21 @@
 
 use serde_json::json;
 use toolgate::config::Config;
-use toolgate::grpc::convert::struct_from_json;
 use toolgate::pb;
 use toolgate::pb::ErrorClass;
 use toolgate::pb::dispatch_event::Event;
+use toolgate::protojson;
 
 use crate::support::*;
 
-fn context(value: serde_json::Value) -> Option<prost_types::Struct> {
-    value.as_object().map(struct_from_json)
+fn context(value: serde_json::Value) -> Option<protojson::Struct> {
+    value.as_object().cloned().map(protojson::Struct::from)
 }
 
 fn binding(tool: &str, input: serde_json::Value) -> pb::Binding {
     pb::Binding {
         tool: tool.into(),
-        input: input.as_object().map(struct_from_json),
+        input: input.as_object().cloned().map(protojson::Struct::from),
     }
 }
 

@@ -261,15 +261,8 @@ async fn list_tools_describes_every_tool_with_its_source() {
     assert_eq!(sleep.source, pb::tool_definition::Source::Builtin as i32);
     assert!(sleep.concurrency_safe);
     assert!(sleep.annotations.unwrap().read_only);
-    let schema = prost_types::Value {
-        kind: Some(prost_types::value::Kind::StructValue(
-            sleep.input_schema.clone().unwrap(),
-        )),
-    };
-    assert_eq!(
-        toolgate::grpc::convert::to_json(schema)["required"],
-        json!(["ms"])
-    );
+    let schema = sleep.input_schema.clone().unwrap().into_json();
+    assert_eq!(schema["required"], json!(["ms"]));
     let fail = tools.iter().find(|t| t.name == "fail").unwrap();
     assert_eq!(fail.source, pb::tool_definition::Source::Embedded as i32);
 }

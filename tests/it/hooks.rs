@@ -6,12 +6,12 @@ use std::sync::{Arc, Mutex};
 use serde_json::json;
 use tokio_stream::wrappers::TcpListenerStream;
 use toolgate::config::Config;
-use toolgate::grpc::convert::{struct_from_json, to_json};
 use toolgate::pb;
 use toolgate::pb::ErrorClass;
 use toolgate::pb::dispatch_event::Event;
 use toolgate::pb::pre_tool_use_response::Decision;
 use toolgate::pb::tool_hooks_server::{ToolHooks, ToolHooksServer};
+use toolgate::protojson;
 
 use crate::support::*;
 
@@ -164,14 +164,11 @@ impl ToolHooks for TestHooks {
                 response.reason = "long nap?".into();
             }
             "echo" => {
-                let mut input = to_json(prost_types::Value {
-                    kind: Some(prost_types::value::Kind::StructValue(
-                        req.input.unwrap_or_default(),
-                    )),
-                });
+                let mut input =
+                    serde_json::Value::Object(req.input.unwrap_or_default().into_json());
                 input["stamped_by"] = json!("hook");
                 response.decision = Decision::Modify.into();
-                response.modified_input = input.as_object().map(struct_from_json);
+                response.modified_input = input.as_object().cloned().map(protojson::Struct::from);
             }
             _ => {}
         }

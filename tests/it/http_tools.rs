@@ -7,9 +7,9 @@ use axum::http::StatusCode;
 use axum::routing::post;
 use serde_json::{Value, json};
 use toolgate::config::Config;
-use toolgate::grpc::convert::struct_from_json;
 use toolgate::pb;
 use toolgate::pb::ErrorClass;
+use toolgate::protojson;
 
 use crate::support::*;
 
@@ -152,7 +152,7 @@ async fn http_remotes_can_be_registered_at_run_time() {
         .client
         .clone()
         .register_remote(pb::RegisterRemoteRequest {
-            definition: definition.as_object().map(struct_from_json),
+            definition: definition.as_object().cloned().map(protojson::Struct::from),
         })
         .await
         .unwrap()
@@ -186,7 +186,7 @@ async fn http_remotes_can_be_registered_at_run_time() {
         .client
         .clone()
         .register_remote(pb::RegisterRemoteRequest {
-            definition: changed.as_object().map(struct_from_json),
+            definition: changed.as_object().cloned().map(protojson::Struct::from),
         })
         .await
         .unwrap()

@@ -1,9 +1,9 @@
 //! Every intake shape and id rule, through the public API.
 
 use serde_json::json;
-use toolgate::grpc::convert::value_from_json;
 use toolgate::pb;
 use toolgate::pb::ErrorClass;
+use toolgate::protojson;
 
 use crate::support::*;
 
@@ -133,7 +133,7 @@ async fn unrecognisable_elements_are_answered_in_place() {
 
 async fn from_message(ts: &TestServer, message: serde_json::Value) -> pb::BatchResult {
     let req = pb::DispatchBatchRequest {
-        assistant_message: Some(value_from_json(&message)),
+        assistant_message: Some(protojson::Value::from(message.clone())),
         ..Default::default()
     };
     dispatch(ts, req).await
@@ -176,7 +176,7 @@ async fn assistant_messages_of_every_provider_are_unpacked() {
 async fn an_unrecognised_assistant_message_is_invalid_argument() {
     let ts = start().await;
     let req = pb::DispatchBatchRequest {
-        assistant_message: Some(value_from_json(&json!({"hello": "world"}))),
+        assistant_message: Some(protojson::Value::from(json!({"hello": "world"}))),
         ..Default::default()
     };
     let status = ts.client.clone().dispatch(req).await.unwrap_err();

@@ -87,6 +87,75 @@ async fn nesting_past_the_depth_limit_is_invalid_argument() {
     );
 }
 
+/// `DispatchBatchRequest` as any protobuf client may write it: `calls` (field 2) as
+/// `prost_types` values, which (unlike JSON) can hold NaN and infinities.
+#[derive(Clone, PartialEq, prost::Message)]
+struct AnyClientRequest {
+    #[prost(message, repeated, tag = "2")]
+    calls: Vec<prost_types::Value>,
+}
+
+#[tokio::test]
+async fn a_number_json_cannot_hold_is_invalid_argument_naming_the_call() {
+    use prost_types::value::Kind;
+    let ts = start().await;
+    let value = |kind| prost_types::Value { kind: Some(kind) };
+    let call = |n: f64| {
+        value(Kind::StructValue(prost_types::Struct {
+            fields: [
+                (
+                    "name".to_owned(),
+                    value(Kind::StringValue("echo".to_owned())),
+                ),
+                (
+                    "arguments".to_owned(),
+                    value(Kind::StructValue(prost_types::Struct {
+                        fields: [("n".to_owned(), value(Kind::NumberValue(n)))].into(),
+                    })),
+                ),
+            ]
+            .into(),
+        }))
+    };
+    for n in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+        let mut grpc = tonic::client::Grpc::new(ts.channel.clone());
+        grpc.ready().await.unwrap();
+        let status = grpc
+            .unary::<_, pb::BatchResult, _>(
+                tonic::Request::new(AnyClientRequest {
+                    calls: vec![call(1.0), call(n)],
+                }),
+                tonic::codegen::http::uri::PathAndQuery::from_static(
+                    "/toolgate.v1.ToolGate/Dispatch",
+                ),
+                tonic_prost::ProstCodec::default(),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), Code::InvalidArgument);
+        assert_eq!(
+            status.message(),
+            "calls[1] holds a number that is not finite"
+        );
+    }
+    // The same client's finite numbers arrive as JSON numbers.
+    let mut grpc = tonic::client::Grpc::new(ts.channel.clone());
+    grpc.ready().await.unwrap();
+    let reply = grpc
+        .unary::<_, pb::BatchResult, _>(
+            tonic::Request::new(AnyClientRequest {
+                calls: vec![call(2.5), call(7.0)],
+            }),
+            tonic::codegen::http::uri::PathAndQuery::from_static("/toolgate.v1.ToolGate/Dispatch"),
+            tonic_prost::ProstCodec::default(),
+        )
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(json_of(&reply.results[0].result), json!({"n": 2.5}));
+    assert_eq!(json_of(&reply.results[1].result), json!({"n": 7}));
+}
+
 #[tokio::test]
 async fn deeply_nested_argument_text_is_a_soft_error() {
     let ts = start().await;

@@ -215,10 +215,12 @@ async fn a_stdio_mcp_server_is_registered_at_run_time_only_if_its_program_is_all
     );
     let ts = start_with(Config::from_toml(&config).unwrap()).await;
     let mut client = ts.client.clone();
+    let json_definition = |command: &[String]| json!({"name": "rt-mcp", "kind": "mcp", "command": command, "prefix": "rt.", "timeout": "30s"});
     let definition = |command: &[String]| {
-        json!({"name": "rt-mcp", "kind": "mcp", "command": command, "prefix": "rt.", "timeout": "30s"})
+        json_definition(command)
             .as_object()
-            .map(toolgate::grpc::convert::struct_from_json)
+            .cloned()
+            .map(toolgate::protojson::Struct::from)
     };
     let denied = vec!["/bin/sh".to_owned(), "-c".to_owned(), "true".to_owned()];
     let status = client
@@ -229,11 +231,9 @@ async fn a_stdio_mcp_server_is_registered_at_run_time_only_if_its_program_is_all
         .unwrap_err();
     assert_eq!(status.code(), tonic::Code::PermissionDenied);
     // Nor may a client hand the server's own environment to the program.
-    let mut widened = definition(&server).unwrap();
-    widened.fields.insert(
-        "env_allow".into(),
-        toolgate::grpc::convert::value_from_json(&json!(["AWS_SECRET_ACCESS_KEY"])),
-    );
+    let mut widened = json_definition(&server);
+    widened["env_allow"] = json!(["AWS_SECRET_ACCESS_KEY"]);
+    let widened = toolgate::protojson::Struct::from(widened.as_object().cloned().unwrap());
     let status = client
         .register_remote(pb::RegisterRemoteRequest {
             definition: Some(widened),

@@ -7,10 +7,10 @@ use std::process::Stdio;
 use serde_json::json;
 use tokio::io::AsyncBufReadExt;
 use toolgate::config::Config;
-use toolgate::grpc::convert::struct_from_json;
 use toolgate::pb;
 use toolgate::pb::ErrorClass;
 use toolgate::pb::dispatch_event::Event;
+use toolgate::protojson;
 
 use crate::support::*;
 
@@ -272,8 +272,8 @@ async fn an_unreachable_worker_is_transport_and_opens_the_breaker() {
     );
 }
 
-fn definition(value: serde_json::Value) -> Option<prost_types::Struct> {
-    value.as_object().map(struct_from_json)
+fn definition(value: serde_json::Value) -> Option<protojson::Struct> {
+    value.as_object().cloned().map(protojson::Struct::from)
 }
 
 #[tokio::test]

@@ -747,7 +747,8 @@ async fn run_time_registration_cannot_run_other_programs_or_reach_protected_addr
                 .register_remote(pb::RegisterRemoteRequest {
                     definition: definition
                         .as_object()
-                        .map(toolgate::grpc::convert::struct_from_json),
+                        .cloned()
+                        .map(toolgate::protojson::Struct::from),
                 })
                 .await
         }

@@ -8,9 +8,9 @@ use serde_json::Value;
 use tokio_stream::StreamExt;
 use tonic::transport::Channel;
 use toolgate::config::Config;
-use toolgate::grpc::convert::{to_json, value_from_json};
 use toolgate::pb;
 use toolgate::pb::tool_gate_client::ToolGateClient;
+use toolgate::protojson;
 use toolgate::tools::{Annotations, ContentPart, FnTool, ToolContext, ToolError, ToolOutput};
 use toolgate::{RunningServer, Server};
 
@@ -69,7 +69,7 @@ pub fn request(calls: Value) -> pb::DispatchBatchRequest {
         panic!("calls must be an array")
     };
     pb::DispatchBatchRequest {
-        calls: calls.iter().map(value_from_json).collect(),
+        calls: calls.iter().cloned().map(protojson::Value::from).collect(),
         ..Default::default()
     }
 }
@@ -175,8 +175,8 @@ pub async fn dispatch_stream(
     (events, result.expect("a final result event"))
 }
 
-pub fn json_of(value: &Option<prost_types::Value>) -> Value {
-    value.clone().map_or(Value::Null, to_json)
+pub fn json_of(value: &Option<protojson::Value>) -> Value {
+    value.as_ref().map_or(Value::Null, |v| v.json().clone())
 }
 
 pub fn messages_json(result: &pb::BatchResult) -> Value {
@@ -184,11 +184,7 @@ pub fn messages_json(result: &pb::BatchResult) -> Value {
         result
             .messages
             .iter()
-            .map(|m| {
-                to_json(prost_types::Value {
-                    kind: Some(prost_types::value::Kind::StructValue(m.clone())),
-                })
-            })
+            .map(|m| Value::Object(m.fields().clone()))
             .collect(),
     )
 }

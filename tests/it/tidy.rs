@@ -42,7 +42,7 @@ fn grpc_types_stay_in_the_grpc_boundary() {
     let allowed = [
         "src/grpc",
         "src/pb.rs",
-        "src/protojson.rs",
+        "src/protojson",
         "src/safety/hooks/grpc.rs",
         "src/app.rs",
         "src/lib.rs",

@@ -22,7 +22,7 @@ pub struct WireBatchResult {
     #[prost(bool, tag = "4")]
     all_succeeded: bool,
     #[prost(message, repeated, tag = "5")]
-    messages: Vec<prost_types::Struct>,
+    messages: Vec<crate::protojson::Struct>,
     #[prost(message, repeated, tag = "6")]
     by_id: Vec<ByIdEntry>,
     #[prost(int32, tag = "7")]
@@ -96,21 +96,12 @@ impl From<pb::BatchResult> for WireBatchResult {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use prost_types::value::Kind;
+    use crate::protojson;
+    use serde_json::json;
     use std::collections::HashMap;
 
     fn result(index: u32, id: &str, text: &str) -> pb::CallResult {
-        let output = prost_types::Value {
-            kind: Some(Kind::StructValue(prost_types::Struct {
-                fields: [(
-                    "text".to_owned(),
-                    prost_types::Value {
-                        kind: Some(Kind::StringValue(text.to_owned())),
-                    },
-                )]
-                .into(),
-            })),
-        };
+        let output = protojson::Value::from(json!({"text": text}));
         pb::CallResult {
             index,
             id: id.to_owned(),
@@ -130,15 +121,9 @@ mod tests {
             count: u32::try_from(results.len()).unwrap(),
             errors: 1,
             all_succeeded: false,
-            messages: vec![prost_types::Struct {
-                fields: [(
-                    "role".to_owned(),
-                    prost_types::Value {
-                        kind: Some(Kind::StringValue("tool".to_owned())),
-                    },
-                )]
-                .into(),
-            }],
+            messages: vec![protojson::Struct::from(
+                json!({"role": "tool"}).as_object().unwrap().clone(),
+            )],
             by_id,
             outcome: 3,
             outcome_reason: "because".to_owned(),

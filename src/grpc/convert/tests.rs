@@ -1,6 +1,5 @@
-//! Conversion tests: JSON numbers, nesting limits, request checks and by_id.
+//! Conversion tests: request checks (numbers and nesting are `protojson`'s tests) and by_id.
 
-use prost_types::value::Kind;
 use serde_json::json;
 
 use super::*;
@@ -12,60 +11,9 @@ fn rules() -> RequestRules {
     }
 }
 
-fn number(n: f64) -> prost_types::Value {
-    prost_types::Value {
-        kind: Some(Kind::NumberValue(n)),
-    }
-}
-
-#[test]
-fn integral_numbers_become_integers_within_two_to_the_53() {
-    assert_eq!(json_from_value(number(2.0), 64, &"x").unwrap(), json!(2));
-    assert_eq!(json_from_value(number(-7.0), 64, &"x").unwrap(), json!(-7));
-    assert_eq!(json_from_value(number(2.5), 64, &"x").unwrap(), json!(2.5));
-    assert_eq!(
-        json_from_value(number(9_007_199_254_740_992.0), 64, &"x").unwrap(),
-        json!(9_007_199_254_740_992_i64)
-    );
-    assert_eq!(
-        json_from_value(number(1e20), 64, &"x").unwrap(),
-        json!(1e20)
-    );
-    assert!(json_from_value(number(f64::NAN), 64, &"x").is_err());
-    assert_eq!(
-        json_from_value(number(2.0), 64, &"x").unwrap().to_string(),
-        "2"
-    );
-}
-
-#[test]
-fn round_trip_keeps_structure() {
-    let original = json!({"a": [1, "two", null, {"b": true}], "c": 1.5});
-    let back = json_from_value(value_from_json(&original), 64, &"x").unwrap();
-    assert_eq!(back, original);
-}
-
-fn nested(levels: usize) -> prost_types::Value {
-    let mut v = json!(1);
-    for _ in 0..levels {
-        v = json!([v]);
-    }
-    value_from_json(&v)
-}
-
-#[test]
-fn nesting_past_the_limit_is_invalid_argument() {
-    assert!(json_from_value(nested(64), 64, &"calls[0]").is_ok());
-    let err = json_from_value(nested(65), 64, &"calls[0]").unwrap_err();
-    assert_eq!(
-        err,
-        RequestError::Invalid("calls[0] nests deeper than 64 levels".into())
-    );
-}
-
 fn request(calls: Vec<serde_json::Value>) -> pb::DispatchBatchRequest {
     pb::DispatchBatchRequest {
-        calls: calls.iter().map(value_from_json).collect(),
+        calls: calls.into_iter().map(protojson::Value::from).collect(),
         ..Default::default()
     }
 }
@@ -137,8 +85,8 @@ fn options_are_resolved_and_unknown_values_rejected_by_name() {
 #[test]
 fn calls_and_assistant_message_are_exclusive_and_session_ids_checked() {
     let mut req = request(vec![json!({"name": "echo"})]);
-    req.assistant_message = Some(value_from_json(
-        &json!({"role": "assistant", "tool_calls": []}),
+    req.assistant_message = Some(protojson::Value::from(
+        json!({"role": "assistant", "tool_calls": []}),
     ));
     assert!(
         batch_from_request(req, &rules())

@@ -6,7 +6,7 @@ use tonic::Code;
 
 use super::*;
 use crate::config::Config;
-use crate::grpc::convert::value_from_json;
+use crate::protojson;
 
 /// The service as `Server::start_on` wires it for `config` (TOML), and its state.
 fn wire(config: &str) -> (ToolGateService, Arc<ServiceState>) {
@@ -39,7 +39,7 @@ fn request(calls: Value) -> pb::DispatchBatchRequest {
         panic!("calls must be an array")
     };
     pb::DispatchBatchRequest {
-        calls: calls.iter().map(value_from_json).collect(),
+        calls: calls.into_iter().map(protojson::Value::from).collect(),
         ..Default::default()
     }
 }
@@ -185,7 +185,7 @@ async fn malformed_requests_are_invalid_argument_with_the_field_named() {
         ),
         (
             edited(json!([echo]), |r| {
-                r.assistant_message = Some(value_from_json(&json!({"role": "assistant"})));
+                r.assistant_message = Some(protojson::Value::from(json!({"role": "assistant"})));
             }),
             "set either calls or assistant_message, not both",
         ),
@@ -212,7 +212,7 @@ async fn malformed_requests_are_invalid_argument_with_the_field_named() {
         );
     }
     let unrecognised = edited(json!([]), |r| {
-        r.assistant_message = Some(value_from_json(&json!({"hello": "world"})));
+        r.assistant_message = Some(protojson::Value::from(json!({"hello": "world"})));
     });
     let status = refusal(&service, unrecognised).await;
     assert_eq!(status.code(), Code::InvalidArgument);
@@ -322,7 +322,7 @@ async fn remote_registration_is_permission_denied_unless_enabled_and_allowlisted
         "[remote_registration]\nenabled = true\n[[remote_registration.commands]]\nargv = [\"python3\", \"server.py\"]",
     );
     let definition = |value: Value| pb::RegisterRemoteRequest {
-        definition: value.as_object().map(convert::struct_from_json),
+        definition: value.as_object().cloned().map(protojson::Struct::from),
     };
     let shell = json!({"name": "sh", "kind": "mcp", "command": ["/bin/sh", "-c", "true"]});
     let status = service

@@ -12,7 +12,7 @@ use crate::glob::glob_match;
 use crate::pb;
 use crate::pb::pre_tool_use_response::Decision as Wire;
 use crate::pb::tool_hooks_client::ToolHooksClient;
-use crate::protojson::{struct_from_json, struct_to_json};
+use crate::protojson::Struct;
 use crate::tools::BoxFuture;
 
 /// A hook served by a remote `ToolHooks` service.
@@ -58,8 +58,8 @@ impl GrpcHook {
     }
 }
 
-fn input_struct(input: &Value) -> Option<prost_types::Struct> {
-    input.as_object().map(struct_from_json)
+fn input_struct(input: &Value) -> Option<Struct> {
+    input.as_object().cloned().map(Struct::from)
 }
 
 impl Hook for GrpcHook {
@@ -103,7 +103,7 @@ impl Hook for GrpcHook {
                 }),
                 Ok(Wire::Ask) => Decision::Ask(reason.clone()),
                 Ok(Wire::Modify) => match response.modified_input {
-                    Some(s) => Decision::Modify(struct_to_json(s)),
+                    Some(s) => Decision::Modify(Value::Object(s.into_json())),
                     None => return self.failed("MODIFY without modified_input"),
                 },
                 Err(_) => return self.failed(&format!("unknown decision {}", response.decision)),

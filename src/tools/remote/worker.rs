@@ -13,7 +13,7 @@ use super::tool::{Invoke, RemoteDefinition, RemoteTool, remote_timeout};
 use super::{RemoteError, RemoteSpec, Signal, Signals};
 use crate::pb;
 use crate::pb::tool_worker_client::ToolWorkerClient;
-use crate::protojson::{struct_from_json, struct_to_json, to_json, value_from_json};
+use crate::protojson::{Struct, Value as WireValue};
 use crate::tools::{
     Annotations, BoxFuture, ContentPart, Progress, Tool, ToolContext, ToolError, ToolOutput,
 };
@@ -117,7 +117,7 @@ fn definition(prefix: &str, tool: pb::WorkerTool) -> RemoteDefinition {
     let annotations = tool.annotations.unwrap_or_default();
     let input_schema = tool
         .input_schema
-        .map(struct_to_json)
+        .map(|schema| Value::Object(schema.into_json()))
         .unwrap_or_else(|| serde_json::json!({"type": "object"}));
     RemoteDefinition {
         name: format!("{prefix}{}", tool.name),
@@ -167,7 +167,7 @@ fn from_status(remote: &str, status: &Status) -> ToolError {
 /// The final result as a tool output: the structured result when set, else the content.
 fn output_of(result: pb::InvokeResult) -> ToolOutput {
     if let Some(structured) = result.structured {
-        return ToolOutput::Json(to_json(structured));
+        return ToolOutput::Json(structured.into_json());
     }
     let parts = result
         .content
@@ -213,10 +213,16 @@ impl Worker {
             tool: tool.remote_name.clone(),
             call_id: ctx.call_id.clone(),
             session_id: ctx.session_id.clone(),
-            input: input.as_object().map(struct_from_json),
-            tool_call: m.tool_call().as_object().map(struct_from_json),
+            input: match input {
+                Value::Object(map) => Some(Struct::from(map)),
+                _ => None,
+            },
+            tool_call: match m.tool_call() {
+                Value::Object(map) => Some(Struct::from(map)),
+                _ => None,
+            },
             tool_name: m.tool_name.clone(),
-            tool_arguments: Some(value_from_json(&m.tool_arguments)),
+            tool_arguments: Some(WireValue::from(serde_json::Value::clone(&m.tool_arguments))),
             tool_call_id: m.tool_call_id.clone(),
             tool_call_index: u32::try_from(m.tool_call_index).unwrap_or(u32::MAX),
         });
@@ -316,7 +322,7 @@ mod tests {
         );
         check(failing(Vec::new()), "the worker reported an error");
         let structured = pb::InvokeResult {
-            structured: Some(value_from_json(&serde_json::json!({"code": 7}))),
+            structured: Some(WireValue::from(serde_json::json!({"code": 7}))),
             ..failing(vec![text("ignored")])
         };
         check(structured, r#"{"code":7}"#);
