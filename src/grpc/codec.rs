@@ -5,6 +5,8 @@
 
 mod batch_result;
 
+pub use batch_result::written_len;
+
 use std::any::Any;
 use std::marker::PhantomData;
 
@@ -63,7 +65,7 @@ impl<T: Message + 'static> Encoder for ToolgateEncoder<T> {
 
 /// Writes one reply message: a batch result (alone or as the stream's last event) as a
 /// `WireBatchResult`, anything else with prost's `encode_raw`.
-fn encode_reply<T: Message + 'static>(item: T, buf: &mut impl BufMut) {
+pub(super) fn encode_reply<T: Message + 'static>(item: T, buf: &mut impl BufMut) {
     let mut item = Some(item);
     let any: &mut dyn Any = &mut item;
     if let Some(reply) = any

@@ -303,11 +303,6 @@ fn content_part(part: &ContentPart) -> pb::ContentPart {
 pub fn batch_result(report: &BatchReport) -> pb::BatchResult {
     use pb::batch_result::Outcome as PbOutcome;
     let results: Vec<pb::CallResult> = report.results.iter().map(call_result).collect();
-    // Keyed by the unique ids: a repeated id keeps the first call's result.
-    let mut by_id = HashMap::with_capacity(results.len());
-    for r in &results {
-        by_id.entry(r.id.clone()).or_insert_with(|| r.clone());
-    }
     let outcome = match report.outcome {
         Outcome::Completed => PbOutcome::Completed,
         Outcome::FailedFast => PbOutcome::FailedFast,
@@ -324,7 +319,9 @@ pub fn batch_result(report: &BatchReport) -> pb::BatchResult {
             .iter()
             .map(|m| protojson::Struct::from(m.clone()))
             .collect(),
-        by_id,
+        // Written by the codec from `results` (each id's first result, the same bytes), so the
+        // reply never holds a second copy of every result (`codec::batch_result`).
+        by_id: HashMap::new(),
         results,
         outcome: outcome.into(),
         outcome_reason: report.outcome_reason.clone(),

@@ -2,8 +2,7 @@
 //! largest results shrunk, and marked truncated, until it fits, rather than failing the batch at
 //! the client's message-size limit and losing every result.
 
-use prost::Message;
-
+use super::codec::written_len;
 use super::convert;
 use super::status::RequestError;
 use crate::dispatch::{BatchReport, CallResult};
@@ -32,7 +31,7 @@ pub fn batch_result_within(
 ) -> Result<pb::BatchResult, RequestError> {
     let limit = max_bytes.saturating_sub(ENVELOPE);
     let full = convert::batch_result(report);
-    let size = full.encoded_len();
+    let size = written_len(&full);
     if size <= limit {
         return Ok(full);
     }
@@ -41,7 +40,7 @@ pub fn batch_result_within(
     let mut cut = plan(&fields, size - limit);
     for _ in 0..ATTEMPTS {
         let reply = convert::batch_result(&report.shrunk(cut));
-        let shrunk_to = reply.encoded_len();
+        let shrunk_to = written_len(&reply);
         if shrunk_to <= limit {
             tracing::info!(
                 bytes = size,
@@ -58,7 +57,7 @@ pub fn batch_result_within(
         cut /= 2;
     }
     let emptied = convert::batch_result(&report.shrunk(0));
-    let bytes = emptied.encoded_len();
+    let bytes = written_len(&emptied);
     if bytes <= limit {
         return Ok(emptied);
     }
@@ -114,6 +113,8 @@ fn plan(fields: &[[usize; 5]], excess: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
+
+    use prost::Message;
     use std::time::Duration;
 
     use serde_json::{Value, json};
@@ -164,7 +165,7 @@ mod tests {
         failed.error = "e".repeat(900_000);
         failed.content = failed.error.clone();
         let reply = batch_result_within(&report(vec![failed]), 1 << 20).unwrap();
-        assert!(reply.encoded_len() <= 1 << 20);
+        assert!(written_len(&reply) <= 1 << 20);
         assert!(reply.results[0].truncated && reply.results[0].error.len() < 900_000);
         // 2,000 calls with 200-byte ids cannot fit 64 KiB whatever is cut.
         let many: Vec<CallResult> = (0..2000)
@@ -197,9 +198,9 @@ mod tests {
             result(0, json!({"text": big}), &big),
             result(1, json!({"n": 2}), "small and whole"),
         ]);
-        assert!(convert::batch_result(&r).encoded_len() > 1 << 20);
+        assert!(written_len(&convert::batch_result(&r)) > 1 << 20);
         let reply = batch_result_within(&r, 1 << 20).unwrap();
-        assert!(reply.encoded_len() <= 1 << 20);
+        assert!(written_len(&reply) <= 1 << 20);
         let (large, small) = (&reply.results[0], &reply.results[1]);
         assert!(
             large.truncated && large.content.contains("[truncated:"),
@@ -215,8 +216,12 @@ mod tests {
             (small.truncated, small.content.as_str()),
             (false, "small and whole")
         );
+        let mut written = Vec::new();
+        super::super::codec::encode_reply(reply.clone(), &mut written);
+        assert_eq!(written.len(), written_len(&reply));
+        let written = pb::BatchResult::decode(written.as_slice()).unwrap();
         assert_eq!(
-            reply.by_id["call_0"], *large,
+            written.by_id["call_0"], *large,
             "by_id carries the same shrunk result"
         );
         let message = format!("{:?}", reply.messages[0]);

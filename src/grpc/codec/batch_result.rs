@@ -1,12 +1,19 @@
-//! A `BatchResult` written with each call's result encoded once. prost writes the same result
-//! twice (`results` and `by_id`) and measures it more often still (the reply's length, then each
-//! nested message's again at every level as it writes it). Here each result is encoded once and
-//! `results` and `by_id` carry those bytes: an embedded message and a `bytes` field are the same
-//! on the wire (and a map is a repeated entry message), so the output decodes to the same
-//! `BatchResult`.
+//! A `BatchResult` written with each call's result encoded once, and `by_id` written from
+//! `results`. prost would write every result twice (`results` and `by_id`) and measure it more
+//! often still (the reply's length, then each nested message's again at every level as it writes
+//! it). Here each result is encoded once and `results` and `by_id` carry those bytes: an embedded
+//! message and a `bytes` field are the same on the wire (and a map is a repeated entry message),
+//! so the output decodes to a `BatchResult` whose `by_id` holds each id's first result.
+//!
+//! The conversion (`convert::batch_result`) leaves `by_id` empty for this reason; entries a
+//! `BatchResult` does carry in `by_id` are written after the derived ones (on the wire a later
+//! map entry replaces an earlier one with its key).
+
+use std::collections::HashSet;
 
 use prost::Message;
 use prost::bytes::Bytes;
+use prost::encoding::{encoded_len_varint, hash_map, message, string};
 
 use crate::pb;
 
@@ -65,19 +72,20 @@ impl From<pb::BatchResult> for WireBatchResult {
             .iter()
             .map(|result| Bytes::from(result.encode_to_vec()))
             .collect();
-        let by_id = by_id
-            .into_iter()
-            .map(|(id, value)| {
-                // The conversion fills `by_id` from the result at the value's own index; anything
-                // else is encoded on its own.
-                let at = usize::try_from(value.index).unwrap_or(usize::MAX);
-                let value = match results.get(at) {
-                    Some(result) if *result == value => encoded[at].clone(),
-                    _ => Bytes::from(value.encode_to_vec()),
-                };
-                ByIdEntry { key: id, value }
-            })
-            .collect();
+        let mut entries = Vec::with_capacity(results.len() + by_id.len());
+        for at in first_of_each_id(&results) {
+            entries.push(ByIdEntry {
+                key: results[at].id.clone(),
+                value: encoded[at].clone(),
+            });
+        }
+        for (key, value) in by_id {
+            entries.push(ByIdEntry {
+                key,
+                value: Bytes::from(value.encode_to_vec()),
+            });
+        }
+        let by_id = entries;
         WireBatchResult {
             results: encoded,
             count,
@@ -91,6 +99,71 @@ impl From<pb::BatchResult> for WireBatchResult {
             session_id,
         }
     }
+}
+
+/// The indices of the results whose id no earlier result has, in order.
+fn first_of_each_id(results: &[pb::CallResult]) -> Vec<usize> {
+    if let [_] = results {
+        return vec![0];
+    }
+    let mut seen = HashSet::with_capacity(results.len());
+    (0..results.len())
+        .filter(|&at| seen.insert(results[at].id.as_str()))
+        .collect()
+}
+
+/// The length `reply` is written at: each result measured once and counted again for the
+/// `by_id` entry of each id's first result, as `WireBatchResult` writes it.
+pub fn written_len(reply: &pb::BatchResult) -> usize {
+    // Every field named, as in `From`: a field added to the proto fails to compile here.
+    let pb::BatchResult {
+        results,
+        count,
+        errors,
+        all_succeeded,
+        messages,
+        by_id,
+        outcome,
+        outcome_reason,
+        duration,
+        session_id,
+    } = reply;
+    let lengths: Vec<usize> = results.iter().map(Message::encoded_len).collect();
+    let derived: usize = first_of_each_id(results)
+        .into_iter()
+        .map(|at| {
+            let id = &results[at].id;
+            let key = if id.is_empty() {
+                0
+            } else {
+                delimited(id.len())
+            };
+            delimited(key + delimited(lengths[at]))
+        })
+        .sum();
+    let scalars = pb::BatchResult {
+        count: *count,
+        errors: *errors,
+        all_succeeded: *all_succeeded,
+        outcome: *outcome,
+        duration: *duration,
+        ..pb::BatchResult::default()
+    };
+    lengths.iter().map(|&len| delimited(len)).sum::<usize>()
+        + derived
+        + messages
+            .iter()
+            .map(|m| delimited(m.encoded_len()))
+            .sum::<usize>()
+        + hash_map::encoded_len(string::encoded_len, message::encoded_len, 6, by_id)
+        + string::encoded_len(8, outcome_reason) * usize::from(!outcome_reason.is_empty())
+        + string::encoded_len(10, session_id) * usize::from(!session_id.is_empty())
+        + scalars.encoded_len()
+}
+
+/// A length-delimited field of `len` bytes with a one-byte key (every tag here is below 16).
+fn delimited(len: usize) -> usize {
+    1 + encoded_len_varint(len as u64) + len
 }
 
 #[cfg(test)]
@@ -136,51 +209,66 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_one_call_reply_is_byte_for_byte_what_prost_writes() {
-        let one = result(0, "call_1", "hi");
-        let reply = reply(vec![one.clone()], [("call_1".to_owned(), one)].into());
-        let wire = WireBatchResult::from(reply.clone());
-        assert_eq!(wire.encoded_len(), reply.encoded_len());
-        assert_eq!(wire.encode_to_vec(), reply.encode_to_vec());
+    /// `reply` as prost would have to hold it: `by_id` filled with each id's first result.
+    fn with_by_id(mut reply: pb::BatchResult) -> pb::BatchResult {
+        for r in reply.results.clone() {
+            reply.by_id.entry(r.id.clone()).or_insert(r);
+        }
+        reply
     }
 
     #[test]
-    fn replies_decode_to_what_was_encoded() {
-        // Repeated ids (by_id keeps the first), an empty id, a by_id value that is no result at
-        // its index, a default value, and no results at all.
+    fn a_one_call_reply_is_byte_for_byte_what_prost_writes() {
+        let reply = reply(vec![result(0, "call_1", "hi")], HashMap::new());
+        let full = with_by_id(reply.clone());
+        let wire = WireBatchResult::from(reply.clone());
+        assert_eq!(wire.encoded_len(), full.encoded_len());
+        assert_eq!(written_len(&reply), full.encoded_len());
+        assert_eq!(wire.encode_to_vec(), full.encode_to_vec());
+    }
+
+    #[test]
+    fn replies_decode_with_by_id_written_from_results() {
+        // Repeated ids (by_id keeps the first), an empty id, and no results at all.
         let results = vec![
             result(0, "a", "one"),
             result(1, "a", "two"),
             result(2, "", "three"),
+            result(3, "b", "four"),
         ];
-        let by_id: HashMap<String, pb::CallResult> = [
-            ("a".to_owned(), results[0].clone()),
-            (String::new(), results[2].clone()),
+        // Entries a reply does carry are written too, after the derived ones, so they win.
+        let carried: HashMap<String, pb::CallResult> = [
             ("stray".to_owned(), result(7, "stray", "elsewhere")),
-            (
-                "moved".to_owned(),
-                result(1, "moved", "not the result at 1"),
-            ),
+            ("b".to_owned(), result(1, "moved", "not the result at 3")),
             ("default".to_owned(), pb::CallResult::default()),
         ]
         .into();
-        for reply in [
-            reply(results, by_id),
-            pb::BatchResult::default(),
-            reply(Vec::new(), HashMap::new()),
+        for (reply, expected) in [
+            (
+                reply(results.clone(), HashMap::new()),
+                with_by_id(reply(results.clone(), HashMap::new())),
+            ),
+            (reply(results.clone(), carried.clone()), {
+                let mut expected = with_by_id(reply(results, HashMap::new()));
+                expected.by_id.extend(carried);
+                expected
+            }),
+            (pb::BatchResult::default(), pb::BatchResult::default()),
+            (
+                reply(Vec::new(), HashMap::new()),
+                reply(Vec::new(), HashMap::new()),
+            ),
         ] {
-            let wire = WireBatchResult::from(reply.clone());
-            let bytes = wire.encode_to_vec();
-            assert_eq!(bytes.len(), reply.encoded_len());
-            assert_eq!(pb::BatchResult::decode(bytes.as_slice()).unwrap(), reply);
+            let bytes = WireBatchResult::from(reply.clone()).encode_to_vec();
+            assert_eq!(bytes.len(), written_len(&reply));
+            assert_eq!(pb::BatchResult::decode(bytes.as_slice()).unwrap(), expected);
         }
     }
 
     #[test]
     fn the_encoder_writes_results_and_events_as_prost_does() {
-        let one = result(0, "call_1", "hi");
-        let reply = reply(vec![one.clone()], [("call_1".to_owned(), one)].into());
+        let reply = reply(vec![result(0, "call_1", "hi")], HashMap::new());
+        let full = with_by_id(reply.clone());
         let written = |item: &dyn Fn(&mut Vec<u8>)| {
             let mut buf = Vec::new();
             item(&mut buf);
@@ -188,14 +276,14 @@ mod tests {
         };
         assert_eq!(
             written(&|buf| super::super::encode_reply(reply.clone(), buf)),
-            reply.encode_to_vec()
+            full.encode_to_vec()
         );
-        let last = pb::DispatchEvent {
-            event: Some(pb::dispatch_event::Event::Result(reply.clone())),
+        let last = |reply| pb::DispatchEvent {
+            event: Some(pb::dispatch_event::Event::Result(reply)),
         };
         assert_eq!(
-            written(&|buf| super::super::encode_reply(last.clone(), buf)),
-            last.encode_to_vec()
+            written(&|buf| super::super::encode_reply(last(reply.clone()), buf)),
+            last(full.clone()).encode_to_vec()
         );
         let pre = pb::DispatchEvent {
             event: Some(pb::dispatch_event::Event::ToolPre(pb::ToolPre {

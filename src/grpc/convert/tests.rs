@@ -1,4 +1,4 @@
-//! Conversion tests: request checks (numbers and nesting are `protojson`'s tests) and by_id.
+//! Conversion tests: request checks (numbers and nesting are `protojson`'s tests).
 
 use serde_json::json;
 
