@@ -16,10 +16,10 @@ pub fn canonical(value: &Value) -> String {
 fn write_canonical(value: &Value, out: &mut Vec<u8>) {
     match value {
         Value::Object(map) => {
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+            // serde_json's map is a BTreeMap (no `preserve_order` in the tree): it iterates in
+            // key order, which for `String` is byte order. A test fails if that ever changes.
             out.push(b'{');
-            for (i, (key, member)) in entries.into_iter().enumerate() {
+            for (i, (key, member)) in map.iter().enumerate() {
                 if i > 0 {
                     out.push(b',');
                 }
@@ -158,6 +158,21 @@ mod tests {
     #[track_caller]
     fn check(value: Value, expected: &str) {
         assert_eq!(canonical(&value), expected);
+    }
+
+    #[test]
+    fn maps_iterate_in_byte_order_of_their_keys_whatever_the_insertion_order() {
+        // `canonical` relies on it; serde_json's `preserve_order` feature would break it.
+        let mut map = serde_json::Map::new();
+        for key in ["b", "é", "a", "B", "aa", "", "Z", "~"] {
+            map.insert(key.to_owned(), Value::Null);
+        }
+        let keys: Vec<&[u8]> = map.keys().map(|k| k.as_bytes()).collect();
+        assert!(keys.is_sorted(), "{keys:?}");
+        check(
+            Value::Object(map),
+            r#"{"":null,"B":null,"Z":null,"a":null,"aa":null,"b":null,"~":null,"é":null}"#,
+        );
     }
 
     #[test]

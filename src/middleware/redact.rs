@@ -44,6 +44,9 @@ pub struct Redactor {
     any: Option<RegexSet>,
     entropy: bool,
     entropy_runs: Option<Regex>,
+    /// The fewest bytes any rule, the bare AWS key scan or the entropy heuristic replaces: a
+    /// shorter text (most keys, names and short values) is returned without a scan.
+    shortest: usize,
     /// Every kind this redactor writes into `[REDACTED:<kind>]`: the only label values its
     /// counts may carry.
     kinds: Vec<String>,
@@ -75,6 +78,7 @@ impl Redactor {
             enabled: false,
             rules: Vec::new(),
             any: None,
+            shortest: 0,
             entropy: false,
             entropy_runs: None,
             kinds: Vec::new(),
@@ -181,6 +185,13 @@ impl Redactor {
         let any =
             RegexSet::new(rules.iter().map(|rule| rule.re.as_str())).map_err(|e| e.to_string())?;
         let entropy_runs = Regex::new(r"[A-Za-z0-9+/_\-]{32,}={0,2}").map_err(|e| e.to_string())?;
+        let shortest = rules
+            .iter()
+            .map(|rule| shortest_match(rule.re.as_str()))
+            .chain([bare_aws::AWS_SECRET_LEN])
+            .chain(entropy.then_some(ENTROPY_MIN_LEN))
+            .min()
+            .unwrap_or(0);
         let mut kinds: Vec<String> = BUILTIN.iter().map(|p| p.kind.to_owned()).collect();
         kinds.extend(custom.iter().map(|(kind, _)| kind.clone()));
         kinds.extend(["high_entropy", "secret_field", "aws_secret_key"].map(str::to_owned));
@@ -192,6 +203,7 @@ impl Redactor {
             any: Some(any),
             entropy,
             entropy_runs: Some(entropy_runs),
+            shortest,
             kinds,
             metrics: None,
         })
@@ -221,6 +233,9 @@ impl Redactor {
     /// One pass of every rule, the bare AWS key scan and the entropy heuristic.
     fn redact_once<'t>(&self, text: &'t str) -> Cow<'t, str> {
         let mut out = Cow::Borrowed(text);
+        if text.len() < self.shortest {
+            return out;
+        }
         // `is_match` stops at the first hit and needs no per-pattern set: most texts are clean,
         // and only a text that holds something learns which rules matched.
         if let Some(any) = &self.any
@@ -438,6 +453,14 @@ impl Rule {
 }
 
 /// `source` matched only at the start of the text.
+/// The fewest bytes `pattern` matches (0 when the parser cannot say, so nothing is skipped).
+fn shortest_match(pattern: &str) -> usize {
+    regex_syntax::parse(pattern)
+        .ok()
+        .and_then(|hir| hir.properties().minimum_len())
+        .unwrap_or(0)
+}
+
 fn anchored(source: &str) -> Result<Regex, regex::Error> {
     Regex::new(&format!("^(?:{source})"))
 }

@@ -32,6 +32,9 @@ pub(super) fn redact_bare_aws_secrets(text: &str) -> Cow<'_, str> {
     // loop has no branch on the text's bytes but the rare end of a 40-character run, so it
     // costs about a nanosecond a byte whatever the text.
     let bytes = text.as_bytes();
+    if bytes.len() < AWS_SECRET_LEN {
+        return Cow::Borrowed(text);
+    }
     let mut out = String::new();
     let (mut copied, mut run) = (0, 0);
     for end in 0..=bytes.len() {
@@ -66,7 +69,7 @@ const BASE64: [bool; 256] = {
 };
 
 /// The length of an AWS secret access key: 30 bytes in base64.
-const AWS_SECRET_LEN: usize = 40;
+pub(super) const AWS_SECRET_LEN: usize = 40;
 
 /// Whether the run `text[start..end]` of 40 base64 characters is a key (see above).
 fn bare_aws_secret(text: &[u8], start: usize, end: usize) -> bool {

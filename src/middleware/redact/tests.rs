@@ -326,3 +326,26 @@ fn glued_secrets_of_one_kind_are_all_replaced_in_one_pass() {
         "{once}"
     );
 }
+
+#[test]
+fn texts_shorter_than_any_secret_skip_the_scan_and_exactly_those() {
+    let custom = Redactor::new(&[("pin".to_owned(), r"\bpin\d{2}\b".to_owned())], false).unwrap();
+    // The custom rule is the shortest: 5 bytes.
+    assert_eq!(custom.shortest, 5);
+    assert_eq!(custom.redact("pin1"), "pin1");
+    assert_eq!(custom.redact("pin12"), "[REDACTED:pin]");
+    // Without it, the shortest built-in pattern or the bare AWS key length bounds it; a text one
+    // byte shorter than a built-in secret's shortest match cannot hold it.
+    let builtin = Redactor::new(&[], true).unwrap();
+    assert!(
+        builtin.shortest > 5 && builtin.shortest <= 32,
+        "{}",
+        builtin.shortest
+    );
+    assert_eq!(
+        shortest_match(r"[a"),
+        0,
+        "an unparsable pattern skips nothing"
+    );
+    assert_eq!(shortest_match(r"sk-[a-z]{20}"), 23);
+}
