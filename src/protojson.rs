@@ -27,7 +27,12 @@ const MAX_EXACT_INTEGER: f64 = 9_007_199_254_740_992.0;
 ///
 /// JSON cannot hold everything the wire can: a number that is not finite decodes as `null`, and
 /// nesting past `MAX_DECODE_DEPTH` as an empty array or object. Such a value remembers it, and
-/// `into_json_within` refuses it; `into_json` takes it as decoded.
+/// `into_json_within` refuses it; `into_json` takes it as decoded. What is remembered is what was
+/// sent: a later field of the same message that replaces the part (protobuf's merge: the last
+/// oneof field wins) does not clear it, so the check never depends on which copy came last.
+///
+/// On the wire a `Value` always has its field set (`null` is written as `null_value`), as every
+/// value prost's own types make from JSON does; only an empty message decodes to `null` unset.
 #[derive(Clone, Debug, Default)]
 pub struct Value {
     json: serde_json::Value,

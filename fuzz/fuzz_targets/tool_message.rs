@@ -8,7 +8,6 @@
 use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
-use prost::Message;
 use serde_json::Value;
 use toolgate::calls::{IntakeLimits, intake};
 use toolgate::dispatch::{
@@ -133,7 +132,8 @@ fuzz_target!(|data: &[u8]| {
         message_format: format,
     };
     if let Ok(reply) = batch_result_within(&report, limit) {
-        assert!(reply.encoded_len() <= limit);
+        // What is written: `by_id` is written from `results` by the codec.
+        assert!(toolgate::grpc::codec::written_len(&reply) <= limit);
         assert_eq!(reply.results.len(), report.results.len());
         for (sent, kept) in report.results.iter().zip(&reply.results) {
             assert_eq!(sent.id, kept.id);

@@ -452,8 +452,8 @@ impl Rule {
     }
 }
 
-/// `source` matched only at the start of the text.
-/// The fewest bytes `pattern` matches (0 when the parser cannot say, so nothing is skipped).
+/// The fewest bytes `pattern` matches: 0 (nothing skipped) when it can match the empty text, when
+/// the parser cannot parse it, or when it can never match at all (`minimum_len` says nothing).
 fn shortest_match(pattern: &str) -> usize {
     regex_syntax::parse(pattern)
         .ok()
@@ -461,6 +461,7 @@ fn shortest_match(pattern: &str) -> usize {
         .unwrap_or(0)
 }
 
+/// `source` matched only at the start of the text.
 fn anchored(source: &str) -> Result<Regex, regex::Error> {
     Regex::new(&format!("^(?:{source})"))
 }

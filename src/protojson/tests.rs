@@ -249,3 +249,37 @@ fn a_reply_value_past_the_reply_depth_is_carried_as_text() {
     let fits = nested(MAX_REPLY_DEPTH);
     assert_eq!(value_for_reply(&fits).into_json(), fits);
 }
+
+#[test]
+fn what_was_sent_is_remembered_even_when_a_later_field_replaces_it() {
+    // NaN, then 1.0: the value reads 1, but the message held a number JSON has no word for.
+    let bytes = [
+        number(f64::NAN).encode_to_vec(),
+        number(1.0).encode_to_vec(),
+    ]
+    .concat();
+    let value = decode(&bytes);
+    assert_eq!(value.json(), &json!(1));
+    assert!(value.into_json_within(64, &"x").is_err());
+}
+
+#[test]
+fn merging_into_a_value_made_from_json_counts_the_depth_it_already_had() {
+    let mut value = Value::from(nested(10));
+    value
+        .merge(&*reference(&json!(true)).encode_to_vec())
+        .unwrap();
+    assert_eq!(value.json(), &json!(true));
+    let mut deep = Value::from(json!([[[[1]]]]));
+    deep.merge(&*reference(&json!([2])).encode_to_vec())
+        .unwrap();
+    assert_eq!(deep.json(), &json!([[[[1]]], 2]));
+    assert!(deep.clone().into_json_within(4, &"x").is_ok());
+    assert!(deep.into_json_within(3, &"x").is_err());
+    let mut object = Struct::from(json!({"a": {"b": {}}}).as_object().unwrap().clone());
+    object
+        .merge(&*reference_struct(json!({"c": 1}).as_object().unwrap()).encode_to_vec())
+        .unwrap();
+    assert!(object.clone().into_json_within(3, &"x").is_ok());
+    assert!(object.into_json_within(2, &"x").is_err());
+}

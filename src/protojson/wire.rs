@@ -40,8 +40,13 @@ impl Message for Value {
         buf: &mut impl Buf,
         ctx: DecodeContext,
     ) -> Result<(), DecodeError> {
-        let found = self.found.get_or_insert_with(Found::default);
-        merge_value(&mut self.json, tag, wire_type, buf, ctx, 0, found)
+        // Merged into a value made from JSON, the depth starts from what it holds already.
+        let Self { json, found } = self;
+        let found = found.get_or_insert_with(|| Found {
+            depth: crate::json::depth(json),
+            ..Found::default()
+        });
+        merge_value(json, tag, wire_type, buf, ctx, 0, found)
     }
 
     fn encoded_len(&self) -> usize {
@@ -65,12 +70,13 @@ impl Message for Struct {
         buf: &mut impl Buf,
         ctx: DecodeContext,
     ) -> Result<(), DecodeError> {
-        let found = self.found.get_or_insert_with(|| Found {
-            depth: 1,
+        let Self { fields, found } = self;
+        let found = found.get_or_insert_with(|| Found {
+            depth: 1 + fields.values().map(crate::json::depth).max().unwrap_or(0),
             ..Found::default()
         });
         if tag == FIRST {
-            merge_entry(&mut self.fields, wire_type, buf, ctx, 1, found)
+            merge_entry(fields, wire_type, buf, ctx, 1, found)
         } else {
             skip_field(wire_type, tag, buf, ctx)
         }

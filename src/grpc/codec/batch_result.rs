@@ -132,13 +132,19 @@ pub fn written_len(reply: &pb::BatchResult) -> usize {
     let derived: usize = first_of_each_id(results)
         .into_iter()
         .map(|at| {
+            // The entry leaves out an empty key and an empty value, as prost does.
             let id = &results[at].id;
             let key = if id.is_empty() {
                 0
             } else {
                 delimited(id.len())
             };
-            delimited(key + delimited(lengths[at]))
+            let value = if lengths[at] == 0 {
+                0
+            } else {
+                delimited(lengths[at])
+            };
+            delimited(key + value)
         })
         .sum();
     let scalars = pb::BatchResult {
@@ -254,6 +260,11 @@ mod tests {
                 expected
             }),
             (pb::BatchResult::default(), pb::BatchResult::default()),
+            // Results that encode to nothing: their by_id entry has no value field at all.
+            (
+                reply(vec![pb::CallResult::default(); 2], HashMap::new()),
+                with_by_id(reply(vec![pb::CallResult::default(); 2], HashMap::new())),
+            ),
             (
                 reply(Vec::new(), HashMap::new()),
                 reply(Vec::new(), HashMap::new()),

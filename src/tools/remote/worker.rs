@@ -13,7 +13,7 @@ use super::tool::{Invoke, RemoteDefinition, RemoteTool, remote_timeout};
 use super::{RemoteError, RemoteSpec, Signal, Signals};
 use crate::pb;
 use crate::pb::tool_worker_client::ToolWorkerClient;
-use crate::protojson::{Struct, Value as WireValue};
+use crate::protojson::{MAX_DECODE_DEPTH, Struct, Value as WireValue};
 use crate::tools::{
     Annotations, BoxFuture, ContentPart, Progress, Tool, ToolContext, ToolError, ToolOutput,
 };
@@ -106,20 +106,25 @@ pub async fn discover(
         .tools
         .into_iter()
         .map(|t| {
-            Arc::new(RemoteTool::new(definition(&spec.prefix, t), worker.clone())) as Arc<dyn Tool>
+            let definition = definition(&spec.prefix, t).map_err(&invalid)?;
+            Ok(Arc::new(RemoteTool::new(definition, worker.clone())) as Arc<dyn Tool>)
         })
-        .collect();
+        .collect::<Result<_, _>>()?;
     Ok(tools)
 }
 
-/// What the worker says of one of its tools, as the model sees it.
-fn definition(prefix: &str, tool: pb::WorkerTool) -> RemoteDefinition {
+/// What the worker says of one of its tools, as the model sees it; refused when its schema holds
+/// what JSON cannot (a schema cut short would accept anything below the cut).
+fn definition(prefix: &str, tool: pb::WorkerTool) -> Result<RemoteDefinition, String> {
     let annotations = tool.annotations.unwrap_or_default();
-    let input_schema = tool
-        .input_schema
-        .map(|schema| Value::Object(schema.into_json()))
-        .unwrap_or_else(|| serde_json::json!({"type": "object"}));
-    RemoteDefinition {
+    let input_schema = match tool.input_schema {
+        Some(schema) => {
+            let at = format_args!("tool '{}': input_schema", tool.name);
+            Value::Object(schema.into_json_within(MAX_DECODE_DEPTH, &at)?)
+        }
+        None => serde_json::json!({"type": "object"}),
+    };
+    Ok(RemoteDefinition {
         name: format!("{prefix}{}", tool.name),
         remote_name: tool.name,
         description: tool.description,
@@ -132,7 +137,7 @@ fn definition(prefix: &str, tool: pb::WorkerTool) -> RemoteDefinition {
         },
         concurrency_safe: tool.concurrency_safe,
         resource_key: Some(tool.resource_key).filter(|k| !k.is_empty()),
-    }
+    })
 }
 
 impl Worker {
@@ -164,10 +169,14 @@ fn from_status(remote: &str, status: &Status) -> ToolError {
     }
 }
 
-/// The final result as a tool output: the structured result when set, else the content.
-fn output_of(result: pb::InvokeResult) -> ToolOutput {
+/// The final result as a tool output: the structured result when set, else the content. A
+/// structured result JSON cannot hold is a failure, not a result with parts silently dropped.
+fn output_of(result: pb::InvokeResult) -> Result<ToolOutput, ToolError> {
     if let Some(structured) = result.structured {
-        return ToolOutput::Json(structured.into_json());
+        return structured
+            .into_json_within(MAX_DECODE_DEPTH, &"the worker's structured result")
+            .map(ToolOutput::Json)
+            .map_err(ToolError::failed);
     }
     let parts = result
         .content
@@ -181,14 +190,14 @@ fn output_of(result: pb::InvokeResult) -> ToolOutput {
             None => None,
         })
         .collect();
-    ToolOutput::from_parts(parts)
+    Ok(ToolOutput::from_parts(parts))
 }
 
 /// The call's answer: the output, or for a result that is an error, a failure whose message is
 /// the text the output reads as.
 fn answer(result: pb::InvokeResult) -> Result<ToolOutput, ToolError> {
     let (is_error, retryable) = (result.is_error, result.retryable);
-    let output = output_of(result);
+    let output = output_of(result)?;
     if !is_error {
         return Ok(output);
     }
@@ -326,5 +335,21 @@ mod tests {
             ..failing(vec![text("ignored")])
         };
         check(structured, r#"{"code":7}"#);
+    }
+
+    #[test]
+    fn a_structured_result_json_cannot_hold_is_a_failure_not_a_quiet_null() {
+        use prost::Message;
+        let nan = prost_types::Value {
+            kind: Some(prost_types::value::Kind::NumberValue(f64::NAN)),
+        };
+        let result = pb::InvokeResult {
+            structured: Some(WireValue::decode(&*nan.encode_to_vec()).unwrap()),
+            ..pb::InvokeResult::default()
+        };
+        check(
+            result,
+            "the worker's structured result holds a number that is not finite",
+        );
     }
 }
