@@ -3,12 +3,21 @@
 
 For every case: prebuilds the gRPC request body (5-byte prefix + protobuf), sends those exact
 bytes once with grpcio and checks the decoded reply, then drives it with h2load over h2c on one
-connection at each concurrency (`-m`): a timed warm-up that also measures the rate, then a run
-of a fixed number of requests (about BENCH_SECONDS long). Around the measured run it reads the
+connection at each concurrency (`-m`): a timed warm-up that also measures the rate, then runs of
+a fixed number of requests (about BENCH_SECONDS long in all). Around each measured run it reads the
 server's success counter (toolgate: GetToolHealth `successes`/`failures` of the tool; the echo
 server: its Count method) and the server's CPU time (/proc/PID/stat), and fails the run when
 h2load saw errors or the server's count did not grow by exactly requests × calls (h2load cannot
 see grpc-status, so a gRPC error or a refused call would otherwise pass as a 200).
+
+Ratios to the echo are paired: this machine's speed drifts by ±15% over tens of seconds (the
+same echo measured 44k and 62k calls/s minutes apart at concurrency 16, with nothing else
+running), so a ratio to one echo cell measured half a minute earlier swung by ±0.15. Each case
+is measured in BENCH_PAIRS slices (default 6), each beside a slice of the echo at the same
+concurrency (echo then case, then case then echo, alternating; with an even count as many pairs
+run either way, so a steady drift cancels in the median); a cell's ratio is the median of its
+slices' ratios, its rates and percentiles are over all its
+slices, and the echo's row is over every echo slice at that concurrency.
 
 With --toolgate-traced and --toolgate-sampled (toolgate exporting every trace, and one in a
 hundred, to an OTLP collector), the 1-call and 8-call cases also run against those and a second
@@ -16,6 +25,7 @@ table gives the cost of tracing against the same cases untraced, from the same r
 
 Needs grpcio, grpcio-tools and protobuf (the test venv). Settings come from the environment:
 BENCH_SECONDS (measured seconds per cell, default 5), BENCH_WARMUP (seconds, default 1),
+BENCH_PAIRS (slices a cell is measured in, each beside an echo slice; default 6, keep it even),
 BENCH_CONCURRENCY (default "1,16,64"), BENCH_SLEEP_CONCURRENCY (default "1,16"), BENCH_CASES
 (comma-separated case keys to run; default all).
 """
@@ -27,6 +37,7 @@ import math
 import os
 import pathlib
 import re
+import statistics
 import struct
 import subprocess
 import sys
@@ -255,24 +266,33 @@ def settled_counters(checker, case):
     return last
 
 
-def run_cell(case, concurrency, checker, workdir, seconds, warmup):
+def warm_up(case, concurrency, workdir, warmup):
+    """A timed h2load run; returns the rate it measured (requests per second) and its problems."""
+    body = workdir / f"{case.key}.body"
+    warm = h2load(case, concurrency, body, "-D", str(warmup))
+    rate = H2LOAD_SUMMARY.search(warm.stdout)
+    if warm.returncode != 0 or not rate:
+        return None, [f"warm-up: h2load exited {warm.returncode}:\n{warm.stdout}{warm.stderr}"]
+    return int(rate.group(4)) / warmup, []
+
+
+def run_cell(case, concurrency, checker, workdir, seconds, warmup, rate=None, part=None):
     """Runs one (case, concurrency); returns the cell's figures and its problems.
 
-    A timed warm-up run measures the rate; the measured run then sends a fixed number of
-    requests (rate × seconds), so that every request it starts also finishes and the server's
-    success counter must grow by exactly requests × calls.
+    A timed warm-up run measures the rate (unless `rate` is given); the measured run then sends
+    a fixed number of requests (rate × seconds), so that every request it starts also finishes
+    and the server's success counter must grow by exactly requests × calls.
     """
-    tag = f"{case.key}-c{concurrency}"
+    tag = f"{case.key}-c{concurrency}" + (f"-{part}" if part is not None else "")
     body = workdir / f"{case.key}.body"
     log = workdir / f"{tag}.tsv"
     problems = []
 
-    warm = h2load(case, concurrency, body, "-D", str(warmup))
-    rate = H2LOAD_SUMMARY.search(warm.stdout)
-    if warm.returncode != 0 or not rate:
-        problems.append(f"warm-up: h2load exited {warm.returncode}:\n{warm.stdout}{warm.stderr}")
-        return None, problems
-    requests = max(MIN_REQUESTS, round(int(rate.group(4)) / warmup * seconds))
+    if rate is None:
+        rate, problems = warm_up(case, concurrency, workdir, warmup)
+        if rate is None:
+            return None, problems
+    requests = max(MIN_REQUESTS, round(rate * seconds))
 
     before = settled_counters(checker, case)
     cpu0, children0, busy0 = case.server.cpu_seconds(), os.times(), machine_busy_seconds()
@@ -315,19 +335,83 @@ def run_cell(case, concurrency, checker, workdir, seconds, warmup):
 
     span = (last_end - first_start) / 1e6 if times_us else wall
     rps = len(times_us) / span
+    if not times_us:
+        problems.append("h2load logged no request")
+        return None, problems
     client_cpu = (children1.children_user + children1.children_system
                   - children0.children_user - children0.children_system)
     server_cpu = cpu1 - cpu0
     # Whatever else ran on the machine meanwhile (other builds, ...): a noisy cell shows here.
     other_cpu = max(0.0, (busy1 - busy0) - server_cpu - client_cpu)
     return {
-        "case": case.key, "concurrency": concurrency, "requests": requests, "seconds": span,
+        "case": case.key, "concurrency": concurrency, "calls": case.calls,
+        "requests": requests, "seconds": span,
         "rps": rps, "calls_per_s": rps * case.calls,
         "p50_us": percentile(times_us, 50), "p99_us": percentile(times_us, 99),
         "server_cpu_pct": 100 * server_cpu / wall, "client_cpu_pct": 100 * client_cpu / wall,
         "other_cpu_pct": 100 * other_cpu / wall,
         "server_successes": grew, "h2load_summary": req.group(0),
+        "times_us": times_us, "server_cpu_s": server_cpu, "client_cpu_s": client_cpu,
+        "other_cpu_s": other_cpu, "wall_s": wall,
     }, problems
+
+
+def merged(slices):
+    """One cell from several slices of it: rates over their summed spans, percentiles over all
+    their latencies, CPU over their summed wall time."""
+    first = slices[0]
+    times = sorted(t for s in slices for t in s["times_us"])
+    span = sum(s["seconds"] for s in slices)
+    wall = sum(s["wall_s"] for s in slices)
+    requests = sum(s["requests"] for s in slices)
+    calls = first["calls"]
+    return {
+        "case": first["case"], "concurrency": first["concurrency"], "calls": calls,
+        "requests": requests,
+        "seconds": span, "rps": requests / span, "calls_per_s": requests / span * calls,
+        "p50_us": percentile(times, 50), "p99_us": percentile(times, 99),
+        "server_cpu_pct": 100 * sum(s["server_cpu_s"] for s in slices) / wall,
+        "client_cpu_pct": 100 * sum(s["client_cpu_s"] for s in slices) / wall,
+        "other_cpu_pct": 100 * sum(s["other_cpu_s"] for s in slices) / wall,
+        "server_successes": sum(s["server_successes"] for s in slices),
+        "h2load_summary": "; ".join(s["h2load_summary"] for s in slices),
+        "slices": len(slices),
+    }
+
+
+def run_paired(case, echo, concurrency, checker, workdir, seconds, warmup, pairs):
+    """Measures `case` in `pairs` slices, each beside an echo slice (order alternating); returns
+    the case's merged cell (with the median of the slices' ratios to their echo), the echo's
+    slices, and the problems."""
+    rates, problems = {}, []
+    for c in (echo, case):
+        rates[c.key], found = warm_up(c, concurrency, workdir, warmup)
+        problems += found
+        if rates[c.key] is None:
+            return None, [], problems
+    case_slices, echo_slices, ratios, p50_ratios = [], [], [], []
+    for i in range(pairs):
+        order = (echo, case) if i % 2 == 0 else (case, echo)
+        got = {}
+        for c in order:
+            cell, found = run_cell(c, concurrency, checker, workdir, seconds / pairs, warmup,
+                                   rate=rates[c.key], part=f"{case.key}-{i}")
+            problems += [f"{c.key} slice {i}: {p}" for p in found]
+            got[c.key] = cell
+        if got[case.key] is None or got[echo.key] is None:
+            continue
+        case_slices.append(got[case.key])
+        echo_slices.append(got[echo.key])
+        ratios.append(got[case.key]["calls_per_s"] / got[echo.key]["calls_per_s"])
+        p50_ratios.append(got[case.key]["p50_us"] / got[echo.key]["p50_us"])
+    if not case_slices:
+        return None, echo_slices, problems
+    cell = merged(case_slices)
+    cell["ratio"] = statistics.median(ratios)
+    cell["p50_ratio"] = statistics.median(p50_ratios)
+    cell["slice_ratios"] = [round(r, 3) for r in ratios]
+    cell["slice_p50_ratios"] = [round(r, 3) for r in p50_ratios]
+    return cell, echo_slices, problems
 
 
 def fmt_us(us):
@@ -343,7 +427,9 @@ def render(results, cases, seconds, warmup, meta):
     lines = [
         f"gRPC benchmark, {meta['date']}: {meta['machine']}; toolgate `{meta['toolgate']}`; "
         f"{meta['h2load']}, h2c, one connection, `-m` = concurrency, {warmup} s warm-up + "
-        f"about {seconds} s measured per cell. Server CPU is % of one core (utime+stime over the "
+        f"about {seconds} s measured per cell in {meta['pairs']} slices, each beside a slice of "
+        f"the echo (order alternating); a ratio is the median of the slices' ratios, the echo's "
+        f"row is over all its slices at that concurrency. Server CPU is % of one core (utime+stime over the "
         f"cell's wall time); h2load runs on the same cores; \"other\" is everything else the "
         f"machine ran during the cell (more than a few % means a noisy cell). \\* The "
         f"named-session rows ran on a second toolgate with "
@@ -361,11 +447,10 @@ def render(results, cases, seconds, warmup, meta):
         for (key, conc), r in sorted(by.items(), key=lambda kv: kv[0][1]):
             if key != case.key:
                 continue
-            base = by.get(("echo", conc))
             ratio = p50_ratio = "—"
-            if base and case.key != "echo":
-                ratio = f"{r['calls_per_s'] / base['calls_per_s']:.2f}"
-                p50_ratio = f"{r['p50_us'] / base['p50_us']:.1f}"
+            if "ratio" in r:
+                ratio = f"{r['ratio']:.2f}"
+                p50_ratio = f"{r['p50_ratio']:.1f}"
             lines.append(
                 f"| {case.label} | {conc} | {fmt_rate(r['rps'])} | {fmt_rate(r['calls_per_s'])} "
                 f"| {fmt_us(r['p50_us'])} | {fmt_us(r['p99_us'])} | {r['server_cpu_pct']:.0f}% "
@@ -470,25 +555,50 @@ def main():
     if problems:
         sys.exit("\n".join(problems))
 
-    plan = [(c, conc) for conc in concurrency for c in cases if c.key != "parallel_sleep"]
-    plan += [(c, conc) for conc in sleep_concurrency for c in cases if c.key == "parallel_sleep"]
+    pairs = max(1, env_int("BENCH_PAIRS", 6))
+    echo = next((c for c in cases if c.key == "echo"), None)
     results = []
-    for case, conc in plan:
-        cell, cell_problems = run_cell(case, conc, checker, workdir, seconds, warmup)
+
+    def report(case, conc, cell, cell_problems):
         for p in cell_problems:
             problems.append(f"{case.key} at concurrency {conc}: {p}")
             print(f"PROBLEM {case.key} c={conc}: {p}", file=sys.stderr, flush=True)
         if cell:
+            cell.pop("times_us", None)
             results.append(cell)
+            ratio = f"  ÷ echo {cell['ratio']:.2f} {cell['slice_ratios']}" if "ratio" in cell else ""
             print(f"{case.key:>18} c={conc:<3} {cell['rps']:>9.0f} req/s  "
                   f"p50 {fmt_us(cell['p50_us']):>9}  p99 {fmt_us(cell['p99_us']):>9}  "
-                  f"server CPU {cell['server_cpu_pct']:.0f}%  other {cell['other_cpu_pct']:.0f}%",
-                  flush=True)
+                  f"server CPU {cell['server_cpu_pct']:.0f}%  other {cell['other_cpu_pct']:.0f}%"
+                  f"{ratio}", flush=True)
+
+    for conc in concurrency:
+        echo_slices = []
+        for case in cases:
+            if case.key in ("echo", "parallel_sleep"):
+                continue
+            if case.base or echo is None:
+                # The traced rows compare with their untraced case, not the echo.
+                report(case, conc, *run_cell(case, conc, checker, workdir, seconds, warmup))
+                continue
+            cell, slices, cell_problems = run_paired(case, echo, conc, checker, workdir,
+                                                     seconds, warmup, pairs)
+            echo_slices += slices
+            report(case, conc, cell, cell_problems)
+        if echo is not None:
+            if echo_slices:
+                report(echo, conc, merged(echo_slices), [])
+            else:
+                report(echo, conc, *run_cell(echo, conc, checker, workdir, seconds, warmup))
+    for conc in sleep_concurrency:
+        for case in cases:
+            if case.key == "parallel_sleep":
+                report(case, conc, *run_cell(case, conc, checker, workdir, seconds, warmup))
 
     h2load_version = subprocess.run(["h2load", "--version"], capture_output=True, text=True,
                                     check=False).stdout.strip()
     meta = {"date": datetime.date.today().isoformat(), "machine": machine(),
-            "toolgate": args.toolgate_label, "h2load": h2load_version}
+            "toolgate": args.toolgate_label, "h2load": h2load_version, "pairs": pairs}
     table = render(results, cases, seconds, warmup, meta)
     (args.out / "results.md").write_text(table)
     (args.out / "results.json").write_text(json.dumps({"meta": meta, "results": results},
