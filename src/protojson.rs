@@ -58,6 +58,22 @@ struct Found {
 }
 
 impl Found {
+    /// What a value made from JSON already holds: its depth, and nothing JSON cannot hold.
+    fn of(json: &serde_json::Value) -> Self {
+        Found {
+            depth: crate::json::depth(json),
+            ..Found::default()
+        }
+    }
+
+    /// `of` for an object, given its fields.
+    fn of_fields(fields: &Map<String, serde_json::Value>) -> Self {
+        Found {
+            depth: 1 + fields.values().map(crate::json::depth).max().unwrap_or(0),
+            ..Found::default()
+        }
+    }
+
     fn check(self, max_depth: usize, path: &dyn Display) -> Result<(), String> {
         if self.not_finite {
             return Err(format!("{path} holds a number that is not finite"));
@@ -101,12 +117,15 @@ impl Value {
         max_depth: usize,
         path: &dyn Display,
     ) -> Result<serde_json::Value, String> {
-        let found = self.found.unwrap_or_else(|| Found {
-            depth: crate::json::depth(&self.json),
-            ..Found::default()
-        });
+        let found = self.found.unwrap_or_else(|| Found::of(&self.json));
         found.check(max_depth, path)?;
         Ok(self.json)
+    }
+
+    /// The JSON a peer sent, refused only for what JSON cannot hold (a number that is not finite,
+    /// nesting past `MAX_DECODE_DEPTH`): for a boundary with no depth limit of its own.
+    pub fn into_json_checked(self, path: &dyn Display) -> Result<serde_json::Value, String> {
+        self.into_json_within(MAX_DECODE_DEPTH, path)
     }
 }
 
@@ -133,17 +152,17 @@ impl Struct {
         max_depth: usize,
         path: &dyn Display,
     ) -> Result<Map<String, serde_json::Value>, String> {
-        let found = self.found.unwrap_or_else(|| Found {
-            depth: 1 + self
-                .fields
-                .values()
-                .map(crate::json::depth)
-                .max()
-                .unwrap_or(0),
-            ..Found::default()
-        });
+        let found = self.found.unwrap_or_else(|| Found::of_fields(&self.fields));
         found.check(max_depth, path)?;
         Ok(self.fields)
+    }
+
+    /// The JSON object, under the rules of `Value::into_json_checked`.
+    pub fn into_json_checked(
+        self,
+        path: &dyn Display,
+    ) -> Result<Map<String, serde_json::Value>, String> {
+        self.into_json_within(MAX_DECODE_DEPTH, path)
     }
 }
 

@@ -288,7 +288,7 @@ impl ToolGate for ToolGateService {
         self.registration_allowed()?;
         let definition = request.into_inner().definition.unwrap_or_default();
         let definition = definition
-            .into_json_within(crate::protojson::MAX_DECODE_DEPTH, &"definition")
+            .into_json_checked(&"definition")
             .map(serde_json::Value::Object)
             .map_err(RequestError::Invalid)?;
         let spec: RemoteSpec = serde_json::from_value(definition)

@@ -42,10 +42,7 @@ impl Message for Value {
     ) -> Result<(), DecodeError> {
         // Merged into a value made from JSON, the depth starts from what it holds already.
         let Self { json, found } = self;
-        let found = found.get_or_insert_with(|| Found {
-            depth: crate::json::depth(json),
-            ..Found::default()
-        });
+        let found = found.get_or_insert_with(|| Found::of(json));
         merge_value(json, tag, wire_type, buf, ctx, 0, found)
     }
 
@@ -71,10 +68,7 @@ impl Message for Struct {
         ctx: DecodeContext,
     ) -> Result<(), DecodeError> {
         let Self { fields, found } = self;
-        let found = found.get_or_insert_with(|| Found {
-            depth: 1 + fields.values().map(crate::json::depth).max().unwrap_or(0),
-            ..Found::default()
-        });
+        let found = found.get_or_insert_with(|| Found::of_fields(fields));
         if tag == FIRST {
             merge_entry(fields, wire_type, buf, ctx, 1, found)
         } else {

@@ -102,9 +102,10 @@ impl Hook for GrpcHook {
                     reason.clone()
                 }),
                 Ok(Wire::Ask) => Decision::Ask(reason.clone()),
-                Ok(Wire::Modify) => match response.modified_input.map(|s| {
-                    s.into_json_within(crate::protojson::MAX_DECODE_DEPTH, &"modified_input")
-                }) {
+                Ok(Wire::Modify) => match response
+                    .modified_input
+                    .map(|s| s.into_json_checked(&"modified_input"))
+                {
                     Some(Ok(input)) => Decision::Modify(Value::Object(input)),
                     Some(Err(why)) => return self.failed(&why),
                     None => return self.failed("MODIFY without modified_input"),

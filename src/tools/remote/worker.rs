@@ -13,7 +13,7 @@ use super::tool::{Invoke, RemoteDefinition, RemoteTool, remote_timeout};
 use super::{RemoteError, RemoteSpec, Signal, Signals};
 use crate::pb;
 use crate::pb::tool_worker_client::ToolWorkerClient;
-use crate::protojson::{MAX_DECODE_DEPTH, Struct, Value as WireValue};
+use crate::protojson::{Struct, Value as WireValue};
 use crate::tools::{
     Annotations, BoxFuture, ContentPart, Progress, Tool, ToolContext, ToolError, ToolOutput,
 };
@@ -120,7 +120,7 @@ fn definition(prefix: &str, tool: pb::WorkerTool) -> Result<RemoteDefinition, St
     let input_schema = match tool.input_schema {
         Some(schema) => {
             let at = format_args!("tool '{}': input_schema", tool.name);
-            Value::Object(schema.into_json_within(MAX_DECODE_DEPTH, &at)?)
+            Value::Object(schema.into_json_checked(&at)?)
         }
         None => serde_json::json!({"type": "object"}),
     };
@@ -174,7 +174,7 @@ fn from_status(remote: &str, status: &Status) -> ToolError {
 fn output_of(result: pb::InvokeResult) -> Result<ToolOutput, ToolError> {
     if let Some(structured) = result.structured {
         return structured
-            .into_json_within(MAX_DECODE_DEPTH, &"the worker's structured result")
+            .into_json_checked(&"the worker's structured result")
             .map(ToolOutput::Json)
             .map_err(ToolError::failed);
     }
