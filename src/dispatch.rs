@@ -15,8 +15,8 @@ mod spans;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use futures::StreamExt;
 use futures::stream::FuturesUnordered;
+use futures::{FutureExt as _, StreamExt};
 use opentelemetry::trace::FutureExt as _;
 use serde_json::Value;
 use tokio::time::Instant;
@@ -150,14 +150,13 @@ impl Dispatcher {
                     arguments =
                         Value::String(json::truncate_chars(&text, self.pipeline.preview_chars));
                 }
-                observer
-                    .on_event(Event::CallReceived {
-                        index: call.index,
-                        id: call.id.clone(),
-                        name: call.name.clone(),
-                        arguments,
-                    })
-                    .await;
+                let received = Event::CallReceived {
+                    index: call.index,
+                    id: call.id.clone(),
+                    name: call.name.clone(),
+                    arguments,
+                };
+                events::deliver(observer, received).await;
             }
             // One snapshot for the whole batch: a registration meanwhile does not change it.
             let registry = self.catalog.snapshot();
@@ -315,8 +314,9 @@ impl Dispatcher {
                     started[i] = true;
                     let answer = self.answer(&calls[i], &prepared[i], scope, &group);
                     // Boxed: the call's future is large, and the set moves what it is given
-                    // into its task more than once.
-                    running.push(Box::pin(async move { (i, answer.await) }));
+                    // into its task more than once. `map`, not an `async` block awaiting it:
+                    // the block would hold the call's future twice (before and while awaited).
+                    running.push(Box::pin(answer.map(move |answered| (i, answered))));
                 }
             }
             let Some((i, answered)) = running.next().await else {

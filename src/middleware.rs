@@ -123,6 +123,11 @@ impl Invoked {
     }
 }
 
+/// A layer's future: the inner service's own when the layer has nothing to do once it answers
+/// (no allocation, no extra indirection), or a boxed one that does.
+pub type LayerFuture<F> =
+    futures::future::Either<F, crate::tools::BoxFuture<'static, Result<Invoked, Infallible>>>;
+
 /// The assembled stack.
 pub type ToolService = BoxCloneSyncService<Invocation, Invoked, Infallible>;
 

@@ -75,6 +75,16 @@ impl Events {
         .await;
     }
 
+    /// Queues `item` made from `event` if there is room now; hands `event` back if not.
+    pub fn try_push<E>(&self, event: E, make: impl FnOnce(E) -> Item) -> Result<(), E> {
+        let mut queue = self.queue.lock();
+        if queue.items.len() >= self.capacity {
+            return Err(event);
+        }
+        queue.items.push_back(make(event));
+        Ok(())
+    }
+
     /// The oldest event; taking one makes room, so every waiting push is woken.
     fn pop(&self) -> Option<Item> {
         let mut queue = self.queue.lock();
@@ -415,6 +425,17 @@ mod tests {
         assert_eq!(id_of(&stream.next().await.unwrap()), "2");
         assert_eq!(id_of(&stream.next().await.unwrap()), "result");
         assert!(stream.next().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn try_push_takes_an_event_only_while_there_is_room() {
+        let events = Events::new(1);
+        assert!(events.try_push("a", |id| Ok(event(id))).is_ok());
+        assert_eq!(events.try_push("b", |id| Ok(event(id))), Err("b"));
+        assert_eq!(id_of(&events.pop().unwrap()), "a");
+        assert!(events.try_push("b", |id| Ok(event(id))).is_ok());
+        assert_eq!(id_of(&events.pop().unwrap()), "b");
+        assert!(events.pop().is_none());
     }
 
     /// A batch future that reports when it is dropped.

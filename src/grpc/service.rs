@@ -151,6 +151,11 @@ impl Observer for StreamObserver {
     fn on_event(&self, event: Event) -> BoxFuture<'_, ()> {
         Box::pin(async move { self.events.push(Ok(convert::event(event))).await })
     }
+
+    fn try_event(&self, event: Event) -> Result<(), Event> {
+        self.events
+            .try_push(event, |event| Ok(convert::event(event)))
+    }
 }
 
 #[tonic::async_trait]

@@ -12,13 +12,14 @@ use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use futures::future::Either;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 use tower::{Layer, Service};
 
-use super::{Invocation, Invoked, Reply};
+use super::{Invocation, Invoked, LayerFuture, Reply};
 use crate::json;
-use crate::tools::{BoxFuture, ToolOutput};
+use crate::tools::ToolOutput;
 
 /// Whose calls share entries (`scope = "session" | "global"` in config).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
@@ -280,7 +281,7 @@ where
 {
     type Response = Invoked;
     type Error = Infallible;
-    type Future = BoxFuture<'static, Result<Invoked, Infallible>>;
+    type Future = LayerFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         self.inner.poll_ready(cx)
@@ -293,15 +294,19 @@ where
             .and_then(|p| pointer_str(&inv.input, p));
         let rules = self.rules.clone();
         let Some(rule) = rules.get(&inv.tool) else {
+            // Neither cached nor invalidating: nothing to do with the answer.
+            let Some(path) = invalidates else {
+                return Either::Left(self.inner.call(inv));
+            };
             let running = self.inner.call(inv);
             let cache = self.cache.clone();
-            return Box::pin(async move {
+            return Either::Right(Box::pin(async move {
                 let Ok(invoked) = running.await;
-                if let (Some(path), Reply::Output(_)) = (&invalidates, &invoked.reply) {
-                    cache.invalidate(path);
+                if let Reply::Output(_) = &invoked.reply {
+                    cache.invalidate(&path);
                 }
                 Ok(invoked)
-            });
+            }));
         };
         // Entries never cross tenants: "global" means every session of the caller's tenant.
         let tenant = &inv.ctx.caller.tenant;
@@ -319,7 +324,7 @@ where
         if let Some(output) = self.cache.get(&key, rule, inv.turn, now) {
             let mut invoked = Invoked::reply(Reply::Output(output));
             invoked.cached = true;
-            return Box::pin(async move { Ok(invoked) });
+            return Either::Right(Box::pin(async move { Ok(invoked) }));
         }
         let path = rule
             .path
@@ -329,7 +334,7 @@ where
         let cache = self.cache.clone();
         let epoch = cache.epoch.load(Ordering::SeqCst);
         let running = self.inner.call(inv);
-        Box::pin(async move {
+        Either::Right(Box::pin(async move {
             let Ok(invoked) = running.await;
             // Only successes are stored, and only if no write invalidated anything meanwhile.
             if let Reply::Output(output) = &invoked.reply
@@ -341,6 +346,6 @@ where
                 cache.invalidate(path);
             }
             Ok(invoked)
-        })
+        }))
     }
 }

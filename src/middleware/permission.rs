@@ -6,13 +6,13 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use futures::future::Either;
 use tower::{Layer, Service};
 
-use super::{Invocation, Invoked};
+use super::{Invocation, Invoked, LayerFuture};
 use crate::glob::glob_match;
 use crate::identity::Caller;
 use crate::safety::hooks::{Decision, GateRecord};
-use crate::tools::BoxFuture;
 use crate::tools::ErrorClass;
 
 /// What a rule decides (`decision = "allow" | "deny" | "ask"` in config).
@@ -105,7 +105,7 @@ where
 {
     type Response = Invoked;
     type Error = Infallible;
-    type Future = BoxFuture<'static, Result<Invoked, Infallible>>;
+    type Future = LayerFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         self.inner.poll_ready(cx)
@@ -118,7 +118,7 @@ where
             .iter()
             .find(|(rule, _)| rule.matches(&inv.tool, &inv.ctx.caller))
         else {
-            return Box::pin(self.inner.call(inv));
+            return Either::Left(self.inner.call(inv));
         };
         let refuse = |decision: Decision, text: String| {
             let mut invoked = Invoked::refused(ErrorClass::PermissionDenied, text);
@@ -133,7 +133,7 @@ where
             Verdict::Deny => {
                 let text = format!("Permission denied for tool '{}': {}", inv.tool, rule.reason);
                 let invoked = refuse(Decision::Block(rule.reason.clone()), text);
-                Box::pin(async move { Ok(invoked) })
+                Either::Right(Box::pin(async move { Ok(invoked) }))
             }
             Verdict::Ask => {
                 let text = format!(
@@ -141,7 +141,7 @@ where
                     inv.tool, rule.reason
                 );
                 let invoked = refuse(Decision::Ask(rule.reason.clone()), text);
-                Box::pin(async move { Ok(invoked) })
+                Either::Right(Box::pin(async move { Ok(invoked) }))
             }
             Verdict::Allow => {
                 let running = self.inner.call(inv);
@@ -150,11 +150,11 @@ where
                     decision: Decision::Allow,
                     reason: rule.reason.clone(),
                 };
-                Box::pin(async move {
+                Either::Right(Box::pin(async move {
                     let Ok(mut invoked) = running.await;
                     invoked.gates.insert(0, record);
                     Ok(invoked)
-                })
+                }))
             }
         }
     }

@@ -7,11 +7,12 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use futures::future::Either;
 use serde_json::Value;
 use tower::{Layer, Service};
 
-use super::{Invocation, Invoked, Reply};
-use crate::tools::{BoxFuture, ToolOutput};
+use super::{Invocation, Invoked, LayerFuture, Reply};
+use crate::tools::ToolOutput;
 
 /// The selection rule, as a plain function.
 pub fn select(value: Value) -> Value {
@@ -73,7 +74,7 @@ where
 {
     type Response = Invoked;
     type Error = Infallible;
-    type Future = BoxFuture<'static, Result<Invoked, Infallible>>;
+    type Future = LayerFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         self.inner.poll_ready(cx)
@@ -81,10 +82,10 @@ where
 
     fn call(&mut self, inv: Invocation) -> Self::Future {
         if self.pass_through.contains(&inv.tool) {
-            return Box::pin(self.inner.call(inv));
+            return Either::Left(self.inner.call(inv));
         }
         let running = self.inner.call(inv);
-        Box::pin(async move {
+        Either::Right(Box::pin(async move {
             let Ok(mut invoked) = running.await;
             match &mut invoked.reply {
                 Reply::Output(output) => select_output(output),
@@ -95,7 +96,7 @@ where
                 Reply::Error { output: None, .. } => {}
             }
             Ok(invoked)
-        })
+        }))
     }
 }
 

@@ -6,12 +6,13 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use futures::future::Either;
 use parking_lot::Mutex;
 use tower::{Layer, Service};
 
-use super::{Invocation, Invoked};
+use super::{Invocation, Invoked, LayerFuture};
+use crate::tools::Catalog;
 use crate::tools::ErrorClass;
-use crate::tools::{BoxFuture, Catalog};
 
 /// Violations listed before "and N more".
 const LISTED: usize = 10;
@@ -124,7 +125,7 @@ where
 {
     type Response = Invoked;
     type Error = Infallible;
-    type Future = BoxFuture<'static, Result<Invoked, Infallible>>;
+    type Future = LayerFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         self.inner.poll_ready(cx)
@@ -139,10 +140,10 @@ where
                 "arguments do not match the input schema of '{}': {problems}",
                 inv.tool
             );
-            return Box::pin(
-                async move { Ok(Invoked::refused(ErrorClass::InvalidArguments, message)) },
-            );
+            return Either::Right(Box::pin(async move {
+                Ok(Invoked::refused(ErrorClass::InvalidArguments, message))
+            }));
         }
-        Box::pin(self.inner.call(inv))
+        Either::Left(self.inner.call(inv))
     }
 }

@@ -47,7 +47,7 @@ impl Step<'_> {
 
     pub(super) async fn emit(&self, event: Event) {
         if self.wants_events() {
-            self.scope.observer.on_event(event).await;
+            crate::dispatch::events::deliver(self.scope.observer, event).await;
         }
     }
 
