@@ -90,10 +90,11 @@ pub enum Event {
 /// Receives a batch's events in order. Awaiting applies back-pressure to the batch.
 pub trait Observer: Send + Sync {
     fn on_event(&self, event: Event) -> BoxFuture<'_, ()>;
-    /// Takes `event` at once if that needs no waiting, or hands it back for `on_event`. The
-    /// driver tries this first: most events find room, and then no future is made for them.
-    fn try_event(&self, event: Event) -> Result<(), Event> {
-        Err(event)
+    /// Takes `event` at once if that needs no waiting (`None`), or hands it back for
+    /// `on_event`. The driver tries this first: most events find room, and then no future is
+    /// made for them.
+    fn try_event(&self, event: Event) -> Option<Event> {
+        Some(event)
     }
     /// Whether events are wanted at all; when not, the driver does not build them.
     fn wants_events(&self) -> bool {
@@ -103,7 +104,7 @@ pub trait Observer: Send + Sync {
 
 /// Hands `event` to `observer`, waiting only when it cannot take it at once.
 pub async fn deliver(observer: &dyn Observer, event: Event) {
-    if let Err(event) = observer.try_event(event) {
+    if let Some(event) = observer.try_event(event) {
         observer.on_event(event).await;
     }
 }

@@ -152,9 +152,10 @@ impl Observer for StreamObserver {
         Box::pin(async move { self.events.push(Ok(convert::event(event))).await })
     }
 
-    fn try_event(&self, event: Event) -> Result<(), Event> {
+    fn try_event(&self, event: Event) -> Option<Event> {
         self.events
             .try_push(event, |event| Ok(convert::event(event)))
+            .err()
     }
 }
 
