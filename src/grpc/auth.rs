@@ -72,13 +72,13 @@ impl Rpc {
 
 /// Turns credentials into callers. Built once per server from `[auth]`.
 pub struct Authenticator {
-    anonymous: Option<Caller>,
+    anonymous: Option<Arc<Caller>>,
     /// Anonymous callers only from loopback peers.
     anonymous_loopback_only: bool,
     /// SHA-256 of each token and the caller it stands for.
-    tokens: Vec<([u8; 32], Caller)>,
+    tokens: Vec<([u8; 32], Arc<Caller>)>,
     jwt: Option<Arc<Jwt>>,
-    certificates: Vec<(ServerName<'static>, Caller)>,
+    certificates: Vec<(ServerName<'static>, Arc<Caller>)>,
     /// The JWKS refresher, stopped with the authenticator.
     refresher: Option<tokio::task::JoinHandle<()>>,
 }
@@ -96,7 +96,7 @@ impl Authenticator {
     #[cfg(test)]
     pub(crate) fn open() -> Self {
         Authenticator {
-            anonymous: Some(Caller::local()),
+            anonymous: Some(Arc::new(Caller::local())),
             anonymous_loopback_only: false,
             tokens: Vec::new(),
             jwt: None,
@@ -108,22 +108,24 @@ impl Authenticator {
     /// Reads token files and variables and the JWKS (a URL is fetched now and refreshed in the
     /// background; an unreachable one is retried, and JWTs are refused until it answers).
     pub async fn from_config(config: &AuthConfig) -> Result<Self, String> {
-        let anonymous = (config.anonymous != Anonymous::None).then(|| Caller {
-            id: "anonymous".to_owned(),
-            tenant: config.anonymous_tenant.clone(),
-            roles: roles(&config.anonymous_roles),
-            method: Method::Anonymous,
+        let anonymous = (config.anonymous != Anonymous::None).then(|| {
+            Arc::new(Caller {
+                id: "anonymous".to_owned(),
+                tenant: config.anonymous_tenant.clone(),
+                roles: roles(&config.anonymous_roles),
+                method: Method::Anonymous,
+            })
         });
         let mut tokens = Vec::new();
         for (i, token) in config.tokens.iter().enumerate() {
             tokens.push((
                 token_digest(token).map_err(|e| format!("auth.tokens[{i}]: {e}"))?,
-                Caller {
+                Arc::new(Caller {
                     id: token.id.clone(),
                     tenant: token.tenant.clone(),
                     roles: roles(&token.roles),
                     method: Method::Token,
-                },
+                }),
             ));
         }
         let certificates = config
@@ -149,8 +151,13 @@ impl Authenticator {
         })
     }
 
-    /// The caller of `request`, if it may make `rpc`. Every refusal is an audit line.
-    pub fn authorize<T>(&self, request: &Request<T>, rpc: Rpc) -> Result<Caller, RequestError> {
+    /// The caller of `request`, if it may make `rpc`. Every refusal is an audit line. A
+    /// configured caller (anonymous, a token's, a certificate's) is shared, not copied.
+    pub fn authorize<T>(
+        &self,
+        request: &Request<T>,
+        rpc: Rpc,
+    ) -> Result<Arc<Caller>, RequestError> {
         let caller = match self.authenticate(request) {
             Ok(caller) => caller,
             Err(why) => {
@@ -205,7 +212,7 @@ impl Authenticator {
 
     /// Credentials win over the connection: a request that presents a token is judged by it
     /// alone (a wrong token is never let in as anonymous).
-    fn authenticate<T>(&self, request: &Request<T>) -> Result<Caller, String> {
+    fn authenticate<T>(&self, request: &Request<T>) -> Result<Arc<Caller>, String> {
         if let Some(header) = request.metadata().get("authorization") {
             let text = header
                 .to_str()
@@ -232,10 +239,10 @@ impl Authenticator {
         }
     }
 
-    fn bearer(&self, token: &str) -> Result<Caller, String> {
+    fn bearer(&self, token: &str) -> Result<Arc<Caller>, String> {
         let looks_like_jwt = token.split('.').count() == 3;
         if looks_like_jwt && let Some(jwt) = &self.jwt {
-            return jwt.verify(token);
+            return jwt.verify(token).map(Arc::new);
         }
         let digest = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
         // Digests, not tokens, are compared (a timing difference says nothing about a token),
@@ -253,7 +260,7 @@ impl Authenticator {
         found.ok_or_else(|| "unknown bearer token".to_owned())
     }
 
-    fn certificate(&self, leaf: &CertificateDer<'_>) -> Option<Caller> {
+    fn certificate(&self, leaf: &CertificateDer<'_>) -> Option<Arc<Caller>> {
         let cert = webpki::EndEntityCert::try_from(leaf).ok()?;
         self.certificates
             .iter()
@@ -301,16 +308,16 @@ fn token_digest(token: &TokenConfig) -> Result<[u8; 32], String> {
     Ok(out)
 }
 
-fn certificate_identity(c: &CertificateIdentity) -> Option<(ServerName<'static>, Caller)> {
+fn certificate_identity(c: &CertificateIdentity) -> Option<(ServerName<'static>, Arc<Caller>)> {
     let name = ServerName::try_from(c.name.clone()).ok()?;
     Some((
         name,
-        Caller {
+        Arc::new(Caller {
             id: c.name.clone(),
             tenant: c.tenant.clone(),
             roles: roles(&c.roles),
             method: Method::Certificate,
-        },
+        }),
     ))
 }
 

@@ -38,6 +38,7 @@ pub const MAX_ID_BYTES: usize = 256;
 /// Parses and checks a dispatch request; nothing has run when this fails.
 pub fn batch_from_request(
     request: pb::DispatchBatchRequest,
+    caller: std::sync::Arc<crate::identity::Caller>,
     rules: &RequestRules,
 ) -> Result<Batch, RequestError> {
     let pb::DispatchBatchRequest {
@@ -128,7 +129,7 @@ pub fn batch_from_request(
         bindings,
         options: batch_options,
         turn,
-        caller: std::sync::Arc::new(crate::identity::Caller::local()),
+        caller,
         trace: crate::trace::Span::none(),
     })
 }

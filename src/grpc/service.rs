@@ -107,7 +107,7 @@ impl ToolGateService {
     fn admit(
         &self,
         connection: Option<SocketAddr>,
-        caller: crate::identity::Caller,
+        caller: Arc<crate::identity::Caller>,
         request: pb::DispatchBatchRequest,
     ) -> Result<(Batch, Ticket), RequestError> {
         if self.state.tracker.is_closed() {
@@ -118,8 +118,7 @@ impl ToolGateService {
             .admission
             .check(connection)
             .map_err(|refusal| self.refused(refusal))?;
-        let mut batch = convert::batch_from_request(request, &self.state.rules)?;
-        batch.caller = Arc::new(caller);
+        let mut batch = convert::batch_from_request(request, caller, &self.state.rules)?;
         self.state
             .dispatcher
             .check_bindings(&batch.bindings)

@@ -4,6 +4,10 @@ use serde_json::json;
 
 use super::*;
 
+fn local() -> std::sync::Arc<crate::identity::Caller> {
+    std::sync::Arc::new(crate::identity::Caller::local())
+}
+
 fn rules() -> RequestRules {
     RequestRules {
         limits: Limits::default(),
@@ -21,7 +25,7 @@ fn request(calls: Vec<serde_json::Value>) -> pb::DispatchBatchRequest {
 #[test]
 fn too_many_calls_names_count_and_limit() {
     let calls = vec![json!({"name": "echo"}); 65];
-    let err = batch_from_request(request(calls.clone()), &rules()).unwrap_err();
+    let err = batch_from_request(request(calls.clone()), local(), &rules()).unwrap_err();
     assert_eq!(
         err,
         RequestError::TooManyCalls {
@@ -35,13 +39,13 @@ fn too_many_calls_names_count_and_limit() {
         max_calls: 100,
         ..Default::default()
     });
-    assert!(batch_from_request(req, &rules()).is_ok());
+    assert!(batch_from_request(req, local(), &rules()).is_ok());
     let mut req = request(vec![]);
     req.options = Some(pb::DispatchOptions {
         max_calls: 5000,
         ..Default::default()
     });
-    assert!(batch_from_request(req, &rules()).is_err());
+    assert!(batch_from_request(req, local(), &rules()).is_err());
 }
 
 #[test]
@@ -52,7 +56,10 @@ fn options_are_resolved_and_unknown_values_rejected_by_name() {
         ..Default::default()
     });
     assert_eq!(
-        batch_from_request(req, &rules()).unwrap().options.mode,
+        batch_from_request(req, local(), &rules())
+            .unwrap()
+            .options
+            .mode,
         crate::dispatch::Mode::Parallel { max_concurrency: 8 }
     );
     let mut req = request(vec![]);
@@ -61,21 +68,28 @@ fn options_are_resolved_and_unknown_values_rejected_by_name() {
         max_concurrency: 65,
         ..Default::default()
     });
-    let err = batch_from_request(req, &rules()).unwrap_err().to_string();
+    let err = batch_from_request(req, local(), &rules())
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("ceiling of 64"), "{err}");
     let mut req = request(vec![]);
     req.options = Some(pb::DispatchOptions {
         on_error: 1,
         ..Default::default()
     });
-    assert!(batch_from_request(req, &rules()).unwrap().options.fail_fast);
+    assert!(
+        batch_from_request(req, local(), &rules())
+            .unwrap()
+            .options
+            .fail_fast
+    );
     let mut req = request(vec![]);
     req.options = Some(pb::DispatchOptions {
         message_format: 9,
         ..Default::default()
     });
     assert!(
-        batch_from_request(req, &rules())
+        batch_from_request(req, local(), &rules())
             .unwrap_err()
             .to_string()
             .contains("message_format 9")
@@ -89,7 +103,7 @@ fn calls_and_assistant_message_are_exclusive_and_session_ids_checked() {
         json!({"role": "assistant", "tool_calls": []}),
     ));
     assert!(
-        batch_from_request(req, &rules())
+        batch_from_request(req, local(), &rules())
             .unwrap_err()
             .to_string()
             .contains("not both")
@@ -97,7 +111,7 @@ fn calls_and_assistant_message_are_exclusive_and_session_ids_checked() {
     let mut req = request(vec![]);
     req.session_id = "../etc".into();
     assert!(matches!(
-        batch_from_request(req, &rules()),
+        batch_from_request(req, local(), &rules()),
         Err(RequestError::Invalid(_))
     ));
 }
@@ -113,14 +127,14 @@ fn call_timeout_defaults_and_is_bounded() {
         ..Default::default()
     });
     assert_eq!(
-        batch_from_request(req, &rules())
+        batch_from_request(req, local(), &rules())
             .unwrap()
             .options
             .call_timeout,
         Some(Duration::from_millis(250))
     );
     assert_eq!(
-        batch_from_request(request(vec![]), &rules())
+        batch_from_request(request(vec![]), local(), &rules())
             .unwrap()
             .options
             .call_timeout,
@@ -135,5 +149,5 @@ fn call_timeout_defaults_and_is_bounded() {
         }),
         ..Default::default()
     });
-    assert!(batch_from_request(req, &rules()).is_err());
+    assert!(batch_from_request(req, local(), &rules()).is_err());
 }
