@@ -70,8 +70,14 @@ fuzz_target!(|data: &[u8]| {
                     }
                     _ => Some(request.calls.len()),
                 };
-                if let (Ok(batch), Some(elements)) = (batch_from_request(request, &rules), elements)
-                {
+                if let (Ok(batch), Some(elements)) = (
+                    batch_from_request(
+                        request,
+                        std::sync::Arc::new(toolgate::identity::Caller::local()),
+                        &rules,
+                    ),
+                    elements,
+                ) {
                     assert_eq!(batch.calls.len(), elements);
                 }
             }

@@ -20,7 +20,14 @@ fuzz_target!(|data: &[u8]| {
         dispatch: config.dispatch,
     };
     let elements = expected_calls(&request, &rules);
-    if let (Ok(batch), Some(elements)) = (batch_from_request(request, &rules), elements) {
+    if let (Ok(batch), Some(elements)) = (
+        batch_from_request(
+            request,
+            std::sync::Arc::new(toolgate::identity::Caller::local()),
+            &rules,
+        ),
+        elements,
+    ) {
         assert_eq!(batch.calls.len(), elements);
     }
 });

@@ -329,7 +329,8 @@ impl StallWatch {
         let mut dropped = Vec::new();
         let streams = self.streams.lock();
         for weak in streams.slots.iter().flatten() {
-            // A stream being dropped right now: its slot is emptied as soon as the lock is free.
+            // A stream empties its slot before its shared part goes, so this holds only while
+            // the stream lives; skipped, not assumed.
             let Some(shared) = weak.upgrade() else {
                 continue;
             };
