@@ -111,8 +111,7 @@ pub struct BatchStream {
     events: Arc<Events>,
     /// The final result, held back until every event has been yielded.
     result: Option<Item>,
-    timeout: Duration,
-    /// Where the watchdog keeps this stream, left when the stream is dropped.
+    /// Where the watchdog keeps this stream (and its timeout), left when the stream is dropped.
     watch: Arc<StallWatch>,
     slot: usize,
 }
@@ -191,7 +190,6 @@ impl BatchStream {
             waker: Waker::from(signal),
             events,
             result: None,
-            timeout: watch.timeout,
             watch: watch.clone(),
             slot,
         }
@@ -226,7 +224,7 @@ impl BatchStream {
             return Poll::Ready(Some(result));
         }
         if self.shared.stalled.swap(false, Ordering::Relaxed) {
-            let error = RequestError::Stalled(self.timeout);
+            let error = RequestError::Stalled(self.watch.timeout);
             return Poll::Ready(Some(Err(error.into())));
         }
         Poll::Ready(None)
