@@ -4,6 +4,7 @@
 pub(crate) mod admission;
 pub mod auth;
 mod batch_stream;
+pub(crate) mod coalesce;
 pub mod codec;
 pub mod convert;
 pub mod probe;
