@@ -100,6 +100,7 @@ pub async fn serve(
     let serving: BoxFuture<'static, Result<(), tonic::transport::Error>> = match tls {
         Some(tls) => {
             tokio::spawn(tls.clone().watch(stop_transport.clone()));
+            // Coalesced like plain connections (`incoming`): h2 writes to the TLS stream.
             let connections = tls
                 .incoming(listener, stop_transport.clone())
                 .map(|accepted| accepted.map(Coalesced::new));
@@ -123,10 +124,10 @@ pub async fn serve(
     result
 }
 
-/// Accepted connections with `TCP_NODELAY` on, their writes coalesced until h2 flushes (TLS
-/// connections too). Without nodelay, the small frames that end a response (the last DATA frame
-/// and the trailers) wait for the client's delayed ACK: about 40 ms per streamed batch on Linux.
-/// A plain `TcpListenerStream` would skip tonic's own nodelay setting.
+/// Accepted connections with `TCP_NODELAY` on, their writes coalesced (`Coalesced`, as `serve`
+/// wraps TLS connections too). Without nodelay, the small frames that end a response (the last
+/// DATA frame and the trailers) wait for the client's delayed ACK: about 40 ms per streamed batch
+/// on Linux. A plain `TcpListenerStream` would skip tonic's own nodelay setting.
 fn incoming(
     listener: TcpListener,
 ) -> impl Stream<Item = std::io::Result<Coalesced<TcpStream>>> + Send + 'static {
