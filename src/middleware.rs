@@ -128,6 +128,11 @@ impl Invoked {
 pub type LayerFuture<F> =
     futures::future::Either<F, crate::tools::BoxFuture<'static, Result<Invoked, Infallible>>>;
 
+/// A layer's answer given without calling the inner service (a refusal, a cache hit).
+pub fn answered<F>(invoked: Invoked) -> LayerFuture<F> {
+    futures::future::Either::Right(Box::pin(async move { Ok(invoked) }))
+}
+
 /// The assembled stack.
 pub type ToolService = BoxCloneSyncService<Invocation, Invoked, Infallible>;
 

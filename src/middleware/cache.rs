@@ -17,7 +17,7 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 use tower::{Layer, Service};
 
-use super::{Invocation, Invoked, LayerFuture, Reply};
+use super::{Invocation, Invoked, LayerFuture, Reply, answered};
 use crate::json;
 use crate::tools::ToolOutput;
 
@@ -324,7 +324,7 @@ where
         if let Some(output) = self.cache.get(&key, rule, inv.turn, now) {
             let mut invoked = Invoked::reply(Reply::Output(output));
             invoked.cached = true;
-            return Either::Right(Box::pin(async move { Ok(invoked) }));
+            return answered(invoked);
         }
         let path = rule
             .path

@@ -9,7 +9,7 @@ use std::task::{Context, Poll};
 use futures::future::Either;
 use tower::{Layer, Service};
 
-use super::{Invocation, Invoked, LayerFuture};
+use super::{Invocation, Invoked, LayerFuture, answered};
 use crate::glob::glob_match;
 use crate::identity::Caller;
 use crate::safety::hooks::{Decision, GateRecord};
@@ -133,7 +133,7 @@ where
             Verdict::Deny => {
                 let text = format!("Permission denied for tool '{}': {}", inv.tool, rule.reason);
                 let invoked = refuse(Decision::Block(rule.reason.clone()), text);
-                Either::Right(Box::pin(async move { Ok(invoked) }))
+                answered(invoked)
             }
             Verdict::Ask => {
                 let text = format!(
@@ -141,7 +141,7 @@ where
                     inv.tool, rule.reason
                 );
                 let invoked = refuse(Decision::Ask(rule.reason.clone()), text);
-                Either::Right(Box::pin(async move { Ok(invoked) }))
+                answered(invoked)
             }
             Verdict::Allow => {
                 let running = self.inner.call(inv);

@@ -10,7 +10,7 @@ use futures::future::Either;
 use parking_lot::Mutex;
 use tower::{Layer, Service};
 
-use super::{Invocation, Invoked, LayerFuture};
+use super::{Invocation, Invoked, LayerFuture, answered};
 use crate::tools::Catalog;
 use crate::tools::ErrorClass;
 
@@ -140,9 +140,7 @@ where
                 "arguments do not match the input schema of '{}': {problems}",
                 inv.tool
             );
-            return Either::Right(Box::pin(async move {
-                Ok(Invoked::refused(ErrorClass::InvalidArguments, message))
-            }));
+            return answered(Invoked::refused(ErrorClass::InvalidArguments, message));
         }
         Either::Left(self.inner.call(inv))
     }
