@@ -2,27 +2,29 @@
 # debian:bookworm-slim with only the binary, the CA bundle and a non-root user (uid 10001).
 # Build: docker build -t toolgate .   Run: docker run -p 127.0.0.1:50051:50051 toolgate
 
-FROM rust:1.95-slim-bookworm AS build
+# cargo-chef derives the dependency layer from the workspace's manifests, so it follows every
+# member, target and bench on its own: a hand-kept list of stubs broke this build once (the fuzz
+# member and a fifth bench). scripts/test checks in seconds that this context loads the
+# workspace (deploy/validate.sh).
+FROM rust:1.95-slim-bookworm AS chef
+RUN cargo install cargo-chef --locked --version 0.1.78 \
+    && rm -rf /usr/local/cargo/registry
 WORKDIR /src
+
+# The recipe: every manifest of the workspace and the lock file, with the sources left out.
+FROM chef AS planner
+COPY . .
+RUN cargo chef prepare --recipe-path recipe.json
+
+FROM chef AS build
 # Symbols are of no use in the image and are most of the binary's size.
 ENV CARGO_PROFILE_RELEASE_STRIP=symbols
-# The dependencies first, in a layer of their own, against stub sources: this layer is rebuilt
-# only when the manifest, the lock file, build.rs or the protos change, not for every source edit.
-# The bench targets are declared in Cargo.toml, so cargo needs files for them (stubs suffice).
-COPY Cargo.toml Cargo.lock build.rs ./
-COPY proto proto
-RUN mkdir -p src benches \
-    && echo 'fn main() {}' > src/main.rs \
-    && touch src/lib.rs \
-    && for bench in pipeline grpc_echo grpc_driver grpc_relay; do echo 'fn main() {}' > "benches/$bench.rs"; done \
-    && cargo build --release --locked --bin toolgate \
-    && rm -rf src
-COPY config config
-COPY src src
-# COPY keeps the sources' modification times, which can be older than the stub build's: touch
-# the crate roots so cargo rebuilds the crate itself.
-RUN touch src/main.rs src/lib.rs \
-    && cargo build --release --locked --bin toolgate \
+# The dependencies, in a layer of their own: rebuilt only when the recipe changes (a manifest or
+# the lock file), not for every source edit.
+COPY --from=planner /src/recipe.json recipe.json
+RUN cargo chef cook --release --locked --recipe-path recipe.json --bin toolgate
+COPY . .
+RUN cargo build --release --locked --bin toolgate \
     && cp target/release/toolgate /usr/local/bin/toolgate
 
 FROM debian:bookworm-slim
