@@ -144,7 +144,7 @@ async fn attempt_once(
     }
 
     // 4. Breaker gate, keyed by the tool that runs (the same key health records under).
-    let Some(probe) = step.admit().await else {
+    let Some(mut admitted) = step.admit().await else {
         let message = "tool temporarily unavailable: circuit breaker open".to_owned();
         return ControlFlow::Break(step.refused(ErrorClass::CircuitOpen, message, &guard).await);
     };
@@ -153,7 +153,7 @@ async fn attempt_once(
     //    permissions, validation, cache, redaction, output cap) around the tool itself;
     //    6. the result is stamped with the model's id, whatever the tool or a layer put there.
     let (mut result, retryable) = step.run(input, &guard.input, metadata).await;
-    if let Some(cancelled) = step.settle_cancelled(&mut result, probe).await {
+    if let Some(cancelled) = step.settle_cancelled(&mut result, &mut admitted).await {
         return ControlFlow::Break(cancelled);
     }
 
@@ -172,7 +172,7 @@ async fn attempt_once(
     step.post_tool_hooks(input, &result).await;
 
     // 10. Health: only outcomes that say something about the tool count.
-    step.record_health(&result, probe).await;
+    step.record_health(&result, admitted).await;
 
     // 11. Memory: successful calls only; it can never fail the call.
     step.remember(&guard, &result);

@@ -6,6 +6,7 @@
 mod bindings;
 mod connections;
 mod dispatch;
+mod hardening;
 mod hooks;
 mod hostile;
 mod http_tools;

@@ -32,6 +32,17 @@ pub(super) struct Step<'a> {
     pub span: Span,
 }
 
+/// A call the breaker let run, holding the half-open probe slot when it is the probe. The slot
+/// is released at once, as a neutral outcome, if the attempt is dropped before its outcome is
+/// recorded (its client reset the stream, or tonic dropped a unary call at its deadline):
+/// otherwise the breaker would refuse every caller until the probe lease ran out.
+pub(super) struct Admitted<'a> {
+    pipeline: &'a crate::dispatch::pipeline::Pipeline,
+    tool: &'a str,
+    /// The probe slot, held until the outcome is recorded.
+    probe: bool,
+}
+
 /// What recovery decided after a failed attempt.
 pub(super) enum Recovery {
     /// The call is answered (and maybe the batch ends).
@@ -171,24 +182,35 @@ impl Step<'_> {
         Answered::soft(result)
     }
 
-    /// Step 4: the breaker's admission. `None`: refused; `Some(probe)`: run, as the half-open
-    /// probe when `probe` is true.
-    pub async fn admit(&self) -> Option<bool> {
+    /// Step 4: the breaker's admission. `None`: refused; `Some(admitted)`: run, holding the
+    /// half-open probe slot when the breaker gave it.
+    pub async fn admit(&self) -> Option<Admitted<'_>> {
         let (admission, transition) = self.scope.pipeline.health.admit(self.tool, Instant::now());
         self.breaker_changed(transition).await;
-        match admission {
-            Admission::Refused => None,
-            Admission::Probe => Some(true),
-            Admission::Allowed => Some(false),
-        }
+        let probe = match admission {
+            Admission::Refused => return None,
+            Admission::Probe => true,
+            Admission::Allowed => false,
+        };
+        Some(Admitted {
+            pipeline: self.scope.pipeline,
+            tool: self.tool,
+            probe,
+        })
     }
 
-    /// After step 6: a timeout at the request's deadline is the deadline passing, which cancels
-    /// the batch; a cancelled attempt says nothing about the tool and ends the batch.
-    pub async fn settle_cancelled(&self, result: &mut CallResult, probe: bool) -> Option<Answered> {
+    /// After step 6: a failure once the request's deadline has passed is the deadline passing
+    /// (whichever fired first: the stack's timeout, or a remote's own timer set to the same
+    /// deadline), which cancels the batch; a cancelled attempt says nothing about the tool and
+    /// ends the batch.
+    pub async fn settle_cancelled(
+        &self,
+        result: &mut CallResult,
+        admitted: &mut Admitted<'_>,
+    ) -> Option<Answered> {
         let scope = self.scope;
         let deadline_passed = scope.options.deadline.is_some_and(|d| Instant::now() >= d);
-        if result.error_class == ErrorClass::Timeout && deadline_passed {
+        if !result.success && result.error_class != ErrorClass::Cancelled && deadline_passed {
             scope.cancel.cancel("the request deadline passed");
             result.error_class = ErrorClass::Cancelled;
             result.error = format!(
@@ -200,12 +222,8 @@ impl Step<'_> {
         if result.error_class != ErrorClass::Cancelled {
             return None;
         }
-        // A probe frees its slot at once.
-        let transition =
-            scope
-                .pipeline
-                .health
-                .record(self.tool, HealthOutcome::Neutral, probe, Instant::now());
+        // A probe frees its slot at once, with no new cooldown.
+        let transition = admitted.record(HealthOutcome::Neutral);
         self.post(result).await;
         self.breaker_changed(transition).await;
         Some(Answered {
@@ -290,13 +308,8 @@ impl Step<'_> {
     }
 
     /// Step 10.
-    pub async fn record_health(&self, result: &CallResult, probe: bool) {
-        let outcome = health_outcome(result);
-        let transition =
-            self.scope
-                .pipeline
-                .health
-                .record(self.tool, outcome, probe, Instant::now());
+    pub async fn record_health(&self, result: &CallResult, mut admitted: Admitted<'_>) {
+        let transition = admitted.record(health_outcome(result));
         self.breaker_changed(transition).await;
     }
 
@@ -405,6 +418,30 @@ impl Step<'_> {
                 to: t.to,
             })
             .await;
+        }
+    }
+}
+
+impl Admitted<'_> {
+    /// Records the attempt's outcome under the tool that ran; the probe slot goes with it.
+    fn record(&mut self, outcome: HealthOutcome) -> Option<Transition> {
+        let probe = std::mem::take(&mut self.probe);
+        self.pipeline
+            .health
+            .record(self.tool, outcome, probe, Instant::now())
+    }
+}
+
+impl Drop for Admitted<'_> {
+    fn drop(&mut self) {
+        if !self.probe {
+            return;
+        }
+        if let Some(t) = self.record(HealthOutcome::Neutral) {
+            tracing::info!(tool = %self.tool, from = ?t.from, to = ?t.to, "breaker changed: the probe's caller left");
+            self.pipeline
+                .metrics
+                .breaker_changed(self.tool, t.to.name());
         }
     }
 }

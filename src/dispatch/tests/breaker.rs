@@ -102,3 +102,114 @@ async fn a_successful_probe_closes_the_breaker() {
         "{kinds:?}"
     );
 }
+
+/// `hang_fail` fails while `failing` is set; otherwise it waits until cancelled.
+/// `deadline_fail` fails on its first run; later runs fail as a remote's own timer would, at
+/// the deadline the stack gave the call.
+fn cut_probe_harness(name: &str) -> (Harness, Arc<std::sync::atomic::AtomicBool>) {
+    let failing = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let flag = failing.clone();
+    let hang_fail = FnTool::new("hang_fail", "test tool", move |_input, ctx: ToolContext| {
+        let fail = flag.load(Ordering::SeqCst);
+        async move {
+            if fail {
+                return Err(ToolError::failed("down"));
+            }
+            ctx.cancel.cancelled().await;
+            Err(ToolError::failed("cancelled"))
+        }
+    });
+    let runs = Arc::new(AtomicU32::new(0));
+    let deadline_fail = FnTool::new(
+        "deadline_fail",
+        "test tool",
+        move |_input, ctx: ToolContext| {
+            let first = runs.fetch_add(1, Ordering::SeqCst) == 0;
+            async move {
+                if first {
+                    return Err(ToolError::failed("down"));
+                }
+                if let Some(deadline) = ctx.deadline {
+                    tokio::time::sleep_until(deadline).await;
+                }
+                Err(ToolError::transport("operation timed out"))
+            }
+        },
+    );
+    let h = harness_with(
+        name,
+        "[breaker]\nfailure_threshold = 1\ncooldown = \"1s\"",
+        vec![],
+        None,
+        vec![Arc::new(hang_fail), Arc::new(deadline_fail)],
+    );
+    (h, failing)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_probe_dropped_with_its_batch_frees_the_slot_at_once() {
+    let (h, failing) = cut_probe_harness("probe-dropped");
+    run(&h, batch(json!([{"id": "a", "name": "hang_fail"}]))).await;
+    tokio::time::advance(Duration::from_secs(1)).await;
+    failing.store(false, Ordering::SeqCst);
+    // The probe runs, and its batch is dropped mid-call (the client reset its stream).
+    let recorder = Recorder::default();
+    let cancel = Cancel::new();
+    {
+        let probe = h.dispatcher.run(
+            batch(json!([{"id": "p", "name": "hang_fail"}])),
+            &recorder,
+            &cancel,
+        );
+        tokio::select! {
+            _ = probe => panic!("the probe never returns on its own"),
+            () = tokio::time::sleep(Duration::from_millis(100)) => {}
+        }
+    }
+    assert!(
+        recorder
+            .kinds()
+            .contains(&"breaker:hang_fail:Open->HalfOpen".to_owned())
+    );
+    // No lease to wait out, and no new cooldown: the next call is the probe.
+    failing.store(true, Ordering::SeqCst);
+    let (report, kinds) = run(&h, batch(json!([{"id": "n", "name": "hang_fail"}]))).await;
+    assert_eq!(
+        report.results[0].error_class,
+        ErrorClass::ToolError,
+        "{kinds:?}"
+    );
+    assert!(
+        kinds.contains(&"breaker:hang_fail:Open->HalfOpen".to_owned()),
+        "{kinds:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_probe_cut_by_the_request_deadline_is_neutral_whichever_timer_fires_first() {
+    let (h, _) = cut_probe_harness("probe-deadline");
+    run(&h, batch(json!([{"id": "a", "name": "deadline_fail"}]))).await;
+    tokio::time::advance(Duration::from_secs(1)).await;
+    // The tool's own timer, set to the deadline the stack gave it, fails the call just as the
+    // stack's timeout would have.
+    let mut cut = batch(json!([{"id": "p", "name": "deadline_fail"}]));
+    cut.options.deadline = Some(tokio::time::Instant::now() + Duration::from_millis(700));
+    let (report, kinds) = run(&h, cut).await;
+    let result = &report.results[0];
+    assert_eq!(result.error_class, ErrorClass::Cancelled, "{kinds:?}");
+    assert_eq!(
+        result.error,
+        "tool 'deadline_fail' was cancelled: the request deadline passed"
+    );
+    assert_eq!(report.outcome, Outcome::Cancelled);
+    // The slot is free at once and no cooldown started: the next call probes.
+    let (_, kinds) = run(&h, batch(json!([{"id": "n", "name": "deadline_fail"}]))).await;
+    assert!(
+        kinds.contains(&"breaker:deadline_fail:Open->HalfOpen".to_owned()),
+        "{kinds:?}"
+    );
+    assert!(
+        !kinds.iter().any(|k| k.contains("CIRCUIT_OPEN")),
+        "{kinds:?}"
+    );
+}

@@ -1,7 +1,8 @@
 //! HTTP tools: a tool defined by a URL. toolgate POSTs `{call_id, session_id, name, input,
 //! metadata}` as JSON and reads the JSON reply as the tool's return value (result selection
-//! applies); a non-2xx reply is a TOOL_ERROR with the status and a bounded body; a connection
-//! failure or timeout is TRANSPORT. The call deadline bounds the request.
+//! applies); a non-2xx reply is a TOOL_ERROR with the status and a bounded body (a 4xx other
+//! than 408 and 429 is INVALID_ARGUMENTS: the caller's input was wrong); a connection failure or
+//! timeout is TRANSPORT. The call deadline bounds the request.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -157,18 +158,31 @@ impl Endpoint {
         })?;
         if !status.is_success() {
             let preview = crate::json::truncate_chars(&text, BODY_PREVIEW);
-            let error = ToolError::failed(format!("HTTP {}: {preview}", status.as_u16()));
-            // 5xx and 429 may pass; the reflector retries them for idempotent tools.
-            return Err(if status.is_server_error() || status.as_u16() == 429 {
-                error.retryable()
-            } else {
-                error
-            });
+            return Err(status_error(
+                status,
+                format!("HTTP {}: {preview}", status.as_u16()),
+            ));
         }
         Ok(match serde_json::from_str::<Value>(&text) {
             Ok(value) => ToolOutput::Json(value),
             Err(_) => ToolOutput::Text(text),
         })
+    }
+}
+
+/// What a non-2xx reply says. 5xx, 408 and 429 are the tool's (or its server's) trouble and may
+/// pass: the reflector retries them for idempotent tools. Any other 4xx says the request was
+/// wrong, the caller's input rather than the tool: `INVALID_ARGUMENTS`, which is never retried
+/// and does not count against the tool's health, so one caller's bad input cannot open the
+/// breaker every other caller shares.
+fn status_error(status: reqwest::StatusCode, message: String) -> ToolError {
+    let code = status.as_u16();
+    if status.is_server_error() || code == 408 || code == 429 {
+        ToolError::failed(message).retryable()
+    } else if status.is_client_error() {
+        ToolError::invalid_input(message)
+    } else {
+        ToolError::failed(message)
     }
 }
 
@@ -180,5 +194,30 @@ impl Invoke for Endpoint {
         ctx: &'a ToolContext,
     ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(self.post(tool, input, ctx))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::ToolErrorKind;
+
+    #[track_caller]
+    fn check(code: u16, kind: ToolErrorKind, retryable: bool) {
+        let status = reqwest::StatusCode::from_u16(code).unwrap();
+        let error = status_error(status, format!("HTTP {code}"));
+        assert_eq!((error.kind, error.retryable), (kind, retryable), "{code}");
+    }
+
+    #[test]
+    fn only_the_callers_own_mistakes_are_invalid_arguments() {
+        check(400, ToolErrorKind::InvalidInput, false);
+        check(404, ToolErrorKind::InvalidInput, false);
+        check(422, ToolErrorKind::InvalidInput, false);
+        check(408, ToolErrorKind::Failed, true);
+        check(429, ToolErrorKind::Failed, true);
+        check(500, ToolErrorKind::Failed, true);
+        check(503, ToolErrorKind::Failed, true);
+        check(302, ToolErrorKind::Failed, false);
     }
 }

@@ -250,6 +250,11 @@ impl Drop for CancelOnDrop {
 fn from_service_error(remote: &str, error: &ServiceError) -> ToolError {
     let text = format!("mcp server '{remote}': {error}");
     match error {
+        // The server says the arguments were wrong: the caller's fault, not the server's, so it
+        // is not counted against the tool's health.
+        ServiceError::McpError(e) if e.code == rmcp::model::ErrorCode::INVALID_PARAMS => {
+            ToolError::invalid_input(text)
+        }
         ServiceError::McpError(_) => ToolError::failed(text),
         _ => ToolError::transport(text),
     }
