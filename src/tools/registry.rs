@@ -49,22 +49,6 @@ pub struct Pin {
     pub changed_to: Option<String>,
 }
 
-/// FNV-1a digest of what a model relies on in a tool's definition.
-pub fn definition_digest(tool: &dyn Tool) -> String {
-    let a = tool.annotations();
-    crate::json::digest(&serde_json::json!({
-        "name": tool.name(),
-        "description": tool.description(),
-        "input_schema": tool.input_schema(),
-        "annotations": {
-            "read_only": a.read_only,
-            "destructive": a.destructive,
-            "idempotent": a.idempotent,
-            "open_world": a.open_world,
-        },
-    }))
-}
-
 /// Why a tool could not be registered.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RegistryError {

@@ -415,7 +415,7 @@ async fn a_changed_definition_is_quarantined_until_accepted() {
         (before.status, before.remote.as_str()),
         (Status::Pinned as i32, "py")
     );
-    assert_eq!(before.digest.len(), 16);
+    assert_eq!(before.digest.len(), 64, "SHA-256 in hex");
     let local = tool(&ts, "echo").await;
     assert_eq!(local.status, Status::Local as i32);
 

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use super::tool::{Invoke, RemoteDefinition, RemoteTool, remote_timeout};
 use super::{HttpToolDefinition, RemoteError, RemoteSpec};
-use crate::tools::{Annotations, BoxFuture, Tool, ToolContext, ToolError, ToolOutput};
+use crate::tools::{Annotations, BoxFuture, ToolContext, ToolError, ToolOutput};
 
 /// Characters of a failed reply's body kept in the error.
 const BODY_PREVIEW: usize = 500;
@@ -27,7 +27,7 @@ struct Endpoint {
 }
 
 /// Builds the remote's one tool (nothing to discover: the definition is in the config).
-pub fn discover(spec: &RemoteSpec) -> Result<Vec<Arc<dyn Tool>>, RemoteError> {
+pub fn discover(spec: &RemoteSpec) -> Result<Vec<Arc<RemoteTool>>, RemoteError> {
     let invalid = |reason: String| spec.invalid(reason);
     let url = spec
         .url

@@ -7,10 +7,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::tool::{RemoteDefinition, RemoteTool};
 use super::{RemoteError, RemoteKind, RemoteSpec, Signal, Signals, http, mcp, worker};
 use crate::glob::glob_match;
 use crate::metrics::Metrics;
-use crate::tools::registry::{Pin, definition_digest};
+use crate::tools::registry::Pin;
 use crate::tools::{Catalog, RegistryError, Tool, ToolSource};
 use parking_lot::Mutex;
 
@@ -192,13 +193,12 @@ impl Remotes {
         let pinned: Vec<(Arc<dyn Tool>, Pin)> = tools
             .into_iter()
             .filter(|t| {
-                spec.tools
-                    .iter()
-                    .any(|g| glob_match(g, remote_name(t.as_ref(), &spec.prefix)))
+                let own = &t.definition().remote_name;
+                spec.tools.iter().any(|g| glob_match(g, own))
             })
             .map(|t| {
-                let pin = self.pin(spec, t.as_ref());
-                (t, pin)
+                let pin = self.pin(spec, t.definition());
+                (t as Arc<dyn Tool>, pin)
             })
             .collect();
         self.catalog
@@ -251,11 +251,11 @@ impl Remotes {
 
     /// The pin for a discovered tool: new tools are pinned; a changed definition is quarantined
     /// unless the remote accepts changes.
-    fn pin(&self, spec: &RemoteSpec, tool: &dyn Tool) -> Pin {
-        let digest = definition_digest(tool);
+    fn pin(&self, spec: &RemoteSpec, tool: &RemoteDefinition) -> Pin {
+        let digest = tool.digest();
         let mut pins = self.pins.lock();
         let pinned = pins
-            .entry(tool.name().to_owned())
+            .entry(tool.name.clone())
             .or_insert_with(|| digest.clone())
             .clone();
         let remote = spec.name.clone();
@@ -267,15 +267,15 @@ impl Remotes {
             };
         }
         if spec.accept_changes {
-            tracing::info!(tool = tool.name(), from = %pinned, to = %digest, "tool definition changed; accepted by configuration");
-            pins.insert(tool.name().to_owned(), digest.clone());
+            tracing::info!(tool = %tool.name, from = %pinned, to = %digest, "tool definition changed; accepted by configuration");
+            pins.insert(tool.name.clone(), digest.clone());
             return Pin {
                 remote,
                 digest,
                 changed_to: None,
             };
         }
-        tracing::warn!(tool = tool.name(), from = %pinned, to = %digest, "tool definition changed; quarantined");
+        tracing::warn!(tool = %tool.name, from = %pinned, to = %digest, "tool definition changed; quarantined");
         Pin {
             remote,
             digest: pinned,
@@ -318,7 +318,7 @@ impl Remotes {
     async fn discover(
         &self,
         spec: &RemoteSpec,
-    ) -> Result<(Vec<Arc<dyn Tool>>, ToolSource), RemoteError> {
+    ) -> Result<(Vec<Arc<RemoteTool>>, ToolSource), RemoteError> {
         match spec.kind {
             RemoteKind::Worker => Ok((
                 worker::discover(spec, self.signals.clone()).await?,
@@ -369,9 +369,4 @@ async fn reconnect(remotes: std::sync::Weak<Remotes>, name: String) {
         }
         delay = (delay * 2).min(RECONNECT_MAX);
     }
-}
-
-/// The remote's own name for a tool (without the prefix).
-fn remote_name<'t>(tool: &'t dyn Tool, prefix: &str) -> &'t str {
-    tool.name().strip_prefix(prefix).unwrap_or(tool.name())
 }

@@ -27,8 +27,7 @@ use super::tool::{Invoke, RemoteDefinition, RemoteTool, remote_timeout};
 use super::{RemoteError, RemoteSpec, Signal, Signals};
 use crate::child::{ChildEnv, ProcessGroup};
 use crate::tools::{
-    Annotations, BoxFuture, ContentPart, Progress, ProgressSink, Tool, ToolContext, ToolError,
-    ToolOutput,
+    Annotations, BoxFuture, ContentPart, Progress, ProgressSink, ToolContext, ToolError, ToolOutput,
 };
 
 type Sinks = Arc<Mutex<HashMap<ProgressToken, ProgressSink>>>;
@@ -92,7 +91,7 @@ impl std::fmt::Debug for Connection {
 pub async fn discover(
     spec: &RemoteSpec,
     signals: Signals,
-) -> Result<(Vec<Arc<dyn Tool>>, Arc<Connection>), RemoteError> {
+) -> Result<(Vec<Arc<RemoteTool>>, Arc<Connection>), RemoteError> {
     let unreachable = |reason: String| spec.unreachable(reason);
     let invalid = |reason: String| spec.invalid(reason);
     let handler = Handler {
@@ -176,7 +175,7 @@ fn http_client(spec: &RemoteSpec) -> reqwest::Result<reqwest::Client> {
 pub async fn list(
     spec: &RemoteSpec,
     connection: &Arc<Connection>,
-) -> Result<Vec<Arc<dyn Tool>>, RemoteError> {
+) -> Result<Vec<Arc<RemoteTool>>, RemoteError> {
     let unreachable = |reason: String| spec.unreachable(reason);
     let listed = tokio::time::timeout(spec.timeout, connection.service.peer().list_all_tools())
         .await
@@ -189,7 +188,7 @@ pub async fn list(
             Arc::new(RemoteTool::new(
                 definition(&spec.prefix, &t),
                 remote.clone(),
-            )) as Arc<dyn Tool>
+            ))
         })
         .collect();
     Ok(tools)

@@ -47,6 +47,33 @@ pub struct RemoteTool {
 const REMOTE_DEADLINE_MARGIN: Duration = Duration::from_millis(100);
 
 impl RemoteDefinition {
+    /// SHA-256 of the canonical JSON of every field, in hex: what a pin holds. A digest a remote
+    /// could match with another definition would let it swap a pinned tool's description, so
+    /// it must resist collisions and second preimages (FNV-1a-64 did not: a collision between a
+    /// benign and a malicious description took minutes to find). Every field is covered,
+    /// including those that change how calls are scheduled.
+    pub fn digest(&self) -> String {
+        let a = self.annotations;
+        let canonical = crate::json::canonical(&serde_json::json!({
+            "name": self.name,
+            "remote_name": self.remote_name,
+            "description": self.description,
+            "input_schema": self.input_schema,
+            "annotations": {
+                "read_only": a.read_only,
+                "destructive": a.destructive,
+                "idempotent": a.idempotent,
+                "open_world": a.open_world,
+            },
+            "concurrency_safe": self.concurrency_safe,
+            "resource_key": self.resource_key,
+        }));
+        let digest = ring::digest::digest(&ring::digest::SHA256, canonical.as_bytes());
+        let mut hex = String::with_capacity(64);
+        crate::hash::push_hex(&mut hex, digest.as_ref());
+        hex
+    }
+
     /// The resource-key reference (`arguments.path` or `input.path`) resolved against an input.
     fn resource_key_of(&self, input: &Value) -> Option<String> {
         let template = self.resource_key.as_deref()?;
@@ -64,6 +91,11 @@ impl RemoteTool {
     /// The tool `definition`, run by `remote`.
     pub fn new(definition: RemoteDefinition, remote: Arc<dyn Invoke>) -> Self {
         RemoteTool { definition, remote }
+    }
+
+    /// The definition as the remote offered it.
+    pub fn definition(&self) -> &RemoteDefinition {
+        &self.definition
     }
 }
 
@@ -108,18 +140,49 @@ mod tests {
 
     use super::*;
 
-    #[track_caller]
-    fn check(template: Option<&str>, input: Value, expected: Option<&str>) {
-        let definition = RemoteDefinition {
+    fn plain(resource_key: Option<&str>) -> RemoteDefinition {
+        RemoteDefinition {
             name: "r.t".into(),
             remote_name: "t".into(),
             description: String::new(),
             input_schema: json!({"type": "object"}),
             annotations: Annotations::default(),
             concurrency_safe: false,
-            resource_key: template.map(str::to_owned),
-        };
-        assert_eq!(definition.resource_key_of(&input).as_deref(), expected);
+            resource_key: resource_key.map(str::to_owned),
+        }
+    }
+
+    #[track_caller]
+    fn check(template: Option<&str>, input: Value, expected: Option<&str>) {
+        assert_eq!(plain(template).resource_key_of(&input).as_deref(), expected);
+    }
+
+    #[test]
+    fn the_digest_is_sha256_of_every_field() {
+        let base = plain(None);
+        // sha256sum of the canonical JSON, computed apart:
+        // {"annotations":{"destructive":false,"idempotent":false,"open_world":false,
+        // "read_only":false},"concurrency_safe":false,"description":"","input_schema":
+        // {"type":"object"},"name":"r.t","remote_name":"t","resource_key":null}
+        assert_eq!(
+            base.digest(),
+            "b87c24729ac20e20230a1b1df91052ec35a36d9c9a740acee4c7e1b9f9946fcb"
+        );
+        let changes: [fn(&mut RemoteDefinition); 8] = [
+            |d| d.name.push('x'),
+            |d| d.remote_name.push('x'),
+            |d| d.description.push('x'),
+            |d| d.input_schema = json!({"type": "object", "required": ["x"]}),
+            |d| d.annotations.destructive = true,
+            |d| d.annotations.open_world = true,
+            |d| d.concurrency_safe = true,
+            |d| d.resource_key = Some("arguments.path".into()),
+        ];
+        for (n, change) in changes.iter().enumerate() {
+            let mut changed = plain(None);
+            change(&mut changed);
+            assert_ne!(changed.digest(), base.digest(), "change {n}");
+        }
     }
 
     #[test]

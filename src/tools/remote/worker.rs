@@ -15,7 +15,7 @@ use crate::pb;
 use crate::pb::tool_worker_client::ToolWorkerClient;
 use crate::protojson::{Struct, Value as WireValue};
 use crate::tools::{
-    Annotations, BoxFuture, ContentPart, Progress, Tool, ToolContext, ToolError, ToolOutput,
+    Annotations, BoxFuture, ContentPart, Progress, ToolContext, ToolError, ToolOutput,
 };
 
 /// How long a call waits for a worker's trailers after its result.
@@ -70,7 +70,7 @@ async fn tls_config(spec: &RemoteSpec) -> Result<ClientTlsConfig, String> {
 pub async fn discover(
     spec: &RemoteSpec,
     signals: Signals,
-) -> Result<Vec<Arc<dyn Tool>>, RemoteError> {
+) -> Result<Vec<Arc<RemoteTool>>, RemoteError> {
     let invalid = |reason: String| spec.invalid(reason);
     let unreachable = |reason: String| spec.unreachable(reason);
     let endpoint = spec
@@ -107,7 +107,7 @@ pub async fn discover(
         .into_iter()
         .map(|t| {
             let definition = definition(&spec.prefix, t).map_err(&invalid)?;
-            Ok(Arc::new(RemoteTool::new(definition, worker.clone())) as Arc<dyn Tool>)
+            Ok(Arc::new(RemoteTool::new(definition, worker.clone())))
         })
         .collect::<Result<_, _>>()?;
     Ok(tools)
