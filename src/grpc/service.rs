@@ -298,7 +298,11 @@ impl ToolGate for ToolGateService {
             .map_err(RequestError::Invalid)?;
         let spec: RemoteSpec = serde_json::from_value(definition)
             .map_err(|e| RequestError::Invalid(format!("definition: {e}")))?;
-        // A registration may start a program or reach an address: only what the policy allows.
+        // A malformed definition is the caller's mistake (INVALID_ARGUMENT) before anything is
+        // judged; then a registration may start a program or reach an address only as the
+        // policy allows.
+        spec.check()
+            .map_err(|reason| RequestError::Invalid(format!("definition: {reason}")))?;
         self.state
             .registration
             .check(&spec)

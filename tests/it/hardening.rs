@@ -337,3 +337,77 @@ async fn a_definition_swapped_for_a_colliding_one_is_quarantined() {
     let refused = dispatch_one(&server.addr, "notes.lookup", json!({})).await;
     assert_eq!(refused["errorClass"], "QUARANTINED", "{refused}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_registration_cannot_smuggle_a_url_past_the_egress_check() {
+    let dir = folder("registration");
+    let config = write(
+        &dir,
+        "toolgate.toml",
+        r#"
+        [remote_registration]
+        enabled = true
+        [[remote_registration.commands]]
+        argv = ["/bin/true"]
+        "#,
+    );
+    let server = Binary::start(&["--config", &config]);
+    let register = async |definition: Value| {
+        grpcurl(
+            &[],
+            &server.addr,
+            "toolgate.v1.ToolGate/RegisterRemote",
+            &json!({"definition": definition}),
+        )
+        .await
+    };
+    // An allowlisted program beside a metadata or loopback URL: refused, and nothing reached.
+    let (ok, out) = register(
+        json!({"name": "h", "kind": "http", "command": ["/bin/true"],
+        "url": "http://169.254.169.254/latest/meta-data/", "definition": {"name": "meta"}}),
+    )
+    .await;
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("InvalidArgument") && out.contains("command does not apply to an http remote"),
+        "{out}"
+    );
+    let (ok, out) = register(
+        json!({"name": "w", "kind": "worker", "command": ["/bin/true"],
+        "endpoint": format!("http://{}", server.addr)}),
+    )
+    .await;
+    assert!(
+        !ok && out.contains("command does not apply to a worker"),
+        "{out}"
+    );
+    // Without the stray field the URL is checked, and refused.
+    let (ok, out) = register(json!({"name": "h", "kind": "http",
+        "url": "http://169.254.169.254/latest/meta-data/", "definition": {"name": "meta"}}))
+    .await;
+    assert!(
+        !ok && out.contains("PermissionDenied") && out.contains("egress_allow"),
+        "{out}"
+    );
+    // A name that would become a metric label and a log line: refused without being echoed.
+    let long = "n".repeat(100_000);
+    for name in ["a\nrpc=\"RegisterRemote\"", long.as_str()] {
+        let (ok, out) = register(json!({"name": name, "kind": "http",
+            "url": "http://10.0.0.1/", "definition": {"name": "t"}}))
+        .await;
+        assert!(
+            !ok && out.contains("remote name"),
+            "{}",
+            &out[..out.len().min(300)]
+        );
+        assert!(out.len() < 1000, "the name is not echoed whole");
+    }
+    let (_, tools) = grpcurl(
+        &[],
+        &server.addr,
+        "toolgate.v1.ToolGate/ListTools",
+        &json!({}),
+    )
+    .await;
+    assert!(!tools.contains("meta"), "{tools}");
+}

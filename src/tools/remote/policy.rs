@@ -12,7 +12,7 @@ use std::net::IpAddr;
 
 use regex::Regex;
 
-use super::spec::{RemoteKind, RemoteSpec};
+use super::spec::RemoteSpec;
 
 /// One allowlisted program for stdio MCP servers registered at run time.
 #[derive(Debug, Clone)]
@@ -106,17 +106,15 @@ impl RegistrationPolicy {
                 "follow_redirects needs [remote_registration] allow_redirects = true".to_owned(),
             );
         }
+        // Every part that could start a program or reach an address is checked, whatever the
+        // kind reads: a check that chose one by the kind was skipped by a `command` beside a URL.
         if !spec.command.is_empty() {
-            return self.check_command(spec);
+            self.check_command(spec)?;
         }
-        let url = match spec.kind {
-            RemoteKind::Worker => spec.endpoint.as_deref(),
-            RemoteKind::Http | RemoteKind::Mcp => spec.url.as_deref(),
-        };
-        match url {
-            Some(url) => self.check_url(url).await,
-            None => Ok(()),
+        for url in [&spec.endpoint, &spec.url].into_iter().flatten() {
+            self.check_url(url).await?;
         }
+        Ok(())
     }
 
     fn check_command(&self, spec: &RemoteSpec) -> Result<(), String> {
@@ -308,6 +306,16 @@ mod tests {
         let with_cwd = spec(serde_json::json!({"name": "m", "kind": "mcp",
             "command": ["python3", "/srv/mcp/server.py"], "cwd": "/tmp"}));
         assert!(policy.check(&with_cwd).await.is_err());
+        // An allowed command beside a URL does not spare the URL its check.
+        for smuggled in [
+            serde_json::json!({"name": "h", "kind": "http", "url": "http://169.254.169.254/",
+                "definition": {"name": "t"}, "command": ["python3", "/srv/mcp/server.py"]}),
+            serde_json::json!({"name": "w", "kind": "worker", "endpoint": "http://127.0.0.1:7001",
+                "command": ["python3", "/srv/mcp/server.py"]}),
+        ] {
+            let error = policy.check(&spec(smuggled.clone())).await.unwrap_err();
+            assert!(error.contains("egress_allow"), "{smuggled}: {error}");
+        }
     }
 
     #[tokio::test]

@@ -134,9 +134,8 @@ impl RemoteSpec {
 
     /// Checks what can be checked without connecting.
     pub fn check(&self) -> Result<(), String> {
-        if self.name.is_empty() {
-            return Err("a remote needs a name".to_owned());
-        }
+        check_name(&self.name)?;
+        self.check_fields()?;
         crate::child::check_env(self.env_allow().iter().copied(), &self.env)?;
         if self.tls.is_some() && !(self.kind == RemoteKind::Worker && self.is_https()) {
             return Err("tls applies only to a worker with an https:// endpoint".to_owned());
@@ -173,6 +172,44 @@ impl RemoteSpec {
         plain_http(url)
     }
 
+    /// Refuses a field that does not belong to the remote's kind: a worker `command` or an MCP
+    /// `definition` would be ignored, and a field that is ignored here but read elsewhere (an
+    /// egress check that looked at the command and skipped the URL) is a way around a check.
+    fn check_fields(&self) -> Result<(), String> {
+        let stdio = !self.command.is_empty();
+        let set = [
+            ("endpoint", self.endpoint.is_some()),
+            ("tls", self.tls.is_some()),
+            ("url", self.url.is_some()),
+            ("headers", !self.headers.is_empty()),
+            ("definition", self.definition.is_some()),
+            ("follow_redirects", self.follow_redirects),
+            ("command", stdio),
+            ("env", !self.env.is_empty()),
+            ("env_allow", self.env_allow.is_some()),
+            ("cwd", self.cwd.is_some()),
+        ];
+        let (kind, belongs): (&str, &[&str]) = match self.kind {
+            RemoteKind::Worker => ("a worker", &["endpoint", "tls"]),
+            RemoteKind::Http => (
+                "an http remote",
+                &["url", "headers", "definition", "follow_redirects"],
+            ),
+            RemoteKind::Mcp if stdio => (
+                "an mcp remote over stdio (command)",
+                &["command", "env", "env_allow", "cwd", "url"],
+            ),
+            RemoteKind::Mcp => ("an mcp remote over HTTP (url)", &["url", "headers"]),
+        };
+        match set
+            .iter()
+            .find(|(field, on)| *on && !belongs.contains(field))
+        {
+            Some((field, _)) => Err(format!("{field} does not apply to {kind}")),
+            None => Ok(()),
+        }
+    }
+
     /// The names of the server's environment variables a stdio process gets.
     pub fn env_allow(&self) -> Vec<&str> {
         match &self.env_allow {
@@ -205,10 +242,97 @@ fn plain_http(url: &str) -> Result<(), String> {
     }
 }
 
+/// Longest remote name: it is a metric label and a log field.
+const MAX_NAME: usize = 64;
+
+/// A remote's name is 1 to 64 ASCII letters, digits, `_`, `-` or `.`: it becomes a metric
+/// label, a log field and part of error texts, so no newline, quote or unbounded length.
+fn check_name(name: &str) -> Result<(), String> {
+    let valid = (1..=MAX_NAME).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    if valid {
+        Ok(())
+    } else {
+        Err(format!(
+            "remote name {:?} is invalid: use 1 to {MAX_NAME} ASCII letters, digits, '_', '-' or '.'",
+            crate::json::truncate_chars(name, MAX_NAME)
+        ))
+    }
+}
+
 fn everything() -> Vec<String> {
     vec!["*".to_owned()]
 }
 
 fn ten_seconds() -> Duration {
     Duration::from_secs(10)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[track_caller]
+    fn check(definition: Value, expected: Result<(), &str>) {
+        let spec: RemoteSpec = serde_json::from_value(definition).unwrap();
+        assert_eq!(spec.check(), expected.map_err(str::to_owned));
+    }
+
+    #[test]
+    fn a_field_of_another_kind_is_refused() {
+        let url = "http://10.0.0.5:7001";
+        check(
+            json!({"name": "h", "kind": "http", "url": url, "definition": {"name": "t"},
+                   "command": ["/bin/true"]}),
+            Err("command does not apply to an http remote"),
+        );
+        check(
+            json!({"name": "w", "kind": "worker", "endpoint": url, "command": ["/bin/true"]}),
+            Err("command does not apply to a worker"),
+        );
+        check(
+            json!({"name": "w", "kind": "worker", "endpoint": url, "url": url}),
+            Err("url does not apply to a worker"),
+        );
+        check(
+            json!({"name": "m", "kind": "mcp", "url": url, "cwd": "/tmp"}),
+            Err("cwd does not apply to an mcp remote over HTTP (url)"),
+        );
+        check(
+            json!({"name": "m", "kind": "mcp", "command": ["srv"], "headers": {"a": "b"}}),
+            Err("headers does not apply to an mcp remote over stdio (command)"),
+        );
+        check(
+            json!({"name": "m", "kind": "mcp", "command": ["srv"], "definition": {"name": "t"}}),
+            Err("definition does not apply to an mcp remote over stdio (command)"),
+        );
+        check(
+            json!({"name": "w", "kind": "worker", "endpoint": url}),
+            Ok(()),
+        );
+        check(
+            json!({"name": "m", "kind": "mcp", "command": ["srv"], "cwd": "/srv"}),
+            Ok(()),
+        );
+    }
+
+    #[test]
+    fn a_remote_name_is_short_and_plain() {
+        let endpoint = "http://10.0.0.5:7001";
+        for bad in ["", "a\nb", "a\"b", "a b", &"x".repeat(65)] {
+            let spec: RemoteSpec = serde_json::from_value(
+                json!({"name": bad, "kind": "worker", "endpoint": endpoint}),
+            )
+            .unwrap();
+            let error = spec.check().unwrap_err();
+            assert!(error.starts_with("remote name "), "{error}");
+            assert!(error.len() < 200, "the name is not echoed whole: {error}");
+        }
+        check(
+            json!({"name": "py.tools-2_x", "kind": "worker", "endpoint": endpoint}),
+            Ok(()),
+        );
+    }
 }
