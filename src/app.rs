@@ -20,6 +20,7 @@ use crate::grpc::admission::{Admission, Capacity};
 use crate::grpc::auth::Authenticator;
 use crate::grpc::server::ServeSettings;
 use crate::grpc::tls::{Tls, TlsSettings};
+use crate::grpc::transport::{Budgets, Connections, TransportSettings};
 use crate::grpc::{RequestRules, ServeError, ServiceState};
 use crate::safety::breaker::BreakerConfig;
 use crate::safety::health::Health;
@@ -188,7 +189,12 @@ impl Server {
         for spec in &self.config.remotes {
             remotes.register_at_start(spec.clone()).await?;
         }
+        let server = &self.config.server;
+        let mut transport = TransportSettings::from_config(server);
+        transport.max_connections = build::connection_cap(server.max_connections);
+        let budgets = Budgets::from_config(&self.config.limits);
         let state = Arc::new(ServiceState {
+            connections: Connections::new(transport, self.metrics.metrics()),
             dispatcher,
             rules: RequestRules {
                 limits: self.config.limits,
@@ -211,13 +217,10 @@ impl Server {
             ),
         });
         admin::register_gauges(&self.metrics, &state, &remotes);
-        let server = &self.config.server;
         let settings = ServeSettings {
-            max_message_bytes: server.max_message_bytes,
-            max_streams_per_connection: server.max_streams_per_connection,
-            keepalive_interval: (!server.keepalive_interval.is_zero())
-                .then_some(server.keepalive_interval),
-            shutdown_grace: server.shutdown_grace,
+            transport,
+            budgets,
+            shutdown_grace: self.config.server.shutdown_grace,
         };
         let trigger = CancellationToken::new();
         // The admin listener outlives draining, so `/readyz` says "shutting down" meanwhile.

@@ -4,6 +4,8 @@
 pub(crate) mod admission;
 pub mod auth;
 mod batch_stream;
+mod bodies;
+pub(crate) mod budget;
 pub(crate) mod coalesce;
 pub mod codec;
 pub mod convert;
@@ -14,6 +16,7 @@ pub(crate) mod server;
 mod service;
 mod status;
 pub mod tls;
+pub(crate) mod transport;
 
 pub(crate) use batch_stream::StallWatch;
 pub(crate) use convert::RequestRules;

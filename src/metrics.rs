@@ -46,6 +46,7 @@ pub struct Metrics {
     redactions: Tally,
     remote_reconnects: Tally,
     refusals: Tally,
+    connections_closed: Tally,
     spans_dropped: Tally,
 }
 
@@ -152,6 +153,12 @@ impl Metrics {
                 None,
                 Some("toolgate.capacity"),
             ),
+            connections_closed: counter(
+                "toolgate.connections.closed",
+                "Connections the server closed, by reason (preface_timeout, idle)",
+                None,
+                Some("toolgate.reason"),
+            ),
             spans_dropped: counter(
                 "toolgate.telemetry.spans.dropped",
                 "Finished spans not exported, by reason (queue_full, export_failed)",
@@ -222,6 +229,11 @@ impl Metrics {
     /// `count` finished spans were not exported, for `reason`.
     pub fn spans_dropped(&self, reason: &'static str, count: u64) {
         self.spans_dropped.add("", reason, count);
+    }
+
+    /// The server closed a connection, for `reason`.
+    pub fn connection_closed(&self, reason: &'static str) {
+        self.connections_closed.add("", reason, 1);
     }
 
     /// A request was refused because `capacity` was full.

@@ -3,6 +3,7 @@
 //! running server at each collection.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
@@ -11,7 +12,9 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use opentelemetry::KeyValue;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::grpc::ServiceState;
 use crate::telemetry::metrics::MetricsPipeline;
@@ -24,7 +27,16 @@ struct Admin {
     state: Arc<ServiceState>,
 }
 
-/// Serves the admin endpoints on `listener` until `stop` fires.
+/// Connections the admin listener serves at once; more are closed as they arrive.
+const MAX_CONNECTIONS: usize = 64;
+/// How long a client has to send a request's headers.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Serves the admin endpoints on `listener` until `stop` fires. One request per connection,
+/// whose headers must arrive within `HEADER_TIMEOUT`, at most `MAX_CONNECTIONS` at once: the
+/// listener is unauthenticated, so a client holding sockets open must not starve the probes
+/// and the scraper (1 500 partial requests were held open by axum's server, which has no
+/// header timeout).
 pub async fn serve(
     listener: TcpListener,
     metrics: Arc<MetricsPipeline>,
@@ -36,12 +48,49 @@ pub async fn serve(
         .route("/livez", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
         .with_state(Admin { metrics, state });
-    if let Err(error) = axum::serve(listener, router)
-        .with_graceful_shutdown(stop.cancelled_owned())
-        .await
-    {
-        tracing::warn!(%error, "the admin listener failed");
+    let open = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let tracker = TaskTracker::new();
+    loop {
+        let accepted = tokio::select! {
+            () = stop.cancelled() => break,
+            accepted = listener.accept() => accepted,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(error) => {
+                tracing::warn!(%error, "the admin listener could not accept");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = open.clone().try_acquire_owned() else {
+            tracing::debug!("admin connection refused: {MAX_CONNECTIONS} are open");
+            continue;
+        };
+        let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        let stop = stop.clone();
+        tracker.spawn(async move {
+            let _permit = permit;
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .keep_alive(false);
+            let connection =
+                builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            tokio::pin!(connection);
+            tokio::select! {
+                _ = &mut connection => {}
+                () = stop.cancelled() => {
+                    connection.as_mut().graceful_shutdown();
+                    let _ = tokio::time::timeout(HEADER_TIMEOUT, connection).await;
+                }
+            }
+        });
     }
+    drop(listener);
+    tracker.close();
+    let _ = tokio::time::timeout(HEADER_TIMEOUT, tracker.wait()).await;
 }
 
 async fn prometheus(State(admin): State<Admin>) -> impl IntoResponse {

@@ -200,3 +200,40 @@ pub(super) async fn sweep_sessions(sessions: Arc<Sessions>, idle_ttl: Duration) 
         }
     }
 }
+
+/// File descriptors kept for everything but client connections: listeners, remotes, hook and
+/// MCP processes, scratch files, log and telemetry sockets.
+const RESERVED_FILES: u64 = 128;
+
+/// The connection cap the process can honour: the configured one, lowered (with a warning) to
+/// what the file limit leaves after `RESERVED_FILES`, once the soft limit is raised to the hard
+/// one. Past the file limit, accepting fails and legitimate calls time out; refused at the cap,
+/// a client gets a clear close instead.
+pub(crate) fn connection_cap(configured: usize) -> usize {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    if let (Some(current), Some(maximum)) = (limit.current, limit.maximum)
+        && current < maximum
+    {
+        let raised = Rlimit {
+            current: Some(maximum),
+            maximum: Some(maximum),
+        };
+        if let Err(error) = setrlimit(Resource::Nofile, raised) {
+            tracing::debug!(%error, "the file limit could not be raised");
+        }
+    }
+    let Some(files) = getrlimit(Resource::Nofile).current else {
+        return configured;
+    };
+    let usable = usize::try_from(files.saturating_sub(RESERVED_FILES).max(1)).unwrap_or(usize::MAX);
+    if usable < configured {
+        tracing::warn!(
+            configured,
+            usable,
+            file_limit = files,
+            "server.max_connections is above what the file limit allows; lowered"
+        );
+    }
+    configured.min(usable)
+}

@@ -30,6 +30,17 @@ pub struct ServerConfig {
     pub max_calls_per_connection: usize,
     /// HTTP/2 `SETTINGS_MAX_CONCURRENT_STREAMS` advertised to every client.
     pub max_streams_per_connection: u32,
+    /// Connections open at once; more are closed as they arrive.
+    pub max_connections: usize,
+    /// Connections open at once from one address; 0: no bound.
+    pub max_connections_per_address: usize,
+    /// A connection that has not sent the HTTP/2 preface this long after it opened (after its
+    /// TLS handshake, with TLS) is closed.
+    #[serde(with = "duration")]
+    pub preface_timeout: Duration,
+    /// A connection with no open stream for this long is asked to close (GOAWAY); zero: never.
+    #[serde(with = "duration")]
+    pub idle_timeout: Duration,
     /// A `DispatchBatch` whose client has not read its stream for this long is cancelled and its
     /// capacity freed.
     #[serde(with = "duration")]
@@ -57,6 +68,15 @@ pub struct Limits {
     pub max_reply_bytes: usize,
     /// Hook programs running at once across the server; more wait (within their timeout).
     pub max_hook_processes: usize,
+    /// Request bytes received and not yet decoded, across all connections.
+    pub max_buffered_request_bytes: usize,
+    /// The same, on one connection.
+    pub max_buffered_request_bytes_per_connection: usize,
+    /// Reply bytes made and not yet taken by the transport (replies clients have not read),
+    /// across all connections.
+    pub max_unread_reply_bytes: usize,
+    /// The same, on one connection.
+    pub max_unread_reply_bytes_per_connection: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
@@ -492,6 +512,10 @@ impl Default for ServerConfig {
             max_batches_per_connection: 64,
             max_calls_per_connection: 256,
             max_streams_per_connection: 100,
+            max_connections: 1024,
+            max_connections_per_address: 256,
+            preface_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(5 * 60),
             stall_timeout: Duration::from_secs(30),
             keepalive_interval: Duration::from_secs(60),
             shutdown_grace: Duration::from_secs(10),
@@ -508,6 +532,10 @@ impl Default for Limits {
             max_concurrency: 64,
             max_reply_bytes: 4 * 1024 * 1024,
             max_hook_processes: 32,
+            max_buffered_request_bytes: 64 * 1024 * 1024,
+            max_buffered_request_bytes_per_connection: 16 * 1024 * 1024,
+            max_unread_reply_bytes: 64 * 1024 * 1024,
+            max_unread_reply_bytes_per_connection: 16 * 1024 * 1024,
         }
     }
 }

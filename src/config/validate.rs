@@ -85,6 +85,13 @@ impl Config {
         if server.max_streams_per_connection == 0 {
             p.push("server.max_streams_per_connection: must be at least 1".to_owned());
         }
+        if server.max_connections == 0 {
+            p.push("server.max_connections: must be at least 1".to_owned());
+        }
+        // Shorter would close connections of clients on slow or distant links.
+        if server.preface_timeout < std::time::Duration::from_millis(100) {
+            p.push("server.preface_timeout: must be at least 100ms".to_owned());
+        }
         // Shorter would cancel healthy streams whose transport is merely busy.
         if server.stall_timeout < std::time::Duration::from_millis(100) {
             p.push("server.stall_timeout: must be at least 100ms".to_owned());
@@ -117,6 +124,38 @@ impl Config {
         }
         if limits.max_hook_processes == 0 {
             p.push("limits.max_hook_processes: must be at least 1".to_owned());
+        }
+        // Each bound must hold the largest message it counts, or that message could never pass.
+        let (message, reply) = (self.server.max_message_bytes, limits.max_reply_bytes);
+        for (key, value, least, what) in [
+            (
+                "max_buffered_request_bytes",
+                limits.max_buffered_request_bytes,
+                message,
+                "server.max_message_bytes",
+            ),
+            (
+                "max_buffered_request_bytes_per_connection",
+                limits.max_buffered_request_bytes_per_connection,
+                message,
+                "server.max_message_bytes",
+            ),
+            (
+                "max_unread_reply_bytes",
+                limits.max_unread_reply_bytes,
+                reply,
+                "limits.max_reply_bytes",
+            ),
+            (
+                "max_unread_reply_bytes_per_connection",
+                limits.max_unread_reply_bytes_per_connection,
+                reply,
+                "limits.max_reply_bytes",
+            ),
+        ] {
+            if value < least {
+                p.push(format!("limits.{key}: must be at least {what} ({least})"));
+            }
         }
         if self.dispatch.call_timeout.is_zero() {
             p.push("dispatch.call_timeout: must be longer than zero".to_owned());

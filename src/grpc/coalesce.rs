@@ -53,12 +53,6 @@ impl<T> Coalesced<T> {
         }
     }
 
-    /// The connection underneath.
-    #[cfg(test)]
-    pub fn get_ref(&self) -> &T {
-        &self.inner
-    }
-
     /// Empties `held` once all of it is written, releasing a large buffer.
     fn written(&mut self) {
         if self.held.capacity() > KEEP {

@@ -5,20 +5,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{Stream, StreamExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::Server;
-use tonic::transport::server::TcpIncoming;
+use tonic::service::Routes;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
-use super::coalesce::Coalesced;
+use super::bodies::streaming_methods;
 use super::service::{ServiceState, ToolGateService};
 use super::tls::Tls;
+use super::transport::{self, Budgets, TransportSettings};
 use crate::pb;
 use crate::pb::tool_gate_server::ToolGateServer;
-use crate::tools::BoxFuture;
 
 /// How long open connections (for example health watches) may linger once draining is done.
 const CONNECTION_LINGER: Duration = Duration::from_secs(5);
@@ -26,13 +24,11 @@ const CONNECTION_LINGER: Duration = Duration::from_secs(5);
 const CANCEL_SETTLE: Duration = Duration::from_secs(5);
 
 /// Transport-level settings of the server.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ServeSettings {
-    pub max_message_bytes: usize,
-    /// HTTP/2 `SETTINGS_MAX_CONCURRENT_STREAMS`.
-    pub max_streams_per_connection: u32,
-    /// HTTP/2 PING interval for finding dead connections; `None` sends none.
-    pub keepalive_interval: Option<Duration>,
+    pub transport: TransportSettings,
+    /// What connections hold for their clients, counted.
+    pub budgets: Budgets,
     pub shutdown_grace: Duration,
 }
 
@@ -41,8 +37,6 @@ pub struct ServeSettings {
 pub enum ServeError {
     #[error("reflection service could not be built: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
-    #[error("transport failed: {0}")]
-    Transport(#[from] tonic::transport::Error),
     /// The task serving the server panicked or was aborted, so it never finished its shutdown.
     #[error("the server task failed: {0}")]
     TaskFailed(tokio::task::JoinError),
@@ -78,7 +72,16 @@ pub async fn serve(
         .with_service_name("grpc.reflection.v1alpha.ServerReflection")
         .build_v1alpha()?;
     let toolgate = ToolGateServer::new(ToolGateService::new(state.clone()))
-        .max_decoding_message_size(settings.max_message_bytes);
+        .max_decoding_message_size(settings.transport.max_message_bytes);
+    // Which replies are streams, from the descriptors of what is served: every other reply is
+    // made (and counted) as soon as its call returns.
+    let streaming = Arc::new(streaming_methods(&[
+        pb::FILE_DESCRIPTOR_SET,
+        tonic_health::pb::FILE_DESCRIPTOR_SET,
+        tonic_reflection::pb::v1::FILE_DESCRIPTOR_SET,
+        tonic_reflection::pb::v1alpha::FILE_DESCRIPTOR_SET,
+    ]));
+    let connections = state.connections.clone();
 
     let watchdog = tokio::spawn(state.stalls.clone().run());
     let stop_transport = CancellationToken::new();
@@ -89,51 +92,36 @@ pub async fn serve(
         trigger,
         stop_transport.clone(),
     ));
-    let router = Server::builder()
-        .max_concurrent_streams(settings.max_streams_per_connection)
-        .http2_keepalive_interval(settings.keepalive_interval)
-        .add_service(health_service)
+    let routes = Routes::new(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(toolgate);
-    let stopped = stop_transport.clone().cancelled_owned();
-    let serving: BoxFuture<'static, Result<(), tonic::transport::Error>> = match tls {
-        Some(tls) => {
-            tokio::spawn(tls.clone().watch(stop_transport.clone()));
-            // Coalesced like plain connections (`incoming`): h2 writes to the TLS stream.
-            let connections = tls
-                .incoming(listener, stop_transport.clone())
-                .map(|accepted| accepted.map(Coalesced::new));
-            Box::pin(router.serve_with_incoming_shutdown(connections, stopped))
-        }
-        None => Box::pin(router.serve_with_incoming_shutdown(incoming(listener), stopped)),
-    };
+        .add_service(toolgate)
+        .prepare();
+    if let Some(tls) = &tls {
+        tokio::spawn(tls.clone().watch(stop_transport.clone()));
+    }
+    let serving = transport::serve(
+        listener,
+        tls,
+        routes,
+        connections,
+        settings.budgets,
+        streaming,
+        stop_transport.clone(),
+    );
     let lingering = async {
         stop_transport.cancelled().await;
         tokio::time::sleep(CONNECTION_LINGER).await;
     };
-    let result = tokio::select! {
-        result = serving => result.map_err(ServeError::from),
+    tokio::select! {
+        () = serving => {}
         () = lingering => {
             tracing::warn!("connections still open after shutdown; closing them");
-            Ok(())
         }
-    };
+    }
     drainer.abort();
     watchdog.abort();
-    result
-}
-
-/// Accepted connections with `TCP_NODELAY` on, their writes coalesced (`Coalesced`, as `serve`
-/// wraps TLS connections too). Without nodelay, the small frames that end a response (the last
-/// DATA frame and the trailers) wait for the client's delayed ACK: about 40 ms per streamed batch
-/// on Linux. A plain `TcpListenerStream` would skip tonic's own nodelay setting.
-fn incoming(
-    listener: TcpListener,
-) -> impl Stream<Item = std::io::Result<Coalesced<TcpStream>>> + Send + 'static {
-    TcpIncoming::from(listener)
-        .with_nodelay(Some(true))
-        .map(|accepted| accepted.map(Coalesced::new))
+    Ok(())
 }
 
 /// Until the trigger, reports overload in health (`toolgate.v1.ToolGate` NOT_SERVING while the
@@ -192,19 +180,4 @@ async fn drain(
         let _ = tokio::time::timeout(CANCEL_SETTLE, state.tracker.wait()).await;
     }
     stop_transport.cancel();
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn accepted_connections_have_nodelay() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let mut incoming = std::pin::pin!(incoming(listener));
-        let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let accepted = incoming.next().await.unwrap().unwrap();
-        assert!(accepted.get_ref().nodelay().unwrap());
-    }
 }

@@ -41,6 +41,8 @@ pub struct ServiceState {
     pub admission: Arc<Admission>,
     /// The watchdog over `DispatchBatch` streams whose clients stopped reading.
     pub stalls: Arc<StallWatch>,
+    /// The open connections (the transport admits and counts them).
+    pub connections: Arc<crate::grpc::transport::Connections>,
     /// Where refusals for capacity are counted.
     pub metrics: Arc<Metrics>,
     /// Where each RPC's server span is made (the batch's and the calls' are the dispatcher's).

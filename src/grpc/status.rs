@@ -31,6 +31,12 @@ pub enum RequestError {
         crate::duration::readable(*.0)
     )]
     Stalled(std::time::Duration),
+    /// The connection's (or the server's) request bytes not yet decoded are at their bound.
+    #[error("{}", request_backlog_text(.0))]
+    RequestBacklog(super::budget::Full),
+    /// The connection's (or the server's) reply bytes not yet read are at their bound.
+    #[error("{}", reply_backlog_text(.0))]
+    ReplyBacklog(super::budget::Full),
     #[error("no live session '{0}'")]
     UnknownSession(String),
     #[error("{0}")]
@@ -48,9 +54,10 @@ impl From<RequestError> for Status {
             RequestError::Invalid(_)
             | RequestError::TooManyCalls { .. }
             | RequestError::Unsupported(_) => Code::InvalidArgument,
-            RequestError::Overloaded(_) | RequestError::ReplyTooLarge { .. } => {
-                Code::ResourceExhausted
-            }
+            RequestError::Overloaded(_)
+            | RequestError::ReplyTooLarge { .. }
+            | RequestError::RequestBacklog(_)
+            | RequestError::ReplyBacklog(_) => Code::ResourceExhausted,
             RequestError::ShuttingDown => Code::Unavailable,
             RequestError::Stalled(_) => Code::DeadlineExceeded,
             RequestError::UnknownSession(_) => Code::NotFound,
@@ -68,6 +75,32 @@ impl From<RequestError> for Status {
             }
         };
         Status::new(code, error.to_string())
+    }
+}
+
+/// Which request bytes bound was reached, and what helps.
+fn request_backlog_text(full: &super::budget::Full) -> String {
+    use super::budget::Full;
+    match full {
+        Full::Connection(n) => format!(
+            "this connection's requests being received hold {n} bytes, its share (limits.max_buffered_request_bytes_per_connection); send fewer or smaller requests at once"
+        ),
+        Full::Server(n) => format!(
+            "the server holds {n} bytes of requests being received (limits.max_buffered_request_bytes); retry later"
+        ),
+    }
+}
+
+/// Which reply bytes bound was reached, and what helps.
+fn reply_backlog_text(full: &super::budget::Full) -> String {
+    use super::budget::Full;
+    match full {
+        Full::Connection(n) => format!(
+            "replies this connection has not read hold {n} bytes, its share (limits.max_unread_reply_bytes_per_connection); read the replies before sending more"
+        ),
+        Full::Server(n) => format!(
+            "replies clients have not read hold {n} bytes (limits.max_unread_reply_bytes); retry later"
+        ),
     }
 }
 

@@ -1,8 +1,8 @@
 //! Server TLS: the certificate chain, key and client CA bundle are read from files into a rustls
 //! server config that reloads (when a file changes, checked every `reload_interval`, or at once
 //! on SIGHUP) without dropping a connection: each new connection takes the config current when
-//! it arrives, and a reload that fails keeps the previous one. Handshakes run off the accept
-//! loop, at most `MAX_HANDSHAKES` at once, each bounded by `handshake_timeout`.
+//! it arrives, and a reload that fails keeps the previous one. The transport (`transport.rs`)
+//! runs the handshakes, bounded by `handshake_timeout`.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -13,17 +13,10 @@ use rustls::ServerConfig;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, mpsc};
 use tokio_rustls::TlsAcceptor;
-use tokio_rustls::server::TlsStream;
-use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::TlsConfig;
-
-/// TLS handshakes in progress at most; more connections wait to be accepted.
-const MAX_HANDSHAKES: usize = 256;
 
 /// Where the TLS material is and how it is handled.
 #[derive(Debug, Clone)]
@@ -123,51 +116,15 @@ impl Tls {
         }
     }
 
-    /// Accepted connections after their TLS handshake, until `stop`. A failed or slow
-    /// handshake drops that connection only.
-    pub fn incoming(
-        self,
-        listener: TcpListener,
-        stop: CancellationToken,
-    ) -> ReceiverStream<Result<TlsStream<TcpStream>, std::io::Error>> {
-        let (tx, rx) = mpsc::channel(MAX_HANDSHAKES);
-        let handshakes = Arc::new(Semaphore::new(MAX_HANDSHAKES));
-        tokio::spawn(async move {
-            loop {
-                let Ok(permit) = handshakes.clone().acquire_owned().await else {
-                    return;
-                };
-                let accepted = tokio::select! {
-                    () = stop.cancelled() => return,
-                    accepted = listener.accept() => accepted,
-                };
-                let (stream, peer) = match accepted {
-                    Ok(accepted) => accepted,
-                    Err(error) => {
-                        tracing::debug!(%error, "accept failed");
-                        continue;
-                    }
-                };
-                // Small trailing frames must not wait for the client's delayed ACK.
-                let _ = stream.set_nodelay(true);
-                let acceptor = TlsAcceptor::from(self.current.read().clone());
-                let timeout = self.settings.handshake_timeout;
-                let tx = tx.clone();
-                tokio::spawn(async move {
-                    let _permit = permit;
-                    match tokio::time::timeout(timeout, acceptor.accept(stream)).await {
-                        Ok(Ok(tls)) => {
-                            let _ = tx.send(Ok(tls)).await;
-                        }
-                        Ok(Err(error)) => {
-                            tracing::debug!(%peer, %error, "a TLS handshake failed");
-                        }
-                        Err(_) => tracing::debug!(%peer, "a TLS handshake timed out"),
-                    }
-                });
-            }
-        });
-        ReceiverStream::new(rx)
+    /// An acceptor with the current config: a connection takes the config current when it
+    /// arrives.
+    pub fn acceptor(&self) -> TlsAcceptor {
+        TlsAcceptor::from(self.current.read().clone())
+    }
+
+    /// How long a client has to finish its handshake.
+    pub fn handshake_timeout(&self) -> Duration {
+        self.settings.handshake_timeout
     }
 }
 

@@ -23,6 +23,10 @@ fn wire(config: &str) -> (ToolGateService, Arc<ServiceState>) {
         shutdown: Cancel::new(),
         admission: Admission::new((&config.server).into()),
         stalls: StallWatch::new(config.server.stall_timeout),
+        connections: crate::grpc::transport::Connections::new(
+            crate::grpc::transport::TransportSettings::from_config(&config.server),
+            Arc::default(),
+        ),
         metrics: Arc::default(),
         tracer: crate::trace::Tracer::off(),
         auth: Arc::new(crate::grpc::auth::Authenticator::open()),

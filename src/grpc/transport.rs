@@ -1,0 +1,658 @@
+//! The transport: accepts connections (plain or TLS), bounds them, and serves each with hyper's
+//! HTTP/2 server in front of tonic's routes. Owned here rather than left to tonic's server,
+//! which sets none of these bounds and hides hyper's send buffer:
+//! - at most `max_connections` open, `max_connections_per_address` from one address; more are
+//!   closed at once, counted;
+//! - a connection that has not sent the HTTP/2 preface (after its TLS handshake, if any) within
+//!   `preface_timeout` is closed; a TLS client must start its handshake within
+//!   `FIRST_BYTE_TIMEOUT`, and one address runs at most `HANDSHAKES_PER_ADDRESS` handshakes;
+//! - a connection with no open stream for `idle_timeout` is sent GOAWAY;
+//! - per stream, hyper buffers at most `SEND_BUFFER` bytes of a reply; request and reply bytes
+//!   the server holds are counted against byte budgets (`bodies.rs`).
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use parking_lot::Mutex;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tonic::service::Routes;
+use tonic::transport::server::Connected;
+
+use super::bodies::{Received, Reply};
+use super::budget::{Budget, Share};
+use super::coalesce::Coalesced;
+use super::tls::Tls;
+use crate::metrics::Metrics;
+
+/// What a TLS client has to send its first handshake byte in: clients send their hello as soon
+/// as TCP connects, so a socket silent this long holds a handshake slot for nothing.
+const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(2);
+/// TLS handshakes in progress at most, server-wide (they cost CPU).
+const MAX_HANDSHAKES: usize = 256;
+/// TLS handshakes in progress at most from one address, so one client cannot take the rest.
+const HANDSHAKES_PER_ADDRESS: usize = 16;
+/// Bytes of one stream's reply hyper buffers at most (its default is 400 KiB): with replies
+/// handed over in pieces, what the transport holds for a stream nobody reads stays small.
+const SEND_BUFFER: usize = 64 * 1024;
+/// The HTTP/2 client preface (`PRI * HTTP/2.0…`) is this long.
+const PREFACE_BYTES: usize = 24;
+
+/// The transport's bounds (`[server]`).
+#[derive(Debug, Clone, Copy)]
+pub struct TransportSettings {
+    pub max_connections: usize,
+    /// 0: no bound per address.
+    pub max_connections_per_address: usize,
+    pub preface_timeout: Duration,
+    /// Zero: never.
+    pub idle_timeout: Duration,
+    /// HTTP/2 `SETTINGS_MAX_CONCURRENT_STREAMS`.
+    pub max_streams: u32,
+    /// HTTP/2 PING interval for finding dead connections; `None` sends none.
+    pub keepalive: Option<Duration>,
+    /// The largest request message: what a decoder buffers for one.
+    pub max_message_bytes: usize,
+}
+
+/// The byte budgets every connection takes a share of.
+#[derive(Debug, Clone)]
+pub struct Budgets {
+    /// Request bytes received and not yet decoded.
+    pub requests: Arc<Budget>,
+    /// Reply bytes made and not yet handed to the transport.
+    pub replies: Arc<Budget>,
+}
+
+/// The open connections: how many, from where; shared by the accept loop and the connections.
+#[derive(Debug)]
+pub struct Connections {
+    settings: TransportSettings,
+    open: AtomicUsize,
+    by_address: Mutex<HashMap<IpAddr, usize>>,
+    handshakes: Arc<Semaphore>,
+    handshaking: Mutex<HashMap<IpAddr, usize>>,
+    metrics: Arc<Metrics>,
+}
+
+/// One open connection's place; given back when it closes.
+struct Slot {
+    connections: Arc<Connections>,
+    ip: IpAddr,
+}
+
+/// What a connection's streams share: their count, for the idle timeout.
+#[derive(Debug)]
+struct Streams {
+    open: AtomicUsize,
+    /// When the last stream ended (or the connection opened), while none is open.
+    idle_since: Mutex<Instant>,
+}
+
+/// Counts one open stream until dropped (it lives in the stream's reply).
+struct StreamGuard(Arc<Streams>);
+
+/// Why a connection was closed at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusal {
+    Connections,
+    ConnectionsPerAddress,
+    Handshakes,
+}
+
+impl Refusal {
+    fn capacity(self) -> &'static str {
+        match self {
+            Refusal::Connections => "connections",
+            Refusal::ConnectionsPerAddress => "connections_per_address",
+            Refusal::Handshakes => "tls_handshakes_per_address",
+        }
+    }
+}
+
+impl TransportSettings {
+    /// The bounds `[server]` sets (the connection cap as configured: the binary lowers it to
+    /// what its file limit allows).
+    pub fn from_config(server: &crate::config::ServerConfig) -> Self {
+        TransportSettings {
+            max_connections: server.max_connections,
+            max_connections_per_address: server.max_connections_per_address,
+            preface_timeout: server.preface_timeout,
+            idle_timeout: server.idle_timeout,
+            max_streams: server.max_streams_per_connection,
+            keepalive: (!server.keepalive_interval.is_zero()).then_some(server.keepalive_interval),
+            max_message_bytes: server.max_message_bytes,
+        }
+    }
+}
+
+impl Budgets {
+    /// The budgets `[limits]` sets.
+    pub fn from_config(limits: &crate::config::Limits) -> Self {
+        Budgets {
+            requests: Budget::new(
+                limits.max_buffered_request_bytes,
+                limits.max_buffered_request_bytes_per_connection,
+            ),
+            replies: Budget::new(
+                limits.max_unread_reply_bytes,
+                limits.max_unread_reply_bytes_per_connection,
+            ),
+        }
+    }
+}
+
+impl Connections {
+    pub fn new(settings: TransportSettings, metrics: Arc<Metrics>) -> Arc<Self> {
+        Arc::new(Connections {
+            settings,
+            open: AtomicUsize::new(0),
+            by_address: Mutex::default(),
+            handshakes: Arc::new(Semaphore::new(MAX_HANDSHAKES)),
+            handshaking: Mutex::default(),
+            metrics,
+        })
+    }
+
+    /// Connections open now.
+    pub fn open(&self) -> usize {
+        self.open.load(Ordering::Relaxed)
+    }
+
+    /// A place for a connection from `ip`, or why there is none.
+    fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<Slot, Refusal> {
+        let settings = &self.settings;
+        let mut by_address = self.by_address.lock();
+        if self.open.load(Ordering::Relaxed) >= settings.max_connections {
+            return Err(Refusal::Connections);
+        }
+        let from_ip = by_address.entry(ip).or_insert(0);
+        if settings.max_connections_per_address > 0
+            && *from_ip >= settings.max_connections_per_address
+        {
+            return Err(Refusal::ConnectionsPerAddress);
+        }
+        *from_ip += 1;
+        self.open.fetch_add(1, Ordering::Relaxed);
+        Ok(Slot {
+            connections: self.clone(),
+            ip,
+        })
+    }
+
+    fn refuse(&self, refusal: Refusal, peer: SocketAddr) {
+        self.metrics.refused(refusal.capacity());
+        tracing::debug!(%peer, capacity = refusal.capacity(), "connection refused");
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut by_address = self.connections.by_address.lock();
+        if let Some(n) = by_address.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                by_address.remove(&self.ip);
+            }
+        }
+        self.connections.open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Streams {
+    fn begin(self: &Arc<Self>) -> StreamGuard {
+        self.open.fetch_add(1, Ordering::Relaxed);
+        StreamGuard(self.clone())
+    }
+
+    /// How long no stream has been open, as of `now`; zero while one is.
+    fn idle_for(&self, now: Instant) -> Duration {
+        if self.open.load(Ordering::Relaxed) > 0 {
+            return Duration::ZERO;
+        }
+        now.saturating_duration_since(*self.idle_since.lock())
+    }
+}
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        let mut idle_since = self.0.idle_since.lock();
+        if self.0.open.fetch_sub(1, Ordering::Relaxed) == 1 {
+            *idle_since = Instant::now();
+        }
+    }
+}
+
+/// Accepts connections on `listener` and serves `routes` on each until `stop`; then stops
+/// accepting, asks every connection to finish (GOAWAY) and waits for them to close.
+pub async fn serve(
+    listener: TcpListener,
+    tls: Option<Tls>,
+    routes: Routes,
+    connections: Arc<Connections>,
+    budgets: Budgets,
+    streaming: Arc<HashSet<String>>,
+    stop: CancellationToken,
+) {
+    let tracker = TaskTracker::new();
+    let served = Arc::new(Served {
+        routes,
+        budgets,
+        streaming,
+        builder: http2(&connections.settings),
+        max_message_bytes: connections.settings.max_message_bytes,
+    });
+    loop {
+        let accepted = tokio::select! {
+            () = stop.cancelled() => break,
+            accepted = accept(&listener) => accepted,
+        };
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(error) => {
+                // Out of file descriptors, most likely: wait instead of spinning.
+                tracing::warn!(%error, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let slot = match connections.admit(peer.ip()) {
+            Ok(slot) => slot,
+            Err(refusal) => {
+                connections.refuse(refusal, peer);
+                continue;
+            }
+        };
+        let connection = Connection {
+            served: served.clone(),
+            connections: connections.clone(),
+            peer,
+            stop: stop.clone(),
+            _slot: slot,
+        };
+        tracker.spawn(connection.run(stream, tls.clone()));
+    }
+    // The listening socket closes now: new clients are refused by the kernel, not left hanging.
+    drop(listener);
+    tracker.close();
+    tracker.wait().await;
+}
+
+/// The next connection, with `TCP_NODELAY` on: without it, the small frames that end a response
+/// (the last DATA frame and the trailers) wait for the client's delayed ACK, about 40 ms per
+/// streamed batch on Linux.
+async fn accept(listener: &TcpListener) -> std::io::Result<(TcpStream, SocketAddr)> {
+    let (stream, peer) = listener.accept().await?;
+    let _ = stream.set_nodelay(true);
+    Ok((stream, peer))
+}
+
+/// What every connection serves, and how.
+struct Served {
+    routes: Routes,
+    budgets: Budgets,
+    streaming: Arc<HashSet<String>>,
+    builder: hyper::server::conn::http2::Builder<TokioExecutor>,
+    max_message_bytes: usize,
+}
+
+/// hyper's HTTP/2 server with the transport's settings.
+fn http2(settings: &TransportSettings) -> hyper::server::conn::http2::Builder<TokioExecutor> {
+    let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    builder
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(settings.max_streams)
+        .keep_alive_interval(settings.keepalive)
+        .max_send_buf_size(SEND_BUFFER);
+    builder
+}
+
+/// One accepted connection, until it closes.
+struct Connection {
+    served: Arc<Served>,
+    connections: Arc<Connections>,
+    peer: SocketAddr,
+    stop: CancellationToken,
+    _slot: Slot,
+}
+
+impl Connection {
+    async fn run(self, stream: TcpStream, tls: Option<Tls>) {
+        let Some(tls) = tls else {
+            let deadline = Instant::now() + self.connections.settings.preface_timeout;
+            return self.serve(Coalesced::new(stream), deadline).await;
+        };
+        let handshake_deadline = Instant::now() + tls.handshake_timeout();
+        if let Some(stream) = self.handshake(stream, &tls, handshake_deadline).await {
+            // The preface is due once the handshake is done. Coalesced like plain connections:
+            // h2 writes to the TLS stream.
+            let deadline = Instant::now() + self.connections.settings.preface_timeout;
+            self.serve(Coalesced::new(stream), deadline).await;
+        }
+    }
+
+    /// The TLS handshake, bounded: its first byte within `FIRST_BYTE_TIMEOUT`, all of it by
+    /// `deadline`, a few at once per address. `None`: the connection is dropped.
+    async fn handshake(
+        &self,
+        stream: TcpStream,
+        tls: &Tls,
+        deadline: Instant,
+    ) -> Option<tokio_rustls::server::TlsStream<TcpStream>> {
+        let peer = self.peer;
+        let first_byte = Instant::now() + FIRST_BYTE_TIMEOUT;
+        let mut byte = [0u8; 1];
+        match tokio::time::timeout_at(first_byte.min(deadline), stream.peek(&mut byte)).await {
+            Ok(Ok(n)) if n > 0 => {}
+            _ => {
+                tracing::debug!(%peer, "no TLS handshake started in time");
+                return None;
+            }
+        }
+        let _turn = match HandshakeTurn::take(&self.connections, peer.ip()) {
+            Some(turn) => turn,
+            None => {
+                self.connections.refuse(Refusal::Handshakes, peer);
+                return None;
+            }
+        };
+        let permit = tokio::time::timeout_at(
+            deadline,
+            self.connections.handshakes.clone().acquire_owned(),
+        )
+        .await;
+        let Ok(Ok(_permit)) = permit else {
+            tracing::debug!(%peer, "no TLS handshake slot in time");
+            return None;
+        };
+        match tokio::time::timeout_at(deadline, tls.acceptor().accept(stream)).await {
+            Ok(Ok(stream)) => Some(stream),
+            Ok(Err(error)) => {
+                tracing::debug!(%peer, %error, "a TLS handshake failed");
+                None
+            }
+            Err(_) => {
+                tracing::debug!(%peer, "a TLS handshake timed out");
+                None
+            }
+        }
+    }
+
+    /// Serves HTTP/2 on `io` until it closes, the preface is late, it idles out, or the server
+    /// stops (then it is asked to finish: GOAWAY, running streams complete).
+    async fn serve<IO>(self, io: IO, preface_deadline: Instant)
+    where
+        IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+        IO::ConnectInfo: Clone + Send + Sync + 'static,
+    {
+        let settings = self.connections.settings;
+        let info = io.connect_info();
+        let preface = Arc::new(AtomicBool::new(false));
+        let streams = Arc::new(Streams {
+            open: AtomicUsize::new(0),
+            idle_since: Mutex::new(Instant::now()),
+        });
+        let service = ConnectionService {
+            served: self.served.clone(),
+            info,
+            requests: self.served.budgets.requests.share(),
+            replies: self.served.budgets.replies.share(),
+            streams: streams.clone(),
+        };
+        let io = TokioIo::new(Preface::new(io, preface.clone()));
+        let connection = self.served.builder.serve_connection(io, service);
+        tokio::pin!(connection);
+        let period = check_period(&settings);
+        let mut closing = false;
+        loop {
+            tokio::select! {
+                result = &mut connection => {
+                    if let Err(error) = result {
+                        tracing::debug!(peer = %self.peer, %error, "connection ended with an error");
+                    }
+                    return;
+                }
+                () = self.stop.cancelled(), if !closing => {
+                    connection.as_mut().graceful_shutdown();
+                    closing = true;
+                }
+                () = tokio::time::sleep(period), if !closing => {
+                    let now = Instant::now();
+                    if !preface.load(Ordering::Relaxed) && now >= preface_deadline {
+                        tracing::debug!(peer = %self.peer, "no HTTP/2 preface in time; closing");
+                        self.connections.metrics.connection_closed("preface_timeout");
+                        return;
+                    }
+                    let idle = streams.idle_for(now);
+                    if !settings.idle_timeout.is_zero() && idle >= settings.idle_timeout {
+                        tracing::debug!(peer = %self.peer, "connection idle; closing");
+                        self.connections.metrics.connection_closed("idle");
+                        connection.as_mut().graceful_shutdown();
+                        closing = true;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// How often a connection checks its preface and idle deadlines: a fraction of the shorter.
+fn check_period(settings: &TransportSettings) -> Duration {
+    let shortest = match settings.idle_timeout.is_zero() {
+        true => settings.preface_timeout,
+        false => settings.preface_timeout.min(settings.idle_timeout),
+    };
+    (shortest / 4).clamp(Duration::from_millis(10), Duration::from_secs(5))
+}
+
+/// One of an address's TLS handshake turns; given back when dropped.
+struct HandshakeTurn {
+    connections: Arc<Connections>,
+    ip: IpAddr,
+}
+
+impl HandshakeTurn {
+    fn take(connections: &Arc<Connections>, ip: IpAddr) -> Option<Self> {
+        let mut handshaking = connections.handshaking.lock();
+        let n = handshaking.entry(ip).or_insert(0);
+        if *n >= HANDSHAKES_PER_ADDRESS {
+            return None;
+        }
+        *n += 1;
+        Some(HandshakeTurn {
+            connections: connections.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for HandshakeTurn {
+    fn drop(&mut self) {
+        let mut handshaking = self.connections.handshaking.lock();
+        if let Some(n) = handshaking.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                handshaking.remove(&self.ip);
+            }
+        }
+    }
+}
+
+/// One connection's service: tonic's routes with the connection's info in each request (as
+/// tonic's own server puts it there: `remote_addr`, peer certificates), its bodies counted.
+struct ConnectionService<I> {
+    served: Arc<Served>,
+    info: I,
+    requests: Arc<Share>,
+    replies: Arc<Share>,
+    streams: Arc<Streams>,
+}
+
+type Answer = http::Response<Reply<StreamGuard>>;
+
+impl<I> hyper::service::Service<http::Request<Incoming>> for ConnectionService<I>
+where
+    I: Clone + Send + Sync + 'static,
+{
+    type Response = Answer;
+    type Error = std::convert::Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Answer, std::convert::Infallible>> + Send>>;
+
+    fn call(&self, request: http::Request<Incoming>) -> Self::Future {
+        let guard = self.streams.begin();
+        let unary = !self.served.streaming.contains(request.uri().path());
+        let cap = self.served.max_message_bytes;
+        let mut request = request
+            .map(|body| tonic::body::Body::new(Received::new(body, self.requests.clone(), cap)));
+        request.extensions_mut().insert(self.info.clone());
+        let routes = self.served.routes.clone();
+        let replies = self.replies.clone();
+        Box::pin(async move {
+            let Ok(response) = tower::ServiceExt::oneshot(routes, request).await;
+            let (parts, body) = response.into_parts();
+            let mut reply = Reply::new(body, replies, guard);
+            // A unary reply is made (encoded, counted) now: left to the transport, one the
+            // client never reads would stay unencoded and uncounted.
+            if unary && let Err(status) = reply.prefetch().await {
+                return Ok(reply.refused(status));
+            }
+            Ok(http::Response::from_parts(parts, reply))
+        })
+    }
+}
+
+/// Counts whether the HTTP/2 preface has arrived (the first `PREFACE_BYTES` bytes read).
+struct Preface<T> {
+    inner: T,
+    read: usize,
+    seen: Arc<AtomicBool>,
+}
+
+impl<T> Preface<T> {
+    fn new(inner: T, seen: Arc<AtomicBool>) -> Self {
+        Preface {
+            inner,
+            read: 0,
+            seen,
+        }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Preface<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if self.read < PREFACE_BYTES {
+            self.read += buf.filled().len() - before;
+            if self.read >= PREFACE_BYTES {
+                self.seen.store(true, Ordering::Relaxed);
+            }
+        }
+        polled
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Preface<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn accepted_connections_have_nodelay() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let _client = TcpStream::connect(addr).await.unwrap();
+        let (accepted, _) = accept(&listener).await.unwrap();
+        assert!(accepted.nodelay().unwrap());
+    }
+
+    fn settings(max: usize, per_address: usize) -> TransportSettings {
+        TransportSettings {
+            max_connections: max,
+            max_connections_per_address: per_address,
+            preface_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::ZERO,
+            max_streams: 100,
+            keepalive: None,
+            max_message_bytes: 1024,
+        }
+    }
+
+    #[test]
+    fn connections_are_capped_in_all_and_per_address() {
+        let connections = Connections::new(settings(3, 2), Arc::default());
+        let (a, b) = (IpAddr::from([10, 0, 0, 1]), IpAddr::from([10, 0, 0, 2]));
+        let first = connections.admit(a).unwrap();
+        let _second = connections.admit(a).unwrap();
+        assert_eq!(
+            connections.admit(a).err(),
+            Some(Refusal::ConnectionsPerAddress)
+        );
+        let _third = connections.admit(b).unwrap();
+        assert_eq!(connections.admit(b).err(), Some(Refusal::Connections));
+        assert_eq!(connections.open(), 3);
+        drop(first);
+        assert_eq!(connections.open(), 2);
+        let _again = connections.admit(a).unwrap();
+        assert!(connections.by_address.lock().len() == 2);
+    }
+
+    #[test]
+    fn one_address_takes_a_few_handshake_turns() {
+        let connections = Connections::new(settings(1000, 0), Arc::default());
+        let ip = IpAddr::from([10, 0, 0, 1]);
+        let turns: Vec<_> = (0..HANDSHAKES_PER_ADDRESS)
+            .map(|_| HandshakeTurn::take(&connections, ip).unwrap())
+            .collect();
+        assert!(HandshakeTurn::take(&connections, ip).is_none());
+        assert!(HandshakeTurn::take(&connections, IpAddr::from([10, 0, 0, 2])).is_some());
+        drop(turns);
+        assert!(HandshakeTurn::take(&connections, ip).is_some());
+        assert!(connections.handshaking.lock().is_empty());
+    }
+}
