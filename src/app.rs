@@ -281,7 +281,8 @@ impl Server {
     /// The dispatcher from a config already validated.
     fn build(&self) -> Result<Dispatcher, StartError> {
         let registry = Arc::new(Catalog::new(self.registry()?));
-        let sessions = Arc::new(sessions(&self.config).map_err(StartError::Hooks)?);
+        let sessions =
+            Arc::new(sessions(&self.config, self.metrics.metrics()).map_err(StartError::Hooks)?);
         let pipeline = self.pipeline(registry.clone())?;
         let bindings = self
             .config

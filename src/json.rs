@@ -150,6 +150,24 @@ fn array_index(token: &str) -> Option<usize> {
     token.parse().ok()
 }
 
+/// About how many bytes `value` holds in memory: a `Value` per node, the bytes of every string
+/// and key, and a map entry's own overhead. An estimate for bounding stores, not an allocator's
+/// count.
+pub fn heap_bytes(value: &Value) -> usize {
+    /// A map entry's key `String` and the tree's share per entry, beyond the key's bytes.
+    const ENTRY: usize = std::mem::size_of::<String>() + 16;
+    let own = std::mem::size_of::<Value>();
+    own + match value {
+        Value::String(text) => text.len(),
+        Value::Array(items) => items.iter().map(heap_bytes).sum(),
+        Value::Object(map) => map
+            .iter()
+            .map(|(key, member)| ENTRY + key.len() + heap_bytes(member))
+            .sum(),
+        Value::Null | Value::Bool(_) | Value::Number(_) => 0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

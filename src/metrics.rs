@@ -47,6 +47,7 @@ pub struct Metrics {
     remote_reconnects: Tally,
     refusals: Tally,
     connections_closed: Tally,
+    evictions: Tally,
     spans_dropped: Tally,
 }
 
@@ -159,6 +160,12 @@ impl Metrics {
                 None,
                 Some("toolgate.reason"),
             ),
+            evictions: counter(
+                "toolgate.evictions",
+                "What a bounded store gave up to stay within its bound, by store (sessions, session_memory, cache) and the bound reached",
+                Some("toolgate.store"),
+                Some("toolgate.reason"),
+            ),
             spans_dropped: counter(
                 "toolgate.telemetry.spans.dropped",
                 "Finished spans not exported, by reason (queue_full, export_failed)",
@@ -229,6 +236,11 @@ impl Metrics {
     /// `count` finished spans were not exported, for `reason`.
     pub fn spans_dropped(&self, reason: &'static str, count: u64) {
         self.spans_dropped.add("", reason, count);
+    }
+
+    /// `store` gave up `count` entries because `bound` was reached.
+    pub fn evicted(&self, store: &'static str, bound: &'static str, count: u64) {
+        self.evictions.add(store, bound, count);
     }
 
     /// The server closed a connection, for `reason`.

@@ -150,6 +150,9 @@ pub struct MiddlewareConfig {
     /// Tool → JSON pointer of the path it writes; its success evicts cached entries of that path.
     pub cache_invalidators: BTreeMap<String, String>,
     pub cache_max_entries: usize,
+    pub cache_max_bytes: usize,
+    /// Where the cache counts its evictions.
+    pub metrics: Arc<crate::metrics::Metrics>,
     pub suggestion_threshold: f64,
     /// Tools whose JSON objects pass through whole (no result selection).
     pub select_pass_through: BTreeSet<String>,
@@ -157,7 +160,11 @@ pub struct MiddlewareConfig {
 
 /// Builds the stack, outermost layer first. Each layer's comment says why it sits there.
 pub fn stack(config: &MiddlewareConfig, catalog: Arc<Catalog>) -> ToolService {
-    let cache = Arc::new(ResultCache::new(config.cache_max_entries));
+    let cache = Arc::new(ResultCache::new(
+        config.cache_max_entries,
+        config.cache_max_bytes,
+        config.metrics.clone(),
+    ));
     let service = ServiceBuilder::new()
         // Output cap outermost: it measures exactly what leaves the pipeline, and it cuts text
         // only after redaction, so a cut can never expose half a secret.

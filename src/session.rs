@@ -1,6 +1,8 @@
 //! Sessions: per-session state keyed by tenant and a validated id: the loop-detection window, the
-//! memory of successful calls, and the scratch directory. Bounded by an idle TTL and a maximum
-//! count (least recently used evicted first); a session in use by a batch is never evicted or
+//! memory of successful calls, and the scratch directory. Bounded by an idle TTL, a maximum
+//! count and a total of memory bytes. At a bound, the tenant holding the most gives way (its
+//! least recently used session, or its oldest memory), so one tenant's flood never evicts
+//! another's state while it holds more; a session in use by a batch is never evicted or
 //! removed.
 //! Invariant: two tenants using the same session id never share state, and a batch without a
 //! session id runs in a session no request can name (its id is `batch-` and 128 bits of a keyed
@@ -12,13 +14,14 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hash::BuildHasher;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 
 use parking_lot::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::metrics::Metrics;
 use crate::safety::detector::LoopDetector;
 use crate::tools::ScratchDir;
 
@@ -62,6 +65,9 @@ pub struct SessionLimits {
     pub loop_window: usize,
     /// Memory entries kept per session (oldest dropped first); 0 switches memory off.
     pub memory_entries: usize,
+    /// Bytes of memory entries kept across all sessions; past it, the tenant holding the most
+    /// loses its least recently used sessions' memory. 0: no bound.
+    pub max_memory_bytes: usize,
     /// Bytes a session's scratch directory may hold; 0: no quota.
     pub scratch_quota_bytes: u64,
 }
@@ -73,6 +79,7 @@ impl Default for SessionLimits {
             max_sessions: 10_000,
             loop_window: 100,
             memory_entries: 100,
+            max_memory_bytes: 64 * 1024 * 1024,
             scratch_quota_bytes: crate::tools::DEFAULT_QUOTA_BYTES,
         }
     }
@@ -92,6 +99,10 @@ pub struct Session {
     detector: Mutex<LoopDetector>,
     memory: Mutex<VecDeque<String>>,
     memory_entries: usize,
+    /// Where its memory bytes are counted: its own, its tenant's, the server's.
+    ledger: Arc<Ledger>,
+    tenant_memory: Arc<AtomicUsize>,
+    memory_bytes: AtomicUsize,
     last_used: Mutex<Instant>,
     in_use: AtomicUsize,
     /// Its key in `Live::order` (changed only under the sessions' lock).
@@ -130,15 +141,42 @@ impl Session {
         crate::json::push_truncated(&mut entry, input, MEMORY_FIELD_CHARS);
         entry.push_str("; result=");
         crate::json::push_truncated(&mut entry, result, MEMORY_FIELD_CHARS);
+        let added = entry_bytes(&entry);
         let mut memory = self.memory.lock();
+        // A session that left the table keeps nothing: nobody can read it, and its bytes were
+        // already given back.
+        if self.ended.load(Ordering::SeqCst) {
+            return;
+        }
+        let mut dropped = 0;
         if memory.len() >= self.memory_entries {
-            memory.pop_front();
+            dropped = memory.pop_front().map_or(0, |e| entry_bytes(&e));
         } else if memory.len() == memory.capacity() {
             // Grow by doubling but stop at the bound, not at the next power of two above it.
             let room = memory.len().max(4).min(self.memory_entries - memory.len());
             memory.reserve_exact(room);
         }
         memory.push_back(entry);
+        // Counted under the lock, so `forget` never gives back bytes not yet counted.
+        self.count_memory(added, dropped);
+        drop(memory);
+        self.ledger.settle();
+    }
+
+    /// Counts `added` bytes in and `dropped` out, in the session, its tenant and the server.
+    fn count_memory(&self, added: usize, dropped: usize) {
+        for counter in [&self.memory_bytes, &*self.tenant_memory, &self.ledger.used] {
+            counter.fetch_add(added, Ordering::Relaxed);
+            counter.fetch_sub(dropped, Ordering::Relaxed);
+        }
+    }
+
+    /// Drops every memory entry and gives their bytes back.
+    fn forget(&self) {
+        let mut memory = self.memory.lock();
+        let bytes: usize = memory.iter().map(entry_bytes).sum();
+        *memory = VecDeque::new();
+        self.count_memory(0, bytes);
     }
 
     /// Memory entries, oldest first.
@@ -167,7 +205,8 @@ pub struct Sessions {
     /// Whether the base directory is this server's own (removed on stop) or an operator's.
     owns_base: bool,
     limits: SessionLimits,
-    live: Mutex<Live>,
+    live: Arc<Mutex<Live>>,
+    ledger: Arc<Ledger>,
 }
 
 /// The named sessions and their recency, so finding the least recently used one to evict does
@@ -178,6 +217,26 @@ struct Live {
     /// Last use (a stamp from `clock`) → id, oldest first.
     order: BTreeMap<u64, String>,
     clock: u64,
+    /// What each tenant holds, so a bound takes from the tenant holding the most.
+    tenants: HashMap<String, Tenant>,
+}
+
+/// One tenant's live named sessions and their memory bytes.
+#[derive(Debug, Default)]
+struct Tenant {
+    sessions: usize,
+    memory: Arc<AtomicUsize>,
+}
+
+/// The memory bytes of every session of a server, against their bound. Sessions count into it
+/// as they remember; one that takes it past the bound makes room at once (`settle`).
+#[derive(Debug)]
+struct Ledger {
+    used: AtomicUsize,
+    limit: usize,
+    /// The table, to find whose memory goes; weak, as the table holds the sessions.
+    live: Weak<Mutex<Live>>,
+    metrics: Arc<Metrics>,
 }
 
 impl Live {
@@ -189,26 +248,95 @@ impl Live {
         self.order.insert(self.clock, session.key.clone());
     }
 
+    /// The counter of `tenant`'s memory bytes, counting one more session of it.
+    fn join(&mut self, tenant: &str) -> Arc<AtomicUsize> {
+        let entry = self.tenants.entry(tenant.to_owned()).or_default();
+        entry.sessions += 1;
+        entry.memory.clone()
+    }
+
+    /// Takes the session out of the table: it is retired (its memory given back, its directory
+    /// removed once no batch uses it).
     fn remove(&mut self, id: &str) -> Option<Arc<Session>> {
         let session = self.by_id.remove(id)?;
         self.order.remove(&session.stamp.load(Ordering::Relaxed));
+        if let Some(tenant) = self.tenants.get_mut(&session.tenant) {
+            tenant.sessions -= 1;
+            if tenant.sessions == 0 {
+                self.tenants.remove(&session.tenant);
+            }
+        }
+        retire(&session);
         Some(session)
     }
 
-    /// Evicts the least recently used session that no batch is using. Busy sessions are at
-    /// most the running batches, so this skips few entries.
-    fn evict_least_recent(&mut self) {
-        let oldest = self
-            .order
+    /// The tenant holding the most by `measure`, if any.
+    fn heaviest(&self, measure: impl Fn(&Tenant) -> usize) -> Option<String> {
+        self.tenants
+            .iter()
+            .max_by_key(|(_, tenant)| measure(tenant))
+            .map(|(name, _)| name.clone())
+    }
+
+    /// The least recently used session no batch is using, of `tenant` if given and it has one.
+    /// Busy sessions are at most the running batches, so this skips few entries.
+    fn least_recent_idle(&self, tenant: Option<&str>) -> Option<String> {
+        let idle = |id: &&String| self.by_id.get(*id).is_some_and(|s| !s.busy());
+        let of_tenant = |id: &&String| {
+            tenant.is_none_or(|t| self.by_id.get(*id).is_some_and(|s| s.tenant == t))
+        };
+        self.order
             .values()
-            .find(|id| self.by_id.get(*id).is_some_and(|s| !s.busy()))
-            .cloned();
-        if let Some(id) = oldest
-            && let Some(session) = self.remove(&id)
+            .find(|id| of_tenant(id) && idle(id))
+            .or_else(|| self.order.values().find(idle))
+            .cloned()
+    }
+
+    /// Evicts a session to make room for one more: the least recently used idle session of the
+    /// tenant with the most sessions, so one tenant opening thousands evicts its own.
+    fn evict_for_room(&mut self, metrics: &Metrics) {
+        let heaviest = self.heaviest(|t| t.sessions);
+        if let Some(id) = self.least_recent_idle(heaviest.as_deref())
+            && self.remove(&id).is_some()
         {
-            tracing::debug!(session = %id, "session evicted");
-            retire(&session);
+            tracing::debug!(session = %id, "session evicted: max_sessions reached");
+            metrics.evicted("sessions", "capacity", 1);
         }
+    }
+
+    /// Forgets memory until the server's memory bytes are at most `target`: all of the least
+    /// recently used idle session of the tenant holding the most, then the next.
+    fn forget_memory(&mut self, used: &AtomicUsize, target: usize, metrics: &Metrics) {
+        while used.load(Ordering::Relaxed) > target {
+            let Some(heaviest) = self.heaviest(|t| t.memory.load(Ordering::Relaxed)) else {
+                return;
+            };
+            let holder = self.order.values().find_map(|id| {
+                let s = self.by_id.get(id)?;
+                (s.tenant == heaviest && s.memory_bytes.load(Ordering::Relaxed) > 0)
+                    .then(|| s.clone())
+            });
+            let Some(session) = holder else {
+                return;
+            };
+            session.forget();
+            metrics.evicted("session_memory", "memory_bytes", 1);
+        }
+    }
+}
+
+impl Ledger {
+    /// Makes room when the sessions' memory is past its bound: down to seven eighths of it, so
+    /// a server at the bound does not evict on every call.
+    fn settle(&self) {
+        if self.used.load(Ordering::Relaxed) <= self.limit {
+            return;
+        }
+        let Some(live) = self.live.upgrade() else {
+            return;
+        };
+        let target = self.limit - self.limit / 8;
+        live.lock().forget_memory(&self.used, target, &self.metrics);
     }
 }
 
@@ -216,12 +344,38 @@ impl Sessions {
     /// Sessions whose scratch directories live under `base`; `owns_base` means the base itself
     /// is removed on stop (a per-server temp directory), otherwise only session directories are.
     pub fn new(base: PathBuf, owns_base: bool, limits: SessionLimits) -> Self {
+        Sessions::with_metrics(base, owns_base, limits, Arc::default())
+    }
+
+    /// The same, counting evictions in `metrics`.
+    pub fn with_metrics(
+        base: PathBuf,
+        owns_base: bool,
+        limits: SessionLimits,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        let live = Arc::new(Mutex::new(Live::default()));
+        let ledger = Arc::new(Ledger {
+            used: AtomicUsize::new(0),
+            limit: match limits.max_memory_bytes {
+                0 => usize::MAX,
+                n => n,
+            },
+            live: Arc::downgrade(&live),
+            metrics,
+        });
         Sessions {
             base,
             owns_base,
             limits,
-            live: Mutex::default(),
+            live,
+            ledger,
         }
+    }
+
+    /// Bytes of memory entries all sessions hold.
+    pub fn memory_bytes(&self) -> usize {
+        self.ledger.used.load(Ordering::Relaxed)
     }
 
     pub fn base(&self) -> &Path {
@@ -234,20 +388,24 @@ impl Sessions {
         let now = Instant::now();
         if id.is_empty() {
             let id = ephemeral_id();
-            let session = Arc::new(self.make(tenant, id, true, now));
+            let session = Arc::new(self.make(tenant, id, true, now, Arc::default()));
             session.in_use.fetch_add(1, Ordering::SeqCst);
             return session;
         }
         let key = key(tenant, id);
         let mut live = self.lock();
-        if !live.by_id.contains_key(&key) && live.by_id.len() >= self.limits.max_sessions {
-            live.evict_least_recent();
-        }
-        let session = live
-            .by_id
-            .entry(key)
-            .or_insert_with(|| Arc::new(self.make(tenant, id.to_owned(), false, now)))
-            .clone();
+        let session = match live.by_id.get(&key) {
+            Some(session) => session.clone(),
+            None => {
+                if live.by_id.len() >= self.limits.max_sessions {
+                    live.evict_for_room(&self.ledger.metrics);
+                }
+                let tenant_memory = live.join(tenant);
+                let made = Arc::new(self.make(tenant, id.to_owned(), false, now, tenant_memory));
+                live.by_id.insert(key, made.clone());
+                made
+            }
+        };
         session.in_use.fetch_add(1, Ordering::SeqCst);
         session.touch(now);
         live.touch(&session);
@@ -285,11 +443,7 @@ impl Sessions {
     /// Drops `tenant`'s session; true if it was live. A batch still using it keeps its state
     /// until it ends.
     pub fn end(&self, tenant: &str, id: &str) -> bool {
-        let Some(session) = self.lock().remove(&key(tenant, id)) else {
-            return false;
-        };
-        retire(&session);
-        true
+        self.lock().remove(&key(tenant, id)).is_some()
     }
 
     /// Drops sessions idle for longer than the TTL; returns how many.
@@ -305,7 +459,6 @@ impl Sessions {
         for id in &expired {
             if let Some(session) = live.remove(id) {
                 tracing::debug!(session = %session.id, tenant = %session.tenant, "session expired");
-                retire(&session);
             }
         }
         expired.len()
@@ -324,6 +477,7 @@ impl Sessions {
         let mut live = self.lock();
         for session in live.by_id.values() {
             session.scratch.remove();
+            session.forget();
         }
         *live = Live::default();
         if self.owns_base {
@@ -341,7 +495,14 @@ impl Sessions {
         self.live.lock()
     }
 
-    fn make(&self, tenant: &str, id: String, ephemeral: bool, now: Instant) -> Session {
+    fn make(
+        &self,
+        tenant: &str,
+        id: String,
+        ephemeral: bool,
+        now: Instant,
+        tenant_memory: Arc<AtomicUsize>,
+    ) -> Session {
         let scratch = ScratchDir::under(self.base.clone(), self.limits.scratch_quota_bytes);
         Session {
             key: key(tenant, &id),
@@ -358,6 +519,9 @@ impl Sessions {
             } else {
                 self.limits.memory_entries
             },
+            ledger: self.ledger.clone(),
+            tenant_memory,
+            memory_bytes: AtomicUsize::new(0),
             last_used: Mutex::new(now),
             in_use: AtomicUsize::new(0),
             stamp: AtomicU64::new(0),
@@ -393,12 +557,24 @@ fn ephemeral_id() -> String {
     id
 }
 
-/// A session left the map: its directory goes now, or when its last batch releases it.
+/// A session left the map: its memory is given back now, its directory goes now or when its
+/// last batch releases it.
 fn retire(session: &Session) {
-    session.ended.store(true, Ordering::SeqCst);
+    // Set under the memory lock, so a `remember` racing with this either ran before (and is
+    // forgotten below) or sees the session ended and keeps nothing.
+    {
+        let _memory = session.memory.lock();
+        session.ended.store(true, Ordering::SeqCst);
+    }
+    session.forget();
     if !session.busy() {
         session.scratch.remove();
     }
+}
+
+/// What a memory entry costs: its allocation and the `String` that holds it.
+fn entry_bytes(entry: &String) -> usize {
+    entry.capacity() + std::mem::size_of::<String>()
 }
 
 #[cfg(test)]

@@ -21,7 +21,7 @@ pub(crate) fn middleware_config(
     c: &Config,
     metrics: Arc<Metrics>,
 ) -> Result<MiddlewareConfig, String> {
-    let redactor = c.redaction.redactor()?.with_metrics(metrics);
+    let redactor = c.redaction.redactor()?.with_metrics(metrics.clone());
     let permissions = c
         .permissions
         .rules
@@ -44,6 +44,8 @@ pub(crate) fn middleware_config(
         max_output_chars: c.output.max_chars,
         redactor: Arc::new(redactor),
         cache_max_entries: c.cache.max_entries,
+        cache_max_bytes: c.cache.max_bytes,
+        metrics,
         suggestion_threshold: c.unknown_tool.suggestion_threshold,
         ..MiddlewareConfig::default()
     };
@@ -162,7 +164,7 @@ pub(super) fn stale_base_owner(name: &str) -> Option<u32> {
 
 /// The session table. A server's own base under the temp dir gets an unguessable name, so no
 /// other user can make it first (and so own the directory its sessions' directories go in).
-pub(super) fn sessions(config: &Config) -> Result<Sessions, String> {
+pub(super) fn sessions(config: &Config, metrics: Arc<Metrics>) -> Result<Sessions, String> {
     let limits = SessionLimits {
         idle_ttl: config.sessions.idle_ttl,
         max_sessions: config.sessions.max_sessions,
@@ -172,6 +174,7 @@ pub(super) fn sessions(config: &Config) -> Result<Sessions, String> {
         } else {
             0
         },
+        max_memory_bytes: config.memory.max_bytes,
         scratch_quota_bytes: config.tools.builtin.scratch_quota_bytes,
     };
     let configured = &config.sessions.scratch_base;
@@ -181,9 +184,14 @@ pub(super) fn sessions(config: &Config) -> Result<Sessions, String> {
         let prefix = format!("toolgate-{}-", std::process::id());
         let name = unguessable_name(&prefix).map_err(|e| format!("scratch base: {e}"))?;
         let base: PathBuf = temp.join(name);
-        Ok(Sessions::new(base, true, limits))
+        Ok(Sessions::with_metrics(base, true, limits, metrics))
     } else {
-        Ok(Sessions::new(configured.clone(), false, limits))
+        Ok(Sessions::with_metrics(
+            configured.clone(),
+            false,
+            limits,
+            metrics,
+        ))
     }
 }
 

@@ -45,7 +45,7 @@ fn only_scratch_bases_of_dead_processes_are_removed() {
 #[tokio::test]
 async fn the_default_scratch_base_is_private_and_unguessable() {
     use std::os::unix::fs::PermissionsExt;
-    let sessions = super::build::sessions(&Config::default()).unwrap();
+    let sessions = super::build::sessions(&Config::default(), Arc::default()).unwrap();
     let base = sessions.base().to_path_buf();
     let name = base.file_name().unwrap().to_str().unwrap().to_owned();
     let prefix = format!("toolgate-{}-", std::process::id());

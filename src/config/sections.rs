@@ -103,6 +103,8 @@ pub struct SessionsConfig {
 pub struct MemoryConfig {
     pub enabled: bool,
     pub max_entries: usize,
+    /// Bytes of memory entries kept across all sessions (0: no bound).
+    pub max_bytes: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
@@ -290,6 +292,8 @@ pub struct RedactionPattern {
 #[serde(deny_unknown_fields, default)]
 pub struct CacheConfig {
     pub max_entries: usize,
+    /// Bytes all entries may hold (0: no bound); an output over an eighth of it is not kept.
+    pub max_bytes: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
@@ -564,6 +568,7 @@ impl Default for MemoryConfig {
         MemoryConfig {
             enabled: true,
             max_entries: 100,
+            max_bytes: 64 * 1024 * 1024,
         }
     }
 }
@@ -631,7 +636,10 @@ impl Default for RedactionConfig {
 
 impl Default for CacheConfig {
     fn default() -> Self {
-        CacheConfig { max_entries: 1000 }
+        CacheConfig {
+            max_entries: 1000,
+            max_bytes: 64 * 1024 * 1024,
+        }
     }
 }
 

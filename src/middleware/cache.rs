@@ -19,7 +19,12 @@ use tower::{Layer, Service};
 
 use super::{Invocation, Invoked, LayerFuture, Reply, answered};
 use crate::json;
+use crate::metrics::Metrics;
 use crate::tools::ToolOutput;
+
+/// What an entry costs beyond its texts and output: the key and entry structs, the map's and
+/// the recency order's slots.
+const ENTRY_OVERHEAD: usize = 256;
 
 /// Whose calls share entries (`scope = "session" | "global"` in config).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
@@ -104,6 +109,8 @@ struct Entry {
     turn: u32,
     path: Option<String>,
     used: u64,
+    /// What it counts against `max_bytes`.
+    bytes: usize,
 }
 
 /// Entries plus their recency order (use stamp → key), so eviction is O(log n).
@@ -113,6 +120,8 @@ struct Store {
     /// Shares the keys of `entries`: a use re-stamps without copying the key.
     order: BTreeMap<u64, Arc<Key>>,
     clock: u64,
+    /// Bytes of every entry.
+    bytes: usize,
 }
 
 impl Store {
@@ -130,26 +139,53 @@ impl Store {
     fn remove(&mut self, key: &Key) {
         if let Some(entry) = self.entries.remove(key) {
             self.order.remove(&entry.used);
+            self.bytes -= entry.bytes;
         }
+    }
+
+    /// Drops the least recently used entry; false when there is none.
+    fn evict_oldest(&mut self) -> bool {
+        let Some((_, oldest)) = self.order.pop_first() else {
+            return false;
+        };
+        if let Some(entry) = self.entries.remove(&oldest) {
+            self.bytes -= entry.bytes;
+        }
+        true
     }
 }
 
-/// The shared, bounded store.
+/// The shared store, bounded by entries and by bytes (least recently used evicted first).
 #[derive(Debug)]
 pub struct ResultCache {
     max_entries: usize,
+    max_bytes: usize,
     store: Mutex<Store>,
+    metrics: Arc<Metrics>,
     /// Advances on every invalidation; a result computed across one is not stored.
     epoch: AtomicU64,
 }
 
 impl ResultCache {
-    pub fn new(max_entries: usize) -> Self {
+    /// At most `max_entries` entries and `max_bytes` bytes (0: no byte bound); an output
+    /// larger than an eighth of `max_bytes` is not kept, so one call cannot empty the cache.
+    pub fn new(max_entries: usize, max_bytes: usize, metrics: Arc<Metrics>) -> Self {
         ResultCache {
             max_entries,
+            max_bytes: if max_bytes == 0 {
+                usize::MAX
+            } else {
+                max_bytes
+            },
             store: Mutex::default(),
+            metrics,
             epoch: AtomicU64::new(0),
         }
+    }
+
+    /// Bytes all entries hold.
+    pub fn bytes(&self) -> usize {
+        self.lock().bytes
     }
 
     fn lock(&self) -> parking_lot::MutexGuard<'_, Store> {
@@ -178,14 +214,34 @@ impl ResultCache {
         if self.max_entries == 0 {
             return;
         }
+        let bytes = ENTRY_OVERHEAD
+            + key.scope.len()
+            + key.tool.len()
+            + key.input.len()
+            + path.as_ref().map_or(0, String::len)
+            + output.heap_bytes();
+        if bytes > self.max_bytes / 8 {
+            self.metrics.evicted("cache", "entry_too_large", 1);
+            return;
+        }
         let mut store = self.lock();
         store.remove(&key);
+        let mut evicted = 0;
         while store.entries.len() >= self.max_entries {
-            let Some((_, oldest)) = store.order.pop_first() else {
-                break;
-            };
-            store.entries.remove(&oldest);
+            store.evict_oldest();
+            evicted += 1;
         }
+        if evicted > 0 {
+            self.metrics.evicted("cache", "max_entries", evicted);
+        }
+        evicted = 0;
+        while store.bytes + bytes > self.max_bytes && store.evict_oldest() {
+            evicted += 1;
+        }
+        if evicted > 0 {
+            self.metrics.evicted("cache", "max_bytes", evicted);
+        }
+        store.bytes += bytes;
         store.clock += 1;
         let stamp = store.clock;
         let key = Arc::new(key);
@@ -197,6 +253,7 @@ impl ResultCache {
             turn,
             path,
             used: stamp,
+            bytes,
         };
         store.entries.insert(key, entry);
     }

@@ -244,7 +244,7 @@ async fn validation_lists_every_violation_and_skips_the_tool() {
 #[tokio::test(start_paused = true)]
 async fn cache_hits_skip_the_tool_expire_and_are_invalidated_by_writes() {
     let calls = Arc::new(AtomicU32::new(0));
-    let store = Arc::new(ResultCache::new(2));
+    let store = Arc::new(ResultCache::new(2, 0, Arc::default()));
     let rules: BTreeMap<String, CacheRule> = [(
         "read".to_owned(),
         CacheRule {
@@ -295,7 +295,7 @@ async fn cache_hits_skip_the_tool_expire_and_are_invalidated_by_writes() {
 #[tokio::test]
 async fn the_least_recently_used_entry_is_evicted() {
     let calls = Arc::new(AtomicU32::new(0));
-    let store = Arc::new(ResultCache::new(2));
+    let store = Arc::new(ResultCache::new(2, 0, Arc::default()));
     let rules: BTreeMap<String, CacheRule> = [("read".to_owned(), CacheRule::default())].into();
     let svc = ServiceBuilder::new()
         .layer(CacheLayer::new(store.clone(), rules, BTreeMap::new()))
@@ -382,4 +382,35 @@ async fn the_stack_redacts_even_cached_replays_and_suggests_names() {
         message, "tool 'slep' is not available. Did you mean 'sleep'?",
         "the stack answers in the same text as intake"
     );
+}
+
+#[tokio::test]
+async fn the_cache_is_bounded_by_bytes_and_keeps_no_giant() {
+    let calls = Arc::new(AtomicU32::new(0));
+    let store = Arc::new(ResultCache::new(1000, 64 * 1024, Arc::default()));
+    let rules: BTreeMap<String, CacheRule> = [("read".to_owned(), CacheRule::default())].into();
+    let svc = ServiceBuilder::new()
+        .layer(CacheLayer::new(store.clone(), rules, BTreeMap::new()))
+        .service(fake(calls.clone()));
+    // The fake tool echoes its input: each output is about as large as the input.
+    let read = |n: usize, size: usize| invocation("read", json!({"n": n, "pad": "x".repeat(size)}));
+    for n in 0..100 {
+        svc.clone().oneshot(read(n, 2000)).await.unwrap();
+        assert!(store.bytes() <= 64 * 1024, "{} bytes", store.bytes());
+    }
+    assert!(
+        store.len() < 100 && store.len() > 5,
+        "{} entries",
+        store.len()
+    );
+    assert!(svc.clone().oneshot(read(99, 2000)).await.unwrap().cached);
+    assert!(
+        !svc.clone().oneshot(read(0, 2000)).await.unwrap().cached,
+        "the oldest went"
+    );
+    // An output over an eighth of the bound is answered, never kept.
+    let before = store.len();
+    svc.clone().oneshot(read(1000, 9000)).await.unwrap();
+    assert!(!svc.clone().oneshot(read(1000, 9000)).await.unwrap().cached);
+    assert!(store.len() <= before + 1);
 }

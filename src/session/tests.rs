@@ -284,3 +284,72 @@ async fn eviction_skips_busy_sessions_and_the_recency_order_stays_in_step() {
     drop(live);
     sessions.remove_all();
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_tenant_opening_many_sessions_evicts_its_own() {
+    let limits = SessionLimits {
+        max_sessions: 3,
+        ..SessionLimits::default()
+    };
+    let sessions = Sessions::new(base("tenant-lru"), true, limits);
+    let other = sessions.open("other", "kept");
+    other.remember("echo", "{}", "mine");
+    sessions.release(&other);
+    tokio::time::advance(Duration::from_secs(1)).await;
+    for n in 0..50 {
+        let s = sessions.open("flood", &format!("f{n}"));
+        sessions.release(&s);
+    }
+    assert_eq!(sessions.len(), 3);
+    let kept = sessions
+        .get("other", "kept")
+        .expect("the other tenant's session stays");
+    assert_eq!(kept.memory().len(), 1);
+    assert!(sessions.get("flood", "f49").is_some());
+    sessions.remove_all();
+}
+
+#[tokio::test]
+async fn memory_bytes_are_bounded_and_the_heaviest_tenant_gives_way() {
+    let limits = SessionLimits {
+        max_memory_bytes: 64 * 1024,
+        ..SessionLimits::default()
+    };
+    let sessions = Sessions::new(base("memory-bytes"), true, limits);
+    let small = sessions.open("small", "s");
+    for n in 0..5 {
+        small.remember("echo", &format!("{{\"n\":{n}}}"), "ok");
+    }
+    sessions.release(&small);
+    let big = "x".repeat(500);
+    for id in 0..40 {
+        let s = sessions.open("flood", &format!("f{id}"));
+        for n in 0..20 {
+            s.remember("echo", &format!("{n}{big}"), &big);
+        }
+        sessions.release(&s);
+        assert!(
+            sessions.memory_bytes() <= 64 * 1024,
+            "{}",
+            sessions.memory_bytes()
+        );
+    }
+    assert_eq!(
+        sessions.get("small", "s").unwrap().memory().len(),
+        5,
+        "the tenant holding less keeps its memory"
+    );
+    assert_eq!(
+        sessions.get("flood", "f39").unwrap().memory().len(),
+        20,
+        "the newest session keeps its own"
+    );
+    assert!(
+        sessions.get("flood", "f0").unwrap().memory().is_empty(),
+        "the flood's oldest sessions lost theirs"
+    );
+    // Every byte counted is given back as sessions go.
+    assert!(sessions.end("small", "s"));
+    sessions.remove_all();
+    assert_eq!(sessions.memory_bytes(), 0);
+}

@@ -62,6 +62,22 @@ impl ToolOutput {
         }
     }
 
+    /// About how many bytes this output holds in memory (its texts, and a JSON value's nodes):
+    /// what a store of outputs counts against its bound.
+    pub fn heap_bytes(&self) -> usize {
+        match self {
+            ToolOutput::Text(text) => text.len(),
+            ToolOutput::Json(value) => json::heap_bytes(value),
+            ToolOutput::Parts(parts) => parts
+                .iter()
+                .map(|part| match part {
+                    ContentPart::Text(text) => text.len(),
+                    ContentPart::Image { mime_type, data } => mime_type.len() + data.len(),
+                } + std::mem::size_of::<ContentPart>())
+                .sum(),
+        }
+    }
+
     /// Output made of content parts, in its simplest form: no parts is empty text, one text
     /// part is that text, anything else stays parts.
     pub fn from_parts(parts: Vec<ContentPart>) -> ToolOutput {
