@@ -192,7 +192,7 @@ impl Server {
         let server = &self.config.server;
         let mut transport = TransportSettings::from_config(server);
         transport.max_connections = build::connection_cap(server.max_connections);
-        let budgets = Budgets::from_config(&self.config.limits);
+        let budgets = Budgets::from_config(&self.config.limits, &self.metrics.metrics());
         let state = Arc::new(ServiceState {
             connections: Connections::new(transport, self.metrics.metrics()),
             dispatcher,

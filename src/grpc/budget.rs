@@ -7,6 +7,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use crate::metrics::Metrics;
+
 /// One kind of bytes the server holds for its clients, bounded server-wide.
 #[derive(Debug)]
 pub struct Budget {
@@ -15,6 +17,9 @@ pub struct Budget {
     /// The most one connection holds.
     per_connection: usize,
     used: AtomicUsize,
+    /// Where refusals are counted, under `{name}_connection` or `{name}_server`.
+    metrics: Arc<Metrics>,
+    labels: [&'static str; 2],
 }
 
 /// One connection's share of a `Budget`.
@@ -42,7 +47,14 @@ pub enum Full {
 
 impl Budget {
     /// At most `limit` bytes in all, `per_connection` of them on one connection (0: no bound).
-    pub fn new(limit: usize, per_connection: usize) -> Arc<Self> {
+    /// A refusal is counted in `metrics` as `labels[0]` (the connection's share was full) or
+    /// `labels[1]` (the server's).
+    pub fn new(
+        limit: usize,
+        per_connection: usize,
+        metrics: Arc<Metrics>,
+        labels: [&'static str; 2],
+    ) -> Arc<Self> {
         Arc::new(Budget {
             limit: if limit == 0 { usize::MAX } else { limit },
             per_connection: if per_connection == 0 {
@@ -51,6 +63,8 @@ impl Budget {
                 per_connection
             },
             used: AtomicUsize::new(0),
+            metrics,
+            labels,
         })
     }
 
@@ -72,10 +86,13 @@ impl Share {
     /// Takes `bytes`, or says which level has no room for them.
     pub fn take(self: &Arc<Self>, bytes: usize) -> Result<Held, Full> {
         let budget = &self.budget;
-        add_within(&self.used, bytes, budget.per_connection)
-            .map_err(|()| Full::Connection(budget.per_connection))?;
+        if add_within(&self.used, bytes, budget.per_connection).is_err() {
+            budget.metrics.refused(budget.labels[0]);
+            return Err(Full::Connection(budget.per_connection));
+        }
         if add_within(&budget.used, bytes, budget.limit).is_err() {
             self.used.fetch_sub(bytes, Ordering::Relaxed);
+            budget.metrics.refused(budget.labels[1]);
             return Err(Full::Server(budget.limit));
         }
         Ok(Held {
@@ -134,7 +151,7 @@ mod tests {
 
     #[test]
     fn a_connection_takes_its_share_and_all_take_the_servers() {
-        let budget = Budget::new(100, 60);
+        let budget = Budget::new(100, 60, Arc::default(), ["c", "s"]);
         let (a, b) = (budget.share(), budget.share());
         let held_a = a.take(60).unwrap();
         assert_eq!(a.take(1).unwrap_err(), Full::Connection(60));
@@ -152,7 +169,7 @@ mod tests {
 
     #[test]
     fn zero_means_no_bound() {
-        let budget = Budget::new(0, 0);
+        let budget = Budget::new(0, 0, Arc::default(), ["c", "s"]);
         let held = budget.share().take(usize::MAX / 2).unwrap();
         assert_eq!(held.bytes(), usize::MAX / 2);
     }

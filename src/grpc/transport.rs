@@ -139,16 +139,20 @@ impl TransportSettings {
 }
 
 impl Budgets {
-    /// The budgets `[limits]` sets.
-    pub fn from_config(limits: &crate::config::Limits) -> Self {
+    /// The budgets `[limits]` sets; refusals are counted in `metrics`.
+    pub fn from_config(limits: &crate::config::Limits, metrics: &Arc<Metrics>) -> Self {
         Budgets {
             requests: Budget::new(
                 limits.max_buffered_request_bytes,
                 limits.max_buffered_request_bytes_per_connection,
+                metrics.clone(),
+                ["request_bytes_connection", "request_bytes_server"],
             ),
             replies: Budget::new(
                 limits.max_unread_reply_bytes,
                 limits.max_unread_reply_bytes_per_connection,
+                metrics.clone(),
+                ["reply_bytes_connection", "reply_bytes_server"],
             ),
         }
     }

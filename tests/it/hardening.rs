@@ -411,3 +411,375 @@ async fn a_registration_cannot_smuggle_a_url_past_the_egress_check() {
     .await;
     assert!(!tools.contains("meta"), "{tools}");
 }
+
+/// The binary serving the config `toml`, written to a fresh folder named `name`.
+fn serve(name: &str, toml: &str) -> Binary {
+    let config = write(&folder(name), "toolgate.toml", toml);
+    Binary::start(&["--config", &config])
+}
+
+/// `GET path` on the admin listener, the body.
+async fn admin_get(server: &Binary, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(&server.admin).await.unwrap();
+    stream
+        .write_all(format!("GET {path} HTTP/1.1\r\nHost: toolgate\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.unwrap();
+    answer
+}
+
+/// The value of the counter line starting with `prefix` on /metrics (0 when absent).
+async fn counter(server: &Binary, prefix: &str) -> u64 {
+    let metrics = admin_get(server, "/metrics").await;
+    metrics
+        .lines()
+        .find(|line| line.starts_with(prefix))
+        .and_then(|line| line.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Whether the server closes `stream` (EOF or reset) within `within`.
+async fn closed_within(stream: &mut tokio::net::TcpStream, within: Duration) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 256];
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+            Err(_) => return false,
+            Ok(Ok(0) | Err(_)) => return true,
+            // The server's SETTINGS, or a GOAWAY: read on until it closes.
+            Ok(Ok(_)) => {}
+        }
+    }
+}
+
+/// A `Dispatch` of one `echo` call carrying `text`, as a gRPC frame.
+fn echo_frame(text: &str) -> bytes::Bytes {
+    use prost::Message;
+    let request = request(json!([{"id": "e", "name": "echo", "arguments": {"text": text}}]));
+    let body = request.encode_to_vec();
+    let mut frame = Vec::with_capacity(5 + body.len());
+    frame.push(0);
+    frame.extend_from_slice(&u32::try_from(body.len()).unwrap().to_be_bytes());
+    frame.extend_from_slice(&body);
+    frame.into()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unary_replies_a_client_never_reads_are_bounded_per_connection() {
+    let server = serve(
+        "unread-replies",
+        r#"
+        [limits]
+        max_reply_bytes = 1048576
+        max_unread_reply_bytes_per_connection = 2097152
+        "#,
+    );
+    // A raw HTTP/2 client whose window is zero: the server can send headers, never data.
+    let tcp = tokio::net::TcpStream::connect(&server.addr).await.unwrap();
+    let (send, connection) = h2::client::Builder::new()
+        .initial_window_size(0)
+        .handshake::<_, bytes::Bytes>(tcp)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let mut pending = Vec::new();
+    for n in 0..12 {
+        let head = http::Request::builder()
+            .method("POST")
+            .uri("http://toolgate/toolgate.v1.ToolGate/Dispatch")
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(())
+            .unwrap();
+        let mut send = send.clone().ready().await.unwrap();
+        let (response, mut body) = send.send_request(head, false).unwrap();
+        body.send_data(echo_frame(&format!("{n}{}", "x".repeat(300_000))), true)
+            .unwrap();
+        pending.push((response, body));
+    }
+    // Every stream gets its headers (not flow-controlled); those past the connection's share
+    // are answered at once with the status instead of a reply held for a client that never
+    // reads.
+    let mut refused = Vec::new();
+    for (response, _body) in pending.iter_mut() {
+        let response = tokio::time::timeout(Duration::from_secs(10), response)
+            .await
+            .expect("headers arrive")
+            .unwrap();
+        if let Some(status) = response.headers().get("grpc-status") {
+            let message = response
+                .headers()
+                .get("grpc-message")
+                .unwrap()
+                .to_str()
+                .unwrap();
+            refused.push((status.to_str().unwrap().to_owned(), message.to_owned()));
+        }
+    }
+    assert!(
+        (6..12).contains(&refused.len()),
+        "2 MiB holds two or three replies of ~0.6 MB: {} refused",
+        refused.len()
+    );
+    let (code, message) = &refused[0];
+    assert_eq!(code, "8", "RESOURCE_EXHAUSTED");
+    assert!(
+        message.contains("replies%20this%20connection%20has%20not%20read%20hold%202097152%20bytes"),
+        "{message}"
+    );
+    // Other connections are served as before.
+    let answer = dispatch_one(&server.addr, "echo", json!({"text": "still here"})).await;
+    assert_eq!(answer["success"], true, "{answer}");
+    assert!(
+        counter(
+            &server,
+            "toolgate_admission_refusals_total{toolgate_capacity=\"reply_bytes_connection\"}"
+        )
+        .await
+            >= 6
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn silent_connections_are_capped_and_closed_after_the_preface_timeout() {
+    let server = serve(
+        "preface",
+        r#"
+        [server]
+        max_connections = 8
+        max_connections_per_address = 0
+        preface_timeout = "300ms"
+        "#,
+    );
+    // Eight connections that never send the HTTP/2 preface take every place.
+    let mut silent = Vec::new();
+    for _ in 0..8 {
+        silent.push(tokio::net::TcpStream::connect(&server.addr).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut ninth = tokio::net::TcpStream::connect(&server.addr).await.unwrap();
+    assert!(
+        closed_within(&mut ninth, Duration::from_secs(1)).await,
+        "past the cap a connection is closed at once"
+    );
+    // Within the preface timeout (and its check period) each silent one is closed.
+    for stream in &mut silent {
+        assert!(closed_within(stream, Duration::from_secs(3)).await);
+    }
+    // Then a real client is served.
+    let answer = dispatch_one(&server.addr, "echo", json!({"text": "served"})).await;
+    assert_eq!(answer["success"], true, "{answer}");
+    assert!(
+        counter(
+            &server,
+            "toolgate_admission_refusals_total{toolgate_capacity=\"connections\"}"
+        )
+        .await
+            >= 1
+    );
+    assert_eq!(
+        counter(
+            &server,
+            "toolgate_connections_closed_total{toolgate_reason=\"preface_timeout\"}"
+        )
+        .await,
+        8
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_connection_with_no_stream_is_sent_goaway_after_the_idle_timeout() {
+    let server = serve("idle", "[server]\nidle_timeout = \"500ms\"\n");
+    let tcp = tokio::net::TcpStream::connect(&server.addr).await.unwrap();
+    let (send, connection) = h2::client::handshake(tcp).await.unwrap();
+    let mut client = ToolGateClient::new(
+        tonic::transport::Endpoint::from_shared(format!("http://{}", server.addr))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap(),
+    );
+    client
+        .dispatch(request(
+            json!([{"id": "a", "name": "sleep", "arguments": {"ms": 900}}]),
+        ))
+        .await
+        .expect("a stream open past the idle timeout is not cut");
+    drop(send);
+    // The raw connection opened no stream: the server ends it (GOAWAY, then close).
+    let ended = tokio::time::timeout(Duration::from_secs(5), connection).await;
+    assert!(ended.is_ok(), "the idle connection was not closed");
+    assert!(
+        counter(
+            &server,
+            "toolgate_connections_closed_total{toolgate_reason=\"idle\"}"
+        )
+        .await
+            >= 1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_admin_listener_drops_partial_requests_and_caps_connections() {
+    use tokio::io::AsyncWriteExt;
+    let server = serve("admin-partial", "");
+    let mut partial = Vec::new();
+    for _ in 0..64 {
+        let mut stream = tokio::net::TcpStream::connect(&server.admin).await.unwrap();
+        stream
+            .write_all(b"GET /livez HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .unwrap();
+        partial.push(stream);
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // At the cap, one more is closed at once, answered nothing.
+    let mut extra = tokio::net::TcpStream::connect(&server.admin).await.unwrap();
+    assert!(closed_within(&mut extra, Duration::from_secs(1)).await);
+    // Headers not finished within 5 s: each partial request is dropped, and the probes answer.
+    for stream in &mut partial {
+        assert!(closed_within(stream, Duration::from_secs(8)).await);
+    }
+    assert!(admin_get(&server, "/livez").await.ends_with("ok\n"));
+}
+
+fn sha256_hex(text: &str) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
+    digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// `message` with the bearer `token`.
+fn bearer<T>(token: &str, message: T) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request
+        .metadata_mut()
+        .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    request
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_tenant_flooding_sessions_and_memory_evicts_only_its_own() {
+    let server = serve(
+        "tenant-share",
+        &format!(
+            r#"
+            [auth]
+            anonymous = "none"
+            [[auth.tokens]]
+            id = "acme-agent"
+            tenant = "acme"
+            sha256 = "{}"
+            [[auth.tokens]]
+            id = "flood-agent"
+            tenant = "flood"
+            sha256 = "{}"
+            [sessions]
+            max_sessions = 20
+            [memory]
+            max_bytes = 262144
+            "#,
+            sha256_hex("acme-secret"),
+            sha256_hex("flood-secret")
+        ),
+    );
+    let mut client = ToolGateClient::new(connect(server.addr.parse().unwrap()).await);
+    let named = |session: &str, calls: Value| {
+        let mut batch = request(calls);
+        batch.session_id = session.to_owned();
+        batch
+    };
+    let mine = named(
+        "keep",
+        json!([{"id": "a", "name": "echo", "arguments": {"n": 1}}]),
+    );
+    client.dispatch(bearer("acme-secret", mine)).await.unwrap();
+    // The other tenant opens 60 sessions, each remembering ten calls of ~1.5 KB.
+    for session in 0..60 {
+        let calls: Vec<Value> = (0..10)
+            .map(|n| {
+                json!({"id": format!("c{n}"), "name": "echo",
+                "arguments": {"n": n, "pad": format!("{session}{}", "y".repeat(1500))}})
+            })
+            .collect();
+        let batch = named(&format!("f{session}"), Value::Array(calls));
+        client
+            .dispatch(bearer("flood-secret", batch))
+            .await
+            .unwrap();
+    }
+    let memory = |token: &str, session: &str| {
+        let mut client = client.clone();
+        let request = bearer(
+            token,
+            pb::GetSessionMemoryRequest {
+                session_id: session.into(),
+            },
+        );
+        async move { client.get_session_memory(request).await }
+    };
+    let kept = memory("acme-secret", "keep")
+        .await
+        .expect("acme's session is live");
+    assert_eq!(kept.into_inner().entries.len(), 1, "and keeps its memory");
+    let oldest = memory("flood-secret", "f0").await.unwrap_err();
+    assert_eq!(
+        oldest.code(),
+        tonic::Code::NotFound,
+        "the flood evicted its own"
+    );
+    let newest = memory("flood-secret", "f59").await.unwrap().into_inner();
+    assert_eq!(newest.entries.len(), 10);
+    assert!(
+        counter(
+            &server,
+            "toolgate_evictions_total{toolgate_reason=\"capacity\",toolgate_store=\"sessions\"}"
+        )
+        .await
+            >= 40
+    );
+    assert!(
+        counter(&server, "toolgate_evictions_total{toolgate_reason=\"memory_bytes\",toolgate_store=\"session_memory\"}").await
+            >= 1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_result_cache_holds_at_most_its_bytes() {
+    let server = serve(
+        "cache-bytes",
+        r#"
+        [cache]
+        max_bytes = 1048576
+        [per_tool.echo.cache]
+        enabled = true
+        ttl = "1h"
+        scope = "global"
+        "#,
+    );
+    let big = |n: usize, size: usize| json!({"n": n, "pad": "z".repeat(size)});
+    for n in 0..30 {
+        dispatch_one(&server.addr, "echo", big(n, 60_000)).await;
+    }
+    let again = |n| dispatch_one(&server.addr, "echo", big(n, 60_000));
+    assert_eq!(again(29).await["cached"], true, "the newest is kept");
+    assert_eq!(again(0).await["cached"], Value::Null, "the oldest went");
+    // A result over an eighth of the bound is answered but never kept.
+    dispatch_one(&server.addr, "echo", big(99, 200_000)).await;
+    let giant = dispatch_one(&server.addr, "echo", big(99, 200_000)).await;
+    assert_eq!(
+        (&giant["success"], &giant["cached"]),
+        (&json!(true), &Value::Null)
+    );
+    assert!(
+        counter(
+            &server,
+            "toolgate_evictions_total{toolgate_reason=\"max_bytes\",toolgate_store=\"cache\"}"
+        )
+        .await
+            >= 10
+    );
+}

@@ -26,6 +26,8 @@ pub(crate) fn testenv() -> PathBuf {
 pub(crate) struct Binary {
     pub(crate) child: Child,
     pub(crate) addr: String,
+    /// The admin listener's address.
+    pub(crate) admin: String,
     stderr: Option<std::process::ChildStderr>,
 }
 
@@ -51,19 +53,22 @@ impl Binary {
             .stderr(Stdio::piped())
             .spawn()
             .expect("toolgate starts");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let addr = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .to_owned();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = |prefix: &str| {
+            let mut line = String::new();
+            stdout.read_line(&mut line).unwrap();
+            line.trim()
+                .strip_prefix(prefix)
+                .unwrap_or_else(|| panic!("unexpected line {line:?}"))
+                .to_owned()
+        };
+        let addr = line("listening on ");
+        let admin = line("admin listening on ");
         let stderr = child.stderr.take();
         Binary {
             child,
             addr,
+            admin,
             stderr,
         }
     }

@@ -897,3 +897,40 @@ fn by_default_anonymous_callers_are_let_in_only_from_this_machine() {
     let _ = child.wait();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn idle_sockets_cannot_starve_tls_handshakes() {
+    use std::io::Read;
+    let dir = scratch_dir("tls-starve");
+    let ca = Ca::new();
+    let (cert, key) = ca.sign(&["localhost"]);
+    let ca_file = write(&dir, "ca.pem", &ca.pem);
+    let config = write(
+        &dir,
+        "toolgate.toml",
+        &format!(
+            "[server]\nmax_connections_per_address = 0\n[tls]\ncert_file = \"{}\"\nkey_file = \"{}\"\n",
+            write(&dir, "server.pem", &cert),
+            write(&dir, "server.key", &key),
+        ),
+    );
+    let server = Binary::start(&["--config", &config]);
+    // More silent sockets than the server runs handshakes at once (256).
+    let mut silent: Vec<std::net::TcpStream> = (0..300)
+        .map(|_| std::net::TcpStream::connect(&server.addr).unwrap())
+        .collect();
+    let addr = server.addr.replace("127.0.0.1", "localhost");
+    let (ok, out) = grpcurl(&["-cacert", &ca_file, "-max-time", "5"], &addr, &["list"]);
+    assert!(ok && out.contains("toolgate.v1.ToolGate"), "{out}");
+    // A socket that never starts its handshake is closed within seconds.
+    let first = &mut silent[0];
+    first
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let mut buf = [0u8; 16];
+    match first.read(&mut buf) {
+        Ok(0) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        other => panic!("the silent socket stayed open: {other:?}"),
+    }
+}
