@@ -149,6 +149,18 @@ pub fn register_gauges(
         .build();
     let s = state.clone();
     meter
+        .u64_observable_gauge("toolgate.session.memory.bytes")
+        .with_description("Bytes of memory entries all sessions hold (bounded by memory.max_bytes)")
+        .with_callback(move |o| o.observe(count(s.dispatcher.sessions().memory_bytes()), &[]))
+        .build();
+    let s = state.clone();
+    meter
+        .u64_observable_gauge("toolgate.connections.open")
+        .with_description("Client connections open now (bounded by server.max_connections)")
+        .with_callback(move |o| o.observe(count(s.connections.open()), &[]))
+        .build();
+    let s = state.clone();
+    meter
         .u64_observable_gauge("toolgate.breaker.state")
         .with_description("Circuit breaker state per tool: 0 closed, 1 half-open, 2 open")
         .with_callback(move |o| {

@@ -89,6 +89,8 @@ async fn metrics_count_what_a_batch_did_and_pass_promtool() {
         "toolgate_batches_in_flight 0",
         "toolgate_overloaded 0",
         "toolgate_sessions_live 0",
+        "toolgate_session_memory_bytes 0",
+        "toolgate_connections_open 1",
     ] {
         assert!(text.contains(expected), "missing {expected:?} in\n{text}");
     }
