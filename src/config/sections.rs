@@ -28,6 +28,13 @@ pub struct ServerConfig {
     pub max_batches_per_connection: usize,
     /// The share of one connection: calls it may run at once.
     pub max_calls_per_connection: usize,
+    /// The share of one tenant: batches and calls its callers may run at once.
+    pub max_batches_per_tenant: usize,
+    pub max_calls_per_tenant: usize,
+    /// The share of one identity (a token, a JWT subject, a certificate, anonymous callers):
+    /// batches and calls it may run at once, over all its connections.
+    pub max_batches_per_identity: usize,
+    pub max_calls_per_identity: usize,
     /// HTTP/2 `SETTINGS_MAX_CONCURRENT_STREAMS` advertised to every client.
     pub max_streams_per_connection: u32,
     /// Connections open at once; more are closed as they arrive.
@@ -515,6 +522,10 @@ impl Default for ServerConfig {
             max_concurrent_calls: 1024,
             max_batches_per_connection: 64,
             max_calls_per_connection: 256,
+            max_batches_per_tenant: 128,
+            max_calls_per_tenant: 512,
+            max_batches_per_identity: 64,
+            max_calls_per_identity: 256,
             max_streams_per_connection: 100,
             max_connections: 1024,
             max_connections_per_address: 256,

@@ -77,6 +77,10 @@ impl Config {
                 server.max_batches_per_connection,
             ),
             ("max_calls_per_connection", server.max_calls_per_connection),
+            ("max_batches_per_tenant", server.max_batches_per_tenant),
+            ("max_calls_per_tenant", server.max_calls_per_tenant),
+            ("max_batches_per_identity", server.max_batches_per_identity),
+            ("max_calls_per_identity", server.max_calls_per_identity),
         ] {
             if value == 0 {
                 p.push(format!("server.{key}: must be at least 1"));

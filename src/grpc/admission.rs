@@ -6,9 +6,10 @@
 //! SEQUENTIAL batch; for a PARALLEL one, its concurrency), and holds them until it ends. When
 //! fewer call slots are free than a PARALLEL batch asks for, it runs with the slots there are
 //! (as if it had asked for less concurrency: later, and with FAIL_FAST or a deadline possibly
-//! fewer calls run); with none free it is refused. The per-connection share keeps one connection
-//! (one client multiplexing many streams, or one that stopped reading) from taking everything:
-//! it applies once the server is half full, so a lone client on an idle server is not capped.
+//! fewer calls run); with none free it is refused. Shares keep one holder from taking
+//! everything: a connection (one client multiplexing many streams, or one that stopped reading),
+//! a tenant, and an identity (one token spread over many connections) each hold at most their
+//! share once the server is half full, so a lone client on an idle server is not capped.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -30,6 +31,12 @@ pub struct Capacity {
     pub batches_per_connection: usize,
     /// Calls one connection may run at once.
     pub calls_per_connection: usize,
+    /// Batches and calls one tenant may run at once.
+    pub batches_per_tenant: usize,
+    pub calls_per_tenant: usize,
+    /// Batches and calls one identity (within its tenant) may run at once.
+    pub batches_per_identity: usize,
+    pub calls_per_identity: usize,
 }
 
 impl From<&ServerConfig> for Capacity {
@@ -39,6 +46,10 @@ impl From<&ServerConfig> for Capacity {
             calls: server.max_concurrent_calls,
             batches_per_connection: server.max_batches_per_connection,
             calls_per_connection: server.max_calls_per_connection,
+            batches_per_tenant: server.max_batches_per_tenant,
+            calls_per_tenant: server.max_calls_per_tenant,
+            batches_per_identity: server.max_batches_per_identity,
+            calls_per_identity: server.max_calls_per_identity,
         }
     }
 }
@@ -54,6 +65,12 @@ pub enum Refusal {
     ConnectionBatches(usize),
     /// The connection holds its share of call slots while the server is half full or more.
     ConnectionCalls(usize),
+    /// The caller's tenant runs its share of batches while the server is half full or more.
+    TenantBatches(usize),
+    TenantCalls(usize),
+    /// The caller's identity runs its share of batches while the server is half full or more.
+    IdentityBatches(usize),
+    IdentityCalls(usize),
 }
 
 impl Refusal {
@@ -64,6 +81,31 @@ impl Refusal {
             Refusal::Calls(_) => "calls",
             Refusal::ConnectionBatches(_) => "connection_batches",
             Refusal::ConnectionCalls(_) => "connection_calls",
+            Refusal::TenantBatches(_) => "tenant_batches",
+            Refusal::TenantCalls(_) => "tenant_calls",
+            Refusal::IdentityBatches(_) => "identity_batches",
+            Refusal::IdentityCalls(_) => "identity_calls",
+        }
+    }
+}
+
+/// Who a batch runs for: the holders whose shares it counts against. A part left `None`
+/// (in-process callers) is bounded by the server-wide capacity only.
+#[derive(Debug, Clone, Default)]
+pub struct Holder {
+    pub connection: Option<SocketAddr>,
+    pub tenant: Option<String>,
+    /// The identity within its tenant (`tenant/id`: two tenants may name an identity alike).
+    pub identity: Option<String>,
+}
+
+impl Holder {
+    /// A batch from `connection` by `caller`.
+    pub fn new(connection: Option<SocketAddr>, caller: &crate::identity::Caller) -> Self {
+        Holder {
+            connection,
+            tenant: Some(caller.tenant.clone()),
+            identity: Some(format!("{}/{}", caller.tenant, caller.id)),
         }
     }
 }
@@ -73,8 +115,10 @@ impl Refusal {
 struct Usage {
     batches: usize,
     calls: usize,
-    /// (batches, calls) per connection with anything running.
-    connections: HashMap<SocketAddr, (usize, usize)>,
+    /// (batches, calls) per connection, tenant and identity with anything running.
+    connections: Held<SocketAddr>,
+    tenants: Held<String>,
+    identities: Held<String>,
     /// Latched when server-wide capacity ran out; cleared once usage is back under the low
     /// watermark, so health does not flap at the edge.
     overloaded: bool,
@@ -88,11 +132,51 @@ pub struct Admission {
     overloaded: watch::Sender<bool>,
 }
 
+/// (batches, calls) held per key; a key holding nothing is removed.
+#[derive(Debug)]
+struct Held<K>(HashMap<K, (usize, usize)>);
+
+impl<K> Default for Held<K> {
+    fn default() -> Self {
+        Held(HashMap::new())
+    }
+}
+
+impl<K: std::hash::Hash + Eq> Held<K> {
+    fn of<Q>(&self, key: &Q) -> (usize, usize)
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: std::hash::Hash + Eq + ?Sized,
+    {
+        self.0.get(key).copied().unwrap_or_default()
+    }
+
+    fn add(&mut self, key: K, calls: usize) {
+        let entry = self.0.entry(key).or_default();
+        entry.0 += 1;
+        entry.1 += calls;
+    }
+
+    fn remove<Q>(&mut self, key: &Q, calls: usize)
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: std::hash::Hash + Eq + ?Sized,
+    {
+        if let Some(entry) = self.0.get_mut(key) {
+            entry.0 = entry.0.saturating_sub(1);
+            entry.1 = entry.1.saturating_sub(calls);
+            if entry.0 == 0 {
+                self.0.remove(key);
+            }
+        }
+    }
+}
+
 /// Capacity held by one running batch; dropping it gives the capacity back.
 #[derive(Debug)]
 pub struct Ticket {
     admission: Arc<Admission>,
-    connection: Option<SocketAddr>,
+    holder: Holder,
     calls: usize,
 }
 
@@ -105,7 +189,7 @@ impl Ticket {
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        self.admission.release(self.connection, self.calls);
+        self.admission.release(&self.holder, self.calls);
     }
 }
 
@@ -130,55 +214,64 @@ impl Admission {
         (usage.batches, usage.calls)
     }
 
-    /// Admits a batch from `connection` (unknown for in-process callers, which only the
-    /// server-wide capacity bounds) that wants to run `wanted_calls` calls at once.
-    pub fn admit(
-        self: &Arc<Self>,
-        connection: Option<SocketAddr>,
-        wanted_calls: usize,
-    ) -> Result<Ticket, Refusal> {
+    /// Admits a batch for `holder` that wants to run `wanted_calls` calls at once.
+    pub fn admit(self: &Arc<Self>, holder: Holder, wanted_calls: usize) -> Result<Ticket, Refusal> {
         let cap = self.capacity;
         let mut usage = self.usage.lock();
-        if let Some(refusal) = self.refusal(&usage, connection) {
+        if let Some(refusal) = self.refusal(&usage, &holder) {
             if matches!(refusal, Refusal::Batches(_) | Refusal::Calls(_)) {
                 self.set_overloaded(&mut usage, true);
             }
             return Err(refusal);
         }
         let mut calls = wanted_calls.max(1).min(cap.calls - usage.calls);
-        if let Some(c) = connection
-            && self.contended(&usage)
-        {
-            let held = usage.connections.get(&c).map_or(0, |u| u.1);
-            calls = calls.min(cap.calls_per_connection.saturating_sub(held).max(1));
+        if self.contended(&usage) {
+            // Within every share: each leaves at least one call, as the refusal check saw.
+            let room = |held: usize, share: usize| share.saturating_sub(held).max(1);
+            if let Some(c) = &holder.connection {
+                calls = calls.min(room(usage.connections.of(c).1, cap.calls_per_connection));
+            }
+            if let Some(t) = &holder.tenant {
+                calls = calls.min(room(usage.tenants.of(t.as_str()).1, cap.calls_per_tenant));
+            }
+            if let Some(i) = &holder.identity {
+                calls = calls.min(room(
+                    usage.identities.of(i.as_str()).1,
+                    cap.calls_per_identity,
+                ));
+            }
         }
         usage.batches += 1;
         usage.calls += calls;
-        if let Some(c) = connection {
-            let entry = usage.connections.entry(c).or_default();
-            entry.0 += 1;
-            entry.1 += calls;
+        if let Some(c) = holder.connection {
+            usage.connections.add(c, calls);
+        }
+        if let Some(t) = &holder.tenant {
+            usage.tenants.add(t.clone(), calls);
+        }
+        if let Some(i) = &holder.identity {
+            usage.identities.add(i.clone(), calls);
         }
         if usage.batches >= cap.batches || usage.calls >= cap.calls {
             self.set_overloaded(&mut usage, true);
         }
         Ok(Ticket {
             admission: self.clone(),
-            connection,
+            holder,
             calls,
         })
     }
 
-    /// Whether a batch from `connection` would be refused now: a cheap check before the
-    /// request is parsed, so refusing under load costs little.
-    pub fn check(&self, connection: Option<SocketAddr>) -> Result<(), Refusal> {
-        match self.refusal(&self.usage.lock(), connection) {
+    /// Whether a batch for `holder` would be refused now: a cheap check before the request is
+    /// parsed, so refusing under load costs little.
+    pub fn check(&self, holder: &Holder) -> Result<(), Refusal> {
+        match self.refusal(&self.usage.lock(), holder) {
             Some(refusal) => Err(refusal),
             None => Ok(()),
         }
     }
 
-    fn refusal(&self, usage: &Usage, connection: Option<SocketAddr>) -> Option<Refusal> {
+    fn refusal(&self, usage: &Usage, holder: &Holder) -> Option<Refusal> {
         let cap = self.capacity;
         if usage.batches >= cap.batches {
             return Some(Refusal::Batches(cap.batches));
@@ -186,38 +279,70 @@ impl Admission {
         if usage.calls >= cap.calls {
             return Some(Refusal::Calls(cap.calls));
         }
-        let (batches, calls) = connection
-            .and_then(|c| usage.connections.get(&c).copied())
-            .unwrap_or_default();
-        if connection.is_none() || !self.contended(usage) {
-            None
-        } else if batches >= cap.batches_per_connection {
-            Some(Refusal::ConnectionBatches(cap.batches_per_connection))
-        } else if calls >= cap.calls_per_connection {
-            Some(Refusal::ConnectionCalls(cap.calls_per_connection))
-        } else {
-            None
+        if !self.contended(usage) {
+            return None;
         }
+        let over =
+            |(batches, calls): (usize, usize), shares: (usize, usize), refusals: [Refusal; 2]| {
+                if batches >= shares.0 {
+                    Some(refusals[0])
+                } else if calls >= shares.1 {
+                    Some(refusals[1])
+                } else {
+                    None
+                }
+            };
+        let connection = holder.connection.as_ref().and_then(|c| {
+            over(
+                usage.connections.of(c),
+                (cap.batches_per_connection, cap.calls_per_connection),
+                [
+                    Refusal::ConnectionBatches(cap.batches_per_connection),
+                    Refusal::ConnectionCalls(cap.calls_per_connection),
+                ],
+            )
+        });
+        let identity = holder.identity.as_deref().and_then(|i| {
+            over(
+                usage.identities.of(i),
+                (cap.batches_per_identity, cap.calls_per_identity),
+                [
+                    Refusal::IdentityBatches(cap.batches_per_identity),
+                    Refusal::IdentityCalls(cap.calls_per_identity),
+                ],
+            )
+        });
+        let tenant = holder.tenant.as_deref().and_then(|t| {
+            over(
+                usage.tenants.of(t),
+                (cap.batches_per_tenant, cap.calls_per_tenant),
+                [
+                    Refusal::TenantBatches(cap.batches_per_tenant),
+                    Refusal::TenantCalls(cap.calls_per_tenant),
+                ],
+            )
+        });
+        connection.or(identity).or(tenant)
     }
 
-    /// Connection shares apply once the server is half full (by batches or calls).
+    /// Shares apply once the server is half full (by batches or calls).
     fn contended(&self, usage: &Usage) -> bool {
         let cap = self.capacity;
         usage.batches * 2 >= cap.batches || usage.calls * 2 >= cap.calls
     }
 
-    fn release(&self, connection: Option<SocketAddr>, calls: usize) {
+    fn release(&self, holder: &Holder, calls: usize) {
         let mut usage = self.usage.lock();
         usage.batches = usage.batches.saturating_sub(1);
         usage.calls = usage.calls.saturating_sub(calls);
-        if let Some(c) = connection
-            && let Some(entry) = usage.connections.get_mut(&c)
-        {
-            entry.0 = entry.0.saturating_sub(1);
-            entry.1 = entry.1.saturating_sub(calls);
-            if entry.0 == 0 {
-                usage.connections.remove(&c);
-            }
+        if let Some(c) = &holder.connection {
+            usage.connections.remove(c, calls);
+        }
+        if let Some(t) = &holder.tenant {
+            usage.tenants.remove(t.as_str(), calls);
+        }
+        if let Some(i) = &holder.identity {
+            usage.identities.remove(i.as_str(), calls);
         }
         let cap = self.capacity;
         if usage.overloaded
@@ -246,35 +371,47 @@ mod tests {
             calls,
             batches_per_connection: per_conn.0,
             calls_per_connection: per_conn.1,
+            batches_per_tenant: batches,
+            calls_per_tenant: calls,
+            batches_per_identity: batches,
+            calls_per_identity: calls,
         })
     }
 
-    fn conn(port: u16) -> Option<SocketAddr> {
-        Some(SocketAddr::from(([127, 0, 0, 1], port)))
+    /// A holder with only a connection.
+    fn conn(port: u16) -> Holder {
+        Holder {
+            connection: Some(SocketAddr::from(([127, 0, 0, 1], port))),
+            ..Holder::default()
+        }
+    }
+
+    fn none() -> Holder {
+        Holder::default()
     }
 
     #[test]
     fn batches_are_bounded_and_capacity_comes_back_on_drop() {
         let a = admission(2, 100, (2, 100));
-        let first = a.admit(None, 1).unwrap();
-        let _second = a.admit(None, 1).unwrap();
-        assert_eq!(a.admit(None, 1).unwrap_err(), Refusal::Batches(2));
+        let first = a.admit(none(), 1).unwrap();
+        let _second = a.admit(none(), 1).unwrap();
+        assert_eq!(a.admit(none(), 1).unwrap_err(), Refusal::Batches(2));
         drop(first);
-        assert!(a.admit(None, 1).is_ok());
+        assert!(a.admit(none(), 1).is_ok());
         assert_eq!(a.in_use(), (1, 1));
     }
 
     #[test]
     fn a_parallel_batch_gets_the_call_slots_that_are_free_and_none_is_a_refusal() {
         let a = admission(10, 8, (10, 8));
-        let wide = a.admit(None, 6).unwrap();
+        let wide = a.admit(none(), 6).unwrap();
         assert_eq!(wide.calls(), 6);
-        let narrowed = a.admit(None, 6).unwrap();
+        let narrowed = a.admit(none(), 6).unwrap();
         assert_eq!(narrowed.calls(), 2, "ran with what was left");
-        assert_eq!(a.admit(None, 1).unwrap_err(), Refusal::Calls(8));
+        assert_eq!(a.admit(none(), 1).unwrap_err(), Refusal::Calls(8));
         drop(wide);
         assert_eq!(
-            a.admit(None, 0).unwrap().calls(),
+            a.admit(none(), 0).unwrap().calls(),
             1,
             "every batch runs one call"
         );
@@ -290,7 +427,7 @@ mod tests {
             Refusal::ConnectionBatches(1),
             "over its share with the server half full"
         );
-        assert_eq!(a.check(conn(1)), Err(Refusal::ConnectionBatches(1)));
+        assert_eq!(a.check(&conn(1)), Err(Refusal::ConnectionBatches(1)));
         assert!(
             a.admit(conn(2), 1).is_ok(),
             "another connection still gets in"
@@ -309,10 +446,47 @@ mod tests {
     }
 
     #[test]
+    fn an_identity_over_many_connections_and_a_tenant_hold_their_share_only() {
+        let a = Admission::new(Capacity {
+            batches: 8,
+            calls: 100,
+            batches_per_connection: 8,
+            calls_per_connection: 100,
+            batches_per_tenant: 3,
+            calls_per_tenant: 100,
+            batches_per_identity: 2,
+            calls_per_identity: 100,
+        });
+        let who = |port: u16, tenant: &str, id: &str| Holder {
+            connection: Some(SocketAddr::from(([127, 0, 0, 1], port))),
+            tenant: Some(tenant.to_owned()),
+            identity: Some(format!("{tenant}/{id}")),
+        };
+        // One token over a new connection each time: the server fills to half, then the
+        // identity's share stops it whatever connection it uses.
+        let held: Vec<Ticket> = (0..4)
+            .map(|p| a.admit(who(p, "acme", "bot"), 1).unwrap())
+            .collect();
+        assert_eq!(
+            a.admit(who(9, "acme", "bot"), 1).unwrap_err(),
+            Refusal::IdentityBatches(2)
+        );
+        // Another identity of the same tenant: the tenant's share is spent too.
+        assert_eq!(
+            a.admit(who(10, "acme", "other"), 1).unwrap_err(),
+            Refusal::TenantBatches(3)
+        );
+        // Another tenant still gets in.
+        assert!(a.admit(who(11, "globex", "bot"), 1).is_ok());
+        drop(held);
+        assert!(a.usage.lock().identities.0.is_empty());
+    }
+
+    #[test]
     fn overload_is_reported_at_full_capacity_and_cleared_below_three_quarters() {
         let a = admission(4, 100, (4, 100));
         let overloaded = a.overloaded();
-        let tickets: Vec<Ticket> = (0..4).map(|_| a.admit(None, 1).unwrap()).collect();
+        let tickets: Vec<Ticket> = (0..4).map(|_| a.admit(none(), 1).unwrap()).collect();
         assert!(*overloaded.borrow(), "full");
         let mut tickets = tickets.into_iter();
         drop(tickets.next());

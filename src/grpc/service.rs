@@ -11,7 +11,7 @@ use tokio_util::task::TaskTracker;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 
-use super::admission::{Admission, Refusal, Ticket};
+use super::admission::{Admission, Holder, Refusal, Ticket};
 use super::auth::{Authenticator, Rpc};
 use super::batch_stream::{BatchStream, Events, StallWatch};
 use super::convert::{self, RequestRules};
@@ -116,9 +116,10 @@ impl ToolGateService {
             return Err(RequestError::ShuttingDown);
         }
         // A full server refuses before parsing: refusals under load stay cheap.
+        let holder = Holder::new(connection, &caller);
         self.state
             .admission
-            .check(connection)
+            .check(&holder)
             .map_err(|refusal| self.refused(refusal))?;
         let mut batch = convert::batch_from_request(request, caller, &self.state.rules)?;
         self.state
@@ -134,7 +135,7 @@ impl ToolGateService {
         let ticket = self
             .state
             .admission
-            .admit(connection, wanted)
+            .admit(holder, wanted)
             .map_err(|refusal| self.refused(refusal))?;
         if let Mode::Parallel { max_concurrency } = &mut batch.options.mode {
             *max_concurrency = (*max_concurrency).min(ticket.calls());

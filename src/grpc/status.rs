@@ -115,5 +115,17 @@ fn overloaded_text(refusal: &Refusal) -> String {
         Refusal::ConnectionCalls(n) => format!(
             "this connection has reached its share of a busy server (server.max_calls_per_connection = {n}); retry when one finishes"
         ),
+        Refusal::TenantBatches(n) => format!(
+            "this tenant has reached its share of a busy server (server.max_batches_per_tenant = {n}); retry when one finishes"
+        ),
+        Refusal::TenantCalls(n) => format!(
+            "this tenant has reached its share of a busy server (server.max_calls_per_tenant = {n}); retry when one finishes"
+        ),
+        Refusal::IdentityBatches(n) => format!(
+            "this identity has reached its share of a busy server (server.max_batches_per_identity = {n}); retry when one finishes"
+        ),
+        Refusal::IdentityCalls(n) => format!(
+            "this identity has reached its share of a busy server (server.max_calls_per_identity = {n}); retry when one finishes"
+        ),
     }
 }

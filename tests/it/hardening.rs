@@ -783,3 +783,66 @@ async fn the_result_cache_holds_at_most_its_bytes() {
             >= 10
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_token_over_many_connections_cannot_take_every_batch_slot() {
+    let server = serve(
+        "identity-share",
+        &format!(
+            r#"
+            [server]
+            max_concurrent_batches = 8
+            max_batches_per_identity = 2
+            max_batches_per_tenant = 3
+            [auth]
+            anonymous = "none"
+            [[auth.tokens]]
+            id = "greedy"
+            tenant = "acme"
+            sha256 = "{}"
+            [[auth.tokens]]
+            id = "polite"
+            tenant = "globex"
+            sha256 = "{}"
+            "#,
+            sha256_hex("greedy-secret"),
+            sha256_hex("polite-secret")
+        ),
+    );
+    let sleep = || request(json!([{"id": "s", "name": "sleep", "arguments": {"ms": 3000}}]));
+    // The greedy token opens a new connection for every long batch.
+    let mut running = Vec::new();
+    let mut refusals = Vec::new();
+    for _ in 0..8 {
+        let mut client = ToolGateClient::new(connect(server.addr.parse().unwrap()).await);
+        let call =
+            tokio::spawn(async move { client.dispatch(bearer("greedy-secret", sleep())).await });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if call.is_finished() {
+            refusals.push(call.await.unwrap().unwrap_err());
+        } else {
+            running.push(call);
+        }
+    }
+    assert_eq!(running.len(), 4, "admitted until the server was half full");
+    assert_eq!(refusals.len(), 4);
+    assert_eq!(refusals[0].code(), tonic::Code::ResourceExhausted);
+    assert!(
+        refusals[0]
+            .message()
+            .starts_with("this identity has reached its share of a busy server"),
+        "{}",
+        refusals[0].message()
+    );
+    // Another tenant is served while the greedy batches run.
+    let mut client = ToolGateClient::new(connect(server.addr.parse().unwrap()).await);
+    let echo = request(json!([{"id": "e", "name": "echo", "arguments": {"n": 1}}]));
+    let served = client
+        .dispatch(bearer("polite-secret", echo))
+        .await
+        .unwrap();
+    assert!(served.into_inner().all_succeeded);
+    for call in running {
+        call.await.unwrap().unwrap();
+    }
+}
