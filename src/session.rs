@@ -219,6 +219,9 @@ struct Live {
     clock: u64,
     /// What each tenant holds, so a bound takes from the tenant holding the most.
     tenants: HashMap<String, Tenant>,
+    /// Scratch directories of sessions gone from the table whose removal failed; tried again
+    /// at each sweep and at stop, so nothing a session wrote outlives the server.
+    leftovers: Vec<ScratchDir>,
 }
 
 /// One tenant's live named sessions and their memory bytes.
@@ -266,8 +269,15 @@ impl Live {
                 self.tenants.remove(&session.tenant);
             }
         }
-        retire(&session);
+        if !retire(&session) {
+            self.leftovers.push(session.scratch.clone());
+        }
         Some(session)
+    }
+
+    /// Tries the leftover scratch directories again; keeps those that still fail.
+    fn remove_leftovers(&mut self) {
+        self.leftovers.retain(|scratch| !scratch.remove());
     }
 
     /// The tenant holding the most by `measure`, if any.
@@ -430,8 +440,11 @@ impl Sessions {
             .in_use
             .fetch_sub(1, Ordering::SeqCst)
             .saturating_sub(1);
-        if remaining == 0 && (session.ephemeral || session.ended.load(Ordering::SeqCst)) {
-            session.scratch.remove();
+        if remaining == 0
+            && (session.ephemeral || session.ended.load(Ordering::SeqCst))
+            && !session.scratch.remove()
+        {
+            self.lock().leftovers.push(session.scratch.clone());
         }
     }
 
@@ -450,6 +463,7 @@ impl Sessions {
     pub fn sweep(&self, now: Instant) -> usize {
         let ttl = self.limits.idle_ttl;
         let mut live = self.lock();
+        live.remove_leftovers();
         let expired: Vec<String> = live
             .by_id
             .iter()
@@ -475,19 +489,28 @@ impl Sessions {
     /// Removes every scratch directory (server stop).
     pub fn remove_all(&self) {
         let mut live = self.lock();
-        for session in live.by_id.values() {
-            session.scratch.remove();
-            session.forget();
-        }
+        let failed: Vec<ScratchDir> = live
+            .by_id
+            .values()
+            .filter(|session| {
+                session.forget();
+                !session.scratch.remove()
+            })
+            .map(|session| session.scratch.clone())
+            .collect();
+        live.leftovers.extend(failed);
+        live.remove_leftovers();
+        let left = live.leftovers.len();
         *live = Live::default();
         if self.owns_base {
-            match std::fs::remove_dir_all(&self.base) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(error) => {
-                    tracing::warn!(path = %self.base.display(), %error, "scratch base not removed")
-                }
+            if let Err(error) = crate::tools::remove_tree(&self.base) {
+                tracing::warn!(path = %self.base.display(), %error, "scratch base not removed");
             }
+        } else if left > 0 {
+            tracing::warn!(
+                directories = left,
+                "scratch directories not removed at stop"
+            );
         }
     }
 
@@ -558,8 +581,8 @@ fn ephemeral_id() -> String {
 }
 
 /// A session left the map: its memory is given back now, its directory goes now or when its
-/// last batch releases it.
-fn retire(session: &Session) {
+/// last batch releases it. False when removing the directory failed.
+fn retire(session: &Session) -> bool {
     // Set under the memory lock, so a `remember` racing with this either ran before (and is
     // forgotten below) or sees the session ended and keeps nothing.
     {
@@ -567,9 +590,7 @@ fn retire(session: &Session) {
         session.ended.store(true, Ordering::SeqCst);
     }
     session.forget();
-    if !session.busy() {
-        session.scratch.remove();
-    }
+    session.busy() || session.scratch.remove()
 }
 
 /// What a memory entry costs: its allocation and the `String` that holds it.

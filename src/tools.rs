@@ -22,7 +22,7 @@ pub use catalog::Catalog;
 pub use function::FnTool;
 pub use outcome::{ErrorClass, content_of};
 pub use registry::{RegistryError, ToolRegistry, ToolSource};
-pub use scratch::{DEFAULT_QUOTA_BYTES, ScratchDir, unguessable_name};
+pub use scratch::{DEFAULT_QUOTA_BYTES, ScratchDir, remove_tree, unguessable_name};
 
 /// The boxed future a tool returns; `'a` lets it borrow the tool and its context.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

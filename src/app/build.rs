@@ -139,7 +139,7 @@ pub(super) fn remove_stale_bases(temp: &Path) {
         if pid == std::process::id() || Path::new("/proc").join(pid.to_string()).exists() {
             continue;
         }
-        match std::fs::remove_dir_all(entry.path()) {
+        match crate::tools::remove_tree(&entry.path()) {
             Ok(()) => {
                 tracing::info!(path = %entry.path().display(), pid, "removed a stale scratch base")
             }

@@ -21,6 +21,8 @@ pub use dir::{DEFAULT_QUOTA_BYTES, ScratchDir, unguessable_name};
 const MAX_FILE_BYTES: usize = 1024 * 1024;
 /// Most entries `scratch_list` returns.
 const MAX_LIST_ENTRIES: usize = 1000;
+/// Most names in a scratch path: deeper trees cost a descriptor per level to walk.
+const MAX_DEPTH: usize = 32;
 
 /// The call's scratch directory, made on first use. Tools never fall back to a directory shared
 /// with other sessions: if it cannot be made, the call fails and says why.
@@ -178,6 +180,15 @@ fn scratch_list<'a>(
     })
 }
 
+/// Removes `path` and everything beneath it with the descriptors bounded at any depth, never
+/// following a symlink inside (a session's scratch directory, or a server's base of them).
+pub fn remove_tree(path: &Path) -> std::io::Result<()> {
+    beneath::remove_all(path).map_err(|error| match error {
+        BeneathError::Io(error) => error,
+        other => std::io::Error::other(other.to_string()),
+    })
+}
+
 fn required_str<'a>(input: &'a Value, key: &str) -> Result<&'a str, ToolError> {
     match input_str(input, key)? {
         Some(s) if !s.is_empty() => Ok(s),
@@ -207,6 +218,12 @@ fn components(relative: &str) -> Result<Vec<OsString>, ToolError> {
     }
     let mut parts = Vec::new();
     for component in Path::new(relative).components() {
+        if parts.len() == MAX_DEPTH {
+            return Err(ToolError::invalid_input(format!(
+                "path '{}' is more than {MAX_DEPTH} names deep",
+                crate::json::truncate_chars(relative, 200)
+            )));
+        }
         match component {
             Component::Normal(part) => parts.push(part.to_owned()),
             Component::CurDir => {}

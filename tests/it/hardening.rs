@@ -846,3 +846,60 @@ async fn one_token_over_many_connections_cannot_take_every_batch_slot() {
         call.await.unwrap().unwrap();
     }
 }
+
+/// The one session directory under `base` (`toolgate-<random>`).
+fn session_dir(base: &Path) -> PathBuf {
+    let dirs: Vec<PathBuf> = std::fs::read_dir(base)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    dirs[0].clone()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deep_scratch_tree_is_removed_under_a_low_file_limit() {
+    use rustix::fs::{Mode, OFlags, mkdirat, openat};
+    let dir = folder("deep-scratch");
+    let base = dir.join("scratch");
+    std::fs::create_dir_all(&base).unwrap();
+    let config = write(
+        &dir,
+        "toolgate.toml",
+        &format!("[sessions]\nscratch_base = \"{}\"\n", base.display()),
+    );
+    let server = Binary::start_with_file_limit(&["--config", &config], 256);
+    let body = json!({"session_id": "deep", "calls": [{"id": "w", "name": "scratch_write",
+        "arguments": {"path": "notes/a.txt", "content": "x"}}]});
+    let (ok, out) = grpcurl(&[], &server.addr, "toolgate.v1.ToolGate/Dispatch", &body).await;
+    assert!(ok && out.contains("\"success\": true"), "{out}");
+    // A path deeper than 32 names is refused.
+    let deep_path = vec!["d"; 40].join("/");
+    let refused = dispatch_one(
+        &server.addr,
+        "scratch_write",
+        json!({"path": deep_path, "content": "x"}),
+    )
+    .await;
+    assert_eq!(refused["errorClass"], "INVALID_ARGUMENTS", "{refused}");
+    // A tree thousands of levels deep made inside the session's directory by another program
+    // with access to it (a hook, an MCP server): ending the session still removes everything.
+    let session = session_dir(&base);
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let mut level = openat(rustix::fs::CWD, &session, flags, Mode::empty()).unwrap();
+    for _ in 0..3000 {
+        mkdirat(&level, "level", Mode::RWXU).unwrap();
+        level = openat(&level, "level", flags, Mode::empty()).unwrap();
+    }
+    drop(level);
+    let (ok, out) = grpcurl(
+        &[],
+        &server.addr,
+        "toolgate.v1.ToolGate/EndSession",
+        &json!({"session_id": "deep"}),
+    )
+    .await;
+    assert!(ok && out.contains("\"ended\": true"), "{out}");
+    assert!(!session.exists(), "the session's directory is gone");
+    assert_eq!(std::fs::read_dir(&base).unwrap().count(), 0);
+}

@@ -37,7 +37,22 @@ impl Binary {
     }
 
     pub(crate) fn start_with(extra: &[&str], env: &[(&str, &str)]) -> Binary {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        Binary::spawn(Command::new(env!("CARGO_BIN_EXE_toolgate")), extra, env)
+    }
+
+    /// The binary with its file limit (soft and hard) at `files`, as `ulimit -n` sets it.
+    pub(crate) fn start_with_file_limit(extra: &[&str], files: u32) -> Binary {
+        let mut shell = Command::new("bash");
+        shell.args([
+            "-c",
+            &format!("ulimit -n {files} && exec \"$0\" \"$@\""),
+            env!("CARGO_BIN_EXE_toolgate"),
+        ]);
+        Binary::spawn(shell, extra, &[])
+    }
+
+    fn spawn(mut command: Command, extra: &[&str], env: &[(&str, &str)]) -> Binary {
+        let mut child = command
             .args([
                 "serve",
                 "--listen",

@@ -11,7 +11,12 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use rustix::fs::{AtFlags, CWD, Dir, FileType, Mode, OFlags, mkdirat, openat, statat};
+use std::os::unix::ffi::OsStrExt;
+
+use rustix::fs::{
+    AtFlags, CWD, Dir, FileType, Mode, OFlags, RenameFlags, mkdirat, openat, renameat_with, statat,
+    unlinkat,
+};
 use rustix::io::Errno;
 
 /// What a file or directory made costs against the quota besides its contents: one block, so
@@ -200,6 +205,96 @@ pub(super) fn list(
         }
     }
     Ok(entries)
+}
+
+/// Removes `root` and everything beneath it, holding at most three descriptors whatever the
+/// tree's depth: `remove_dir_all` holds one per level, so a deep tree failed under a low file
+/// limit and stayed on disk. Each directory is emptied of its files, its subdirectories are
+/// moved up into `root` (a rename within the tree, under a fresh name) to be emptied in turn,
+/// and then it is removed. Symlinks are removed, never followed. A missing `root` is no error.
+pub(crate) fn remove_all(root: &Path) -> Result<(), BeneathError> {
+    let top = match open_root(root) {
+        Ok(fd) => fd,
+        Err(BeneathError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(error) => return Err(error),
+    };
+    let mut moved: u64 = 0;
+    loop {
+        let entries = names(&top)?;
+        if entries.is_empty() {
+            break;
+        }
+        for (name, is_dir) in entries {
+            if !is_dir {
+                gone(unlinkat(&top, name.as_os_str(), AtFlags::empty()))?;
+                continue;
+            }
+            let dir = match open_dir(&top, &name) {
+                Ok(dir) => dir,
+                Err(BeneathError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(error) => return Err(error),
+            };
+            for (child, child_is_dir) in names(&dir)? {
+                if child_is_dir {
+                    moved = lift(&dir, &child, &top, moved)?;
+                } else {
+                    gone(unlinkat(&dir, child.as_os_str(), AtFlags::empty()))?;
+                }
+            }
+            drop(dir);
+            gone(unlinkat(&top, name.as_os_str(), AtFlags::REMOVEDIR))?;
+        }
+    }
+    drop(top);
+    match std::fs::remove_dir(root) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
+        _ => Ok(()),
+    }
+}
+
+/// Moves the directory `name` from `dir` into `top` under a fresh name (`.removing-<n>`);
+/// answers the next number to try.
+fn lift(dir: &OwnedFd, name: &OsStr, top: &OwnedFd, mut n: u64) -> Result<u64, BeneathError> {
+    loop {
+        n += 1;
+        let fresh = format!(".removing-{n}");
+        match renameat_with(dir, name, top, fresh.as_str(), RenameFlags::NOREPLACE) {
+            Ok(()) | Err(Errno::NOENT) => return Ok(n),
+            Err(Errno::EXIST) => {}
+            Err(errno) => return Err(errno.into()),
+        }
+    }
+}
+
+/// Every name in `dir` but `.` and `..`, and whether it is a directory (not following links).
+fn names(dir: &OwnedFd) -> Result<Vec<(OsString, bool)>, BeneathError> {
+    let mut names = Vec::new();
+    for entry in Dir::read_from(dir)? {
+        let entry = entry?;
+        let name = entry.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        let mut kind = entry.file_type();
+        if kind == FileType::Unknown {
+            kind = match statat(dir, entry.file_name(), AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(stat) => FileType::from_raw_mode(stat.st_mode),
+                Err(Errno::NOENT) => continue,
+                Err(errno) => return Err(errno.into()),
+            };
+        }
+        let name = OsStr::from_bytes(name).to_owned();
+        names.push((name, kind == FileType::Directory));
+    }
+    Ok(names)
+}
+
+/// A removal whose target is already gone did its job.
+fn gone(removed: rustix::io::Result<()>) -> Result<(), BeneathError> {
+    match removed {
+        Ok(()) | Err(Errno::NOENT) => Ok(()),
+        Err(errno) => Err(errno.into()),
+    }
 }
 
 /// The root directory itself; its last component must not be a symlink either.

@@ -1,7 +1,6 @@
 //! A session's scratch directory: made on first use, mode 0700, under an unguessable name, with
 //! the byte count its quota is checked against.
 
-use std::io::ErrorKind;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -94,18 +93,24 @@ impl ScratchDir {
         (self.inner.quota, self.inner.used.lock())
     }
 
-    /// Removes the directory and everything in it, if it was ever made.
-    pub fn remove(&self) {
-        let Some(path) = self.inner.made.lock().take() else {
-            return;
+    /// Removes the directory and everything in it, if it was ever made; true once it is gone.
+    /// A removal that fails keeps the directory made and its bytes charged, so the quota still
+    /// holds and a later removal (the next end of the session, the server's stop) tries again.
+    pub fn remove(&self) -> bool {
+        let mut made = self.inner.made.lock();
+        let Some(path) = made.clone() else {
+            return true;
         };
-        *self.inner.used.lock() = 0;
-        // remove_dir_all never follows a symlink it finds inside.
-        match std::fs::remove_dir_all(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == ErrorKind::NotFound => {}
+        // Symlinks inside are removed, never followed; descriptors stay bounded at any depth.
+        match super::beneath::remove_all(&path) {
+            Ok(()) => {
+                *made = None;
+                *self.inner.used.lock() = 0;
+                true
+            }
             Err(error) => {
                 tracing::warn!(path = %path.display(), %error, "scratch directory not removed");
+                false
             }
         }
     }

@@ -310,3 +310,44 @@ async fn missing_files_say_so() {
     let err = f.read("nope/x.txt").await.unwrap_err();
     assert_eq!(err.message, "'nope/x.txt' does not exist");
 }
+
+#[tokio::test]
+async fn a_path_deeper_than_the_limit_is_refused() {
+    let f = Fixture::new("deep-path");
+    let deep = vec!["d"; MAX_DEPTH + 1].join("/");
+    let error = f.write(&deep, "x").await.unwrap_err();
+    assert_eq!(error.kind, ToolErrorKind::InvalidInput);
+    assert_eq!(
+        error.message,
+        format!("path '{deep}' is more than {MAX_DEPTH} names deep")
+    );
+    assert!(f.write(&vec!["d"; MAX_DEPTH].join("/"), "x").await.is_ok());
+}
+
+/// Makes a chain of `depth` directories under `root` (one descriptor at a time, as any other
+/// program with access to the directory could) with a file at the bottom.
+fn deep_tree(root: &Path, depth: usize) {
+    use rustix::fs::{Mode, OFlags, mkdirat, openat};
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let mut dir = openat(rustix::fs::CWD, root, flags, Mode::empty()).unwrap();
+    for _ in 0..depth {
+        mkdirat(&dir, "level", Mode::RWXU).unwrap();
+        dir = openat(&dir, "level", flags, Mode::empty()).unwrap();
+    }
+    let file = openat(&dir, "bottom", OFlags::WRONLY | OFlags::CREATE, Mode::RUSR).unwrap();
+    drop(file);
+}
+
+#[tokio::test]
+async fn a_tree_of_any_depth_is_removed_and_links_inside_are_not_followed() {
+    let f = Fixture::new("remove-deep");
+    deep_tree(&f.root, 3000);
+    symlink(&f.outside, f.root.join("to-outside")).unwrap();
+    symlink(f.outside.join("secret.txt"), f.root.join("level/to-secret")).unwrap();
+    f.write("a/b/c.txt", "x").await.unwrap();
+    remove_tree(&f.root).unwrap();
+    assert!(!f.root.exists());
+    f.outside_untouched();
+    // Removing what is gone is no error.
+    remove_tree(&f.root).unwrap();
+}
