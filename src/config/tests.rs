@@ -221,7 +221,9 @@ fn the_unknown_section_message_lists_every_section() {
 
 #[test]
 fn a_malformed_binding_reference_is_a_warning_not_an_error() {
-    let c = Config::from_toml("[bindings.x]\ntool = \"echo\"\ninput = { user = \"ctx.user.\" }")
+    let c = Config::from_toml(
+        "[auth]\nanonymous_roles = [\"agent\"]\n[bindings.x]\ntool = \"echo\"\ninput = { user = \"ctx.user.\" }",
+    )
         .expect("a malformed reference resolves to null: the config is valid");
     let warnings = c.warnings();
     assert_eq!(warnings.len(), 1, "{warnings:?}");
@@ -250,11 +252,19 @@ fn capacity_limits_are_checked_and_a_share_as_large_as_the_server_warns() {
             "{key}: {problems:?}"
         );
     }
+    // The default's one warning: anonymous callers from this machine are admins.
+    let defaults = Config::default().warnings();
+    assert_eq!(defaults.len(), 1, "{defaults:?}");
     assert!(
-        Config::default().warnings().is_empty(),
-        "the defaults keep shares"
+        defaults[0].starts_with(
+            "auth.anonymous_roles: callers without credentials (from this machine) get the admin role"
+        ),
+        "{defaults:?}"
     );
-    let c = Config::from_toml("[server]\nmax_batches_per_connection = 256").unwrap();
+    let agents = "[auth]\nanonymous_roles = [\"agent\"]\n";
+    assert!(Config::from_toml(agents).unwrap().warnings().is_empty());
+    let c = Config::from_toml(&format!("{agents}[server]\nmax_batches_per_connection = 256"))
+        .unwrap();
     assert_eq!(
         c.warnings(),
         [

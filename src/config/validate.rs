@@ -413,6 +413,17 @@ impl Config {
                 w.push("remote_registration.enabled on a non-loopback address: callers with the admin role can make the server start programs and reach addresses".to_owned());
             }
         }
+        let anonymous_admin = self.auth.anonymous != super::Anonymous::None
+            && self.auth.anonymous_roles.iter().any(|r| r == "admin");
+        if anonymous_admin {
+            w.push(format!(
+                "auth.anonymous_roles: callers without credentials ({}) get the admin role: they can register remotes (if enabled), accept changed tools and read tool health. \"loopback\" trusts the connection's address: behind a local proxy or a sidecar (Istio's inbound comes from 127.0.0.6) every caller looks local. Set auth.anonymous_roles = [\"agent\"] or auth.anonymous = \"none\" unless this machine is yours alone",
+                match self.auth.anonymous {
+                    super::Anonymous::Any => "from anywhere",
+                    _ => "from this machine",
+                }
+            ));
+        }
         let admin_public = self
             .admin
             .listen

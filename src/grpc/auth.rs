@@ -222,17 +222,21 @@ impl Authenticator {
             };
             return self.bearer(token);
         }
+        // A certificate is a credential: one that maps to no identity is refused, never let in
+        // as anonymous (which from loopback could be an admin).
         if let Some(certs) = request.peer_certs()
             && let Some(leaf) = certs.first()
         {
-            if let Some(caller) = self.certificate(leaf) {
-                return Ok(caller);
-            }
-            if self.anonymous.is_none() {
-                return Err("the client certificate names no configured identity".to_owned());
-            }
+            return self
+                .certificate(leaf)
+                .ok_or_else(|| "the client certificate names no configured identity".to_owned());
         }
-        let local = request.remote_addr().is_some_and(|a| a.ip().is_loopback());
+        // A local IPv4 client of a `[::]` listener is `::ffff:127.0.0.1`. A request a proxy
+        // forwarded (it says so in a header) is not from this machine, whatever the connection.
+        let local = request
+            .remote_addr()
+            .is_some_and(|a| a.ip().to_canonical().is_loopback())
+            && !forwarded(request.metadata());
         match &self.anonymous {
             Some(caller) if local || !self.anonymous_loopback_only => Ok(caller.clone()),
             _ => Err("credentials required: send 'authorization: Bearer <token>'".to_owned()),
@@ -267,6 +271,21 @@ impl Authenticator {
             .find(|(name, _)| cert.verify_is_valid_for_subject_name(name).is_ok())
             .map(|(_, caller)| caller.clone())
     }
+}
+
+/// Whether a proxy says it forwarded the request: the headers the common ones add (RFC 7239,
+/// the de facto `X-Forwarded-*` and `X-Real-IP`, Envoy's and Istio's). A request through one is
+/// from wherever the proxy's client is, so a loopback connection does not make it local.
+fn forwarded(metadata: &tonic::metadata::MetadataMap) -> bool {
+    metadata.keys().any(|key| {
+        let name = match key {
+            tonic::metadata::KeyRef::Ascii(name) => name.as_str(),
+            tonic::metadata::KeyRef::Binary(name) => name.as_str(),
+        };
+        matches!(name, "forwarded" | "via" | "x-real-ip")
+            || name.starts_with("x-forwarded-")
+            || name.starts_with("x-envoy-")
+    })
 }
 
 fn strip_bearer(header: &str) -> Option<&str> {

@@ -903,3 +903,36 @@ async fn a_deep_scratch_tree_is_removed_under_a_low_file_limit() {
     assert!(!session.exists(), "the session's directory is gone");
     assert_eq!(std::fs::read_dir(&base).unwrap().count(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn loopback_is_local_only_when_no_proxy_forwarded_the_request() {
+    // A [::] listener sees a local IPv4 client as ::ffff:127.0.0.1: still this machine.
+    let dir = folder("dual-stack");
+    let config = write(&dir, "toolgate.toml", "[server]\ninsecure = true\n");
+    let server = Binary::start_on("[::]:0", &["--config", &config]);
+    let port = server.addr.rsplit(':').next().unwrap();
+    let local = format!("127.0.0.1:{port}");
+    let answer = dispatch_one(&local, "echo", json!({"via": "ipv4"})).await;
+    assert_eq!(answer["success"], true, "{answer}");
+    // The same connection carrying a proxy's header is the proxy's client, not this machine.
+    for header in [
+        "x-forwarded-for: 203.0.113.9",
+        "forwarded: for=203.0.113.9",
+        "x-envoy-external-address: 203.0.113.9",
+    ] {
+        let (ok, out) = grpcurl(
+            &["-H", header],
+            &local,
+            "toolgate.v1.ToolGate/Dispatch",
+            &json!({"calls": [{"id": "a", "name": "echo", "arguments": {}}]}),
+        )
+        .await;
+        assert!(!ok && out.contains("Unauthenticated"), "{header}: {out}");
+    }
+    // The default gives anonymous callers the admin role: the server says so at start.
+    let (_, log) = server.terminate();
+    assert!(
+        log.contains("callers without credentials (from this machine) get the admin role"),
+        "{log}"
+    );
+}

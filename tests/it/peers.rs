@@ -40,6 +40,13 @@ impl Binary {
         Binary::spawn(Command::new(env!("CARGO_BIN_EXE_toolgate")), extra, env)
     }
 
+    /// The binary listening on `listen` instead of `127.0.0.1:0`.
+    pub(crate) fn start_on(listen: &str, extra: &[&str]) -> Binary {
+        let mut args = vec!["--listen", listen];
+        args.extend_from_slice(extra);
+        Binary::spawn(Command::new(env!("CARGO_BIN_EXE_toolgate")), &args, &[])
+    }
+
     /// The binary with its file limit (soft and hard) at `files`, as `ulimit -n` sets it.
     pub(crate) fn start_with_file_limit(extra: &[&str], files: u32) -> Binary {
         let mut shell = Command::new("bash");
@@ -53,13 +60,12 @@ impl Binary {
 
     fn spawn(mut command: Command, extra: &[&str], env: &[(&str, &str)]) -> Binary {
         let mut child = command
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--admin-listen",
-                "127.0.0.1:0",
-            ])
+            .args(["serve", "--admin-listen", "127.0.0.1:0"])
+            .args(if extra.contains(&"--listen") {
+                &[][..]
+            } else {
+                &["--listen", "127.0.0.1:0"][..]
+            })
             .args(extra)
             .env("RUST_LOG", "info")
             .envs(env.iter().copied())

@@ -934,3 +934,45 @@ fn idle_sockets_cannot_starve_tls_handshakes() {
         other => panic!("the silent socket stayed open: {other:?}"),
     }
 }
+
+#[test]
+fn a_client_certificate_that_maps_to_no_identity_is_refused_not_anonymous() {
+    let dir = scratch_dir("unmapped-cert");
+    let (server_ca, client_ca) = (Ca::new(), Ca::new());
+    let (cert, key) = server_ca.sign(&["localhost"]);
+    let (stranger_cert, stranger_key) = client_ca.sign(&["nobody.clients.test"]);
+    let ca_file = write(&dir, "ca.pem", &server_ca.pem);
+    let config = write(
+        &dir,
+        "toolgate.toml",
+        &format!(
+            "[tls]\ncert_file = \"{}\"\nkey_file = \"{}\"\nclient_ca_file = \"{}\"\nrequire_client_cert = false\n\
+             [[auth.certificates]]\nname = \"agent-7.clients.test\"\ntenant = \"acme\"\n",
+            write(&dir, "server.pem", &cert),
+            write(&dir, "server.key", &key),
+            write(&dir, "client-ca.pem", &client_ca.pem),
+        ),
+    );
+    let server = Binary::start(&["--config", &config]);
+    let addr = server.addr.replace("127.0.0.1", "localhost");
+    let stranger = [
+        "-cacert",
+        ca_file.as_str(),
+        "-cert",
+        &write(&dir, "stranger.pem", &stranger_cert),
+        "-key",
+        &write(&dir, "stranger.key", &stranger_key),
+    ];
+    // From loopback, without the certificate: anonymous (the default), admin included.
+    let (ok, out) = grpcurl(
+        &["-cacert", &ca_file],
+        &addr,
+        &["toolgate.v1.ToolGate/GetToolHealth"],
+    );
+    assert!(ok, "{out}");
+    // With a valid certificate that names no identity: refused, never served as anonymous.
+    let (ok, out) = grpcurl(&stranger, &addr, &["toolgate.v1.ToolGate/GetToolHealth"]);
+    assert!(!ok && out.contains("Unauthenticated"), "{out}");
+    let (ok, out) = grpcurl(&stranger, &addr, &["toolgate.v1.ToolGate/ListTools"]);
+    assert!(!ok && out.contains("Unauthenticated"), "{out}");
+}
