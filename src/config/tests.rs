@@ -263,8 +263,10 @@ fn capacity_limits_are_checked_and_a_share_as_large_as_the_server_warns() {
     );
     let agents = "[auth]\nanonymous_roles = [\"agent\"]\n";
     assert!(Config::from_toml(agents).unwrap().warnings().is_empty());
-    let c = Config::from_toml(&format!("{agents}[server]\nmax_batches_per_connection = 256"))
-        .unwrap();
+    let c = Config::from_toml(&format!(
+        "{agents}[server]\nmax_batches_per_connection = 256"
+    ))
+    .unwrap();
     assert_eq!(
         c.warnings(),
         [

@@ -130,6 +130,18 @@ impl Config {
             p.push("limits.max_hook_processes: must be at least 1".to_owned());
         }
         // Each bound must hold the largest message it counts, or that message could never pass.
+        for (i, rule) in self.permissions.rules.iter().enumerate() {
+            for identity in &rule.identities {
+                let scoped = identity.split_once(':').is_some_and(|(method, _)| {
+                    ["token", "jwt", "certificate", "anonymous"].contains(&method)
+                });
+                if !scoped {
+                    p.push(format!(
+                        "permissions.rules[{i}].identities: '{identity}' names no credential: write token:{identity}, jwt:{identity}, certificate:{identity} or anonymous:*, so a JWT subject cannot pass for a token's id"
+                    ));
+                }
+            }
+        }
         let (message, reply) = (self.server.max_message_bytes, limits.max_reply_bytes);
         for (key, value, least, what) in [
             (

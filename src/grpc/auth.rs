@@ -161,15 +161,25 @@ impl Authenticator {
         let caller = match self.authenticate(request) {
             Ok(caller) => caller,
             Err(why) => {
+                // Every field from a request is recorded as a string, which the text format
+                // writes quoted and escaped (the JSON format as a JSON string), so a token's
+                // `kid` or a JWT's claims cannot forge fields of the line.
                 tracing::warn!(
                     target: "toolgate::audit",
                     rpc = rpc.name(),
                     outcome = "unauthenticated",
-                    reason = %why,
+                    reason = why.as_str(),
                     peer = ?request.remote_addr(),
                     "refused"
                 );
-                return Err(RequestError::Unauthenticated(why));
+                // The caller learns that its credential was refused, not why: what a JWT
+                // check found is for the operator's log.
+                let told = if why == NO_CREDENTIALS {
+                    NO_CREDENTIALS
+                } else {
+                    "the credentials were not accepted"
+                };
+                return Err(RequestError::Unauthenticated(told.to_owned()));
             }
         };
         let needs = rpc.needs();
@@ -178,10 +188,10 @@ impl Authenticator {
                 target: "toolgate::audit",
                 rpc = rpc.name(),
                 outcome = "permission_denied",
-                identity = %caller.id,
-                tenant = %caller.tenant,
+                identity = caller.id.as_str(),
+                tenant = caller.tenant.as_str(),
                 method = caller.method.name(),
-                roles = %caller.role_names(),
+                roles = caller.role_names().as_str(),
                 "refused"
             );
             return Err(RequestError::PermissionDenied(format!(
@@ -201,8 +211,8 @@ impl Authenticator {
                 target: "toolgate::audit",
                 rpc = rpc.name(),
                 outcome = "allowed",
-                identity = %caller.id,
-                tenant = %caller.tenant,
+                identity = caller.id.as_str(),
+                tenant = caller.tenant.as_str(),
                 method = caller.method.name(),
                 "admin action"
             );
@@ -239,7 +249,7 @@ impl Authenticator {
             && !forwarded(request.metadata());
         match &self.anonymous {
             Some(caller) if local || !self.anonymous_loopback_only => Ok(caller.clone()),
-            _ => Err("credentials required: send 'authorization: Bearer <token>'".to_owned()),
+            _ => Err(NO_CREDENTIALS.to_owned()),
         }
     }
 
@@ -287,6 +297,22 @@ fn forwarded(metadata: &tonic::metadata::MetadataMap) -> bool {
             || name.starts_with("x-envoy-")
     })
 }
+
+/// Whether a JWT's header (its first segment, base64url JSON) has a `crit` member.
+fn header_names_crit(token: &str) -> bool {
+    use base64::Engine as _;
+    let Some(segment) = token.split('.').next() else {
+        return false;
+    };
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(segment)
+        .ok()
+        .and_then(|json| serde_json::from_slice::<serde_json::Map<String, Value>>(&json).ok())
+        .is_some_and(|header| header.contains_key("crit"))
+}
+
+/// What a caller without credentials is told (and the one refusal it is told in full).
+const NO_CREDENTIALS: &str = "credentials required: send 'authorization: Bearer <token>'";
 
 fn strip_bearer(header: &str) -> Option<&str> {
     let (scheme, token) = header.trim().split_once(' ')?;
@@ -418,6 +444,11 @@ impl Jwt {
 
     fn verify(self: &Arc<Self>, token: &str) -> Result<Caller, String> {
         let header = jsonwebtoken::decode_header(token).map_err(|e| format!("JWT: {e}"))?;
+        // RFC 7515 §4.1.11: a header naming critical extensions this verifier does not know
+        // must be refused (jsonwebtoken does not read `crit`).
+        if header_names_crit(token) {
+            return Err("JWT: the header names critical extensions (crit), which this server does not understand".to_owned());
+        }
         let key = {
             let keys = self.keys.read();
             let jwk = match &header.kid {
@@ -425,6 +456,17 @@ impl Jwt {
                 None if keys.keys.len() == 1 => keys.keys.first(),
                 None => None,
             };
+            // A key that names its algorithm verifies that algorithm only: an RS256 key must not
+            // accept PS256 or RS512 tokens.
+            if let Some(jwk) = jwk
+                && let Some(alg) = jwk.common.key_algorithm
+                && alg.to_string().parse::<jsonwebtoken::Algorithm>().ok() != Some(header.alg)
+            {
+                return Err(format!(
+                    "JWT: signed with {:?}, but the key is for {alg}",
+                    header.alg
+                ));
+            }
             jwk.map(DecodingKey::from_jwk)
         };
         let Some(key) = key else {
@@ -449,6 +491,9 @@ impl Jwt {
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_owned();
+        if id.is_empty() {
+            return Err("JWT: the sub claim is empty (it names the identity)".to_owned());
+        }
         let tenant = claims
             .get(&self.tenant_claim)
             .and_then(Value::as_str)

@@ -30,8 +30,9 @@ pub struct PermissionRule {
     pub id: String,
     /// Tool-name glob.
     pub tools: String,
-    /// Whose calls the rule is about: globs of identities and tenants and role names; an empty
-    /// list matches every caller.
+    /// Whose calls the rule is about: identities as `<credential>:<glob>` (`token:ci`,
+    /// `jwt:alice@*`, `certificate:*.clients.test`, `anonymous:*`), so a JWT subject can never
+    /// pass for a token's id; globs of tenants; role names. An empty list matches every caller.
     pub identities: Vec<String>,
     pub tenants: Vec<String>,
     pub roles: Vec<String>,
@@ -45,8 +46,13 @@ impl PermissionRule {
         let any = |globs: &[String], value: &str| {
             globs.is_empty() || globs.iter().any(|g| glob_match(g, value))
         };
+        let identity = |entry: &String| {
+            entry.split_once(':').is_some_and(|(method, glob)| {
+                method == caller.method.name() && glob_match(glob, &caller.id)
+            })
+        };
         glob_match(&self.tools, tool)
-            && any(&self.identities, &caller.id)
+            && (self.identities.is_empty() || self.identities.iter().any(identity))
             && any(&self.tenants, &caller.tenant)
             && (self.roles.is_empty()
                 || caller

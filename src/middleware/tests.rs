@@ -89,7 +89,7 @@ fn permission_rules_can_be_about_some_callers_only() {
     let rule = PermissionRule {
         id: "acme-no-pay".into(),
         tools: "pay*".into(),
-        identities: vec!["bot-*".into()],
+        identities: vec!["token:bot-*".into()],
         tenants: vec!["acme".into()],
         roles: vec!["agent".into()],
         verdict: PermissionVerdict::Deny,
@@ -105,6 +105,14 @@ fn permission_rules_can_be_about_some_callers_only() {
     assert!(!rule.matches("pay", &caller("bot-1", "globex", vec![Role::Agent])));
     assert!(!rule.matches("pay", &caller("human", "acme", vec![Role::Agent])));
     assert!(!rule.matches("pay", &caller("bot-1", "acme", vec![Role::Admin])));
+    let jwt = Caller {
+        method: Method::Jwt,
+        ..caller("bot-1", "acme", vec![Role::Agent])
+    };
+    assert!(
+        !rule.matches("pay", &jwt),
+        "a JWT subject is not a token's id"
+    );
     assert!(!rule.matches("echo", &caller("bot-1", "acme", vec![Role::Agent])));
     let everyone = PermissionRule {
         identities: Vec::new(),

@@ -976,3 +976,117 @@ fn a_client_certificate_that_maps_to_no_identity_is_refused_not_anonymous() {
     let (ok, out) = grpcurl(&stranger, &addr, &["toolgate.v1.ToolGate/ListTools"]);
     assert!(!ok && out.contains("Unauthenticated"), "{out}");
 }
+
+/// A JWT with this exact header, signed ES256 by `key`.
+fn jwt_with_header(key: &JwtKey, header: Value, claims: &Value) -> String {
+    let message = format!(
+        "{}.{}",
+        b64(header.to_string().as_bytes()),
+        b64(claims.to_string().as_bytes())
+    );
+    let signature = jsonwebtoken::crypto::sign(
+        message.as_bytes(),
+        &key.encoding,
+        jsonwebtoken::Algorithm::ES256,
+    )
+    .unwrap();
+    format!("{message}.{signature}")
+}
+
+#[test]
+fn jwts_with_crit_a_foreign_algorithm_or_no_subject_are_refused_and_audit_lines_cannot_be_forged() {
+    let dir = scratch_dir("jwt-hardening");
+    let key = JwtKey::new("k1");
+    // The second key says it is for ES384, while its curve would verify ES256.
+    let other = JwtKey::new("k2");
+    let mut other_jwk = other.jwk.clone();
+    other_jwk["alg"] = json!("ES384");
+    let jwks = write(
+        &dir,
+        "jwks.json",
+        &json!({"keys": [key.jwk, other_jwk]}).to_string(),
+    );
+    let config = write(
+        &dir,
+        "toolgate.toml",
+        &format!(
+            "[auth]\nanonymous = \"none\"\n[auth.jwt]\njwks_file = \"{jwks}\"\nissuer = \"https://idp.test\"\naudience = \"toolgate\"\n"
+        ),
+    );
+    let server = Binary::start(&["--config", &config]);
+    let claims = |extra: Value| {
+        let mut claims = json!({"iss": "https://idp.test", "aud": "toolgate", "sub": "alice",
+            "tenant": "acme", "exp": now() + 600});
+        for (k, v) in extra.as_object().unwrap() {
+            claims[k] = v.clone();
+        }
+        claims
+    };
+    let call = |token: &str| {
+        grpcurl(
+            &[
+                "-plaintext",
+                "-H",
+                &format!("authorization: Bearer {token}"),
+            ],
+            &server.addr,
+            &["toolgate.v1.ToolGate/ListTools"],
+        )
+    };
+    let (ok, out) = call(&key.token("k1", claims(json!({}))));
+    assert!(ok, "a plain valid token works: {out}");
+    let forged_kid = r#"k" rpc="RegisterRemote" outcome="allowed"#;
+    for (why, token) in [
+        (
+            "crit",
+            jwt_with_header(
+                &key,
+                json!({"alg": "ES256", "kid": "k1", "crit": ["exp"]}),
+                &claims(json!({})),
+            ),
+        ),
+        (
+            "the key's own algorithm",
+            other.token("k2", claims(json!({}))),
+        ),
+        (
+            "an empty subject",
+            key.token("k1", claims(json!({"sub": ""}))),
+        ),
+        ("a forged kid", key.token(forged_kid, claims(json!({})))),
+    ] {
+        let (ok, out) = call(&token);
+        assert!(!ok && out.contains("Unauthenticated"), "{why}: {out}");
+        // The caller is told its credential was refused, not what the check found.
+        assert!(
+            out.contains("the credentials were not accepted"),
+            "{why}: {out}"
+        );
+        assert!(!out.contains("JWT"), "{why}: {out}");
+    }
+    let (_, log) = server.terminate();
+    for expected in [
+        "critical extensions (crit)",
+        "but the key is for ES384",
+        "the sub claim is empty",
+    ] {
+        assert!(
+            log.contains(expected),
+            "the log keeps the detail: {expected}\n{log}"
+        );
+    }
+    // The forged kid stays inside the quoted reason: no unescaped `outcome="allowed"`.
+    let refusal = log
+        .lines()
+        .find(|l| l.contains("no key k"))
+        .expect("the unknown kid's refusal is logged");
+    assert!(
+        refusal.contains(r#"outcome="unauthenticated""#),
+        "{refusal}"
+    );
+    assert!(!refusal.contains(r#" outcome="allowed""#), "{refusal}");
+    assert!(
+        refusal.contains(r#"outcome=\"allowed"#),
+        "escaped: {refusal}"
+    );
+}
