@@ -157,6 +157,13 @@ pub(super) const BUILTIN: &[Pattern] = &[
     ),
     rule("onepassword_token", r"\bops_eyJ[A-Za-z0-9+/]{100,}={0,3}"),
     rule("age_secret_key", r"\bAGE-SECRET-KEY-1[0-9A-Z]{58}\b"),
+    // HashiCorp Vault's older service, batch and recovery tokens (`s.` and 24 characters).
+    checked("vault_token", r"\b[sbr]\.[A-Za-z0-9]{24}\b", is_a_token),
+    // A PuTTY key file's private part, to the end of its MAC line (or of the text).
+    rule(
+        "putty_private_key",
+        r"PuTTY-User-Key-File-\d+:[\s\S]*?(?:Private-MAC:[ \t]*[0-9a-fA-F]+|\z)",
+    ),
     // Work tools.
     rule("linear_key", r"\blin_api_[A-Za-z0-9]{40}\b"),
     rule(
@@ -166,6 +173,41 @@ pub(super) const BUILTIN: &[Pattern] = &[
     rule("atlassian_token", r"\bATATT3[A-Za-z0-9_\-=]{150,}"),
     rule("sentry_token", r"\bsntry[us]_[A-Za-z0-9+/=_]{40,}"),
     rule("postman_key", r"\bPMAK-[0-9a-f]{24}-[0-9a-f]{34}\b"),
+    // Credential files and headers whose shape says where the secret is.
+    // Docker's config.json: `"auth": "<base64 of user:password>"`, and its identity token.
+    rule(
+        "docker_auth",
+        r#"(?P<k>"(?:auth|identitytoken)"[ \t]*:[ \t]*")[A-Za-z0-9+/=._\-]{8,}"#,
+    ),
+    // Cookie headers: every cookie is a session until known otherwise.
+    rule(
+        "cookie",
+        r"(?im)(?P<k>^[ \t]*(?:set-)?cookie[ \t]*:[ \t]*)[^\s;=]+=[^\r\n]*",
+    ),
+    rule(
+        "cookie",
+        r#"(?i)(?P<k>"(?:set-)?cookie"[ \t]*:[ \t]*")[^"]+"#,
+    ),
+    // `Authorization: Token ...` and the like (Bearer and Basic have rules of their own).
+    rule(
+        "authorization",
+        r#"(?i)(?P<k>\bauthorization["']?[ \t]*[:=][ \t]*["']?(?:token|bot|apikey|api-key|sso-key|key)[ \t]+)[A-Za-z0-9\-._~+/=:]{8,}"#,
+    ),
+    // XML elements named like a secret.
+    rule(
+        "password",
+        r"(?i)(?P<k><(?:password|passwd|secret|token|api_?key|access_?key)>)[^<\s$%{*\[][^<]*(?P<t></)",
+    ),
+    // netrc: `machine HOST login USER password SECRET` (or `default ... password SECRET`).
+    rule(
+        "netrc",
+        r"(?i)(?P<k>\b(?:machine[ \t]+\S+|default)(?:[ \t\n]+login[ \t]+\S+)?[ \t\n]+password[ \t]+)\S+",
+    ),
+    // .pgpass: `host:port:database:user:password`, one entry per line.
+    rule(
+        "pgpass",
+        r"(?m)(?P<k>^[A-Za-z0-9.\-_*]+:(?:\d{1,5}|\*):[^:\s]+:[^:\s]*[A-Za-z*][^:\s]*:)[^\s\[]{4,}$",
+    ),
     // Generic forms, after every named format.
     rule(
         "jwt",
@@ -227,6 +269,17 @@ pub(super) const BUILTIN: &[Pattern] = &[
             r#"["']?[ \t]*[:=][ \t]*)[A-Za-z0-9_\-./+]{16,}"#
         ),
         is_a_literal_secret,
+    ),
+    // Command-line flags that carry a secret, and a database client's `-pSECRET`: last, so a
+    // value a named rule or a `--password=` pair already took keeps that rule's kind.
+    checked(
+        "cli_secret",
+        r"(?P<k>(?:^|\s)--(?:token|password|passwd|secret|api-key|apikey|access-key|auth-token)(?:[ \t]+|=))[^\s\-$<{\[][^\s]{5,}",
+        is_a_token,
+    ),
+    rule(
+        "cli_secret",
+        r"(?P<k>\b(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump)\b[^\n]*?[ \t]-p)[^\s\-\[][^\s]{3,}",
     ),
 ];
 

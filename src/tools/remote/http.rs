@@ -146,16 +146,15 @@ impl Endpoint {
         if let Some(tracestate) = ctx.tracestate() {
             request = request.header("tracestate", tracestate);
         }
-        let response = request.send().await.map_err(|e| {
-            ToolError::transport(format!("http tool '{}' at {}: {e}", self.remote, self.url))
-        })?;
+        let response = request
+            .send()
+            .await
+            .map_err(|e| self.unreachable(&e, "sending the request"))?;
         let status = response.status();
-        let text = response.text().await.map_err(|e| {
-            ToolError::transport(format!(
-                "http tool '{}': reading the reply: {e}",
-                self.remote
-            ))
-        })?;
+        let text = response
+            .text()
+            .await
+            .map_err(|e| self.unreachable(&e, "reading the reply"))?;
         if !status.is_success() {
             let preview = crate::json::truncate_chars(&text, BODY_PREVIEW);
             return Err(status_error(
@@ -183,6 +182,24 @@ fn status_error(status: reqwest::StatusCode, message: String) -> ToolError {
         ToolError::invalid_input(message)
     } else {
         ToolError::failed(message)
+    }
+}
+
+impl Endpoint {
+    /// A transport failure: the operator's log gets the URL and the error, the model a fixed
+    /// text naming the remote and what went wrong, never an internal address.
+    fn unreachable(&self, error: &reqwest::Error, doing: &str) -> ToolError {
+        tracing::warn!(remote = %self.remote, url = %self.url, %error, doing, "http tool unreachable");
+        let what = if error.is_timeout() {
+            "it did not answer in time"
+        } else if error.is_connect() {
+            "the connection failed"
+        } else if error.is_redirect() {
+            "it redirected the request"
+        } else {
+            "the request failed"
+        };
+        ToolError::transport(format!("http tool '{}': {doing}: {what}", self.remote))
     }
 }
 

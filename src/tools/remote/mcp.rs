@@ -249,6 +249,16 @@ impl Drop for CancelOnDrop {
 fn from_service_error(remote: &str, error: &ServiceError) -> ToolError {
     let text = format!("mcp server '{remote}': {error}");
     match error {
+        // The transport's own errors can carry the server's URL: the log gets them, the model
+        // a fixed text.
+        ServiceError::TransportSend(_) | ServiceError::TransportClosed => {
+            tracing::warn!(remote, %error, "mcp server unreachable");
+            let what = match error {
+                ServiceError::TransportClosed => "the connection closed",
+                _ => "the request could not be sent",
+            };
+            ToolError::transport(format!("mcp server '{remote}': {what}"))
+        }
         // The server says the arguments were wrong: the caller's fault, not the server's, so it
         // is not counted against the tool's health.
         ServiceError::McpError(e) if e.code == rmcp::model::ErrorCode::INVALID_PARAMS => {
