@@ -299,14 +299,15 @@ impl ToolGate for ToolGateService {
             .into_json_checked(&"definition")
             .map(serde_json::Value::Object)
             .map_err(RequestError::Invalid)?;
-        let spec: RemoteSpec = serde_json::from_value(definition)
+        let mut spec: RemoteSpec = serde_json::from_value(definition)
             .map_err(|e| RequestError::Invalid(format!("definition: {e}")))?;
         // A malformed definition is the caller's mistake (INVALID_ARGUMENT) before anything is
         // judged; then a registration may start a program or reach an address only as the
         // policy allows.
         spec.check()
             .map_err(|reason| RequestError::Invalid(format!("definition: {reason}")))?;
-        self.state
+        spec.resolved = self
+            .state
             .registration
             .check(&spec)
             .await

@@ -389,6 +389,26 @@ async fn a_registration_cannot_smuggle_a_url_past_the_egress_check() {
         !ok && out.contains("PermissionDenied") && out.contains("egress_allow"),
         "{out}"
     );
+    // The NAT64 and 6to4 forms of loopback and of the metadata address, "this network", and
+    // this host's own address as others reach it: refused too.
+    let mut elsewhere = vec![
+        "http://[64:ff9b::a9fe:a9fe]/latest/meta-data/".to_owned(),
+        "http://[2002:7f00:1::]:9464/metrics".to_owned(),
+        "http://0.1.2.3/".to_owned(),
+    ];
+    let probe = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+    if probe.connect("192.0.2.1:9").is_ok()
+        && let Ok(own) = probe.local_addr()
+        && !own.ip().is_loopback()
+    {
+        elsewhere.push(format!("http://{}:9464/metrics", own.ip()));
+    }
+    for url in elsewhere {
+        let (ok, out) = register(json!({"name": "h", "kind": "http", "url": url,
+            "definition": {"name": "meta"}}))
+        .await;
+        assert!(!ok && out.contains("PermissionDenied"), "{url}: {out}");
+    }
     // A name that would become a metric label and a log line: refused without being echoed.
     let long = "n".repeat(100_000);
     for name in ["a\nrpc=\"RegisterRemote\"", long.as_str()] {

@@ -43,7 +43,7 @@ pub fn discover(spec: &RemoteSpec) -> Result<Vec<Arc<RemoteTool>>, RemoteError> 
     } else {
         reqwest::redirect::Policy::none()
     };
-    let client = pooled_client(spec.timeout)
+    let client = pinned(pooled_client(spec.timeout), spec)
         .redirect(redirects)
         .build()
         .map_err(|e| invalid(format!("http client: {e}")))?;
@@ -86,6 +86,18 @@ pub(super) fn pooled_client(connect_timeout: Duration) -> reqwest::ClientBuilder
         .connect_timeout(connect_timeout)
         .tcp_nodelay(true)
         .pool_idle_timeout(Duration::from_secs(4))
+}
+
+/// `builder` connecting each host name the registration check resolved to the addresses it
+/// checked, not to whatever the name resolves to later (DNS rebinding).
+pub(super) fn pinned(
+    mut builder: reqwest::ClientBuilder,
+    spec: &RemoteSpec,
+) -> reqwest::ClientBuilder {
+    for (host, addresses) in &spec.resolved {
+        builder = builder.resolve_to_addrs(host, addresses);
+    }
+    builder
 }
 
 /// Same-origin 307 and 308 redirects only (rmcp's default for MCP over HTTP, which a client of
@@ -217,7 +229,33 @@ impl Invoke for Endpoint {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::ToolErrorKind;
+    use crate::tools::{Tool, ToolErrorKind};
+
+    #[tokio::test]
+    async fn a_registered_name_is_connected_at_the_address_it_was_checked_at() {
+        let app = axum::Router::new().route(
+            "/tool",
+            axum::routing::post(|| async { "{\"reached\": true}" }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        // `.invalid` never resolves (RFC 6761): only the pinned address can be reached.
+        let mut spec: RemoteSpec = serde_json::from_value(json!({
+            "name": "pinned", "kind": "http",
+            "url": format!("http://rebind.invalid:{}/tool", address.port()),
+            "definition": {"name": "t"},
+        }))
+        .unwrap();
+        let tool = discover(&spec).unwrap().remove(0);
+        let ctx = ToolContext::new("s", "c", 0, std::env::temp_dir());
+        let unpinned = tool.call(json!({}), &ctx).await.unwrap_err();
+        assert_eq!(unpinned.kind, ToolErrorKind::Transport);
+        spec.resolved.insert("rebind.invalid".into(), vec![address]);
+        let tool = discover(&spec).unwrap().remove(0);
+        let reached = tool.call(json!({}), &ctx).await.unwrap();
+        assert_eq!(reached, ToolOutput::Json(json!({"reached": true})));
+    }
 
     #[track_caller]
     fn check(code: u16, kind: ToolErrorKind, retryable: bool) {

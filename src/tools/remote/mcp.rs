@@ -166,7 +166,7 @@ pub async fn discover(
 /// TIME_WAIT. With Nagle off the stall does not happen (`scripts/bench-remote` shows none), and
 /// rmcp drains a response's SSE stream so the connection goes back to the pool.
 fn http_client(spec: &RemoteSpec) -> reqwest::Result<reqwest::Client> {
-    super::http::pooled_client(spec.timeout)
+    super::http::pinned(super::http::pooled_client(spec.timeout), spec)
         .redirect(super::http::same_origin_redirects())
         .build()
 }

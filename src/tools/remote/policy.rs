@@ -8,11 +8,16 @@
 //! may follow redirects only when allowed. Remotes from
 //! the config file are the operator's choice and are not checked here.
 
-use std::net::IpAddr;
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use regex::Regex;
 
 use super::spec::RemoteSpec;
+
+/// Host names a registration's URLs resolved to, with the addresses checked: where its
+/// connections must go.
+pub type Resolved = BTreeMap<String, Vec<SocketAddr>>;
 
 /// One allowlisted program for stdio MCP servers registered at run time.
 #[derive(Debug, Clone)]
@@ -87,8 +92,10 @@ pub struct RegistrationPolicy {
 
 impl RegistrationPolicy {
     /// Checks `spec` without connecting (but resolving host names); the error says why it is
-    /// refused.
-    pub async fn check(&self, spec: &RemoteSpec) -> Result<(), String> {
+    /// refused. Answers the addresses each host name resolved to and was checked at: the
+    /// remote must connect to those and no others (a name that resolves elsewhere later, DNS
+    /// rebinding, must not move it), except names `egress_allow` lists, which are trusted.
+    pub async fn check(&self, spec: &RemoteSpec) -> Result<Resolved, String> {
         if spec.env_allow.is_some() {
             return Err(
                 "env_allow shares the server's environment: only the config file may set it"
@@ -111,10 +118,13 @@ impl RegistrationPolicy {
         if !spec.command.is_empty() {
             self.check_command(spec)?;
         }
+        let mut resolved = Resolved::new();
         for url in [&spec.endpoint, &spec.url].into_iter().flatten() {
-            self.check_url(url).await?;
+            if let Some((name, addresses)) = self.check_url(url).await? {
+                resolved.insert(name, addresses);
+            }
         }
-        Ok(())
+        Ok(resolved)
     }
 
     fn check_command(&self, spec: &RemoteSpec) -> Result<(), String> {
@@ -138,40 +148,51 @@ impl RegistrationPolicy {
         Ok(())
     }
 
-    async fn check_url(&self, url: &str) -> Result<(), String> {
+    /// Checks where `url` reaches; for a host name, answers it with the addresses checked.
+    async fn check_url(&self, url: &str) -> Result<Option<(String, Vec<SocketAddr>)>, String> {
         let parsed = reqwest::Url::parse(url).map_err(|e| format!("'{url}': {e}"))?;
         let port = parsed.port_or_known_default().unwrap_or(80);
         let Some(host) = parsed.host_str() else {
             return Err(format!("'{url}' has no host"));
         };
         let bare = host.trim_start_matches('[').trim_end_matches(']');
-        let addresses: Vec<IpAddr> = match bare.parse::<IpAddr>() {
-            Ok(ip) => vec![ip],
+        let (addresses, name) = match bare.parse::<IpAddr>() {
+            Ok(ip) => (vec![SocketAddr::new(ip, port)], None),
             Err(_) => {
                 let name = bare.to_ascii_lowercase();
                 if self.egress_allow.contains(&EgressRule::Host(name.clone())) {
-                    return Ok(());
+                    return Ok(None);
                 }
-                tokio::net::lookup_host((name.as_str(), port))
+                let addresses: Vec<SocketAddr> = tokio::net::lookup_host((name.as_str(), port))
                     .await
                     .map_err(|e| format!("'{name}' does not resolve: {e}"))?
-                    .map(|a| a.ip())
-                    .collect()
+                    .collect();
+                (addresses, Some(name))
             }
         };
-        for ip in addresses {
+        for address in &addresses {
+            let ip = address.ip();
             if !self.ip_allowed(ip) {
                 return Err(format!(
-                    "'{url}' reaches {ip}, a loopback, link-local, metadata or unspecified address; list it in [remote_registration] egress_allow to allow it"
+                    "'{url}' reaches {ip}, a loopback, link-local, metadata, unspecified or this host's own address; list it in [remote_registration] egress_allow to allow it"
                 ));
             }
         }
-        Ok(())
+        Ok(name.map(|name| (name, addresses)))
     }
 
     fn ip_allowed(&self, ip: IpAddr) -> bool {
         let ip = unmapped(ip);
-        self.egress_allow.iter().any(|r| r.contains(ip)) || !denied_by_default(ip)
+        if self.egress_allow.iter().any(|r| r.contains(ip)) {
+            return true;
+        }
+        // The IPv4 address a NAT64 or 6to4 address carries reaches the same host.
+        if let Some(v4) = embedded_v4(ip)
+            && self.egress_allow.iter().any(|r| r.contains(IpAddr::V4(v4)))
+        {
+            return true;
+        }
+        !denied_by_default(ip) && !is_this_host(ip)
     }
 }
 
@@ -201,14 +222,18 @@ fn unmapped(ip: IpAddr) -> IpAddr {
 }
 
 /// Addresses no registered remote reaches unless listed: this host, link-local (cloud metadata
-/// at 169.254.169.254 included), unspecified, multicast, broadcast, and the other well-known
-/// metadata addresses.
+/// at 169.254.169.254 included), "this network" (0.0.0.0/8), multicast, broadcast, the other
+/// well-known metadata addresses, and any of them carried in a NAT64, 6to4 or IPv4-compatible
+/// IPv6 address.
 fn denied_by_default(ip: IpAddr) -> bool {
+    if let Some(v4) = embedded_v4(ip) {
+        return denied_by_default(IpAddr::V4(v4));
+    }
     match ip {
         IpAddr::V4(v4) => {
             v4.is_loopback()
                 || v4.is_link_local()
-                || v4.is_unspecified()
+                || v4.octets()[0] == 0
                 || v4.is_multicast()
                 || v4.is_broadcast()
                 || v4.octets() == [100, 100, 100, 200]
@@ -223,6 +248,30 @@ fn denied_by_default(ip: IpAddr) -> bool {
                 || aws_metadata
         }
     }
+}
+
+/// The IPv4 address an IPv6 address carries, for the forms that reach it: NAT64 (64:ff9b::/96
+/// and the local-use 64:ff9b:1::/48), 6to4 (2002::/16) and the deprecated IPv4-compatible
+/// ::/96 (not :: and ::1).
+fn embedded_v4(ip: IpAddr) -> Option<Ipv4Addr> {
+    let IpAddr::V6(v6) = ip else {
+        return None;
+    };
+    let s = v6.segments();
+    let low = |hi: u16, lo: u16| Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo));
+    match s {
+        [0x64, 0xff9b, 0, 0, 0, 0, hi, lo] => Some(low(hi, lo)),
+        [0x64, 0xff9b, 1, _, _, _, hi, lo] => Some(low(hi, lo)),
+        [0x2002, hi, lo, ..] => Some(low(hi, lo)),
+        [0, 0, 0, 0, 0, 0, hi, lo] if u32::from(hi) << 16 | u32::from(lo) > 1 => Some(low(hi, lo)),
+        _ => None,
+    }
+}
+
+/// Whether `ip` is one of this host's own addresses (a socket can be bound to it): a remote
+/// there reaches the server's own ports, the admin listener among them, from outside loopback.
+fn is_this_host(ip: IpAddr) -> bool {
+    std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
 }
 
 fn in_block(ip: IpAddr, block: IpAddr, prefix: u8) -> bool {
@@ -333,15 +382,52 @@ mod tests {
             "http://0.0.0.0:80/",
             "http://[fe80::1]/",
             "http://localhost:8080/",
+            // "This network", and denied IPv4 addresses in NAT64, 6to4 and IPv4-compatible
+            // IPv6 forms.
+            "http://0.1.2.3/",
+            "http://[64:ff9b::7f00:1]/",
+            "http://[64:ff9b::a9fe:a9fe]/latest/meta-data/",
+            "http://[64:ff9b:1::a9fe:a9fe]/",
+            "http://[2002:7f00:1::]/",
+            "http://[2002:a9fe:a9fe::1]/",
+            "http://[::7f00:1]/",
         ] {
             assert!(open.check(&http(denied)).await.is_err(), "{denied}");
         }
+        // This host's own address, as other hosts reach it.
+        let probe = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+        if probe.connect("192.0.2.1:9").is_ok()
+            && let Ok(own) = probe.local_addr()
+            && !own.ip().is_loopback()
+        {
+            let url = format!("http://{}:9464/metrics", own.ip());
+            let error = open.check(&http(&url)).await.unwrap_err();
+            assert!(error.contains("this host's own address"), "{error}");
+        }
+        // NAT64 of an ordinary address is as allowed as the address.
+        assert!(
+            open.check(&http("http://[64:ff9b::a01:203]/"))
+                .await
+                .is_ok()
+        );
         assert!(open.check(&http("http://10.1.2.3:8080/tool")).await.is_ok());
         let listed = RegistrationPolicy {
-            egress_allow: vec![EgressRule::parse("127.0.0.0/8").unwrap()],
+            egress_allow: vec![
+                EgressRule::parse("127.0.0.0/8").unwrap(),
+                EgressRule::parse("::1").unwrap(),
+            ],
             ..RegistrationPolicy::default()
         };
         assert!(listed.check(&http("http://127.0.0.1:7001/")).await.is_ok());
+        // A name is answered with the addresses it was checked at, for the connection to use.
+        let resolved = listed.check(&http("http://LocalHost:7001/")).await.unwrap();
+        let addresses = &resolved["localhost"];
+        assert!(!addresses.is_empty());
+        assert!(
+            addresses
+                .iter()
+                .all(|a| a.ip().is_loopback() && a.port() == 7001)
+        );
         assert!(
             listed
                 .check(&http("http://169.254.169.254/"))

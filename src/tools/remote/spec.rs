@@ -73,6 +73,10 @@ pub struct RemoteSpec {
     /// Worker over `https://`: how the worker's certificate is verified.
     #[serde(default)]
     pub tls: Option<TlsSpec>,
+    /// Host names of its URLs and the addresses they resolved to when a run-time registration
+    /// was checked: its connections go there and nowhere else. Never read from a definition.
+    #[serde(skip)]
+    pub resolved: super::policy::Resolved,
 }
 
 /// `[remotes.tls]`: TLS settings of a worker reached over `https://`.

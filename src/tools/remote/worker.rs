@@ -47,9 +47,33 @@ fn with_causes(error: &dyn std::error::Error) -> String {
     text
 }
 
+/// The endpoint with its host replaced by the first address the registration check resolved
+/// it to, and the host; `None` when it was not resolved (an address, or a config remote).
+fn pin_endpoint(
+    endpoint: &str,
+    spec: &RemoteSpec,
+) -> Option<Result<(tonic::codegen::http::Uri, String), String>> {
+    let uri: tonic::codegen::http::Uri = endpoint.parse().ok()?;
+    let host = uri.host()?.to_ascii_lowercase();
+    let address = spec.resolved.get(&host)?.first()?;
+    let mut parts = uri.clone().into_parts();
+    let authority = address.to_string();
+    Some(
+        authority
+            .parse()
+            .map_err(|e| format!("endpoint '{endpoint}': {e}"))
+            .and_then(|authority| {
+                parts.authority = Some(authority);
+                tonic::codegen::http::Uri::from_parts(parts)
+                    .map_err(|e| format!("endpoint '{endpoint}': {e}"))
+            })
+            .map(|uri| (uri, host)),
+    )
+}
+
 /// The TLS client settings of an `https://` worker: its CA file, or the system's roots.
-async fn tls_config(spec: &RemoteSpec) -> Result<ClientTlsConfig, String> {
-    let tls = spec.tls.clone().unwrap_or_default();
+async fn tls_config(tls: &super::TlsSpec) -> Result<ClientTlsConfig, String> {
+    let tls = tls.clone();
     let mut config = ClientTlsConfig::new();
     config = match &tls.ca_file {
         Some(path) => {
@@ -80,9 +104,25 @@ pub async fn discover(
     let mut channel = Endpoint::from_shared(endpoint.clone())
         .map_err(|e| invalid(format!("endpoint '{endpoint}': {e}")))?
         .connect_timeout(spec.timeout);
-    if spec.is_https() {
+    let mut tls = spec
+        .is_https()
+        .then(|| spec.tls.clone().unwrap_or_default());
+    // A name the registration check resolved is connected at the address checked (requests
+    // still name the endpoint, and TLS still verifies its name), not re-resolved (DNS
+    // rebinding).
+    if let Some(pinned) = pin_endpoint(&endpoint, spec) {
+        let (uri, host) = pinned.map_err(&invalid)?;
+        let origin = channel.uri().clone();
+        channel = Endpoint::from(uri)
+            .origin(origin)
+            .connect_timeout(spec.timeout);
+        if let Some(tls) = tls.as_mut() {
+            tls.domain.get_or_insert(host);
+        }
+    }
+    if let Some(tls) = tls {
         channel = channel
-            .tls_config(tls_config(spec).await.map_err(invalid)?)
+            .tls_config(tls_config(&tls).await.map_err(invalid)?)
             .map_err(|e| invalid(format!("tls: {e}")))?;
     }
     let channel = channel
