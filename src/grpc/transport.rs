@@ -204,14 +204,18 @@ impl Connections {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let mut by_address = self.connections.by_address.lock();
-        if let Some(n) = by_address.get_mut(&self.ip) {
-            *n -= 1;
-            if *n == 0 {
-                by_address.remove(&self.ip);
-            }
-        }
+        give_back(&mut self.connections.by_address.lock(), self.ip);
         self.connections.open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// One less for `ip` in a count per address; an address counting none leaves the map.
+fn give_back(counts: &mut HashMap<IpAddr, usize>, ip: IpAddr) {
+    if let Some(n) = counts.get_mut(&ip) {
+        *n -= 1;
+        if *n == 0 {
+            counts.remove(&ip);
+        }
     }
 }
 
@@ -484,13 +488,7 @@ impl HandshakeTurn {
 
 impl Drop for HandshakeTurn {
     fn drop(&mut self) {
-        let mut handshaking = self.connections.handshaking.lock();
-        if let Some(n) = handshaking.get_mut(&self.ip) {
-            *n -= 1;
-            if *n == 0 {
-                handshaking.remove(&self.ip);
-            }
-        }
+        give_back(&mut self.connections.handshaking.lock(), self.ip);
     }
 }
 

@@ -15,20 +15,6 @@ use toolgate::pb::tool_gate_client::ToolGateClient;
 use crate::peers::{Binary, testenv};
 use crate::support::*;
 
-/// A fresh folder for one test's files.
-fn folder(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("toolgate-it-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn write(dir: &Path, name: &str, text: &str) -> String {
-    let path = dir.join(name);
-    std::fs::write(&path, text).unwrap();
-    path.to_str().unwrap().to_owned()
-}
-
 /// grpcurl (plaintext) with `args`, the address and the method, `body` on stdin: (exited 0,
 /// stdout and stderr).
 async fn grpcurl(args: &[&str], addr: &str, method: &str, body: &Value) -> (bool, String) {

@@ -4,7 +4,7 @@
 //! against a JWKS, client certificates; roles per RPC; tenants that never see each other's
 //! sessions; batch sessions no request can name; a certificate reloaded on SIGHUP.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use base64::Engine as _;
@@ -47,19 +47,6 @@ impl Ca {
         let cert = params.signed_by(&key, &self.issuer).unwrap();
         (cert.pem(), key.serialize_pem())
     }
-}
-
-fn scratch_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("toolgate-security-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn write(dir: &Path, name: &str, text: &str) -> String {
-    let path = dir.join(name);
-    std::fs::write(&path, text).unwrap();
-    path.to_str().unwrap().to_owned()
 }
 
 /// grpcurl with `args`, then the address and `rest`: (succeeded, stdout + stderr).
@@ -127,7 +114,7 @@ except grpc.RpcError as e:
 
 #[test]
 fn tls_and_client_certificates_with_grpcurl_and_python_and_a_reload_on_sighup() {
-    let dir = scratch_dir("tls");
+    let dir = folder("tls");
     let (server_ca, client_ca, stranger_ca) = (Ca::new(), Ca::new(), Ca::new());
     let (cert, key) = server_ca.sign(&["localhost"]);
     let ca_file = write(&dir, "ca.pem", &server_ca.pem);
@@ -380,7 +367,7 @@ fn sha256_hex(text: &str) -> String {
 
 #[tokio::test]
 async fn tokens_and_jwts_are_identities_with_roles_and_tenants_stay_apart() {
-    let dir = scratch_dir("auth");
+    let dir = folder("auth");
     let key = JwtKey::new("k1");
     let stranger = JwtKey::new("k1");
     let jwks = write(&dir, "jwks.json", &json!({"keys": [key.jwk]}).to_string());
@@ -605,7 +592,7 @@ async fn tokens_and_jwts_are_identities_with_roles_and_tenants_stay_apart() {
 
 #[test]
 fn grpcurl_sends_a_bearer_token_and_refusals_are_audited() {
-    let dir = scratch_dir("grpcurl-token");
+    let dir = folder("grpcurl-token");
     let config = write(
         &dir,
         "toolgate.toml",
@@ -679,7 +666,7 @@ fn a_public_listener_needs_tls_or_an_explicit_insecure() {
         stderr.contains("not a loopback address and TLS is off"),
         "{stderr}"
     );
-    let dir = scratch_dir("public");
+    let dir = folder("public");
     let config = write(
         &dir,
         "public.toml",
@@ -861,7 +848,7 @@ fn by_default_anonymous_callers_are_let_in_only_from_this_machine() {
         eprintln!("skipped: this machine has no non-loopback address to connect from");
         return;
     };
-    let dir = scratch_dir("loopback-only");
+    let dir = folder("loopback-only");
     let config = write(
         &dir,
         "public.toml",
@@ -901,7 +888,7 @@ fn by_default_anonymous_callers_are_let_in_only_from_this_machine() {
 #[test]
 fn idle_sockets_cannot_starve_tls_handshakes() {
     use std::io::Read;
-    let dir = scratch_dir("tls-starve");
+    let dir = folder("tls-starve");
     let ca = Ca::new();
     let (cert, key) = ca.sign(&["localhost"]);
     let ca_file = write(&dir, "ca.pem", &ca.pem);
@@ -937,7 +924,7 @@ fn idle_sockets_cannot_starve_tls_handshakes() {
 
 #[test]
 fn a_client_certificate_that_maps_to_no_identity_is_refused_not_anonymous() {
-    let dir = scratch_dir("unmapped-cert");
+    let dir = folder("unmapped-cert");
     let (server_ca, client_ca) = (Ca::new(), Ca::new());
     let (cert, key) = server_ca.sign(&["localhost"]);
     let (stranger_cert, stranger_key) = client_ca.sign(&["nobody.clients.test"]);
@@ -995,7 +982,7 @@ fn jwt_with_header(key: &JwtKey, header: Value, claims: &Value) -> String {
 
 #[test]
 fn jwts_with_crit_a_foreign_algorithm_or_no_subject_are_refused_and_audit_lines_cannot_be_forged() {
-    let dir = scratch_dir("jwt-hardening");
+    let dir = folder("jwt-hardening");
     let key = JwtKey::new("k1");
     // The second key says it is for ES384, while its curve would verify ES256.
     let other = JwtKey::new("k2");

@@ -307,3 +307,18 @@ fn test_tools(
             .concurrency_safe(true),
         )
 }
+
+/// A fresh, empty folder for one test's files.
+pub fn folder(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("toolgate-it-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Writes `text` to `dir/name`; its path, as text for a command line or a config.
+pub fn write(dir: &std::path::Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path.to_str().unwrap().to_owned()
+}

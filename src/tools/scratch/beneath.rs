@@ -179,31 +179,19 @@ pub(super) fn list(
     max: usize,
 ) -> Result<Vec<Entry>, BeneathError> {
     let dir = walk(open_root(root)?, parts)?;
-    let mut entries = Vec::new();
-    for entry in Dir::read_from(&dir)? {
-        let entry = entry?;
-        let name = entry.file_name().to_bytes();
-        if name == b"." || name == b".." {
-            continue;
-        }
-        let mut kind = entry.file_type();
-        if kind == FileType::Unknown {
-            // Some filesystems do not say in the listing; ask, without following a link.
-            let stat = statat(&dir, entry.file_name(), AtFlags::SYMLINK_NOFOLLOW)?;
-            kind = FileType::from_raw_mode(stat.st_mode);
-        }
-        let kind = match kind {
-            FileType::RegularFile => "file",
-            FileType::Directory => "dir",
-            FileType::Symlink => "symlink",
-            _ => "other",
-        };
-        let name = String::from_utf8_lossy(name).into_owned();
-        entries.push(Entry { name, kind });
-        if entries.len() >= max {
-            break;
-        }
-    }
+    let entries = names(&dir, max)?
+        .into_iter()
+        .map(|(name, kind)| {
+            let kind = match kind {
+                FileType::RegularFile => "file",
+                FileType::Directory => "dir",
+                FileType::Symlink => "symlink",
+                _ => "other",
+            };
+            let name = String::from_utf8_lossy(name.as_bytes()).into_owned();
+            Entry { name, kind }
+        })
+        .collect();
     Ok(entries)
 }
 
@@ -220,12 +208,12 @@ pub(crate) fn remove_all(root: &Path) -> Result<(), BeneathError> {
     };
     let mut moved: u64 = 0;
     loop {
-        let entries = names(&top)?;
+        let entries = names(&top, usize::MAX)?;
         if entries.is_empty() {
             break;
         }
-        for (name, is_dir) in entries {
-            if !is_dir {
+        for (name, kind) in entries {
+            if kind != FileType::Directory {
                 gone(unlinkat(&top, name.as_os_str(), AtFlags::empty()))?;
                 continue;
             }
@@ -234,8 +222,8 @@ pub(crate) fn remove_all(root: &Path) -> Result<(), BeneathError> {
                 Err(BeneathError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(error) => return Err(error),
             };
-            for (child, child_is_dir) in names(&dir)? {
-                if child_is_dir {
+            for (child, kind) in names(&dir, usize::MAX)? {
+                if kind == FileType::Directory {
                     moved = lift(&dir, &child, &top, moved)?;
                 } else {
                     gone(unlinkat(&dir, child.as_os_str(), AtFlags::empty()))?;
@@ -266,10 +254,14 @@ fn lift(dir: &OwnedFd, name: &OsStr, top: &OwnedFd, mut n: u64) -> Result<u64, B
     }
 }
 
-/// Every name in `dir` but `.` and `..`, and whether it is a directory (not following links).
-fn names(dir: &OwnedFd) -> Result<Vec<(OsString, bool)>, BeneathError> {
+/// The names in `dir` but `.` and `..` (at most `max`), with what each is, never following a
+/// link: a symlink is a symlink. A name gone meanwhile is left out.
+fn names(dir: &OwnedFd, max: usize) -> Result<Vec<(OsString, FileType)>, BeneathError> {
     let mut names = Vec::new();
     for entry in Dir::read_from(dir)? {
+        if names.len() >= max {
+            break;
+        }
         let entry = entry?;
         let name = entry.file_name().to_bytes();
         if name == b"." || name == b".." {
@@ -277,14 +269,14 @@ fn names(dir: &OwnedFd) -> Result<Vec<(OsString, bool)>, BeneathError> {
         }
         let mut kind = entry.file_type();
         if kind == FileType::Unknown {
+            // Some filesystems do not say in the listing; ask, without following a link.
             kind = match statat(dir, entry.file_name(), AtFlags::SYMLINK_NOFOLLOW) {
                 Ok(stat) => FileType::from_raw_mode(stat.st_mode),
                 Err(Errno::NOENT) => continue,
                 Err(errno) => return Err(errno.into()),
             };
         }
-        let name = OsStr::from_bytes(name).to_owned();
-        names.push((name, kind == FileType::Directory));
+        names.push((OsStr::from_bytes(name).to_owned(), kind));
     }
     Ok(names)
 }
