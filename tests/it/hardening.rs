@@ -653,11 +653,6 @@ async fn the_admin_listener_drops_partial_requests_and_caps_connections() {
     assert!(admin_get(&server, "/livez").await.ends_with("ok\n"));
 }
 
-fn sha256_hex(text: &str) -> String {
-    let digest = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
-    digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// `message` with the bearer `token`.
 fn bearer<T>(token: &str, message: T) -> tonic::Request<T> {
     let mut request = tonic::Request::new(message);

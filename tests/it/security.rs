@@ -357,14 +357,6 @@ async fn client_with(
     )
 }
 
-fn sha256_hex(text: &str) -> String {
-    ring::digest::digest(&ring::digest::SHA256, text.as_bytes())
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
 #[tokio::test]
 async fn tokens_and_jwts_are_identities_with_roles_and_tenants_stay_apart() {
     let dir = folder("auth");

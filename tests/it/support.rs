@@ -322,3 +322,9 @@ pub fn write(dir: &std::path::Path, name: &str, text: &str) -> String {
     std::fs::write(&path, text).unwrap();
     path.to_str().unwrap().to_owned()
 }
+
+/// The SHA-256 of `text` in hex, as `[[auth.tokens]] sha256` takes a token.
+pub fn sha256_hex(text: &str) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
+    digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
