@@ -162,7 +162,7 @@ impl Metrics {
             ),
             evictions: counter(
                 "toolgate.evictions",
-                "What a bounded store gave up to stay within its bound, by store (sessions, session_memory, cache) and the bound reached",
+                "What a bounded store gave up to stay within its bound, by store (sessions, session_memory, cache, replies) and the bound reached",
                 Some("toolgate.store"),
                 Some("toolgate.reason"),
             ),

@@ -219,9 +219,11 @@ struct Live {
     clock: u64,
     /// What each tenant holds, so a bound takes from the tenant holding the most.
     tenants: HashMap<String, Tenant>,
-    /// Scratch directories of sessions gone from the table whose removal failed; tried again
-    /// at each sweep and at stop, so nothing a session wrote outlives the server.
-    leftovers: Vec<ScratchDir>,
+    /// Scratch directories of sessions gone from the table, to remove once the lock is
+    /// released (removing a tree is disk work no other batch should wait for), and those whose
+    /// removal failed, tried again at each sweep and at stop, so nothing a session wrote
+    /// outlives the server.
+    doomed: Vec<ScratchDir>,
 }
 
 /// One tenant's live named sessions and their memory bytes.
@@ -269,15 +271,12 @@ impl Live {
                 self.tenants.remove(&session.tenant);
             }
         }
-        if !retire(&session) {
-            self.leftovers.push(session.scratch.clone());
+        retire(&session);
+        // A session in use is removed by its last batch's release.
+        if !session.busy() {
+            self.doomed.push(session.scratch.clone());
         }
         Some(session)
-    }
-
-    /// Tries the leftover scratch directories again; keeps those that still fail.
-    fn remove_leftovers(&mut self) {
-        self.leftovers.retain(|scratch| !scratch.remove());
     }
 
     /// The tenant holding the most by `measure`, if any.
@@ -315,7 +314,8 @@ impl Live {
     }
 
     /// Forgets memory until the server's memory bytes are at most `target`: all of the least
-    /// recently used idle session of the tenant holding the most, then the next.
+    /// recently used session (idle or not: memory is a record, not state a call relies on) of
+    /// the tenant holding the most, then the next.
     fn forget_memory(&mut self, used: &AtomicUsize, target: usize, metrics: &Metrics) {
         while used.load(Ordering::Relaxed) > target {
             let Some(heaviest) = self.heaviest(|t| t.memory.load(Ordering::Relaxed)) else {
@@ -392,6 +392,15 @@ impl Sessions {
         &self.base
     }
 
+    /// Removes the directories the table let go of, with its lock released; keeps those that
+    /// fail for the next sweep.
+    fn dispose(&self, doomed: Vec<ScratchDir>) {
+        let failed: Vec<ScratchDir> = doomed.into_iter().filter(|d| !d.remove()).collect();
+        if !failed.is_empty() {
+            self.lock().doomed.extend(failed);
+        }
+    }
+
     /// Opens `tenant`'s named session for a batch (created on first use), or a fresh ephemeral
     /// one for an empty id. The id must have passed `validate_session_id`. Pair with `release`.
     pub fn open(&self, tenant: &str, id: &str) -> Arc<Session> {
@@ -419,6 +428,11 @@ impl Sessions {
         session.in_use.fetch_add(1, Ordering::SeqCst);
         session.touch(now);
         live.touch(&session);
+        let doomed = std::mem::take(&mut live.doomed);
+        drop(live);
+        if !doomed.is_empty() {
+            self.dispose(doomed);
+        }
         session
     }
 
@@ -440,11 +454,8 @@ impl Sessions {
             .in_use
             .fetch_sub(1, Ordering::SeqCst)
             .saturating_sub(1);
-        if remaining == 0
-            && (session.ephemeral || session.ended.load(Ordering::SeqCst))
-            && !session.scratch.remove()
-        {
-            self.lock().leftovers.push(session.scratch.clone());
+        if remaining == 0 && (session.ephemeral || session.ended.load(Ordering::SeqCst)) {
+            self.dispose(vec![session.scratch.clone()]);
         }
     }
 
@@ -456,14 +467,18 @@ impl Sessions {
     /// Drops `tenant`'s session; true if it was live. A batch still using it keeps its state
     /// until it ends.
     pub fn end(&self, tenant: &str, id: &str) -> bool {
-        self.lock().remove(&key(tenant, id)).is_some()
+        let mut live = self.lock();
+        let ended = live.remove(&key(tenant, id)).is_some();
+        let doomed = std::mem::take(&mut live.doomed);
+        drop(live);
+        self.dispose(doomed);
+        ended
     }
 
     /// Drops sessions idle for longer than the TTL; returns how many.
     pub fn sweep(&self, now: Instant) -> usize {
         let ttl = self.limits.idle_ttl;
         let mut live = self.lock();
-        live.remove_leftovers();
         let expired: Vec<String> = live
             .by_id
             .iter()
@@ -475,6 +490,9 @@ impl Sessions {
                 tracing::debug!(session = %session.id, tenant = %session.tenant, "session expired");
             }
         }
+        let doomed = std::mem::take(&mut live.doomed);
+        drop(live);
+        self.dispose(doomed);
         expired.len()
     }
 
@@ -489,19 +507,14 @@ impl Sessions {
     /// Removes every scratch directory (server stop).
     pub fn remove_all(&self) {
         let mut live = self.lock();
-        let failed: Vec<ScratchDir> = live
-            .by_id
-            .values()
-            .filter(|session| {
-                session.forget();
-                !session.scratch.remove()
-            })
-            .map(|session| session.scratch.clone())
-            .collect();
-        live.leftovers.extend(failed);
-        live.remove_leftovers();
-        let left = live.leftovers.len();
+        let mut doomed = std::mem::take(&mut live.doomed);
+        for session in live.by_id.values() {
+            session.forget();
+            doomed.push(session.scratch.clone());
+        }
         *live = Live::default();
+        drop(live);
+        let left = doomed.into_iter().filter(|d| !d.remove()).count();
         if self.owns_base {
             if let Err(error) = crate::tools::remove_tree(&self.base) {
                 tracing::warn!(path = %self.base.display(), %error, "scratch base not removed");
@@ -580,9 +593,9 @@ fn ephemeral_id() -> String {
     id
 }
 
-/// A session left the map: its memory is given back now, its directory goes now or when its
-/// last batch releases it. False when removing the directory failed.
-fn retire(session: &Session) -> bool {
+/// A session left the map: its memory is given back now (its directory is removed by the
+/// caller, or by its last batch's release).
+fn retire(session: &Session) {
     // Set under the memory lock, so a `remember` racing with this either ran before (and is
     // forgotten below) or sees the session ended and keeps nothing.
     {
@@ -590,7 +603,6 @@ fn retire(session: &Session) -> bool {
         session.ended.store(true, Ordering::SeqCst);
     }
     session.forget();
-    session.busy() || session.scratch.remove()
 }
 
 /// What a memory entry costs: its allocation and the `String` that holds it.

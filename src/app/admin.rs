@@ -2,6 +2,8 @@
 //! (Prometheus text), `/livez` and `/readyz` (plain-HTTP probes); and the gauges read from the
 //! running server at each collection.
 
+use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,6 +13,7 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use opentelemetry::KeyValue;
+use parking_lot::Mutex;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -29,6 +32,9 @@ struct Admin {
 
 /// Connections the admin listener serves at once; more are closed as they arrive.
 const MAX_CONNECTIONS: usize = 64;
+/// Connections it serves at once from one address, so one client cannot take them all (and
+/// with them the probes).
+const MAX_PER_ADDRESS: usize = 8;
 /// How long a client has to send a request's headers.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -36,7 +42,7 @@ const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 /// whose headers must arrive within `HEADER_TIMEOUT`, at most `MAX_CONNECTIONS` at once: the
 /// listener is unauthenticated, so a client holding sockets open must not starve the probes
 /// and the scraper (1 500 partial requests were held open by axum's server, which has no
-/// header timeout).
+/// header timeout): at most `MAX_PER_ADDRESS` from one address.
 pub async fn serve(
     listener: TcpListener,
     metrics: Arc<MetricsPipeline>,
@@ -49,14 +55,15 @@ pub async fn serve(
         .route("/readyz", get(ready))
         .with_state(Admin { metrics, state });
     let open = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let by_address: Arc<Mutex<HashMap<IpAddr, usize>>> = Arc::default();
     let tracker = TaskTracker::new();
     loop {
         let accepted = tokio::select! {
             () = stop.cancelled() => break,
             accepted = listener.accept() => accepted,
         };
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
             Err(error) => {
                 tracing::warn!(%error, "the admin listener could not accept");
                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -67,10 +74,14 @@ pub async fn serve(
             tracing::debug!("admin connection refused: {MAX_CONNECTIONS} are open");
             continue;
         };
+        let Some(from_address) = PerAddress::take(&by_address, peer.ip()) else {
+            tracing::debug!(%peer, "admin connection refused: {MAX_PER_ADDRESS} open from its address");
+            continue;
+        };
         let service = hyper_util::service::TowerToHyperService::new(router.clone());
         let stop = stop.clone();
         tracker.spawn(async move {
-            let _permit = permit;
+            let _permit = (permit, from_address);
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder
                 .timer(hyper_util::rt::TokioTimer::new())
@@ -91,6 +102,40 @@ pub async fn serve(
     drop(listener);
     tracker.close();
     let _ = tokio::time::timeout(HEADER_TIMEOUT, tracker.wait()).await;
+}
+
+/// One of an address's admin connections; given back when dropped.
+struct PerAddress {
+    counts: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    ip: IpAddr,
+}
+
+impl PerAddress {
+    fn take(counts: &Arc<Mutex<HashMap<IpAddr, usize>>>, ip: IpAddr) -> Option<Self> {
+        let ip = ip.to_canonical();
+        let mut map = counts.lock();
+        let n = map.entry(ip).or_insert(0);
+        if *n >= MAX_PER_ADDRESS {
+            return None;
+        }
+        *n += 1;
+        Some(PerAddress {
+            counts: counts.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for PerAddress {
+    fn drop(&mut self) {
+        let mut map = self.counts.lock();
+        if let Some(n) = map.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(&self.ip);
+            }
+        }
+    }
 }
 
 async fn prometheus(State(admin): State<Admin>) -> impl IntoResponse {

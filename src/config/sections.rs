@@ -528,7 +528,7 @@ impl Default for ServerConfig {
             max_calls_per_identity: 256,
             max_streams_per_connection: 100,
             max_connections: 1024,
-            max_connections_per_address: 256,
+            max_connections_per_address: 64,
             preface_timeout: Duration::from_secs(5),
             idle_timeout: Duration::from_secs(5 * 60),
             stall_timeout: Duration::from_secs(30),
@@ -763,7 +763,7 @@ impl Default for AuthConfig {
         AuthConfig {
             anonymous: Anonymous::Loopback,
             anonymous_tenant: crate::identity::DEFAULT_TENANT.to_owned(),
-            anonymous_roles: vec!["agent".to_owned(), "admin".to_owned()],
+            anonymous_roles: vec!["agent".to_owned()],
             tokens: Vec::new(),
             jwt: JwtConfig::default(),
             certificates: Vec::new(),

@@ -95,7 +95,8 @@ impl Refusal {
 pub struct Holder {
     pub connection: Option<SocketAddr>,
     pub tenant: Option<String>,
-    /// The identity within its tenant (`tenant/id`: two tenants may name an identity alike).
+    /// The identity within its tenant and credential (`token:tenant/id`: two tenants may name
+    /// an identity alike, and a JWT subject must not share a token's slots).
     pub identity: Option<String>,
 }
 
@@ -105,7 +106,12 @@ impl Holder {
         Holder {
             connection,
             tenant: Some(caller.tenant.clone()),
-            identity: Some(format!("{}/{}", caller.tenant, caller.id)),
+            identity: Some(format!(
+                "{}:{}/{}",
+                caller.method.name(),
+                caller.tenant,
+                caller.id
+            )),
         }
     }
 }

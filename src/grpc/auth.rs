@@ -168,7 +168,7 @@ impl Authenticator {
                     target: "toolgate::audit",
                     rpc = rpc.name(),
                     outcome = "unauthenticated",
-                    reason = why.as_str(),
+                    reason = audit_text(&why).as_str(),
                     peer = ?request.remote_addr(),
                     "refused"
                 );
@@ -188,8 +188,8 @@ impl Authenticator {
                 target: "toolgate::audit",
                 rpc = rpc.name(),
                 outcome = "permission_denied",
-                identity = caller.id.as_str(),
-                tenant = caller.tenant.as_str(),
+                identity = audit_text(&caller.id).as_str(),
+                tenant = audit_text(&caller.tenant).as_str(),
                 method = caller.method.name(),
                 roles = caller.role_names().as_str(),
                 "refused"
@@ -211,8 +211,8 @@ impl Authenticator {
                 target: "toolgate::audit",
                 rpc = rpc.name(),
                 outcome = "allowed",
-                identity = caller.id.as_str(),
-                tenant = caller.tenant.as_str(),
+                identity = audit_text(&caller.id).as_str(),
+                tenant = audit_text(&caller.tenant).as_str(),
                 method = caller.method.name(),
                 "admin action"
             );
@@ -313,6 +313,21 @@ fn header_names_crit(token: &str) -> bool {
 
 /// What a caller without credentials is told (and the one refusal it is told in full).
 const NO_CREDENTIALS: &str = "credentials required: send 'authorization: Bearer <token>'";
+
+/// A value from a request as an audit field: no quote or backslash (the log's redactor works on
+/// the formatted line, and one that consumed an escaping backslash would end the quoted field
+/// early), no control character, at most 256 characters.
+fn audit_text(text: &str) -> String {
+    text.chars()
+        .take(256)
+        .map(|c| match c {
+            '"' => '\'',
+            '\\' => '/',
+            c if c.is_control() => ' ',
+            c => c,
+        })
+        .collect()
+}
 
 fn strip_bearer(header: &str) -> Option<&str> {
     let (scheme, token) = header.trim().split_once(' ')?;

@@ -85,6 +85,19 @@ impl Events {
         Ok(())
     }
 
+    /// Drops every queued event (the stream's client stopped reading); how many.
+    fn clear(&self) -> usize {
+        let mut queue = self.queue.lock();
+        let cleared = queue.items.len();
+        queue.items = VecDeque::new();
+        let waiting = std::mem::take(&mut queue.waiting);
+        drop(queue);
+        for waker in waiting {
+            waker.wake();
+        }
+        cleared
+    }
+
     /// The oldest event; taking one makes room, so every waiting push is woken.
     fn pop(&self) -> Option<Item> {
         let mut queue = self.queue.lock();
@@ -109,8 +122,6 @@ pub struct BatchStream {
     /// Wakes the transport's task through `shared.signal`, noting that a poll is owed.
     waker: Waker,
     events: Arc<Events>,
-    /// The final result, held back until every event has been yielded.
-    result: Option<Item>,
     /// Where the watchdog keeps this stream (and its timeout), left when the stream is dropped.
     watch: Arc<StallWatch>,
     slot: usize,
@@ -120,6 +131,11 @@ pub struct BatchStream {
 struct Shared {
     /// The running batch; `None` once it finished or the watchdog dropped it.
     run: Mutex<Option<Run>>,
+    /// The final result, held back until every event has been yielded; the watchdog drops it
+    /// for a client that stopped reading.
+    result: Mutex<Option<Item>>,
+    /// The events not yet yielded (the watchdog empties the queue too).
+    events: Arc<Events>,
     signal: Arc<Signal>,
     /// The watchdog cancelled the batch.
     stalled: AtomicBool,
@@ -181,6 +197,8 @@ impl BatchStream {
         signal.owe();
         let shared = Arc::new(Shared {
             run: Mutex::new(Some(run)),
+            result: Mutex::new(None),
+            events: events.clone(),
             signal: signal.clone(),
             stalled: AtomicBool::new(false),
         });
@@ -189,7 +207,6 @@ impl BatchStream {
             shared,
             waker: Waker::from(signal),
             events,
-            result: None,
             watch: watch.clone(),
             slot,
         }
@@ -210,7 +227,7 @@ impl BatchStream {
             {
                 // The finished batch pushes nothing more: the queue ends with what it holds.
                 *run = None;
-                self.result = Some(result);
+                *self.shared.result.lock() = Some(result);
             }
             run.is_some()
         };
@@ -220,7 +237,7 @@ impl BatchStream {
         if running {
             return Poll::Pending;
         }
-        if let Some(result) = self.result.take() {
+        if let Some(result) = self.shared.result.lock().take() {
             return Poll::Ready(Some(result));
         }
         if self.shared.stalled.swap(false, Ordering::Relaxed) {
@@ -335,11 +352,17 @@ impl StallWatch {
             let since = shared.signal.owed_since.load(Ordering::Relaxed);
             if since != 0 && now.saturating_sub(since) >= limit {
                 // Locked only while the transport polls it, and then it is not stalled.
-                if let Some(mut run) = shared.run.try_lock()
-                    && let Some(batch) = run.take()
-                {
+                let Some(mut run) = shared.run.try_lock() else {
+                    continue;
+                };
+                // Everything held for the client goes: the batch (which gives its capacity
+                // back), the events it queued and its result, if it finished.
+                let batch = run.take();
+                let result = shared.result.lock().take();
+                let queued = shared.events.clear();
+                if batch.is_some() || result.is_some() || queued > 0 {
                     shared.stalled.store(true, Ordering::Relaxed);
-                    dropped.push(batch);
+                    dropped.extend(batch);
                 }
             }
         }

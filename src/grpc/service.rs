@@ -230,8 +230,9 @@ impl ToolGate for ToolGateService {
         batch.options.deadline = deadline.map(|d| tokio::time::Instant::now() + d);
         batch.trace = rpc.span().clone();
         let cancel = self.state.shutdown.child();
-        // tonic drops this future when the client goes or its deadline passes; the guard then
-        // fires the batch's cancel so tool tokens fire too (and the span ends CANCELLED).
+        // The transport drops this future when the client goes or its deadline passes
+        // (`transport.rs`); the guard then fires the batch's cancel so tool tokens fire too
+        // (and the span ends CANCELLED).
         let _guard = cancel.token().clone().drop_guard();
         let run = self.state.dispatcher.run(batch, &NoObserver, &cancel);
         let context = rpc.span().context().clone();
@@ -405,9 +406,13 @@ async fn expire(cancel: &Cancel, deadline: Option<Duration>) -> Infallible {
     std::future::pending().await
 }
 
-/// The client's `grpc-timeout` header (`<digits><unit>`, units H M S m u n), if any.
+/// The client's `grpc-timeout` header, if any.
 fn grpc_timeout(metadata: &MetadataMap) -> Option<Duration> {
-    let text = metadata.get("grpc-timeout")?.to_str().ok()?;
+    parse_grpc_timeout(metadata.get("grpc-timeout")?.to_str().ok()?)
+}
+
+/// A `grpc-timeout` value (`<digits><unit>`, units H M S m u n).
+pub(super) fn parse_grpc_timeout(text: &str) -> Option<Duration> {
     let (digits, unit) = text.split_at(text.len().checked_sub(1)?);
     let n: u64 = digits.parse().ok()?;
     Some(match unit {

@@ -34,6 +34,18 @@ pub enum RequestError {
     /// The connection's (or the server's) request bytes not yet decoded are at their bound.
     #[error("{}", request_backlog_text(.0))]
     RequestBacklog(super::budget::Full),
+    /// A request's message stayed incomplete for `server.stall_timeout`.
+    #[error(
+        "the request stopped arriving mid-message for {} (server.stall_timeout)",
+        crate::duration::readable(*.0)
+    )]
+    RequestStalled(std::time::Duration),
+    /// A reply's client took none of it for `server.stall_timeout`: it was dropped.
+    #[error(
+        "the reply went unread for {} (server.stall_timeout) and was dropped",
+        crate::duration::readable(*.0)
+    )]
+    ReplyStalled(std::time::Duration),
     /// The connection's (or the server's) reply bytes not yet read are at their bound.
     #[error("{}", reply_backlog_text(.0))]
     ReplyBacklog(super::budget::Full),
@@ -59,7 +71,9 @@ impl From<RequestError> for Status {
             | RequestError::RequestBacklog(_)
             | RequestError::ReplyBacklog(_) => Code::ResourceExhausted,
             RequestError::ShuttingDown => Code::Unavailable,
-            RequestError::Stalled(_) => Code::DeadlineExceeded,
+            RequestError::Stalled(_)
+            | RequestError::RequestStalled(_)
+            | RequestError::ReplyStalled(_) => Code::DeadlineExceeded,
             RequestError::UnknownSession(_) => Code::NotFound,
             RequestError::PermissionDenied(_) => Code::PermissionDenied,
             RequestError::Unauthenticated(_) => Code::Unauthenticated,

@@ -14,8 +14,8 @@ use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -31,7 +31,7 @@ use tokio_util::task::TaskTracker;
 use tonic::service::Routes;
 use tonic::transport::server::Connected;
 
-use super::bodies::{Received, Reply};
+use super::bodies::{Pending, Received, Reply};
 use super::budget::{Budget, Share};
 use super::coalesce::Coalesced;
 use super::tls::Tls;
@@ -45,8 +45,15 @@ const MAX_HANDSHAKES: usize = 256;
 /// TLS handshakes in progress at most from one address, so one client cannot take the rest.
 const HANDSHAKES_PER_ADDRESS: usize = 16;
 /// Bytes of one stream's reply hyper buffers at most (its default is 400 KiB): with replies
-/// handed over in pieces, what the transport holds for a stream nobody reads stays small.
-const SEND_BUFFER: usize = 64 * 1024;
+/// handed over in pieces, what the transport holds for a stream nobody reads stays small (this
+/// and one piece, 32 KiB, per stream sending a reply).
+const SEND_BUFFER: usize = 16 * 1024;
+/// How long a connection asked to close (GOAWAY) may take to finish its streams before it is
+/// dropped: a client that never acknowledges the GOAWAY's PING would otherwise keep it.
+const CLOSE_GRACE: Duration = Duration::from_secs(10);
+/// RPCs served whatever the byte budgets hold: health checks are tiny, and a budget filled by
+/// one client must not fail every liveness probe.
+const EXEMPT_PREFIX: &str = "/grpc.health.v1.Health/";
 /// The HTTP/2 client preface (`PRI * HTTP/2.0…`) is this long.
 const PREFACE_BYTES: usize = 24;
 
@@ -63,7 +70,9 @@ pub struct TransportSettings {
     pub max_streams: u32,
     /// HTTP/2 PING interval for finding dead connections; `None` sends none.
     pub keepalive: Option<Duration>,
-    /// The largest request message: what a decoder buffers for one.
+    /// How long an incomplete request message or an untaken reply may wait on its client.
+    pub stall_timeout: Duration,
+    /// The largest request message the services decode.
     pub max_message_bytes: usize,
 }
 
@@ -93,12 +102,13 @@ struct Slot {
     ip: IpAddr,
 }
 
-/// What a connection's streams share: their count, for the idle timeout.
-#[derive(Debug)]
+/// What a connection's streams share: their count, for the idle timeout, and what their
+/// replies hold, for evicting what a client does not read.
 struct Streams {
     open: AtomicUsize,
     /// When the last stream ended (or the connection opened), while none is open.
     idle_since: Mutex<Instant>,
+    replies: Mutex<Vec<Weak<Mutex<Pending<StreamGuard>>>>>,
 }
 
 /// Counts one open stream until dropped (it lives in the stream's reply).
@@ -133,6 +143,7 @@ impl TransportSettings {
             idle_timeout: server.idle_timeout,
             max_streams: server.max_streams_per_connection,
             keepalive: (!server.keepalive_interval.is_zero()).then_some(server.keepalive_interval),
+            stall_timeout: server.stall_timeout,
             max_message_bytes: server.max_message_bytes,
         }
     }
@@ -177,6 +188,7 @@ impl Connections {
 
     /// A place for a connection from `ip`, or why there is none.
     fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<Slot, Refusal> {
+        let ip = client_of(ip);
         let settings = &self.settings;
         let mut by_address = self.by_address.lock();
         if self.open.load(Ordering::Relaxed) >= settings.max_connections {
@@ -209,6 +221,18 @@ impl Drop for Slot {
     }
 }
 
+/// The address a per-address bound counts a client under: an IPv4 address (also when mapped
+/// into IPv6), or an IPv6 address's /64, which one host usually holds whole.
+fn client_of(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => {
+            let s = v6.segments();
+            IpAddr::V6(std::net::Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
+        }
+        v4 => v4,
+    }
+}
+
 /// One less for `ip` in a count per address; an address counting none leaves the map.
 fn give_back(counts: &mut HashMap<IpAddr, usize>, ip: IpAddr) {
     if let Some(n) = counts.get_mut(&ip) {
@@ -223,6 +247,21 @@ impl Streams {
     fn begin(self: &Arc<Self>) -> StreamGuard {
         self.open.fetch_add(1, Ordering::Relaxed);
         StreamGuard(self.clone())
+    }
+
+    /// Drops what replies hold that their client has not taken for `stall`; how many.
+    fn evict_stalled(&self, now: Instant, stall: Duration) -> usize {
+        let mut evicted = 0;
+        self.replies.lock().retain(|reply| {
+            let Some(pending) = reply.upgrade() else {
+                return false;
+            };
+            if pending.lock().evict_if_stalled(now, stall) {
+                evicted += 1;
+            }
+            true
+        });
+        evicted
     }
 
     /// How long no stream has been open, as of `now`; zero while one is.
@@ -260,7 +299,8 @@ pub async fn serve(
         budgets,
         streaming,
         builder: http2(&connections.settings),
-        max_message_bytes: connections.settings.max_message_bytes,
+        stall_timeout: connections.settings.stall_timeout,
+        exempt: Budget::new(0, 0, Arc::default(), ["", ""]).share(),
     });
     loop {
         let accepted = tokio::select! {
@@ -313,7 +353,9 @@ struct Served {
     budgets: Budgets,
     streaming: Arc<HashSet<String>>,
     builder: hyper::server::conn::http2::Builder<TokioExecutor>,
-    max_message_bytes: usize,
+    stall_timeout: Duration,
+    /// A share of no budget, for the RPCs the budgets do not bound (`EXEMPT_PREFIX`).
+    exempt: Arc<Share>,
 }
 
 /// hyper's HTTP/2 server with the transport's settings.
@@ -411,6 +453,7 @@ impl Connection {
         let streams = Arc::new(Streams {
             open: AtomicUsize::new(0),
             idle_since: Mutex::new(Instant::now()),
+            replies: Mutex::default(),
         });
         let service = ConnectionService {
             served: self.served.clone(),
@@ -423,7 +466,8 @@ impl Connection {
         let connection = self.served.builder.serve_connection(io, service);
         tokio::pin!(connection);
         let period = check_period(&settings);
-        let mut closing = false;
+        // Set once the connection was asked to finish: it is dropped if it has not by then.
+        let mut closing: Option<Instant> = None;
         loop {
             tokio::select! {
                 result = &mut connection => {
@@ -432,23 +476,32 @@ impl Connection {
                     }
                     return;
                 }
-                () = self.stop.cancelled(), if !closing => {
+                () = self.stop.cancelled(), if closing.is_none() => {
                     connection.as_mut().graceful_shutdown();
-                    closing = true;
+                    closing = Some(Instant::now() + CLOSE_GRACE);
                 }
-                () = tokio::time::sleep(period), if !closing => {
+                () = tokio::time::sleep(period) => {
                     let now = Instant::now();
+                    if closing.is_some_and(|by| now >= by) {
+                        tracing::debug!(peer = %self.peer, "connection did not finish after GOAWAY; dropped");
+                        return;
+                    }
                     if !preface.load(Ordering::Relaxed) && now >= preface_deadline {
                         tracing::debug!(peer = %self.peer, "no HTTP/2 preface in time; closing");
                         self.connections.metrics.connection_closed("preface_timeout");
                         return;
                     }
+                    let evicted = streams.evict_stalled(now, settings.stall_timeout);
+                    if evicted > 0 {
+                        tracing::warn!(peer = %self.peer, replies = evicted, "dropped replies the client did not read");
+                        self.connections.metrics.evicted("replies", "stall_timeout", evicted as u64);
+                    }
                     let idle = streams.idle_for(now);
-                    if !settings.idle_timeout.is_zero() && idle >= settings.idle_timeout {
+                    if closing.is_none() && !settings.idle_timeout.is_zero() && idle >= settings.idle_timeout {
                         tracing::debug!(peer = %self.peer, "connection idle; closing");
                         self.connections.metrics.connection_closed("idle");
                         connection.as_mut().graceful_shutdown();
-                        closing = true;
+                        closing = Some(now + CLOSE_GRACE);
                     }
                 }
             }
@@ -456,12 +509,13 @@ impl Connection {
     }
 }
 
-/// How often a connection checks its preface and idle deadlines: a fraction of the shorter.
+/// How often a connection checks its deadlines (preface, idle, unread replies): a fraction of
+/// the shortest.
 fn check_period(settings: &TransportSettings) -> Duration {
-    let shortest = match settings.idle_timeout.is_zero() {
-        true => settings.preface_timeout,
-        false => settings.preface_timeout.min(settings.idle_timeout),
-    };
+    let mut shortest = settings.preface_timeout.min(settings.stall_timeout);
+    if !settings.idle_timeout.is_zero() {
+        shortest = shortest.min(settings.idle_timeout);
+    }
     (shortest / 4).clamp(Duration::from_millis(10), Duration::from_secs(5))
 }
 
@@ -473,6 +527,7 @@ struct HandshakeTurn {
 
 impl HandshakeTurn {
     fn take(connections: &Arc<Connections>, ip: IpAddr) -> Option<Self> {
+        let ip = client_of(ip);
         let mut handshaking = connections.handshaking.lock();
         let n = handshaking.entry(ip).or_insert(0);
         if *n >= HANDSHAKES_PER_ADDRESS {
@@ -514,17 +569,38 @@ where
 
     fn call(&self, request: http::Request<Incoming>) -> Self::Future {
         let guard = self.streams.begin();
-        let unary = !self.served.streaming.contains(request.uri().path());
-        let cap = self.served.max_message_bytes;
-        let mut request = request
-            .map(|body| tonic::body::Body::new(Received::new(body, self.requests.clone(), cap)));
+        let path = request.uri().path();
+        let unary = !self.served.streaming.contains(path);
+        let (requests, replies) = match path.starts_with(EXEMPT_PREFIX) {
+            true => (self.served.exempt.clone(), self.served.exempt.clone()),
+            false => (self.requests.clone(), self.replies.clone()),
+        };
+        let stall = self.served.stall_timeout;
+        let mut request =
+            request.map(|body| tonic::body::Body::new(Received::new(body, requests, stall)));
         request.extensions_mut().insert(self.info.clone());
+        // The client's deadline bounds the call as tonic's own server bounds it: the call's
+        // future is dropped when it passes (its batch cancelled by its drop guard).
+        let deadline = request
+            .headers()
+            .get("grpc-timeout")
+            .and_then(|v| v.to_str().ok())
+            .and_then(super::service::parse_grpc_timeout);
         let routes = self.served.routes.clone();
-        let replies = self.replies.clone();
+        let streams = self.streams.clone();
         Box::pin(async move {
-            let Ok(response) = tower::ServiceExt::oneshot(routes, request).await;
+            let answering = tower::ServiceExt::oneshot(routes, request);
+            let answered = match deadline {
+                Some(deadline) => tokio::time::timeout(deadline, answering).await,
+                None => Ok(answering.await),
+            };
+            let Ok(Ok(response)) = answered else {
+                let reply = Reply::new(tonic::body::Body::empty(), replies, guard);
+                return Ok(reply.refused(tonic::Status::cancelled("Timeout expired")));
+            };
             let (parts, body) = response.into_parts();
             let mut reply = Reply::new(body, replies, guard);
+            streams.replies.lock().push(reply.pending());
             // A unary reply is made (encoded, counted) now: left to the transport, one the
             // client never reads would stay unencoded and uncounted.
             if unary && let Err(status) = reply.prefetch().await {
@@ -621,6 +697,7 @@ mod tests {
             idle_timeout: Duration::ZERO,
             max_streams: 100,
             keepalive: None,
+            stall_timeout: Duration::from_secs(30),
             max_message_bytes: 1024,
         }
     }

@@ -82,6 +82,8 @@ async fn breaker_server(name: &str) -> Binary {
         "toolgate.toml",
         &format!(
             r#"
+            [auth]
+            anonymous_roles = ["agent", "admin"]
             [breaker]
             failure_threshold = 3
             cooldown = "1s"
@@ -276,7 +278,7 @@ async fn a_definition_swapped_for_a_colliding_one_is_quarantined() {
         &dir,
         "toolgate.toml",
         &format!(
-            "[remote_registration]\nenabled = true\n[[remotes]]\nname = \"notes\"\nkind = \"worker\"\nendpoint = \"http://{worker_addr}\"\nprefix = \"notes.\"\n"
+            "[auth]\nanonymous_roles = [\"agent\", \"admin\"]\n[remote_registration]\nenabled = true\n[[remotes]]\nname = \"notes\"\nkind = \"worker\"\nendpoint = \"http://{worker_addr}\"\nprefix = \"notes.\"\n"
         ),
     );
     let server = Binary::start(&["--config", &config]);
@@ -331,6 +333,8 @@ async fn a_registration_cannot_smuggle_a_url_past_the_egress_check() {
         &dir,
         "toolgate.toml",
         r#"
+        [auth]
+        anonymous_roles = ["agent", "admin"]
         [remote_registration]
         enabled = true
         [[remote_registration.commands]]
@@ -634,7 +638,7 @@ async fn the_admin_listener_drops_partial_requests_and_caps_connections() {
     use tokio::io::AsyncWriteExt;
     let server = serve("admin-partial", "");
     let mut partial = Vec::new();
-    for _ in 0..64 {
+    for _ in 0..8 {
         let mut stream = tokio::net::TcpStream::connect(&server.admin).await.unwrap();
         stream
             .write_all(b"GET /livez HTTP/1.1\r\nHost: x\r\n")
@@ -643,7 +647,7 @@ async fn the_admin_listener_drops_partial_requests_and_caps_connections() {
         partial.push(stream);
     }
     tokio::time::sleep(Duration::from_millis(100)).await;
-    // At the cap, one more is closed at once, answered nothing.
+    // At the cap for one address, one more is closed at once, answered nothing.
     let mut extra = tokio::net::TcpStream::connect(&server.admin).await.unwrap();
     assert!(closed_within(&mut extra, Duration::from_secs(1)).await);
     // Headers not finished within 5 s: each partial request is dropped, and the probes answer.
@@ -909,7 +913,11 @@ async fn a_deep_scratch_tree_is_removed_under_a_low_file_limit() {
 async fn loopback_is_local_only_when_no_proxy_forwarded_the_request() {
     // A [::] listener sees a local IPv4 client as ::ffff:127.0.0.1: still this machine.
     let dir = folder("dual-stack");
-    let config = write(&dir, "toolgate.toml", "[server]\ninsecure = true\n");
+    let config = write(
+        &dir,
+        "toolgate.toml",
+        "[server]\ninsecure = true\n[auth]\nanonymous_roles = [\"agent\", \"admin\"]\n",
+    );
     let server = Binary::start_on("[::]:0", &["--config", &config]);
     let port = server.addr.rsplit(':').next().unwrap();
     let local = format!("127.0.0.1:{port}");
@@ -930,10 +938,106 @@ async fn loopback_is_local_only_when_no_proxy_forwarded_the_request() {
         .await;
         assert!(!ok && out.contains("Unauthenticated"), "{header}: {out}");
     }
-    // The default gives anonymous callers the admin role: the server says so at start.
+    // This config gives anonymous callers the admin role: the server says so at start.
     let (_, log) = server.terminate();
     assert!(
         log.contains("callers without credentials (from this machine) get the admin role"),
         "{log}"
+    );
+}
+
+/// Sends a unary request for `path` with `frame` on `send` and never reads the reply.
+async fn open_unread(
+    send: &h2::client::SendRequest<bytes::Bytes>,
+    path: &str,
+    frame: bytes::Bytes,
+) -> (h2::client::ResponseFuture, h2::SendStream<bytes::Bytes>) {
+    let head = http::Request::builder()
+        .method("POST")
+        .uri(format!("http://toolgate{path}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap();
+    let mut send = send.clone().ready().await.unwrap();
+    let (response, mut body) = send.send_request(head, false).unwrap();
+    body.send_data(frame, true).unwrap();
+    (response, body)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unread_replies_are_dropped_after_the_stall_timeout_and_health_stays_answered() {
+    let server = serve(
+        "unread-evicted",
+        r#"
+        [server]
+        stall_timeout = "1s"
+        [limits]
+        max_reply_bytes = 1048576
+        max_unread_reply_bytes_per_connection = 2097152
+        "#,
+    );
+    let tcp = tokio::net::TcpStream::connect(&server.addr).await.unwrap();
+    let (send, connection) = h2::client::Builder::new()
+        .initial_window_size(0)
+        .handshake::<_, bytes::Bytes>(tcp)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let dispatch = "/toolgate.v1.ToolGate/Dispatch";
+    let mut held = Vec::new();
+    for n in 0..6 {
+        held.push(
+            open_unread(
+                &send,
+                dispatch,
+                echo_frame(&format!("{n}{}", "x".repeat(300_000))),
+            )
+            .await,
+        );
+    }
+    let mut refused = 0;
+    for (response, _) in &mut held {
+        let response = tokio::time::timeout(Duration::from_secs(10), response)
+            .await
+            .unwrap()
+            .unwrap();
+        refused += usize::from(response.headers().contains_key("grpc-status"));
+    }
+    assert!(refused >= 2, "the share (2 MiB) is full: {refused} refused");
+    // A health check on the same, full connection is still answered, not refused.
+    let check = tonic_health::pb::HealthCheckRequest {
+        service: String::new(),
+    };
+    let mut frame = vec![0u8];
+    let body = prost::Message::encode_to_vec(&check);
+    frame.extend_from_slice(&u32::try_from(body.len()).unwrap().to_be_bytes());
+    frame.extend_from_slice(&body);
+    let (health, _stream) = open_unread(&send, "/grpc.health.v1.Health/Check", frame.into()).await;
+    let health = tokio::time::timeout(Duration::from_secs(10), health)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        !health.headers().contains_key("grpc-status"),
+        "{:?}",
+        health.headers()
+    );
+    // After the stall timeout the unread replies are dropped and the share is free again.
+    let accepted = (held.len() - refused) as u64;
+    eventually("the unread replies are dropped", async || {
+        counter(&server, "toolgate_evictions_total{toolgate_reason=\"stall_timeout\",toolgate_store=\"replies\"}").await
+            >= accepted
+    })
+    .await;
+    let (again, _stream) = open_unread(&send, dispatch, echo_frame("small")).await;
+    let again = tokio::time::timeout(Duration::from_secs(10), again)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        !again.headers().contains_key("grpc-status"),
+        "accepted again: {:?}",
+        again.headers()
     );
 }

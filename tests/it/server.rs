@@ -378,7 +378,11 @@ async fn a_client_leaving_mid_batch_leaves_no_task_no_process_and_a_usable_sessi
         .unwrap()
         .into_inner();
     let file = pid_file.clone();
-    eventually("the hook started", async || file.exists()).await;
+    // The shell makes the file before it writes the pid into it: wait for the pid.
+    eventually("the hook started", async || {
+        std::fs::read_to_string(&file).is_ok_and(|pid| pid.trim().parse::<u32>().is_ok())
+    })
+    .await;
     let pid: u32 = std::fs::read_to_string(&pid_file)
         .unwrap()
         .trim()
