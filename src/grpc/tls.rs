@@ -13,7 +13,6 @@ use rustls::ServerConfig;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
-use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::TlsConfig;
@@ -116,10 +115,9 @@ impl Tls {
         }
     }
 
-    /// An acceptor with the current config: a connection takes the config current when it
-    /// arrives.
-    pub fn acceptor(&self) -> TlsAcceptor {
-        TlsAcceptor::from(self.current.read().clone())
+    /// The current config: a connection takes the config current when its handshake starts.
+    pub fn config(&self) -> Arc<ServerConfig> {
+        self.current.read().clone()
     }
 
     /// How long a client has to finish its handshake.

@@ -4,8 +4,9 @@
 //! - at most `max_connections` open, `max_connections_per_address` from one address; more are
 //!   closed at once, counted;
 //! - a connection that has not sent the HTTP/2 preface (after its TLS handshake, if any) within
-//!   `preface_timeout` is closed; a TLS client must start its handshake within
-//!   `FIRST_BYTE_TIMEOUT`, and one address runs at most `HANDSHAKES_PER_ADDRESS` handshakes;
+//!   `preface_timeout` is closed; a TLS client must send its whole ClientHello within
+//!   `HELLO_TIMEOUT` before it takes one of the handshake slots, and one address runs at most
+//!   `HANDSHAKES_PER_ADDRESS` handshakes;
 //! - a connection with no open stream for `idle_timeout` is sent GOAWAY;
 //! - per stream, hyper buffers at most `SEND_BUFFER` bytes of a reply; request and reply bytes
 //!   the server holds are counted against byte budgets (`bodies.rs`).
@@ -37,9 +38,10 @@ use super::coalesce::Coalesced;
 use super::tls::Tls;
 use crate::metrics::Metrics;
 
-/// What a TLS client has to send its first handshake byte in: clients send their hello as soon
-/// as TCP connects, so a socket silent this long holds a handshake slot for nothing.
-const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(2);
+/// What a TLS client has to send its whole ClientHello in: clients send it as soon as TCP
+/// connects (a few hundred bytes, one round trip), so a socket that has not by then (silent, or
+/// sending a byte at a time) is dropped without ever holding a handshake slot.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(2);
 /// TLS handshakes in progress at most, server-wide (they cost CPU).
 const MAX_HANDSHAKES: usize = 256;
 /// TLS handshakes in progress at most from one address, so one client cannot take the rest.
@@ -393,8 +395,9 @@ impl Connection {
         }
     }
 
-    /// The TLS handshake, bounded: its first byte within `FIRST_BYTE_TIMEOUT`, all of it by
-    /// `deadline`, a few at once per address. `None`: the connection is dropped.
+    /// The TLS handshake, bounded: its ClientHello within `HELLO_TIMEOUT` (before it takes a
+    /// slot), all of it by `deadline`, a few at once per address. `None`: the connection is
+    /// dropped.
     async fn handshake(
         &self,
         stream: TcpStream,
@@ -402,15 +405,20 @@ impl Connection {
         deadline: Instant,
     ) -> Option<tokio_rustls::server::TlsStream<TcpStream>> {
         let peer = self.peer;
-        let first_byte = Instant::now() + FIRST_BYTE_TIMEOUT;
-        let mut byte = [0u8; 1];
-        match tokio::time::timeout_at(first_byte.min(deadline), stream.peek(&mut byte)).await {
-            Ok(Ok(n)) if n > 0 => {}
-            _ => {
-                tracing::debug!(%peer, "no TLS handshake started in time");
+        let hello_by = (Instant::now() + HELLO_TIMEOUT).min(deadline);
+        let hello =
+            tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), stream);
+        let start = match tokio::time::timeout_at(hello_by, hello).await {
+            Ok(Ok(start)) => start,
+            Ok(Err(error)) => {
+                tracing::debug!(%peer, %error, "not a TLS ClientHello");
                 return None;
             }
-        }
+            Err(_) => {
+                tracing::debug!(%peer, "no TLS ClientHello in time");
+                return None;
+            }
+        };
         let _turn = match HandshakeTurn::take(&self.connections, peer.ip()) {
             Some(turn) => turn,
             None => {
@@ -427,7 +435,7 @@ impl Connection {
             tracing::debug!(%peer, "no TLS handshake slot in time");
             return None;
         };
-        match tokio::time::timeout_at(deadline, tls.acceptor().accept(stream)).await {
+        match tokio::time::timeout_at(deadline, start.into_stream(tls.config())).await {
             Ok(Ok(stream)) => Some(stream),
             Ok(Err(error)) => {
                 tracing::debug!(%peer, %error, "a TLS handshake failed");

@@ -898,6 +898,29 @@ fn idle_sockets_cannot_starve_tls_handshakes() {
     let mut silent: Vec<std::net::TcpStream> = (0..300)
         .map(|_| std::net::TcpStream::connect(&server.addr).unwrap())
         .collect();
+    // And from 20 addresses (all of 127/8 is this host), 16 sockets each that send the first
+    // byte of a TLS record and stall: as many as every handshake slot, were a byte enough.
+    let target: std::net::SocketAddr = server.addr.parse().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let _stalling = runtime.block_on(async {
+        use tokio::io::AsyncWriteExt;
+        let mut stalling = Vec::new();
+        for host in 2..22u8 {
+            for _ in 0..16 {
+                let socket = tokio::net::TcpSocket::new_v4().unwrap();
+                socket
+                    .bind((std::net::Ipv4Addr::new(127, 0, 0, host), 0).into())
+                    .unwrap();
+                let mut stream = socket.connect(target).await.unwrap();
+                stream.write_all(&[0x16]).await.unwrap();
+                stalling.push(stream);
+            }
+        }
+        stalling
+    });
     let addr = server.addr.replace("127.0.0.1", "localhost");
     let (ok, out) = grpcurl(&["-cacert", &ca_file, "-max-time", "5"], &addr, &["list"]);
     assert!(ok && out.contains("toolgate.v1.ToolGate"), "{out}");
