@@ -2,8 +2,6 @@
 //! (Prometheus text), `/livez` and `/readyz` (plain-HTTP probes); and the gauges read from the
 //! running server at each collection.
 
-use std::collections::HashMap;
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,13 +11,13 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use opentelemetry::KeyValue;
-use parking_lot::Mutex;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::grpc::ServiceState;
+use crate::grpc::per_address::PerAddress;
 use crate::telemetry::metrics::MetricsPipeline;
 use crate::tools::remote::Remotes;
 
@@ -55,7 +53,7 @@ pub async fn serve(
         .route("/readyz", get(ready))
         .with_state(Admin { metrics, state });
     let open = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-    let by_address: Arc<Mutex<HashMap<IpAddr, usize>>> = Arc::default();
+    let by_address: Arc<PerAddress> = Arc::default();
     let tracker = TaskTracker::new();
     loop {
         let accepted = tokio::select! {
@@ -74,7 +72,7 @@ pub async fn serve(
             tracing::debug!("admin connection refused: {MAX_CONNECTIONS} are open");
             continue;
         };
-        let Some(from_address) = PerAddress::take(&by_address, peer.ip()) else {
+        let Some(from_address) = by_address.take(peer.ip(), MAX_PER_ADDRESS) else {
             tracing::debug!(%peer, "admin connection refused: {MAX_PER_ADDRESS} open from its address");
             continue;
         };
@@ -102,40 +100,6 @@ pub async fn serve(
     drop(listener);
     tracker.close();
     let _ = tokio::time::timeout(HEADER_TIMEOUT, tracker.wait()).await;
-}
-
-/// One of an address's admin connections; given back when dropped.
-struct PerAddress {
-    counts: Arc<Mutex<HashMap<IpAddr, usize>>>,
-    ip: IpAddr,
-}
-
-impl PerAddress {
-    fn take(counts: &Arc<Mutex<HashMap<IpAddr, usize>>>, ip: IpAddr) -> Option<Self> {
-        let ip = ip.to_canonical();
-        let mut map = counts.lock();
-        let n = map.entry(ip).or_insert(0);
-        if *n >= MAX_PER_ADDRESS {
-            return None;
-        }
-        *n += 1;
-        Some(PerAddress {
-            counts: counts.clone(),
-            ip,
-        })
-    }
-}
-
-impl Drop for PerAddress {
-    fn drop(&mut self) {
-        let mut map = self.counts.lock();
-        if let Some(n) = map.get_mut(&self.ip) {
-            *n -= 1;
-            if *n == 0 {
-                map.remove(&self.ip);
-            }
-        }
-    }
 }
 
 async fn prometheus(State(admin): State<Admin>) -> impl IntoResponse {

@@ -288,47 +288,44 @@ impl Admission {
         if !self.contended(usage) {
             return None;
         }
-        let over =
-            |(batches, calls): (usize, usize), shares: (usize, usize), refusals: [Refusal; 2]| {
-                if batches >= shares.0 {
-                    Some(refusals[0])
-                } else if calls >= shares.1 {
-                    Some(refusals[1])
+        // Each holder's (batches, calls) held against its shares, checked in this order.
+        type Over = fn(usize) -> Refusal;
+        type Check = (Option<(usize, usize)>, usize, usize, Over, Over);
+        let shares: [Check; 3] = [
+            (
+                holder.connection.as_ref().map(|c| usage.connections.of(c)),
+                cap.batches_per_connection,
+                cap.calls_per_connection,
+                Refusal::ConnectionBatches,
+                Refusal::ConnectionCalls,
+            ),
+            (
+                holder.identity.as_deref().map(|i| usage.identities.of(i)),
+                cap.batches_per_identity,
+                cap.calls_per_identity,
+                Refusal::IdentityBatches,
+                Refusal::IdentityCalls,
+            ),
+            (
+                holder.tenant.as_deref().map(|t| usage.tenants.of(t)),
+                cap.batches_per_tenant,
+                cap.calls_per_tenant,
+                Refusal::TenantBatches,
+                Refusal::TenantCalls,
+            ),
+        ];
+        shares
+            .into_iter()
+            .find_map(|(held, batches, calls, over_batches, over_calls)| {
+                let (held_batches, held_calls) = held?;
+                if held_batches >= batches {
+                    Some(over_batches(batches))
+                } else if held_calls >= calls {
+                    Some(over_calls(calls))
                 } else {
                     None
                 }
-            };
-        let connection = holder.connection.as_ref().and_then(|c| {
-            over(
-                usage.connections.of(c),
-                (cap.batches_per_connection, cap.calls_per_connection),
-                [
-                    Refusal::ConnectionBatches(cap.batches_per_connection),
-                    Refusal::ConnectionCalls(cap.calls_per_connection),
-                ],
-            )
-        });
-        let identity = holder.identity.as_deref().and_then(|i| {
-            over(
-                usage.identities.of(i),
-                (cap.batches_per_identity, cap.calls_per_identity),
-                [
-                    Refusal::IdentityBatches(cap.batches_per_identity),
-                    Refusal::IdentityCalls(cap.calls_per_identity),
-                ],
-            )
-        });
-        let tenant = holder.tenant.as_deref().and_then(|t| {
-            over(
-                usage.tenants.of(t),
-                (cap.batches_per_tenant, cap.calls_per_tenant),
-                [
-                    Refusal::TenantBatches(cap.batches_per_tenant),
-                    Refusal::TenantCalls(cap.calls_per_tenant),
-                ],
-            )
-        });
-        connection.or(identity).or(tenant)
+            })
     }
 
     /// Shares apply once the server is half full (by batches or calls).

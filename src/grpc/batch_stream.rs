@@ -7,8 +7,8 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
@@ -18,6 +18,7 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 use tonic::Status;
 
+use super::slots::WeakSlots;
 use super::status::RequestError;
 use crate::pb;
 
@@ -275,44 +276,8 @@ impl Stream for BatchStream {
 pub struct StallWatch {
     timeout: Duration,
     epoch: Instant,
-    streams: Mutex<Streams>,
-}
-
-/// The open streams, one slot each; a stream empties its slot when dropped and the next stream
-/// reuses it.
-#[derive(Default)]
-struct Streams {
-    slots: Vec<Option<Weak<Shared>>>,
-    free: Vec<usize>,
-}
-
-impl Streams {
-    fn insert(&mut self, stream: Weak<Shared>) -> usize {
-        match self.free.pop() {
-            Some(at) => {
-                self.slots[at] = Some(stream);
-                at
-            }
-            None => {
-                self.slots.push(Some(stream));
-                self.slots.len() - 1
-            }
-        }
-    }
-
-    fn remove(&mut self, at: usize) {
-        if let Some(slot) = self.slots.get_mut(at)
-            && slot.take().is_some()
-        {
-            self.free.push(at);
-        }
-    }
-
-    /// How many streams are open.
-    #[cfg(test)]
-    fn open(&self) -> usize {
-        self.slots.iter().filter(|s| s.is_some()).count()
-    }
+    /// The open streams, one slot each (a stream empties its slot when it is dropped).
+    streams: Mutex<WeakSlots<Shared>>,
 }
 
 impl StallWatch {
@@ -320,7 +285,7 @@ impl StallWatch {
         Arc::new(StallWatch {
             timeout,
             epoch: Instant::now(),
-            streams: Mutex::new(Streams::default()),
+            streams: Mutex::new(WeakSlots::default()),
         })
     }
 
@@ -343,7 +308,7 @@ impl StallWatch {
         let limit = u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX);
         let mut dropped = Vec::new();
         let streams = self.streams.lock();
-        for weak in streams.slots.iter().flatten() {
+        for weak in streams.iter() {
             // A stream empties its slot before its shared part goes, so this holds only while
             // the stream lives; skipped, not assumed.
             let Some(shared) = weak.upgrade() else {
@@ -557,7 +522,7 @@ mod tests {
         assert!(stream.next().await.is_none());
         drop(stream);
         watch.sweep();
-        assert_eq!(watch.streams.lock().open(), 0, "a dropped stream leaves");
+        assert_eq!(watch.streams.lock().len(), 0, "a dropped stream leaves");
     }
 
     #[tokio::test]
@@ -565,16 +530,16 @@ mod tests {
         let watch = watch();
         let first = BatchStream::new(pending_run().0, Events::new(1), &watch);
         let second = BatchStream::new(pending_run().0, Events::new(1), &watch);
-        assert_eq!(watch.streams.lock().open(), 2);
+        assert_eq!(watch.streams.lock().len(), 2);
         let slot = first.slot;
         drop(first);
         // No sweep ran: the stream's shared part is gone already.
-        assert_eq!(watch.streams.lock().open(), 1);
+        assert_eq!(watch.streams.lock().len(), 1);
         let third = BatchStream::new(pending_run().0, Events::new(1), &watch);
         assert_eq!(third.slot, slot, "the freed slot is reused");
-        assert_eq!(watch.streams.lock().slots.len(), 2);
+        assert_eq!(watch.streams.lock().capacity(), 2);
         drop((second, third));
-        assert_eq!(watch.streams.lock().open(), 0);
+        assert_eq!(watch.streams.lock().len(), 0);
     }
 
     #[tokio::test(start_paused = true)]

@@ -10,7 +10,7 @@
 use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
@@ -22,6 +22,7 @@ use tokio::time::Instant;
 use tonic::Status;
 
 use super::budget::{Full, Held, Share};
+use super::slots::WeakSlots;
 use super::status::RequestError;
 
 /// The most of a reply handed to the transport at once.
@@ -59,7 +60,7 @@ impl Framing {
     /// Reads `data`; answers how many of its bytes completed messages (the rest belong to the
     /// message still incomplete).
     fn read(&mut self, mut data: &[u8]) -> usize {
-        let (total, mut completed, mut current) = (data.len(), 0, 0);
+        let (mut completed, mut current) = (0, 0);
         while !data.is_empty() {
             if self.prefix_len < 5 {
                 let n = (5 - self.prefix_len).min(data.len());
@@ -89,7 +90,7 @@ impl Framing {
                 self.prefix_len = 0;
             }
         }
-        completed.min(total)
+        completed
     }
 }
 
@@ -196,10 +197,16 @@ pub struct Reply<G> {
     inner: tonic::body::Body,
     share: Arc<Share>,
     pending: Arc<Mutex<Pending<G>>>,
+    /// Where the connection finds `pending`, and its slot there (emptied when the reply goes).
+    registry: Arc<Replies<G>>,
+    slot: usize,
     /// The trailers that end the reply, once the inner body gave them (or a refusal made them).
     trailers: Option<HeaderMap>,
     done: bool,
 }
+
+/// The replies of one connection, for evicting what their clients do not read.
+pub type Replies<G> = Mutex<WeakSlots<Mutex<Pending<G>>>>;
 
 /// What a reply has made and the transport has not taken yet.
 pub struct Pending<G> {
@@ -228,24 +235,29 @@ impl<G> Pending<G> {
 }
 
 impl<G> Reply<G> {
-    pub fn new(inner: tonic::body::Body, share: Arc<Share>, guard: G) -> Self {
+    /// `inner`, counted against `share`, kept in `registry` while it lives.
+    pub fn new(
+        inner: tonic::body::Body,
+        share: Arc<Share>,
+        guard: G,
+        registry: &Arc<Replies<G>>,
+    ) -> Self {
+        let pending = Arc::new(Mutex::new(Pending {
+            data: None,
+            since: Instant::now(),
+            evicted: None,
+            guard: Some(guard),
+        }));
+        let slot = registry.lock().insert(Arc::downgrade(&pending));
         Reply {
             inner,
             share,
-            pending: Arc::new(Mutex::new(Pending {
-                data: None,
-                since: Instant::now(),
-                evicted: None,
-                guard: Some(guard),
-            })),
+            pending,
+            registry: registry.clone(),
+            slot,
             trailers: None,
             done: false,
         }
-    }
-
-    /// What is pending, for the connection to evict from.
-    pub fn pending(&self) -> Weak<Mutex<Pending<G>>> {
-        Arc::downgrade(&self.pending)
     }
 
     /// Makes the reply's first bytes now (a unary reply is then encoded, and counted, before
@@ -322,6 +334,12 @@ impl<G> Reply<G> {
         let piece = data.split_to(PIECE);
         held.release(piece.len());
         Ok(Some(piece))
+    }
+}
+
+impl<G> Drop for Reply<G> {
+    fn drop(&mut self) {
+        self.registry.lock().remove(self.slot);
     }
 }
 
@@ -487,14 +505,15 @@ mod tests {
             chunks: VecDeque::from([Bytes::from(vec![1u8; 40_000])]),
             end: true,
         });
-        let mut reply = Reply::new(inner, budget.share(), ());
+        let registry: Arc<Replies<()>> = Arc::default();
+        let mut reply = Reply::new(inner, budget.share(), (), &registry);
         reply.prefetch().await.unwrap();
         assert_eq!(
             budget.used(),
             40_000,
             "made and counted before anyone asked"
         );
-        let pending = reply.pending().upgrade().unwrap();
+        let pending = registry.lock().iter().next().unwrap().upgrade().unwrap();
         let stall = Duration::from_secs(30);
         assert!(!pending.lock().evict_if_stalled(Instant::now(), stall));
         tokio::time::advance(stall).await;
@@ -506,5 +525,8 @@ mod tests {
         let trailers = frame.into_trailers().unwrap();
         assert_eq!(trailers["grpc-status"], "4", "DEADLINE_EXCEEDED");
         assert!(next(&mut reply).await.is_none());
+        drop(pending);
+        drop(reply);
+        assert_eq!(registry.lock().iter().count(), 0, "a reply leaves its slot");
     }
 }

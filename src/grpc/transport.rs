@@ -11,7 +11,7 @@
 //! - per stream, hyper buffers at most `SEND_BUFFER` bytes of a reply; request and reply bytes
 //!   the server holds are counted against byte budgets (`bodies.rs`).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
@@ -32,9 +32,10 @@ use tokio_util::task::TaskTracker;
 use tonic::service::Routes;
 use tonic::transport::server::Connected;
 
-use super::bodies::{Pending, Received, Reply};
+use super::bodies::{Received, Replies, Reply};
 use super::budget::{Budget, Share};
 use super::coalesce::Coalesced;
+use super::per_address::{AddressTurn, PerAddress};
 use super::tls::Tls;
 use crate::metrics::Metrics;
 
@@ -92,16 +93,16 @@ pub struct Budgets {
 pub struct Connections {
     settings: TransportSettings,
     open: AtomicUsize,
-    by_address: Mutex<HashMap<IpAddr, usize>>,
+    by_address: Arc<PerAddress>,
     handshakes: Arc<Semaphore>,
-    handshaking: Mutex<HashMap<IpAddr, usize>>,
+    handshaking: Arc<PerAddress>,
     metrics: Arc<Metrics>,
 }
 
 /// One open connection's place; given back when it closes.
 struct Slot {
     connections: Arc<Connections>,
-    ip: IpAddr,
+    _address: AddressTurn,
 }
 
 /// What a connection's streams share: their count, for the idle timeout, and what their
@@ -110,7 +111,7 @@ struct Streams {
     open: AtomicUsize,
     /// When the last stream ended (or the connection opened), while none is open.
     idle_since: Mutex<Instant>,
-    replies: Mutex<Vec<Weak<Mutex<Pending<StreamGuard>>>>>,
+    replies: Arc<Replies<StreamGuard>>,
 }
 
 /// Counts one open stream until dropped (it lives in the stream's reply).
@@ -176,9 +177,9 @@ impl Connections {
         Arc::new(Connections {
             settings,
             open: AtomicUsize::new(0),
-            by_address: Mutex::default(),
+            by_address: Arc::default(),
             handshakes: Arc::new(Semaphore::new(MAX_HANDSHAKES)),
-            handshaking: Mutex::default(),
+            handshaking: Arc::default(),
             metrics,
         })
     }
@@ -190,23 +191,23 @@ impl Connections {
 
     /// A place for a connection from `ip`, or why there is none.
     fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<Slot, Refusal> {
-        let ip = client_of(ip);
         let settings = &self.settings;
-        let mut by_address = self.by_address.lock();
-        if self.open.load(Ordering::Relaxed) >= settings.max_connections {
-            return Err(Refusal::Connections);
-        }
-        let from_ip = by_address.entry(ip).or_insert(0);
-        if settings.max_connections_per_address > 0
-            && *from_ip >= settings.max_connections_per_address
-        {
+        self.open
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |open| {
+                (open < settings.max_connections).then_some(open + 1)
+            })
+            .map_err(|_| Refusal::Connections)?;
+        // The slot exists from here: a refusal below drops it, which gives the place back.
+        let Some(address) = self
+            .by_address
+            .take(ip, settings.max_connections_per_address)
+        else {
+            self.open.fetch_sub(1, Ordering::Relaxed);
             return Err(Refusal::ConnectionsPerAddress);
-        }
-        *from_ip += 1;
-        self.open.fetch_add(1, Ordering::Relaxed);
+        };
         Ok(Slot {
             connections: self.clone(),
-            ip,
+            _address: address,
         })
     }
 
@@ -218,30 +219,7 @@ impl Connections {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        give_back(&mut self.connections.by_address.lock(), self.ip);
         self.connections.open.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// The address a per-address bound counts a client under: an IPv4 address (also when mapped
-/// into IPv6), or an IPv6 address's /64, which one host usually holds whole.
-fn client_of(ip: IpAddr) -> IpAddr {
-    match ip.to_canonical() {
-        IpAddr::V6(v6) => {
-            let s = v6.segments();
-            IpAddr::V6(std::net::Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
-        }
-        v4 => v4,
-    }
-}
-
-/// One less for `ip` in a count per address; an address counting none leaves the map.
-fn give_back(counts: &mut HashMap<IpAddr, usize>, ip: IpAddr) {
-    if let Some(n) = counts.get_mut(&ip) {
-        *n -= 1;
-        if *n == 0 {
-            counts.remove(&ip);
-        }
     }
 }
 
@@ -253,17 +231,12 @@ impl Streams {
 
     /// Drops what replies hold that their client has not taken for `stall`; how many.
     fn evict_stalled(&self, now: Instant, stall: Duration) -> usize {
-        let mut evicted = 0;
-        self.replies.lock().retain(|reply| {
-            let Some(pending) = reply.upgrade() else {
-                return false;
-            };
-            if pending.lock().evict_if_stalled(now, stall) {
-                evicted += 1;
-            }
-            true
-        });
-        evicted
+        let replies = self.replies.lock();
+        replies
+            .iter()
+            .filter_map(Weak::upgrade)
+            .filter(|pending| pending.lock().evict_if_stalled(now, stall))
+            .count()
     }
 
     /// How long no stream has been open, as of `now`; zero while one is.
@@ -419,7 +392,11 @@ impl Connection {
                 return None;
             }
         };
-        let _turn = match HandshakeTurn::take(&self.connections, peer.ip()) {
+        let turn = self
+            .connections
+            .handshaking
+            .take(peer.ip(), HANDSHAKES_PER_ADDRESS);
+        let _turn = match turn {
             Some(turn) => turn,
             None => {
                 self.connections.refuse(Refusal::Handshakes, peer);
@@ -461,7 +438,7 @@ impl Connection {
         let streams = Arc::new(Streams {
             open: AtomicUsize::new(0),
             idle_since: Mutex::new(Instant::now()),
-            replies: Mutex::default(),
+            replies: Arc::default(),
         });
         let service = ConnectionService {
             served: self.served.clone(),
@@ -527,34 +504,6 @@ fn check_period(settings: &TransportSettings) -> Duration {
     (shortest / 4).clamp(Duration::from_millis(10), Duration::from_secs(5))
 }
 
-/// One of an address's TLS handshake turns; given back when dropped.
-struct HandshakeTurn {
-    connections: Arc<Connections>,
-    ip: IpAddr,
-}
-
-impl HandshakeTurn {
-    fn take(connections: &Arc<Connections>, ip: IpAddr) -> Option<Self> {
-        let ip = client_of(ip);
-        let mut handshaking = connections.handshaking.lock();
-        let n = handshaking.entry(ip).or_insert(0);
-        if *n >= HANDSHAKES_PER_ADDRESS {
-            return None;
-        }
-        *n += 1;
-        Some(HandshakeTurn {
-            connections: connections.clone(),
-            ip,
-        })
-    }
-}
-
-impl Drop for HandshakeTurn {
-    fn drop(&mut self) {
-        give_back(&mut self.connections.handshaking.lock(), self.ip);
-    }
-}
-
 /// One connection's service: tonic's routes with the connection's info in each request (as
 /// tonic's own server puts it there: `remote_addr`, peer certificates), its bodies counted.
 struct ConnectionService<I> {
@@ -603,12 +552,12 @@ where
                 None => Ok(answering.await),
             };
             let Ok(Ok(response)) = answered else {
-                let reply = Reply::new(tonic::body::Body::empty(), replies, guard);
+                let reply =
+                    Reply::new(tonic::body::Body::empty(), replies, guard, &streams.replies);
                 return Ok(reply.refused(tonic::Status::cancelled("Timeout expired")));
             };
             let (parts, body) = response.into_parts();
-            let mut reply = Reply::new(body, replies, guard);
-            streams.replies.lock().push(reply.pending());
+            let mut reply = Reply::new(body, replies, guard, &streams.replies);
             // A unary reply is made (encoded, counted) now: left to the transport, one the
             // client never reads would stay unencoded and uncounted.
             if unary && let Err(status) = reply.prefetch().await {
@@ -726,20 +675,27 @@ mod tests {
         drop(first);
         assert_eq!(connections.open(), 2);
         let _again = connections.admit(a).unwrap();
-        assert!(connections.by_address.lock().len() == 2);
+        assert_eq!(connections.by_address.addresses(), 2);
     }
 
     #[test]
     fn one_address_takes_a_few_handshake_turns() {
         let connections = Connections::new(settings(1000, 0), Arc::default());
         let ip = IpAddr::from([10, 0, 0, 1]);
+        let turn = || connections.handshaking.take(ip, HANDSHAKES_PER_ADDRESS);
         let turns: Vec<_> = (0..HANDSHAKES_PER_ADDRESS)
-            .map(|_| HandshakeTurn::take(&connections, ip).unwrap())
+            .map(|_| turn().unwrap())
             .collect();
-        assert!(HandshakeTurn::take(&connections, ip).is_none());
-        assert!(HandshakeTurn::take(&connections, IpAddr::from([10, 0, 0, 2])).is_some());
+        assert!(turn().is_none());
+        let other = IpAddr::from([10, 0, 0, 2]);
+        assert!(
+            connections
+                .handshaking
+                .take(other, HANDSHAKES_PER_ADDRESS)
+                .is_some()
+        );
         drop(turns);
-        assert!(HandshakeTurn::take(&connections, ip).is_some());
-        assert!(connections.handshaking.lock().is_empty());
+        assert!(turn().is_some());
+        assert_eq!(connections.handshaking.addresses(), 0);
     }
 }

@@ -468,14 +468,32 @@ async fn closed_within(stream: &mut tokio::net::TcpStream, within: Duration) -> 
 
 /// A `Dispatch` of one `echo` call carrying `text`, as a gRPC frame.
 fn echo_frame(text: &str) -> bytes::Bytes {
-    use prost::Message;
-    let request = request(json!([{"id": "e", "name": "echo", "arguments": {"text": text}}]));
-    let body = request.encode_to_vec();
+    grpc_frame(&request(
+        json!([{"id": "e", "name": "echo", "arguments": {"text": text}}]),
+    ))
+}
+
+/// `message` as a gRPC frame: flag, length, bytes.
+fn grpc_frame(message: &impl prost::Message) -> bytes::Bytes {
+    let body = message.encode_to_vec();
     let mut frame = Vec::with_capacity(5 + body.len());
     frame.push(0);
     frame.extend_from_slice(&u32::try_from(body.len()).unwrap().to_be_bytes());
     frame.extend_from_slice(&body);
     frame.into()
+}
+
+/// A raw HTTP/2 connection to `addr` whose window is zero: the server can send it headers,
+/// never data, as to a client that never reads.
+async fn zero_window(addr: &str) -> h2::client::SendRequest<bytes::Bytes> {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (send, connection) = h2::client::Builder::new()
+        .initial_window_size(0)
+        .handshake::<_, bytes::Bytes>(tcp)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    send
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -488,28 +506,11 @@ async fn unary_replies_a_client_never_reads_are_bounded_per_connection() {
         max_unread_reply_bytes_per_connection = 2097152
         "#,
     );
-    // A raw HTTP/2 client whose window is zero: the server can send headers, never data.
-    let tcp = tokio::net::TcpStream::connect(&server.addr).await.unwrap();
-    let (send, connection) = h2::client::Builder::new()
-        .initial_window_size(0)
-        .handshake::<_, bytes::Bytes>(tcp)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
+    let send = zero_window(&server.addr).await;
     let mut pending = Vec::new();
     for n in 0..12 {
-        let head = http::Request::builder()
-            .method("POST")
-            .uri("http://toolgate/toolgate.v1.ToolGate/Dispatch")
-            .header("content-type", "application/grpc")
-            .header("te", "trailers")
-            .body(())
-            .unwrap();
-        let mut send = send.clone().ready().await.unwrap();
-        let (response, mut body) = send.send_request(head, false).unwrap();
-        body.send_data(echo_frame(&format!("{n}{}", "x".repeat(300_000))), true)
-            .unwrap();
-        pending.push((response, body));
+        let frame = echo_frame(&format!("{n}{}", "x".repeat(300_000)));
+        pending.push(open_unread(&send, "/toolgate.v1.ToolGate/Dispatch", frame).await);
     }
     // Every stream gets its headers (not flow-controlled); those past the connection's share
     // are answered at once with the status instead of a reply held for a client that never
@@ -977,13 +978,7 @@ async fn unread_replies_are_dropped_after_the_stall_timeout_and_health_stays_ans
         max_unread_reply_bytes_per_connection = 2097152
         "#,
     );
-    let tcp = tokio::net::TcpStream::connect(&server.addr).await.unwrap();
-    let (send, connection) = h2::client::Builder::new()
-        .initial_window_size(0)
-        .handshake::<_, bytes::Bytes>(tcp)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
+    let send = zero_window(&server.addr).await;
     let dispatch = "/toolgate.v1.ToolGate/Dispatch";
     let mut held = Vec::new();
     for n in 0..6 {
@@ -1006,14 +1001,8 @@ async fn unread_replies_are_dropped_after_the_stall_timeout_and_health_stays_ans
     }
     assert!(refused >= 2, "the share (2 MiB) is full: {refused} refused");
     // A health check on the same, full connection is still answered, not refused.
-    let check = tonic_health::pb::HealthCheckRequest {
-        service: String::new(),
-    };
-    let mut frame = vec![0u8];
-    let body = prost::Message::encode_to_vec(&check);
-    frame.extend_from_slice(&u32::try_from(body.len()).unwrap().to_be_bytes());
-    frame.extend_from_slice(&body);
-    let (health, _stream) = open_unread(&send, "/grpc.health.v1.Health/Check", frame.into()).await;
+    let check = grpc_frame(&tonic_health::pb::HealthCheckRequest::default());
+    let (health, _stream) = open_unread(&send, "/grpc.health.v1.Health/Check", check).await;
     let health = tokio::time::timeout(Duration::from_secs(10), health)
         .await
         .unwrap()
