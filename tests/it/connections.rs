@@ -77,6 +77,7 @@ async fn sequential_http_tool_calls_share_one_connection() {
 
 #[tokio::test]
 async fn sequential_mcp_calls_over_streamable_http_reuse_connections() {
+    crate::peers::require_peers!(TestEnv, Everything);
     let (_server, port) = crate::mcp::everything_over_http().await;
     let (proxy, accepted) = counting_proxy(SocketAddr::from(([127, 0, 0, 1], port))).await;
     let config = format!(

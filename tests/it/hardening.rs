@@ -111,6 +111,7 @@ async fn open_the_breaker(addr: &str) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_probe_cut_short_by_its_callers_deadline_frees_the_breaker_at_once() {
+    crate::peers::require_peers!(TestEnv);
     let server = breaker_server("probe-deadline").await;
     open_the_breaker(&server.addr).await;
     tokio::time::sleep(Duration::from_millis(1100)).await;
@@ -131,6 +132,7 @@ async fn a_probe_cut_short_by_its_callers_deadline_frees_the_breaker_at_once() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_probe_whose_caller_resets_the_stream_frees_the_breaker_at_once() {
+    crate::peers::require_peers!(TestEnv);
     let server = breaker_server("probe-reset").await;
     open_the_breaker(&server.addr).await;
     tokio::time::sleep(Duration::from_millis(1100)).await;
@@ -159,6 +161,7 @@ async fn a_probe_whose_caller_resets_the_stream_frees_the_breaker_at_once() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_callers_bad_requests_do_not_open_the_shared_breaker() {
+    crate::peers::require_peers!(TestEnv);
     let server = breaker_server("client-fault").await;
     for _ in 0..4 {
         let bad = dispatch_one(&server.addr, "flaky", json!({"mode": "bad"})).await;
@@ -257,6 +260,7 @@ impl pb::tool_worker_server::ToolWorker for SwitchingWorker {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_definition_swapped_for_a_colliding_one_is_quarantined() {
+    crate::peers::require_peers!(TestEnv);
     assert_eq!(
         fnv_digest(BENIGN),
         fnv_digest(MALICIOUS),
@@ -328,6 +332,7 @@ async fn a_definition_swapped_for_a_colliding_one_is_quarantined() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_registration_cannot_smuggle_a_url_past_the_egress_check() {
+    crate::peers::require_peers!(TestEnv);
     let dir = folder("registration");
     let config = write(
         &dir,
@@ -498,6 +503,7 @@ async fn zero_window(addr: &str) -> h2::client::SendRequest<bytes::Bytes> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn unary_replies_a_client_never_reads_are_bounded_per_connection() {
+    crate::peers::require_peers!(TestEnv);
     let server = serve(
         "unread-replies",
         r#"
@@ -557,6 +563,7 @@ async fn unary_replies_a_client_never_reads_are_bounded_per_connection() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn silent_connections_are_capped_and_closed_after_the_preface_timeout() {
+    crate::peers::require_peers!(TestEnv);
     let server = serve(
         "preface",
         r#"
@@ -755,6 +762,7 @@ async fn one_tenant_flooding_sessions_and_memory_evicts_only_its_own() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_result_cache_holds_at_most_its_bytes() {
+    crate::peers::require_peers!(TestEnv);
     let server = serve(
         "cache-bytes",
         r#"
@@ -865,6 +873,7 @@ fn session_dir(base: &Path) -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_deep_scratch_tree_is_removed_under_a_low_file_limit() {
+    crate::peers::require_peers!(TestEnv);
     use rustix::fs::{Mode, OFlags, mkdirat, openat};
     let dir = folder("deep-scratch");
     let base = dir.join("scratch");
@@ -912,6 +921,7 @@ async fn a_deep_scratch_tree_is_removed_under_a_low_file_limit() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn loopback_is_local_only_when_no_proxy_forwarded_the_request() {
+    crate::peers::require_peers!(TestEnv);
     // A [::] listener sees a local IPv4 client as ::ffff:127.0.0.1: still this machine.
     let dir = folder("dual-stack");
     let config = write(

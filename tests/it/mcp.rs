@@ -35,6 +35,7 @@ fn stdio_remote(name: &str, prefix: &str, command: &[String]) -> String {
 
 #[tokio::test]
 async fn server_everything_over_stdio_answers_every_content_kind() {
+    crate::peers::require_peers!(TestEnv, Everything);
     let command = vec![
         "node".to_owned(),
         everything_js().display().to_string(),
@@ -104,6 +105,7 @@ pub(crate) async fn everything_over_http() -> (tokio::process::Child, u16) {
 
 #[tokio::test]
 async fn server_everything_over_streamable_http() {
+    crate::peers::require_peers!(TestEnv, Everything);
     let (mut child, port) = everything_over_http().await;
     let config = format!(
         "[[remotes]]\nname = \"everything-http\"\nkind = \"mcp\"\nurl = \"http://127.0.0.1:{port}/mcp\"\nprefix = \"evh.\"\ntimeout = \"30s\"\n\
@@ -142,6 +144,7 @@ fn python_server() -> Vec<String> {
 
 #[tokio::test]
 async fn a_python_sdk_server_reports_progress_errors_and_sees_cancellation() {
+    crate::peers::require_peers!(TestEnv);
     let config = format!(
         "{}[per_tool.\"pm.slow\"]\ntimeout = \"600ms\"\n[per_tool.\"pm.slow\".retry]\nenabled = false\n",
         stdio_remote("pymcp", "pm.", &python_server())
@@ -189,6 +192,7 @@ async fn a_python_sdk_server_reports_progress_errors_and_sees_cancellation() {
 
 #[tokio::test]
 async fn read_only_mcp_tools_run_in_parallel() {
+    crate::peers::require_peers!(TestEnv);
     let ts =
         start_with(Config::from_toml(&stdio_remote("pymcp", "pm.", &python_server())).unwrap())
             .await;
@@ -208,6 +212,7 @@ async fn read_only_mcp_tools_run_in_parallel() {
 
 #[tokio::test]
 async fn a_stdio_mcp_server_is_registered_at_run_time_only_if_its_program_is_allowlisted() {
+    crate::peers::require_peers!(TestEnv);
     let server = python_server();
     let config = format!(
         "[remote_registration]\nenabled = true\n[[remote_registration.commands]]\nargv = {:?}",
@@ -274,6 +279,7 @@ async fn names(ts: &TestServer) -> Vec<String> {
 
 #[tokio::test]
 async fn tool_list_changes_are_followed_and_pinned_and_a_crashed_server_is_restarted() {
+    crate::peers::require_peers!(TestEnv);
     // A short breaker cooldown and no loop detection: the test polls the same call until the
     // restarted server answers.
     let config = format!(
@@ -371,6 +377,7 @@ async fn tool_list_changes_are_followed_and_pinned_and_a_crashed_server_is_resta
 
 #[tokio::test]
 async fn a_python_sdk_server_over_streamable_http_gets_the_configured_headers() {
+    crate::peers::require_peers!(TestEnv);
     let port = free_port();
     let mut command = python_server();
     let program = command.remove(0);
@@ -469,6 +476,7 @@ pub(crate) async fn all_end(pids: &[u32], when: &str) {
 
 #[tokio::test]
 async fn a_stdio_mcp_server_and_its_grandchild_are_killed_when_the_server_stops() {
+    crate::peers::require_peers!(TestEnv);
     let dir = test_dir("mcp-stop");
     let command = python_server_with_a_grandchild(&dir);
     let ts = start_with(Config::from_toml(&stdio_remote("pymcp", "pm.", &command)).unwrap()).await;
@@ -487,6 +495,7 @@ async fn a_stdio_mcp_server_and_its_grandchild_are_killed_when_the_server_stops(
 
 #[tokio::test]
 async fn unregistering_a_stdio_mcp_server_kills_its_whole_process_group() {
+    crate::peers::require_peers!(TestEnv);
     let dir = test_dir("mcp-unregister");
     let command = python_server_with_a_grandchild(&dir);
     let config = format!(

@@ -42,6 +42,7 @@ fn promtool_check(text: &str) -> (bool, String) {
 
 #[tokio::test]
 async fn metrics_count_what_a_batch_did_and_pass_promtool() {
+    crate::peers::require_peers!(Promtool);
     let config = Config::from_toml(
         r#"
         [retry]
@@ -258,6 +259,7 @@ impl Drop for Receiver {
 
 #[tokio::test]
 async fn metrics_are_pushed_to_an_otlp_collector_with_the_service_name() {
+    crate::peers::require_peers!(TestEnv);
     let mut receiver = Receiver::start().await;
     let config = Config::from_toml(&format!(
         "[telemetry]\notlp_endpoint = \"http://{}\"\nmetrics_interval = \"1s\"\nservice_name = \"toolgate-test\"",
@@ -347,6 +349,7 @@ async fn an_unreachable_collector_does_not_slow_or_fail_batches() {
 
 #[tokio::test]
 async fn a_real_prometheus_server_scrapes_the_endpoint() {
+    crate::peers::require_peers!(Prometheus);
     let ts = start().await;
     let admin = ts.server.admin_addr().unwrap();
     dispatch(

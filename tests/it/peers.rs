@@ -2,7 +2,7 @@
 //! Python client with stubs generated from the repository's protos. `scripts/test` installs both
 //! into `.testenv/`; set TOOLGATE_TESTENV to use another folder.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
@@ -10,17 +10,81 @@ const REPO: &str = env!("CARGO_MANIFEST_DIR");
 
 /// The folder `scripts/test` installs grpcurl and the Python packages into.
 pub(crate) fn testenv() -> PathBuf {
-    let dir = std::env::var_os("TOOLGATE_TESTENV")
+    std::env::var_os("TOOLGATE_TESTENV")
         .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(REPO).join(".testenv"));
-    let python = dir.join("venv/bin/python");
-    assert!(
-        python.exists(),
-        "{} is missing: run scripts/test once, which installs grpcurl and the Python packages",
-        python.display()
-    );
-    dir
+        .unwrap_or_else(|| Path::new(REPO).join(".testenv"))
 }
+
+/// What a test needs that `cargo` does not install; `scripts/test` installs every one.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Peer {
+    /// `.testenv/venv`: Python with the packages of `scripts/requirements-test.txt`, and grpcurl.
+    TestEnv,
+    /// Node, and `@modelcontextprotocol/server-everything` in `.testenv/node`.
+    Everything,
+    /// `promtool` (Debian's `prometheus` package).
+    Promtool,
+    /// The `prometheus` server (the same package).
+    Prometheus,
+}
+
+impl Peer {
+    /// Why the peer cannot be used here, if it cannot.
+    fn missing(self) -> Option<String> {
+        let env = testenv();
+        let file = |path: PathBuf| (!path.exists()).then(|| format!("{} is missing", path.display()));
+        match self {
+            Peer::TestEnv => file(env.join("venv/bin/python"))
+                .or_else(|| file(env.join("venv/bin/grpcurl"))),
+            Peer::Everything => on_path("node").or_else(|| {
+                file(env.join(
+                    "node/node_modules/@modelcontextprotocol/server-everything/dist/index.js",
+                ))
+            }),
+            Peer::Promtool => on_path("promtool"),
+            Peer::Prometheus => on_path("prometheus"),
+        }
+    }
+}
+
+/// Why `program` cannot be run, if it is not on `PATH`.
+fn on_path(program: &str) -> Option<String> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let found = std::env::split_paths(&path).any(|dir| dir.join(program).is_file());
+    (!found).then(|| format!("`{program}` is not on PATH"))
+}
+
+/// Whether a test may go on: every peer it needs is installed. Without one, the test says it
+/// is skipped and why, and passes; with `TOOLGATE_REQUIRE_PEERS=1` (which `scripts/test`, and so
+/// CI, sets) it fails instead, so no test is skipped where the peers were meant to be.
+pub(crate) fn present(peers: &[Peer]) -> bool {
+    let missing: Vec<String> = peers.iter().filter_map(|p| p.missing()).collect();
+    if missing.is_empty() {
+        return true;
+    }
+    let test = std::thread::current().name().unwrap_or("a test").to_owned();
+    let why = missing.join("; ");
+    assert!(
+        std::env::var_os("TOOLGATE_REQUIRE_PEERS").is_none_or(|v| v != "1"),
+        "{test} needs a peer that is not installed ({why}); scripts/test installs every one"
+    );
+    // Straight to stderr, past the test harness's capture of `eprintln!`, so the skip shows.
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED {test}: {why} (scripts/test installs it; TOOLGATE_REQUIRE_PEERS=1 fails instead)"
+    );
+    false
+}
+
+/// Returns from the test (skipped, saying why) unless every named `Peer` is installed.
+macro_rules! require_peers {
+    ($($peer:ident),+) => {
+        if !$crate::peers::present(&[$($crate::peers::Peer::$peer),+]) {
+            return;
+        }
+    };
+}
+pub(crate) use require_peers;
 
 /// The `toolgate` binary serving on a free port; killed on drop.
 pub(crate) struct Binary {
@@ -147,6 +211,7 @@ fn assert_contains(output: &str, expected: &[&str]) {
 
 #[test]
 fn calls_as_the_official_sdks_dump_them_are_read_exactly() {
+    crate::peers::require_peers!(TestEnv);
     let env = testenv();
     let server = Binary::start(&[]);
     let output = run(Command::new(env.join("venv/bin/python"))
@@ -168,6 +233,7 @@ fn calls_as_the_official_sdks_dump_them_are_read_exactly() {
 
 #[test]
 fn reflection_lists_only_the_services_toolgate_serves() {
+    crate::peers::require_peers!(TestEnv);
     let env = testenv();
     let server = Binary::start(&[]);
     let output =
@@ -191,6 +257,7 @@ fn reflection_lists_only_the_services_toolgate_serves() {
 
 #[test]
 fn the_grpcurl_demo_runs_against_the_binary() {
+    crate::peers::require_peers!(TestEnv);
     let env = testenv();
     let server = Binary::start(&[]);
     let output = run(Command::new("bash")
@@ -221,6 +288,7 @@ fn the_grpcurl_demo_runs_against_the_binary() {
 
 #[test]
 fn the_python_client_example_runs_against_the_binary() {
+    crate::peers::require_peers!(TestEnv);
     let env = testenv();
     let server = Binary::start(&[]);
     let output = run(Command::new(env.join("venv/bin/python"))
@@ -392,6 +460,7 @@ fn command_line_settings_win_over_the_environment_and_are_validated_with_the_con
 
 #[test]
 fn the_next_turn_example_builds_the_conversation_in_every_format() {
+    crate::peers::require_peers!(TestEnv);
     let env = testenv();
     let server = Binary::start(&[]);
     let output = run(Command::new(env.join("venv/bin/python"))
@@ -412,6 +481,7 @@ fn the_next_turn_example_builds_the_conversation_in_every_format() {
 
 #[test]
 fn the_agent_loop_example_runs_two_turns_with_a_context_binding() {
+    crate::peers::require_peers!(TestEnv);
     let env = testenv();
     let server = Binary::start(&[]);
     let output = run(Command::new(env.join("venv/bin/python"))
@@ -613,6 +683,7 @@ async fn a_hook_does_not_see_a_server_secret_and_runs_in_its_own_group() {
 
 #[tokio::test]
 async fn no_child_process_survives_the_binarys_shutdown() {
+    crate::peers::require_peers!(TestEnv);
     use crate::mcp::{
         all_end, process_gone, python_server_with_a_grandchild, server_and_grandchild,
     };

@@ -73,6 +73,7 @@ impl PyWorker {
 
 #[tokio::test]
 async fn worker_tools_are_discovered_and_run_with_progress() {
+    crate::peers::require_peers!(TestEnv);
     let worker = PyWorker::start().await;
     let ts = start_with(worker.config("")).await;
     let tools = list_tools(&ts).await;
@@ -134,6 +135,7 @@ async fn worker_tools_are_discovered_and_run_with_progress() {
 
 #[tokio::test]
 async fn a_worker_error_in_several_parts_reads_as_the_parts_text() {
+    crate::peers::require_peers!(TestEnv);
     let worker = PyWorker::start().await;
     let ts = start_with(worker.config("")).await;
     let result = dispatch(
@@ -158,6 +160,7 @@ async fn a_worker_error_in_several_parts_reads_as_the_parts_text() {
 
 #[tokio::test]
 async fn a_slow_remote_call_is_cut_by_its_deadline_and_cancelled_on_the_worker() {
+    crate::peers::require_peers!(TestEnv);
     let worker = PyWorker::start().await;
     let ts = start_with(worker.config(
         "[per_tool.\"py.slow_count\"]\ntimeout = \"800ms\"\n[per_tool.\"py.slow_count\".retry]\nenabled = false",
@@ -201,6 +204,7 @@ async fn a_slow_remote_call_is_cut_by_its_deadline_and_cancelled_on_the_worker()
 
 #[tokio::test]
 async fn parallel_calls_to_a_remote_tool_overlap() {
+    crate::peers::require_peers!(TestEnv);
     let worker = PyWorker::start().await;
     let ts = start_with(worker.config("")).await;
     let calls: Vec<serde_json::Value> = (0..3)
@@ -224,6 +228,7 @@ async fn parallel_calls_to_a_remote_tool_overlap() {
 
 #[tokio::test]
 async fn an_unreachable_worker_is_transport_and_opens_the_breaker() {
+    crate::peers::require_peers!(TestEnv);
     let mut worker = PyWorker::start().await;
     let ts =
         start_with(worker.config("[breaker]\nfailure_threshold = 2\n[retry]\nmax_retries = 0"))
@@ -278,6 +283,7 @@ fn definition(value: serde_json::Value) -> Option<protojson::Struct> {
 
 #[tokio::test]
 async fn remotes_are_registered_and_removed_at_run_time_when_allowed() {
+    crate::peers::require_peers!(TestEnv);
     let worker = PyWorker::start().await;
     let ts = start_with(
         Config::from_toml(
@@ -371,6 +377,7 @@ async fn registration_is_off_by_default() {
 
 #[tokio::test]
 async fn the_trace_context_and_call_metadata_reach_the_worker() {
+    crate::peers::require_peers!(TestEnv);
     let worker = PyWorker::start().await;
     let ts = start_with(worker.config("")).await;
     let mut req = tonic::Request::new(request(json!([{"id": "t1", "name": "py.whoami"}])));
@@ -404,6 +411,7 @@ async fn tool(ts: &TestServer, name: &str) -> pb::ToolDefinition {
 
 #[tokio::test]
 async fn a_changed_definition_is_quarantined_until_accepted() {
+    crate::peers::require_peers!(TestEnv);
     use pb::tool_definition::Status;
     let worker = PyWorker::start().await;
     let ts = start_with(
@@ -486,6 +494,7 @@ async fn a_changed_definition_is_quarantined_until_accepted() {
 
 #[tokio::test]
 async fn a_remote_can_accept_changes_by_configuration() {
+    crate::peers::require_peers!(TestEnv);
     use pb::tool_definition::Status;
     let worker = PyWorker::start().await;
     let ts =
@@ -509,6 +518,7 @@ async fn a_remote_can_accept_changes_by_configuration() {
 
 #[tokio::test]
 async fn a_worker_is_reached_over_tls_verified_by_the_configured_ca() {
+    crate::peers::require_peers!(TestEnv);
     // A CA and a certificate for "worker.test", made for this test.
     let dir = std::env::temp_dir().join(format!("toolgate-tls-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -580,6 +590,7 @@ async fn a_worker_is_reached_over_tls_verified_by_the_configured_ca() {
 
 #[tokio::test]
 async fn a_worker_that_starts_after_toolgate_is_connected_in_the_background() {
+    crate::peers::require_peers!(TestEnv);
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -610,6 +621,7 @@ async fn a_worker_that_starts_after_toolgate_is_connected_in_the_background() {
 
 #[tokio::test]
 async fn a_restarted_worker_is_reconnected_and_its_tools_listed_again() {
+    crate::peers::require_peers!(TestEnv);
     // The first worker leaves whoami out; the restarted one (a new version) offers it.
     let mut worker = PyWorker::start_with(&["--without", "whoami"]).await;
     let port = worker.addr.rsplit_once(':').unwrap().1.to_owned();

@@ -114,6 +114,7 @@ except grpc.RpcError as e:
 
 #[test]
 fn tls_and_client_certificates_with_grpcurl_and_python_and_a_reload_on_sighup() {
+    crate::peers::require_peers!(TestEnv);
     let dir = folder("tls");
     let (server_ca, client_ca, stranger_ca) = (Ca::new(), Ca::new(), Ca::new());
     let (cert, key) = server_ca.sign(&["localhost"]);
@@ -584,6 +585,7 @@ async fn tokens_and_jwts_are_identities_with_roles_and_tenants_stay_apart() {
 
 #[test]
 fn grpcurl_sends_a_bearer_token_and_refusals_are_audited() {
+    crate::peers::require_peers!(TestEnv);
     let dir = folder("grpcurl-token");
     let config = write(
         &dir,
@@ -836,6 +838,7 @@ fn non_loopback_ip() -> Option<std::net::IpAddr> {
 
 #[test]
 fn by_default_anonymous_callers_are_let_in_only_from_this_machine() {
+    crate::peers::require_peers!(TestEnv);
     let Some(ip) = non_loopback_ip() else {
         eprintln!("skipped: this machine has no non-loopback address to connect from");
         return;
@@ -879,6 +882,7 @@ fn by_default_anonymous_callers_are_let_in_only_from_this_machine() {
 
 #[test]
 fn idle_sockets_cannot_starve_tls_handshakes() {
+    crate::peers::require_peers!(TestEnv);
     use std::io::Read;
     let dir = folder("tls-starve");
     let ca = Ca::new();
@@ -939,6 +943,7 @@ fn idle_sockets_cannot_starve_tls_handshakes() {
 
 #[test]
 fn a_client_certificate_that_maps_to_no_identity_is_refused_not_anonymous() {
+    crate::peers::require_peers!(TestEnv);
     let dir = folder("unmapped-cert");
     let (server_ca, client_ca) = (Ca::new(), Ca::new());
     let (cert, key) = server_ca.sign(&["localhost"]);
@@ -997,6 +1002,7 @@ fn jwt_with_header(key: &JwtKey, header: Value, claims: &Value) -> String {
 
 #[test]
 fn jwts_with_crit_a_foreign_algorithm_or_no_subject_are_refused_and_audit_lines_cannot_be_forged() {
+    crate::peers::require_peers!(TestEnv);
     let dir = folder("jwt-hardening");
     let key = JwtKey::new("k1");
     // The second key says it is for ES384, while its curve would verify ES256.

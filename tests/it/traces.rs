@@ -50,6 +50,7 @@ fn traced(metadata: &mut tonic::metadata::MetadataMap) {
 
 #[tokio::test]
 async fn a_batch_is_a_tree_of_spans_under_the_clients_traceparent() {
+    crate::peers::require_peers!(TestEnv);
     let mut receiver = Receiver::start().await;
     let config = Config::from_toml(&format!(
         r#"
@@ -194,6 +195,7 @@ async fn a_batch_is_a_tree_of_spans_under_the_clients_traceparent() {
 
 #[tokio::test]
 async fn without_a_traceparent_a_batch_starts_its_own_trace() {
+    crate::peers::require_peers!(TestEnv);
     let mut receiver = Receiver::start().await;
     let config = Config::from_toml(&format!(
         "[telemetry]\notlp_endpoint = \"http://{}\"",
@@ -218,6 +220,7 @@ async fn without_a_traceparent_a_batch_starts_its_own_trace() {
 
 #[tokio::test]
 async fn a_trace_crosses_into_a_worker_that_traces_with_the_python_sdk() {
+    crate::peers::require_peers!(TestEnv);
     let mut receiver = Receiver::start().await;
     // The example worker, tracing into the same receiver with the OpenTelemetry Python SDK.
     let env = crate::peers::testenv();
@@ -344,6 +347,7 @@ async fn frame_watching_relay(
 
 #[tokio::test]
 async fn exports_are_gzip_compressed() {
+    crate::peers::require_peers!(TestEnv);
     let mut receiver = Receiver::start().await;
     let (relay, flags) = frame_watching_relay(receiver.addr.clone()).await;
     let config = Config::from_toml(&format!(
