@@ -1,6 +1,7 @@
 //! The only module that speaks the public API: service adapter, conversions, status mapping,
 //! codec, the server with health, reflection and graceful shutdown, and the health probe.
 
+pub mod access;
 pub(crate) mod admission;
 pub mod auth;
 mod batch_stream;

@@ -1,8 +1,9 @@
 //! Who may call what: every RPC's caller from its credentials (a bearer token, a JWT, a TLS
 //! client certificate, or anonymous when the config allows), and whether the caller's roles
-//! allow the RPC. The decision table is `Rpc::needs`; refusals and admin actions are audit lines
+//! allow the RPC (the rules are `access.rs`'s table). Refusals and admin actions are audit lines
 //! (target `toolgate::audit`). Credentials are never logged.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,62 +12,35 @@ use jsonwebtoken::{DecodingKey, Validation};
 use parking_lot::{Mutex, RwLock};
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::Value;
-use tonic::Request;
+use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
 
+use super::access::{Access, Rule};
 use super::status::RequestError;
 use crate::config::{Anonymous, AuthConfig, CertificateIdentity, JwtConfig, TokenConfig};
 use crate::identity::{Caller, Method, Role, validate_tenant};
 
-/// The RPCs, for the permission table and audit lines.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Rpc {
-    DispatchBatch,
-    Dispatch,
-    ListTools,
-    GetSessionMemory,
-    EndSession,
-    GetToolHealth,
-    RegisterRemote,
-    UnregisterRemote,
-    RefreshRemote,
-    AcceptToolChange,
+/// What a request presents to be judged by: its headers and its connection.
+pub struct Credentials<'a> {
+    headers: &'a http::HeaderMap,
+    peer: Option<SocketAddr>,
+    certificates: Option<Arc<Vec<CertificateDer<'static>>>>,
 }
 
-impl Rpc {
-    pub fn name(self) -> &'static str {
-        match self {
-            Rpc::DispatchBatch => "DispatchBatch",
-            Rpc::Dispatch => "Dispatch",
-            Rpc::ListTools => "ListTools",
-            Rpc::GetSessionMemory => "GetSessionMemory",
-            Rpc::EndSession => "EndSession",
-            Rpc::GetToolHealth => "GetToolHealth",
-            Rpc::RegisterRemote => "RegisterRemote",
-            Rpc::UnregisterRemote => "UnregisterRemote",
-            Rpc::RefreshRemote => "RefreshRemote",
-            Rpc::AcceptToolChange => "AcceptToolChange",
+impl<'a> Credentials<'a> {
+    /// A request's credentials, with the connection the transport recorded in its extensions
+    /// (plain or TLS, as tonic's own server records it).
+    pub fn of<B>(request: &'a http::Request<B>) -> Self {
+        let extensions = request.extensions();
+        let tls = extensions.get::<TlsConnectInfo<TcpConnectInfo>>();
+        let peer = extensions
+            .get::<TcpConnectInfo>()
+            .and_then(TcpConnectInfo::remote_addr)
+            .or_else(|| tls.and_then(|info| info.get_ref().remote_addr()));
+        Credentials {
+            headers: request.headers(),
+            peer,
+            certificates: tls.and_then(TlsConnectInfo::peer_certs),
         }
-    }
-
-    /// The role an RPC needs (an admin may do everything an agent may).
-    pub fn needs(self) -> Role {
-        match self {
-            Rpc::DispatchBatch
-            | Rpc::Dispatch
-            | Rpc::ListTools
-            | Rpc::GetSessionMemory
-            | Rpc::EndSession => Role::Agent,
-            Rpc::GetToolHealth
-            | Rpc::RegisterRemote
-            | Rpc::UnregisterRemote
-            | Rpc::RefreshRemote
-            | Rpc::AcceptToolChange => Role::Admin,
-        }
-    }
-
-    /// Whether a successful call is an admin action (audited).
-    fn is_admin_action(self) -> bool {
-        self.needs() == Role::Admin && self != Rpc::GetToolHealth
     }
 }
 
@@ -151,14 +125,14 @@ impl Authenticator {
         })
     }
 
-    /// The caller of `request`, if it may make `rpc`. Every refusal is an audit line. A
-    /// configured caller (anonymous, a token's, a certificate's) is shared, not copied.
-    pub fn authorize<T>(
+    /// The caller presenting `credentials`, if `rule` lets it in. Every refusal is an audit
+    /// line. A configured caller (anonymous, a token's, a certificate's) is shared, not copied.
+    pub fn authorize(
         &self,
-        request: &Request<T>,
-        rpc: Rpc,
+        credentials: &Credentials<'_>,
+        rule: &Rule,
     ) -> Result<Arc<Caller>, RequestError> {
-        let caller = match self.authenticate(request) {
+        let caller = match self.authenticate(credentials) {
             Ok(caller) => caller,
             Err(why) => {
                 // Every field from a request is recorded as a string, which the text format
@@ -166,10 +140,10 @@ impl Authenticator {
                 // `kid` or a JWT's claims cannot forge fields of the line.
                 tracing::warn!(
                     target: "toolgate::audit",
-                    rpc = rpc.name(),
+                    rpc = rule.name(),
                     outcome = "unauthenticated",
                     reason = audit_text(&why).as_str(),
-                    peer = ?request.remote_addr(),
+                    peer = ?credentials.peer,
                     "refused"
                 );
                 // The caller learns that its credential was refused, not why: what a JWT
@@ -182,11 +156,13 @@ impl Authenticator {
                 return Err(RequestError::Unauthenticated(told.to_owned()));
             }
         };
-        let needs = rpc.needs();
+        let Access::Role(needs) = rule.access else {
+            return Ok(caller);
+        };
         if !(caller.has(needs) || caller.has(Role::Admin)) {
             tracing::warn!(
                 target: "toolgate::audit",
-                rpc = rpc.name(),
+                rpc = rule.name(),
                 outcome = "permission_denied",
                 identity = audit_text(&caller.id).as_str(),
                 tenant = audit_text(&caller.tenant).as_str(),
@@ -196,7 +172,7 @@ impl Authenticator {
             );
             return Err(RequestError::PermissionDenied(format!(
                 "{} needs the {} role; {} has {}",
-                rpc.name(),
+                rule.name(),
                 needs.name(),
                 caller.id,
                 if caller.roles.is_empty() {
@@ -206,10 +182,10 @@ impl Authenticator {
                 }
             )));
         }
-        if rpc.is_admin_action() {
+        if rule.audited {
             tracing::info!(
                 target: "toolgate::audit",
-                rpc = rpc.name(),
+                rpc = rule.name(),
                 outcome = "allowed",
                 identity = audit_text(&caller.id).as_str(),
                 tenant = audit_text(&caller.tenant).as_str(),
@@ -222,8 +198,8 @@ impl Authenticator {
 
     /// Credentials win over the connection: a request that presents a token is judged by it
     /// alone (a wrong token is never let in as anonymous).
-    fn authenticate<T>(&self, request: &Request<T>) -> Result<Arc<Caller>, String> {
-        if let Some(header) = request.metadata().get("authorization") {
+    fn authenticate(&self, credentials: &Credentials<'_>) -> Result<Arc<Caller>, String> {
+        if let Some(header) = credentials.headers.get("authorization") {
             let text = header
                 .to_str()
                 .map_err(|_| "the authorization header is not text".to_owned())?;
@@ -234,7 +210,7 @@ impl Authenticator {
         }
         // A certificate is a credential: one that maps to no identity is refused, never let in
         // as anonymous (which from loopback could be an admin).
-        if let Some(certs) = request.peer_certs()
+        if let Some(certs) = &credentials.certificates
             && let Some(leaf) = certs.first()
         {
             return self
@@ -243,10 +219,10 @@ impl Authenticator {
         }
         // A local IPv4 client of a `[::]` listener is `::ffff:127.0.0.1`. A request a proxy
         // forwarded (it says so in a header) is not from this machine, whatever the connection.
-        let local = request
-            .remote_addr()
+        let local = credentials
+            .peer
             .is_some_and(|a| a.ip().to_canonical().is_loopback())
-            && !forwarded(request.metadata());
+            && !forwarded(credentials.headers);
         match &self.anonymous {
             Some(caller) if local || !self.anonymous_loopback_only => Ok(caller.clone()),
             _ => Err(NO_CREDENTIALS.to_owned()),
@@ -286,12 +262,9 @@ impl Authenticator {
 /// Whether a proxy says it forwarded the request: the headers the common ones add (RFC 7239,
 /// the de facto `X-Forwarded-*` and `X-Real-IP`, Envoy's and Istio's). A request through one is
 /// from wherever the proxy's client is, so a loopback connection does not make it local.
-fn forwarded(metadata: &tonic::metadata::MetadataMap) -> bool {
-    metadata.keys().any(|key| {
-        let name = match key {
-            tonic::metadata::KeyRef::Ascii(name) => name.as_str(),
-            tonic::metadata::KeyRef::Binary(name) => name.as_str(),
-        };
+fn forwarded(headers: &http::HeaderMap) -> bool {
+    headers.keys().any(|name| {
+        let name = name.as_str();
         matches!(name, "forwarded" | "via" | "x-real-ip")
             || name.starts_with("x-forwarded-")
             || name.starts_with("x-envoy-")
@@ -566,14 +539,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn bearer_headers_parse_and_every_rpc_needs_a_role() {
+    fn bearer_headers_parse() {
         assert_eq!(strip_bearer("Bearer abc"), Some("abc"));
         assert_eq!(strip_bearer("bearer  abc "), Some("abc"));
         assert_eq!(strip_bearer("Basic abc"), None);
         assert_eq!(strip_bearer("Bearer "), None);
-        assert_eq!(Rpc::Dispatch.needs(), Role::Agent);
-        assert_eq!(Rpc::RegisterRemote.needs(), Role::Admin);
-        assert_eq!(Rpc::AcceptToolChange.needs(), Role::Admin);
-        assert_eq!(Rpc::GetToolHealth.needs(), Role::Admin);
     }
 }

@@ -11,6 +11,7 @@ use tonic::service::Routes;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
+use super::access::Authorized;
 use super::bodies::streaming_methods;
 use super::service::{ServiceState, ToolGateService};
 use super::tls::Tls;
@@ -42,14 +43,33 @@ pub enum ServeError {
     TaskFailed(tokio::task::JoinError),
 }
 
-/// Reflection over toolgate's protos, listing only what this server serves: the descriptor set
-/// also holds `ToolHooks` and `ToolWorker`, protocols toolgate calls but does not answer.
-fn reflection() -> tonic_reflection::server::Builder<'static> {
+/// The services this server answers (reflection lists these; `access.rs` has a rule for each
+/// of their methods). The descriptor sets also hold `ToolHooks` and `ToolWorker`, protocols
+/// toolgate calls but does not answer.
+pub(crate) const SERVED: &[&str] = &[
+    "toolgate.v1.ToolGate",
+    "grpc.health.v1.Health",
+    "grpc.reflection.v1.ServerReflection",
+    "grpc.reflection.v1alpha.ServerReflection",
+];
+
+/// The descriptors of every protocol the server knows.
+pub(crate) const DESCRIPTOR_SETS: &[&[u8]] = &[
+    pb::FILE_DESCRIPTOR_SET,
+    tonic_health::pb::FILE_DESCRIPTOR_SET,
+    tonic_reflection::pb::v1::FILE_DESCRIPTOR_SET,
+    tonic_reflection::pb::v1alpha::FILE_DESCRIPTOR_SET,
+];
+
+/// Reflection over what this server serves (`SERVED`): ToolGate, health, and the reflection
+/// service `own` (each reflection version lists itself only, as clients of either expect).
+fn reflection(own: &'static str) -> tonic_reflection::server::Builder<'static> {
     tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .with_service_name("toolgate.v1.ToolGate")
-        .with_service_name("grpc.health.v1.Health")
+        .with_service_name(SERVED[0])
+        .with_service_name(SERVED[1])
+        .with_service_name(own)
 }
 
 /// Serves on `listener` until `trigger` fires, then shuts down gracefully.
@@ -64,24 +84,16 @@ pub async fn serve(
     health
         .set_serving::<ToolGateServer<ToolGateService>>()
         .await;
-    let reflection_v1 = reflection()
-        .with_service_name("grpc.reflection.v1.ServerReflection")
-        .build_v1()?;
+    let reflection_v1 = reflection(SERVED[2]).build_v1()?;
     // grpcurl 1.8 and other older clients speak only v1alpha.
-    let reflection_v1alpha = reflection()
-        .with_service_name("grpc.reflection.v1alpha.ServerReflection")
-        .build_v1alpha()?;
+    let reflection_v1alpha = reflection(SERVED[3]).build_v1alpha()?;
     let toolgate = ToolGateServer::new(ToolGateService::new(state.clone()))
         .max_decoding_message_size(settings.transport.max_message_bytes);
     // Which replies are streams, from the descriptors of what is served: every other reply is
     // made (and counted) as soon as its call returns.
-    let streaming = Arc::new(streaming_methods(&[
-        pb::FILE_DESCRIPTOR_SET,
-        tonic_health::pb::FILE_DESCRIPTOR_SET,
-        tonic_reflection::pb::v1::FILE_DESCRIPTOR_SET,
-        tonic_reflection::pb::v1alpha::FILE_DESCRIPTOR_SET,
-    ]));
+    let streaming = Arc::new(streaming_methods(DESCRIPTOR_SETS));
     let connections = state.connections.clone();
+    let auth = state.auth.clone();
 
     let watchdog = tokio::spawn(state.stalls.clone().run());
     let stop_transport = CancellationToken::new();
@@ -97,6 +109,7 @@ pub async fn serve(
         .add_service(reflection_v1alpha)
         .add_service(toolgate)
         .prepare();
+    let routes = Authorized::new(routes, auth);
     if let Some(tls) = &tls {
         tokio::spawn(tls.clone().watch(stop_transport.clone()));
     }

@@ -11,8 +11,9 @@ use tokio_util::task::TaskTracker;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 
+use super::access;
 use super::admission::{Admission, Holder, Refusal, Ticket};
-use super::auth::{Authenticator, Rpc};
+use super::auth::Authenticator;
 use super::batch_stream::{BatchStream, Events, StallWatch};
 use super::convert::{self, RequestRules};
 use super::reply;
@@ -144,6 +145,48 @@ impl ToolGateService {
     }
 }
 
+/// A batch admitted by `Dispatch` or `DispatchBatch`, ready to run.
+struct Started {
+    /// The RPC's server span, ended with the status the client gets.
+    rpc: RpcSpan,
+    batch: Batch,
+    /// The batch's capacity, given back when dropped.
+    ticket: Ticket,
+    /// The client's `grpc-timeout`.
+    deadline: Option<Duration>,
+    /// The batch's cancel, a child of the server's shutdown.
+    cancel: Cancel,
+}
+
+impl ToolGateService {
+    /// What both dispatch RPCs do first: the span, the caller, admission, the deadline. A
+    /// refusal ends the span with its status.
+    fn start(
+        &self,
+        method: &'static str,
+        request: Request<pb::DispatchBatchRequest>,
+    ) -> Result<Started, Status> {
+        let rpc = self.rpc(method, &request);
+        let deadline = grpc_timeout(request.metadata());
+        let connection = request.remote_addr();
+        let admitted = access::caller(&request)
+            .and_then(|caller| self.admit(connection, caller, request.into_inner()));
+        let (mut batch, ticket) = match admitted {
+            Ok(admitted) => admitted,
+            Err(error) => return rpc.finish_with(Err(error.into())),
+        };
+        batch.options.deadline = deadline.map(|d| tokio::time::Instant::now() + d);
+        batch.trace = rpc.span().clone();
+        Ok(Started {
+            rpc,
+            batch,
+            ticket,
+            deadline,
+            cancel: self.state.shutdown.child(),
+        })
+    }
+}
+
 /// Forwards batch events to the response stream (a full buffer makes the batch wait).
 struct StreamObserver {
     events: Arc<Events>,
@@ -169,22 +212,15 @@ impl ToolGate for ToolGateService {
         &self,
         request: Request<pb::DispatchBatchRequest>,
     ) -> Result<Response<Self::DispatchBatchStream>, Status> {
-        let rpc = self.rpc("DispatchBatch", &request);
-        let caller = match self.state.auth.authorize(&request, Rpc::DispatchBatch) {
-            Ok(caller) => caller,
-            Err(error) => return rpc.finish_with(Err(error.into())),
-        };
-        let deadline = grpc_timeout(request.metadata());
-        let connection = request.remote_addr();
-        let (mut batch, ticket) = match self.admit(connection, caller, request.into_inner()) {
-            Ok(admitted) => admitted,
-            Err(error) => return rpc.finish_with(Err(error.into())),
-        };
-        batch.options.deadline = deadline.map(|d| tokio::time::Instant::now() + d);
-        batch.trace = rpc.span().clone();
+        let Started {
+            rpc,
+            batch,
+            ticket,
+            deadline,
+            cancel,
+        } = self.start("DispatchBatch", request)?;
         let events = Events::new(EVENT_BUFFER);
         let queue = events.clone();
-        let cancel = self.state.shutdown.child();
         let dispatcher = self.state.dispatcher.clone();
         let max_reply = self.state.rules.limits.max_reply_bytes;
         let context = rpc.span().context().clone();
@@ -216,20 +252,13 @@ impl ToolGate for ToolGateService {
         &self,
         request: Request<pb::DispatchBatchRequest>,
     ) -> Result<Response<pb::BatchResult>, Status> {
-        let rpc = self.rpc("Dispatch", &request);
-        let caller = match self.state.auth.authorize(&request, Rpc::Dispatch) {
-            Ok(caller) => caller,
-            Err(error) => return rpc.finish_with(Err(error.into())),
-        };
-        let deadline = grpc_timeout(request.metadata());
-        let connection = request.remote_addr();
-        let (mut batch, _ticket) = match self.admit(connection, caller, request.into_inner()) {
-            Ok(admitted) => admitted,
-            Err(error) => return rpc.finish_with(Err(error.into())),
-        };
-        batch.options.deadline = deadline.map(|d| tokio::time::Instant::now() + d);
-        batch.trace = rpc.span().clone();
-        let cancel = self.state.shutdown.child();
+        let Started {
+            rpc,
+            batch,
+            ticket: _ticket,
+            cancel,
+            ..
+        } = self.start("Dispatch", request)?;
         // The transport drops this future when the client goes or its deadline passes
         // (`transport.rs`); the guard then fires the batch's cancel so tool tokens fire too
         // (and the span ends CANCELLED).
@@ -250,7 +279,6 @@ impl ToolGate for ToolGateService {
         &self,
         request: Request<pb::GetToolHealthRequest>,
     ) -> Result<Response<pb::GetToolHealthResponse>, Status> {
-        self.state.auth.authorize(&request, Rpc::GetToolHealth)?;
         let wanted = request.into_inner().tool;
         let tools = self
             .state
@@ -268,7 +296,7 @@ impl ToolGate for ToolGateService {
         &self,
         request: Request<pb::GetSessionMemoryRequest>,
     ) -> Result<Response<pb::GetSessionMemoryResponse>, Status> {
-        let caller = self.state.auth.authorize(&request, Rpc::GetSessionMemory)?;
+        let caller = access::caller(&request)?;
         let id = checked_session_id(request.into_inner().session_id)?;
         // Only the caller's tenant's sessions exist for it.
         let Some(session) = self.state.dispatcher.sessions().get(&caller.tenant, &id) else {
@@ -283,7 +311,7 @@ impl ToolGate for ToolGateService {
         &self,
         request: Request<pb::EndSessionRequest>,
     ) -> Result<Response<pb::EndSessionResponse>, Status> {
-        let caller = self.state.auth.authorize(&request, Rpc::EndSession)?;
+        let caller = access::caller(&request)?;
         let id = checked_session_id(request.into_inner().session_id)?;
         let ended = self.state.dispatcher.sessions().end(&caller.tenant, &id);
         Ok(Response::new(pb::EndSessionResponse { ended }))
@@ -293,7 +321,6 @@ impl ToolGate for ToolGateService {
         &self,
         request: Request<pb::RegisterRemoteRequest>,
     ) -> Result<Response<pb::RegisterRemoteResponse>, Status> {
-        self.state.auth.authorize(&request, Rpc::RegisterRemote)?;
         self.registration_allowed()?;
         let definition = request.into_inner().definition.unwrap_or_default();
         let definition = definition
@@ -326,7 +353,6 @@ impl ToolGate for ToolGateService {
         &self,
         request: Request<pb::UnregisterRemoteRequest>,
     ) -> Result<Response<pb::UnregisterRemoteResponse>, Status> {
-        self.state.auth.authorize(&request, Rpc::UnregisterRemote)?;
         self.registration_allowed()?;
         let name = request.into_inner().name;
         let tools = self
@@ -341,7 +367,6 @@ impl ToolGate for ToolGateService {
         &self,
         request: Request<pb::RefreshRemoteRequest>,
     ) -> Result<Response<pb::RegisterRemoteResponse>, Status> {
-        self.state.auth.authorize(&request, Rpc::RefreshRemote)?;
         self.registration_allowed()?;
         let name = request.into_inner().name;
         let contributed = self
@@ -357,7 +382,6 @@ impl ToolGate for ToolGateService {
         &self,
         request: Request<pb::AcceptToolChangeRequest>,
     ) -> Result<Response<pb::ToolDefinition>, Status> {
-        self.state.auth.authorize(&request, Rpc::AcceptToolChange)?;
         self.registration_allowed()?;
         let tool = request.into_inner().tool;
         self.state
@@ -373,9 +397,8 @@ impl ToolGate for ToolGateService {
 
     async fn list_tools(
         &self,
-        request: Request<pb::ListToolsRequest>,
+        _request: Request<pb::ListToolsRequest>,
     ) -> Result<Response<pb::ListToolsResponse>, Status> {
-        self.state.auth.authorize(&request, Rpc::ListTools)?;
         let tools = self
             .state
             .dispatcher

@@ -32,6 +32,7 @@ use tokio_util::task::TaskTracker;
 use tonic::service::Routes;
 use tonic::transport::server::Connected;
 
+use super::access::Authorized;
 use super::bodies::{Received, Replies, Reply};
 use super::budget::{Budget, Share};
 use super::coalesce::Coalesced;
@@ -262,7 +263,7 @@ impl Drop for StreamGuard {
 pub async fn serve(
     listener: TcpListener,
     tls: Option<Tls>,
-    routes: Routes,
+    routes: Authorized<Routes>,
     connections: Arc<Connections>,
     budgets: Budgets,
     streaming: Arc<HashSet<String>>,
@@ -324,7 +325,8 @@ async fn accept(listener: &TcpListener) -> std::io::Result<(TcpStream, SocketAdd
 
 /// What every connection serves, and how.
 struct Served {
-    routes: Routes,
+    /// Every service, behind the access rules.
+    routes: Authorized<Routes>,
     budgets: Budgets,
     streaming: Arc<HashSet<String>>,
     builder: hyper::server::conn::http2::Builder<TokioExecutor>,

@@ -1,5 +1,6 @@
 //! The service's refusals, called directly with `tonic::Request`s: no server, no socket. Each
-//! refusal is a status with a stable code and message, and takes no batch slot.
+//! refusal is a status with a stable code and message, and takes no batch slot. Requests carry
+//! the caller the access layer (`access.rs`, not in front here) would have put in them.
 
 use serde_json::{Value, json};
 use tonic::Code;
@@ -37,6 +38,15 @@ fn wire(config: &str) -> (ToolGateService, Arc<ServiceState>) {
     (ToolGateService::new(state.clone()), state)
 }
 
+/// A request from the local caller, as the access layer hands it on.
+fn local<T>(message: T) -> Request<T> {
+    let mut request = Request::new(message);
+    request
+        .extensions_mut()
+        .insert(Arc::new(crate::identity::Caller::local()));
+    request
+}
+
 /// A request with these calls (any JSON shapes) and default options.
 fn request(calls: Value) -> pb::DispatchBatchRequest {
     let Value::Array(calls) = calls else {
@@ -72,11 +82,11 @@ fn seconds(seconds: i64) -> Option<prost_types::Duration> {
 /// The status `Dispatch` refuses `request` with; `DispatchBatch` shares its admission, so it
 /// must refuse with the same code and message.
 async fn refusal(service: &ToolGateService, request: pb::DispatchBatchRequest) -> Status {
-    let unary = match service.dispatch(Request::new(request.clone())).await {
+    let unary = match service.dispatch(local(request.clone())).await {
         Ok(response) => panic!("Dispatch ran the batch: {:?}", response.into_inner()),
         Err(status) => status,
     };
-    let Err(streaming) = service.dispatch_batch(Request::new(request)).await else {
+    let Err(streaming) = service.dispatch_batch(local(request)).await else {
         panic!("DispatchBatch opened a stream for {unary:?}");
     };
     assert_eq!(
@@ -119,7 +129,7 @@ async fn a_server_at_its_batch_limit_refuses_more_as_resource_exhausted() {
     let (service, state) = wire("[server]\nmax_concurrent_batches = 1");
     // An open stream holds its slot until it is dropped, read or not.
     let long = request(json!([{"name": "sleep", "arguments": {"ms": 3_600_000}}]));
-    let Ok(running) = service.dispatch_batch(Request::new(long)).await else {
+    let Ok(running) = service.dispatch_batch(local(long)).await else {
         panic!("the first batch is admitted");
     };
     assert_eq!(state.admission.in_use(), (1, 1));
@@ -133,7 +143,7 @@ async fn a_server_at_its_batch_limit_refuses_more_as_resource_exhausted() {
     );
     drop(running);
     let result = service
-        .dispatch(Request::new(request(json!([{"name": "echo"}]))))
+        .dispatch(local(request(json!([{"name": "echo"}]))))
         .await
         .unwrap()
         .into_inner();
@@ -238,14 +248,14 @@ async fn malformed_requests_are_invalid_argument_with_the_field_named() {
 async fn empty_and_junk_call_lists_are_answered_not_refused() {
     let (service, _state) = wire("");
     let empty = service
-        .dispatch(Request::new(request(json!([]))))
+        .dispatch(local(request(json!([]))))
         .await
         .unwrap()
         .into_inner();
     assert_eq!((empty.count, empty.results.len()), (0, 0));
     // A call the intake cannot read is that call's soft error; the batch still runs.
     let junk = service
-        .dispatch(Request::new(request(json!(["junk", {"name": "echo"}]))))
+        .dispatch(local(request(json!(["junk", {"name": "echo"}]))))
         .await
         .unwrap()
         .into_inner();
@@ -261,7 +271,7 @@ async fn empty_and_junk_call_lists_are_answered_not_refused() {
 async fn session_rpcs_refuse_missing_malformed_and_unknown_ids() {
     let (service, _state) = wire("");
     let memory = |id: &str| {
-        service.get_session_memory(Request::new(pb::GetSessionMemoryRequest {
+        service.get_session_memory(local(pb::GetSessionMemoryRequest {
             session_id: id.into(),
         }))
     };
@@ -276,7 +286,7 @@ async fn session_rpcs_refuse_missing_malformed_and_unknown_ids() {
         (Code::NotFound, "no live session 'nobody'")
     );
     let status = service
-        .end_session(Request::new(pb::EndSessionRequest {
+        .end_session(local(pb::EndSessionRequest {
             session_id: "../x".into(),
         }))
         .await
@@ -295,23 +305,19 @@ async fn remote_registration_is_permission_denied_unless_enabled_and_allowlisted
     let (service, _state) = wire("");
     let statuses = [
         service
-            .register_remote(Request::new(pb::RegisterRemoteRequest::default()))
+            .register_remote(local(pb::RegisterRemoteRequest::default()))
             .await
             .unwrap_err(),
         service
-            .unregister_remote(Request::new(pb::UnregisterRemoteRequest {
-                name: "x".into(),
-            }))
+            .unregister_remote(local(pb::UnregisterRemoteRequest { name: "x".into() }))
             .await
             .unwrap_err(),
         service
-            .refresh_remote(Request::new(pb::RefreshRemoteRequest { name: "x".into() }))
+            .refresh_remote(local(pb::RefreshRemoteRequest { name: "x".into() }))
             .await
             .unwrap_err(),
         service
-            .accept_tool_change(Request::new(pb::AcceptToolChangeRequest {
-                tool: "x".into(),
-            }))
+            .accept_tool_change(local(pb::AcceptToolChangeRequest { tool: "x".into() }))
             .await
             .unwrap_err(),
     ];
@@ -330,7 +336,7 @@ async fn remote_registration_is_permission_denied_unless_enabled_and_allowlisted
     };
     let shell = json!({"name": "sh", "kind": "mcp", "command": ["/bin/sh", "-c", "true"]});
     let status = service
-        .register_remote(Request::new(definition(shell)))
+        .register_remote(local(definition(shell)))
         .await
         .unwrap_err();
     assert_eq!(
@@ -341,7 +347,7 @@ async fn remote_registration_is_permission_denied_unless_enabled_and_allowlisted
         )
     );
     let status = service
-        .register_remote(Request::new(definition(json!({"kind": 3}))))
+        .register_remote(local(definition(json!({"kind": 3}))))
         .await
         .unwrap_err();
     assert_eq!(status.code(), Code::InvalidArgument);
@@ -351,7 +357,7 @@ async fn remote_registration_is_permission_denied_unless_enabled_and_allowlisted
         status.message()
     );
     let status = service
-        .unregister_remote(Request::new(pb::UnregisterRemoteRequest {
+        .unregister_remote(local(pb::UnregisterRemoteRequest {
             name: "ghost".into(),
         }))
         .await

@@ -1,0 +1,139 @@
+//! Authorization as one layer in front of every service: each request is judged against the
+//! rule for its method path before any service sees it, and its caller rides in the request's
+//! extensions. A path with no rule is refused (deny by default), so a new RPC that nobody gave
+//! a rule is closed, not open.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures::future::{Either, Ready, ready};
+use tonic::body::Body;
+use tonic::{Request, Status};
+
+use super::auth::{Authenticator, Credentials};
+use super::status::RequestError;
+use crate::identity::{Caller, Role};
+
+/// Who may make an RPC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Anyone, with or without credentials (health checks, reflection).
+    Open,
+    /// A caller with this role (an admin may do everything an agent may).
+    Role(Role),
+}
+
+/// The rule for one method path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rule {
+    pub path: &'static str,
+    pub access: Access,
+    /// Whether an allowed call is an audit line (`toolgate::audit`, "admin action").
+    pub audited: bool,
+}
+
+impl Rule {
+    /// The method's name, for audit lines: the path's last segment.
+    pub fn name(&self) -> &'static str {
+        self.path.rsplit('/').next().unwrap_or(self.path)
+    }
+}
+
+const fn rule(path: &'static str, access: Access, audited: bool) -> Rule {
+    Rule {
+        path,
+        access,
+        audited,
+    }
+}
+
+const AGENT: Access = Access::Role(Role::Agent);
+const ADMIN: Access = Access::Role(Role::Admin);
+
+/// Every method toolgate serves, and who may call it. The one place access is decided.
+pub const RULES: &[Rule] = &[
+    rule("/toolgate.v1.ToolGate/DispatchBatch", AGENT, false),
+    rule("/toolgate.v1.ToolGate/Dispatch", AGENT, false),
+    rule("/toolgate.v1.ToolGate/ListTools", AGENT, false),
+    rule("/toolgate.v1.ToolGate/GetSessionMemory", AGENT, false),
+    rule("/toolgate.v1.ToolGate/EndSession", AGENT, false),
+    rule("/toolgate.v1.ToolGate/GetToolHealth", ADMIN, false),
+    rule("/toolgate.v1.ToolGate/RegisterRemote", ADMIN, true),
+    rule("/toolgate.v1.ToolGate/UnregisterRemote", ADMIN, true),
+    rule("/toolgate.v1.ToolGate/RefreshRemote", ADMIN, true),
+    rule("/toolgate.v1.ToolGate/AcceptToolChange", ADMIN, true),
+    rule("/grpc.health.v1.Health/Check", Access::Open, false),
+    rule("/grpc.health.v1.Health/Watch", Access::Open, false),
+    rule(
+        "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+        Access::Open,
+        false,
+    ),
+    rule(
+        "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+        Access::Open,
+        false,
+    ),
+];
+
+/// The rule for `path`, if it has one.
+pub fn rule_for(path: &str) -> Option<&'static Rule> {
+    RULES.iter().find(|rule| rule.path == path)
+}
+
+/// The caller the access layer admitted `request` as. A request that did not pass through the
+/// layer has none and is refused: a handler never runs for an unknown caller.
+pub fn caller<T>(request: &Request<T>) -> Result<Arc<Caller>, RequestError> {
+    request
+        .extensions()
+        .get::<Arc<Caller>>()
+        .cloned()
+        .ok_or_else(|| RequestError::Unauthenticated("no authenticated caller".to_owned()))
+}
+
+/// `inner` behind the access rules.
+#[derive(Clone)]
+pub struct Authorized<S> {
+    inner: S,
+    auth: Arc<Authenticator>,
+}
+
+impl<S> Authorized<S> {
+    pub fn new(inner: S, auth: Arc<Authenticator>) -> Self {
+        Authorized { inner, auth }
+    }
+}
+
+impl<S> tower::Service<http::Request<Body>> for Authorized<S>
+where
+    S: tower::Service<http::Request<Body>, Response = http::Response<Body>, Error = Infallible>,
+{
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = Either<S::Future, Ready<Result<http::Response<Body>, Infallible>>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: http::Request<Body>) -> Self::Future {
+        let Some(rule) = rule_for(request.uri().path()) else {
+            return Either::Right(ready(Ok(
+                Status::unimplemented("unknown method").into_http()
+            )));
+        };
+        if let Access::Role(_) = rule.access {
+            match self.auth.authorize(&Credentials::of(&request), rule) {
+                Ok(caller) => {
+                    request.extensions_mut().insert(caller);
+                }
+                Err(refused) => return Either::Right(ready(Ok(Status::from(refused).into_http()))),
+            }
+        }
+        Either::Left(self.inner.call(request))
+    }
+}
+
+#[cfg(test)]
+mod tests;
