@@ -11,12 +11,12 @@ use std::time::{Duration, Instant};
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use serde_json::{Value, json};
 use toolgate::Server;
-use toolgate::calls::{IntakeLimits, intake};
 use toolgate::config::Config;
-use toolgate::dispatch::{
+use toolgate::tools::{BoxFuture, FnTool, ToolContext, ToolOutput, builtin_tools};
+use toolgate_core::calls::{IntakeLimits, intake};
+use toolgate_core::dispatch::{
     Batch, BatchOptions, Cancel, Dispatcher, Event, MessageFormat, Mode, NoObserver, Observer,
 };
-use toolgate::tools::{BoxFuture, FnTool, ToolContext, ToolOutput, builtin_tools};
 
 // The allocator the `toolgate` binary ships with (src/main.rs), so the figures are the binary's.
 #[global_allocator]
@@ -85,8 +85,8 @@ fn batch(elements: Vec<Value>, session: &str, mode: Mode) -> Batch {
             fail_fast: false,
         },
         turn: 1,
-        caller: std::sync::Arc::new(toolgate::identity::Caller::local()),
-        trace: toolgate::trace::Span::none(),
+        caller: std::sync::Arc::new(toolgate_core::identity::Caller::local()),
+        trace: toolgate_core::trace::Span::none(),
     }
 }
 
@@ -203,7 +203,7 @@ fn parallel_wall_time(c: &mut Criterion) {
 }
 
 fn components(c: &mut Criterion) {
-    let redactor = toolgate::middleware::Redactor::new(&[], false).expect("redactor");
+    let redactor = toolgate_core::middleware::Redactor::new(&[], false).expect("redactor");
     let mut group = c.benchmark_group("components");
     group.bench_function("redact_short_clean_text", |b| {
         b.iter(|| black_box(redactor.redact(black_box("{\"n\":42,\"text\":\"hello world\"}"))));
@@ -228,7 +228,7 @@ fn components(c: &mut Criterion) {
     });
     group.bench_function("canonical_json", |b| {
         let v = json!({"text": "hello world", "n": 42});
-        b.iter(|| black_box(toolgate::json::canonical(black_box(&v))));
+        b.iter(|| black_box(toolgate_core::json::canonical(black_box(&v))));
     });
     group.finish();
 }

@@ -14,7 +14,6 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::{Config, ConfigError};
-use crate::dispatch::{Binding, Cancel, Dispatcher, Pipeline};
 use crate::grpc::StallWatch;
 use crate::grpc::admission::{Admission, Capacity};
 use crate::grpc::auth::Authenticator;
@@ -22,16 +21,17 @@ use crate::grpc::server::ServeSettings;
 use crate::grpc::tls::{Tls, TlsSettings};
 use crate::grpc::transport::{Budgets, Connections, TransportSettings};
 use crate::grpc::{RequestRules, ServeError, ServiceState};
-use crate::safety::breaker::BreakerConfig;
-use crate::safety::health::Health;
-use crate::safety::hooks::{Hook, Hooks};
-use crate::safety::recovery::{DefaultReflector, Reflector};
 use crate::telemetry::metrics::{MetricsPipeline, OtlpExport};
 use crate::telemetry::traces::{TraceExport, TracePipeline};
-use crate::tools::remote::{RemoteError, Remotes};
-use crate::tools::{Catalog, RegistryError, Tool, ToolRegistry, ToolSource, builtin_tools};
-use crate::trace::Tracer;
 use build::{configured_hooks, middleware_config, sessions, sweep_sessions};
+use toolgate_core::dispatch::{Binding, Cancel, Dispatcher, Pipeline};
+use toolgate_core::safety::breaker::BreakerConfig;
+use toolgate_core::safety::health::Health;
+use toolgate_core::safety::hooks::{Hook, Hooks};
+use toolgate_core::safety::recovery::{DefaultReflector, Reflector};
+use toolgate_core::tools::{Catalog, RegistryError, Tool, ToolRegistry, ToolSource, builtin_tools};
+use toolgate_core::trace::Tracer;
+use toolgate_remotes::{RemoteError, Remotes};
 
 /// How long stopping waits for the last span and metrics exports.
 const METRICS_FLUSH: std::time::Duration = std::time::Duration::from_secs(2);

@@ -11,11 +11,11 @@ use std::collections::BTreeMap;
 
 use toml::Table;
 
-use crate::dispatch::Binding;
-use crate::safety::breaker::BreakerConfig;
-use crate::safety::policy::{Policy, ToolOverrides};
-use crate::safety::{backoff::Backoff, detector::Thresholds};
-use crate::tools::remote::RemoteSpec;
+use toolgate_core::dispatch::Binding;
+use toolgate_core::safety::breaker::BreakerConfig;
+use toolgate_core::safety::policy::{Policy, ToolOverrides};
+use toolgate_core::safety::{backoff::Backoff, detector::Thresholds};
+use toolgate_remotes::RemoteSpec;
 
 pub use sections::*;
 

@@ -8,7 +8,6 @@ mod batch_stream;
 mod bodies;
 pub(crate) mod budget;
 pub(crate) mod coalesce;
-pub mod codec;
 pub mod convert;
 pub(crate) mod per_address;
 pub mod probe;

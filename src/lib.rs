@@ -18,25 +18,17 @@
 //! ```
 
 pub mod app;
-pub mod calls;
-pub mod child;
 pub mod config;
-pub mod dispatch;
-pub mod duration;
-pub mod glob;
 pub mod grpc;
-pub mod hash;
-pub mod identity;
-pub mod json;
-pub mod mapping;
-pub mod metrics;
-pub mod middleware;
-pub mod pb;
-pub mod protojson;
-pub mod safety;
-pub mod session;
 pub mod telemetry;
-pub mod tools;
-pub mod trace;
+
+// The dispatcher driven with the pipeline a config makes: in this crate, where the config is.
+#[cfg(test)]
+mod engine_tests;
 
 pub use app::{RunningServer, Server, ShutdownHandle, StartError};
+/// What an embedder implements to add its own tools ([`tools::Tool`], [`tools::FnTool`]).
+pub use toolgate_core::tools;
+/// The generated protocol (`pb`, a `ToolGate` client among it) and its JSON values, for clients
+/// and tests of an embedded server.
+pub use toolgate_proto::{pb, protojson};

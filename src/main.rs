@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use toolgate::config::Config;
 use toolgate::grpc::probe;
-use toolgate::middleware::Redactor;
+use toolgate_core::middleware::Redactor;
 
 // Every request allocates many small, short-lived objects (protobuf values, JSON, strings) across
 // worker threads; glibc's malloc/free were a fifth of the server's CPU under load.
@@ -49,7 +49,7 @@ struct HealthArgs {
     #[arg(long, default_value = "")]
     service: String,
     /// How long to wait for the answer, e.g. 3s or 500ms.
-    #[arg(long, default_value = "3s", value_parser = toolgate::duration::parse)]
+    #[arg(long, default_value = "3s", value_parser = toolgate_core::duration::parse)]
     timeout: std::time::Duration,
     /// TOML config file to read server.listen from (environment overrides apply too).
     #[arg(long, env = "TOOLGATE_CONFIG")]

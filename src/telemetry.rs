@@ -2,7 +2,7 @@
 //! `listening on` line), every line redacted and stamped with the trace and span id it was
 //! logged in, and a panic hook that logs panics instead of printing them raw; and the export
 //! pipelines for metrics (`metrics`) and traces (`traces`). Spans are made through
-//! `crate::trace` and instruments live in `crate::metrics`, below every layer that records.
+//! `toolgate_core::trace` and instruments live in `toolgate_core::metrics`, below every layer that records.
 
 pub mod metrics;
 pub mod traces;
@@ -17,7 +17,7 @@ use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
 
 use crate::config::{LogConfig, LogFormat, log_filter};
-use crate::middleware::Redactor;
+use toolgate_core::middleware::Redactor;
 
 /// Installs the global subscriber; `RUST_LOG` wins over the configured level. Every line is
 /// passed through `redactor` (a hook's stderr or a remote's error may carry a secret), and a
@@ -95,7 +95,7 @@ where
         } else {
             body
         };
-        let Some((trace_id, span_id)) = crate::trace::current_ids() else {
+        let Some((trace_id, span_id)) = toolgate_core::trace::current_ids() else {
             return writeln!(writer, "{body}");
         };
         match body.strip_suffix('}') {

@@ -13,11 +13,11 @@ use http_body::{Body, Frame};
 use libfuzzer_sys::fuzz_target;
 use tonic::Code;
 use tonic::codec::{Codec, Streaming};
-use toolgate::calls::extract_calls;
 use toolgate::config::Config;
-use toolgate::grpc::codec::ToolgateCodec;
 use toolgate::grpc::convert::{RequestRules, batch_from_request, json_from_value};
 use toolgate::pb::{DispatchBatchRequest, DispatchEvent};
+use toolgate_core::calls::extract_calls;
+use toolgate_proto::codec::ToolgateCodec;
 
 /// A request body that hands out its bytes in the chunks the input chose.
 struct Chunks(VecDeque<Bytes>);
@@ -73,7 +73,7 @@ fuzz_target!(|data: &[u8]| {
                 if let (Ok(batch), Some(elements)) = (
                     batch_from_request(
                         request,
-                        std::sync::Arc::new(toolgate::identity::Caller::local()),
+                        std::sync::Arc::new(toolgate_core::identity::Caller::local()),
                         &rules,
                     ),
                     elements,

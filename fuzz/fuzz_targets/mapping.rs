@@ -5,7 +5,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::{Map, Value, json};
-use toolgate::mapping::{Scope, resolve, warnings};
+use toolgate_core::mapping::{Scope, resolve, warnings};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(Value::Array(parts)) = serde_json::from_slice::<Value>(data) else {

@@ -5,7 +5,7 @@
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use toolgate::middleware::Redactor;
+use toolgate_core::middleware::Redactor;
 
 /// Built once: compiling the patterns per input would leave no time for the inputs.
 static REDACTOR: OnceLock<Option<Redactor>> = OnceLock::new();

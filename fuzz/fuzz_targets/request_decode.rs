@@ -5,10 +5,10 @@
 
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
-use toolgate::calls::extract_calls;
 use toolgate::config::Config;
 use toolgate::grpc::convert::{RequestRules, batch_from_request, json_from_value};
 use toolgate::pb::DispatchBatchRequest;
+use toolgate_core::calls::extract_calls;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(request) = DispatchBatchRequest::decode(data) else {
@@ -23,7 +23,7 @@ fuzz_target!(|data: &[u8]| {
     if let (Ok(batch), Some(elements)) = (
         batch_from_request(
             request,
-            std::sync::Arc::new(toolgate::identity::Caller::local()),
+            std::sync::Arc::new(toolgate_core::identity::Caller::local()),
             &rules,
         ),
         elements,

@@ -9,12 +9,12 @@ use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
-use toolgate::calls::{IntakeLimits, intake};
-use toolgate::dispatch::{
-    BatchReport, CallResult, ErrorClass, MessageFormat, Outcome, tool_messages,
-};
 use toolgate::grpc::reply::batch_result_within;
 use toolgate::tools::{ContentPart, ToolOutput};
+use toolgate_core::calls::{IntakeLimits, intake};
+use toolgate_core::dispatch::{
+    BatchReport, CallResult, ErrorClass, MessageFormat, Outcome, tool_messages,
+};
 
 const FORMATS: [MessageFormat; 4] = [
     MessageFormat::OpenAiChat,
@@ -133,7 +133,7 @@ fuzz_target!(|data: &[u8]| {
     };
     if let Ok(reply) = batch_result_within(&report, limit) {
         // What is written: `by_id` is written from `results` by the codec.
-        assert!(toolgate::grpc::codec::written_len(&reply) <= limit);
+        assert!(toolgate_proto::codec::written_len(&reply) <= limit);
         assert_eq!(reply.results.len(), report.results.len());
         for (sent, kept) in report.results.iter().zip(&reply.results) {
             assert_eq!(sent.id, kept.id);

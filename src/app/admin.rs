@@ -19,7 +19,7 @@ use tokio_util::task::TaskTracker;
 use crate::grpc::ServiceState;
 use crate::grpc::per_address::PerAddress;
 use crate::telemetry::metrics::MetricsPipeline;
-use crate::tools::remote::Remotes;
+use toolgate_remotes::Remotes;
 
 /// What the admin endpoints read.
 #[derive(Clone)]
@@ -41,7 +41,7 @@ const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 /// listener is unauthenticated, so a client holding sockets open must not starve the probes
 /// and the scraper (1 500 partial requests were held open by axum's server, which has no
 /// header timeout): at most `MAX_PER_ADDRESS` from one address.
-pub async fn serve(
+pub(super) async fn serve(
     listener: TcpListener,
     metrics: Arc<MetricsPipeline>,
     state: Arc<ServiceState>,
@@ -126,7 +126,7 @@ async fn ready(State(admin): State<Admin>) -> (StatusCode, &'static str) {
 /// Registers the gauges observed at collection time: capacity in use, overload, live
 /// sessions, each tool's breaker state and each remote's connection; and the process's own
 /// resident memory, open file descriptors and live runtime tasks (what a soak watches for leaks).
-pub fn register_gauges(
+pub(super) fn register_gauges(
     pipeline: &MetricsPipeline,
     state: &Arc<ServiceState>,
     remotes: &Arc<Remotes>,
@@ -174,7 +174,7 @@ pub fn register_gauges(
         .with_description("Circuit breaker state per tool: 0 closed, 1 half-open, 2 open")
         .with_callback(move |o| {
             for report in s.dispatcher.health().report(tokio::time::Instant::now()) {
-                use crate::safety::breaker::BreakerState;
+                use toolgate_core::safety::breaker::BreakerState;
                 let value = match report.breaker {
                     BreakerState::Closed => 0,
                     BreakerState::HalfOpen => 1,

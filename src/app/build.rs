@@ -7,13 +7,14 @@ use std::time::Duration;
 
 use tokio::sync::Semaphore;
 
-use crate::child::ChildEnv;
 use crate::config::Config;
-use crate::metrics::Metrics;
-use crate::middleware::{CacheRule, MiddlewareConfig, PermissionRule};
-use crate::safety::hooks::{CommandHook, GrpcHook, Hook, RuleHook};
-use crate::session::{SessionLimits, Sessions};
-use crate::tools::unguessable_name;
+use toolgate_core::child::ChildEnv;
+use toolgate_core::metrics::Metrics;
+use toolgate_core::middleware::{CacheRule, MiddlewareConfig, PermissionRule};
+use toolgate_core::safety::hooks::{CommandHook, Hook, RuleHook};
+use toolgate_core::session::{SessionLimits, Sessions};
+use toolgate_core::tools::unguessable_name;
+use toolgate_remotes::GrpcHook;
 
 /// The middleware settings from the config: global values plus per-tool overrides; redactions
 /// of tool results are counted into `metrics`.
@@ -139,7 +140,7 @@ pub(super) fn remove_stale_bases(temp: &Path) {
         if pid == std::process::id() || Path::new("/proc").join(pid.to_string()).exists() {
             continue;
         }
-        match crate::tools::remove_tree(&entry.path()) {
+        match toolgate_core::tools::remove_tree(&entry.path()) {
             Ok(()) => {
                 tracing::info!(path = %entry.path().display(), pid, "removed a stale scratch base")
             }

@@ -10,11 +10,11 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::duration;
-use crate::duration::optional as optional_duration;
-use crate::middleware::{CacheScope, PermissionVerdict};
-use crate::safety::hooks::{Action, Condition, FailureMode};
-use crate::safety::policy::{PerToolLoop, PerToolRetry};
+use toolgate_core::duration;
+use toolgate_core::duration::optional as optional_duration;
+use toolgate_core::middleware::{CacheScope, PermissionVerdict};
+use toolgate_core::safety::hooks::{Action, Condition, FailureMode};
+use toolgate_core::safety::policy::{PerToolLoop, PerToolRetry};
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -221,7 +221,7 @@ impl ConditionConfig {
                 self.pointer
             ));
         }
-        let pointer = crate::json::Pointer::new(&self.pointer);
+        let pointer = toolgate_core::json::Pointer::new(&self.pointer);
         match (&self.equals, &self.regex, self.exists) {
             (Some(value), None, None) => Ok(Condition::Equals {
                 pointer,
@@ -275,16 +275,16 @@ pub struct RedactionConfig {
 
 impl RedactionConfig {
     /// The redactor this section describes (one that changes nothing when it is off).
-    pub fn redactor(&self) -> Result<crate::middleware::Redactor, String> {
+    pub fn redactor(&self) -> Result<toolgate_core::middleware::Redactor, String> {
         if !self.enabled {
-            return Ok(crate::middleware::Redactor::disabled());
+            return Ok(toolgate_core::middleware::Redactor::disabled());
         }
         let custom: Vec<(String, String)> = self
             .patterns
             .iter()
             .map(|p| (p.kind.clone(), p.regex.clone()))
             .collect();
-        crate::middleware::Redactor::new(&custom, self.entropy)
+        toolgate_core::middleware::Redactor::new(&custom, self.entropy)
     }
 }
 
@@ -351,8 +351,8 @@ pub struct RemoteRegistrationConfig {
 
 impl RemoteRegistrationConfig {
     /// The policy run-time registrations are checked against.
-    pub fn policy(&self) -> Result<crate::tools::remote::RegistrationPolicy, String> {
-        use crate::tools::remote::{CommandRule, EgressRule, RegistrationPolicy, anchored};
+    pub fn policy(&self) -> Result<toolgate_remotes::RegistrationPolicy, String> {
+        use toolgate_remotes::{CommandRule, EgressRule, RegistrationPolicy, anchored};
         let mut commands = Vec::new();
         for (i, c) in self.commands.iter().enumerate() {
             if c.argv.is_empty() {
@@ -610,7 +610,9 @@ impl Default for RetrySection {
 impl Default for HooksConfig {
     fn default() -> Self {
         HooksConfig {
-            env_allow: crate::child::DEFAULT_ENV_ALLOW.map(str::to_owned).into(),
+            env_allow: toolgate_core::child::DEFAULT_ENV_ALLOW
+                .map(str::to_owned)
+                .into(),
             rules: Vec::new(),
             command: Vec::new(),
             grpc: Vec::new(),
@@ -667,7 +669,7 @@ impl Default for BuiltinConfig {
         BuiltinConfig {
             enabled: true,
             exclude: Vec::new(),
-            scratch_quota_bytes: crate::tools::DEFAULT_QUOTA_BYTES,
+            scratch_quota_bytes: toolgate_core::tools::DEFAULT_QUOTA_BYTES,
         }
     }
 }
@@ -762,7 +764,7 @@ impl Default for AuthConfig {
     fn default() -> Self {
         AuthConfig {
             anonymous: Anonymous::Loopback,
-            anonymous_tenant: crate::identity::DEFAULT_TENANT.to_owned(),
+            anonymous_tenant: toolgate_core::identity::DEFAULT_TENANT.to_owned(),
             anonymous_roles: vec!["agent".to_owned()],
             tokens: Vec::new(),
             jwt: JwtConfig::default(),
@@ -864,7 +866,7 @@ pub struct CertificateIdentity {
 }
 
 fn default_tenant() -> String {
-    crate::identity::DEFAULT_TENANT.to_owned()
+    toolgate_core::identity::DEFAULT_TENANT.to_owned()
 }
 
 fn agent_role() -> Vec<String> {

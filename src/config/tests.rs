@@ -4,6 +4,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::*;
+use toolgate_core::safety::detector::Thresholds;
 
 fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
     pairs
@@ -161,8 +162,8 @@ env_allow = ["PATH", "A=B"]
 
 #[test]
 fn settings_the_code_has_a_type_for_are_read_into_that_type() {
-    use crate::middleware::{CacheScope, PermissionVerdict};
-    use crate::safety::hooks::{Action, FailureMode};
+    use toolgate_core::middleware::{CacheScope, PermissionVerdict};
+    use toolgate_core::safety::hooks::{Action, FailureMode};
     let c = Config::from_toml(
         "[breaker]\nfailure_threshold = 1\ncooldown = \"5s\"\n\
          [bindings.weather]\ntool = \"echo\"\n\
@@ -174,7 +175,7 @@ fn settings_the_code_has_a_type_for_are_read_into_that_type() {
     .unwrap();
     assert_eq!(
         c.breaker,
-        crate::safety::breaker::BreakerConfig {
+        toolgate_core::safety::breaker::BreakerConfig {
             failure_threshold: 1,
             cooldown: Duration::from_secs(5),
             probe_lease: Duration::from_secs(30),
@@ -182,7 +183,7 @@ fn settings_the_code_has_a_type_for_are_read_into_that_type() {
     );
     assert_eq!(
         c.bindings["weather"],
-        crate::dispatch::Binding {
+        toolgate_core::dispatch::Binding {
             tool: "echo".into(),
             input: None
         }
@@ -292,4 +293,32 @@ fn log_filter_field_values_match_as_text_not_as_regexes() {
     assert!(err.to_string().contains("log.level"), "{err}");
     assert!(log_filter("info,toolgate=debug").is_ok());
     assert!(log_filter("toolgate=loud").is_err());
+}
+
+/// The safety policy the config makes: per-tool overrides win over the global settings.
+#[test]
+fn per_tool_overrides_win() {
+    let config = Config::from_toml(
+        "[per_tool.poll.loop_detection]\nstop_after = 50\n[per_tool.noisy.loop_detection]\nexempt = true\n\
+         [per_tool.fetch.retry]\nenabled = true\nmax_retries = 5",
+    )
+    .unwrap();
+    let p = config.policy();
+    assert_eq!(
+        p.loop_thresholds("poll"),
+        Some(Thresholds {
+            warn_after: 3,
+            stop_after: 50
+        })
+    );
+    assert_eq!(p.loop_thresholds("noisy"), None);
+    assert_eq!(p.loop_thresholds("other"), Some(Thresholds::default()));
+    assert_eq!(
+        (p.retry_enabled("fetch"), p.max_retries("fetch")),
+        (Some(true), 5)
+    );
+    assert_eq!(
+        (p.retry_enabled("other"), p.max_retries("other")),
+        (None, 3)
+    );
 }

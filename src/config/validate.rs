@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
 use super::{Config, ConfigError, HooksConfig};
-use crate::tools::BUILTIN_NAMES;
+use toolgate_core::tools::BUILTIN_NAMES;
 
 impl Config {
     /// Checks the values against each other and the server's hard limits.
@@ -116,7 +116,7 @@ impl Config {
         }
         // Deeper arguments could be accepted but never answered: the reply would nest deeper
         // than protobuf decoders accept.
-        let deepest = crate::protojson::MAX_REPLY_DEPTH;
+        let deepest = toolgate_proto::protojson::MAX_REPLY_DEPTH;
         if !(1..=deepest).contains(&limits.max_json_depth) {
             p.push(format!(
                 "limits.max_json_depth: must be from 1 to {deepest} (a reply nests deeper than protobuf decoders accept past {deepest})"
@@ -218,7 +218,7 @@ impl Config {
             match &binding.input {
                 None => {}
                 Some(input @ serde_json::Value::Object(_)) => {
-                    for problem in crate::mapping::problems(input) {
+                    for problem in toolgate_core::mapping::problems(input) {
                         p.push(format!("bindings.{name}.{problem}"));
                     }
                 }
@@ -285,13 +285,13 @@ impl Config {
         let auth = &self.auth;
         let roles = |at: &str, names: &[String], p: &mut Vec<String>| {
             for name in names {
-                if crate::identity::Role::parse(name).is_none() {
+                if toolgate_core::identity::Role::parse(name).is_none() {
                     p.push(format!("{at}: unknown role '{name}' (known: agent, admin)"));
                 }
             }
         };
         let tenant = |at: &str, tenant: &str, p: &mut Vec<String>| {
-            if let Err(problem) = crate::identity::validate_tenant(tenant) {
+            if let Err(problem) = toolgate_core::identity::validate_tenant(tenant) {
                 p.push(format!("{at}: {problem}"));
             }
         };
@@ -449,7 +449,7 @@ impl Config {
         }
         for (name, binding) in &self.bindings {
             if let Some(input) = &binding.input {
-                for warning in crate::mapping::warnings(input) {
+                for warning in toolgate_core::mapping::warnings(input) {
                     w.push(format!("bindings.{name}.{warning}"));
                 }
             }
@@ -469,14 +469,14 @@ impl HooksConfig {
             }
         }
         let allow = self.env_allow.iter().map(String::as_str);
-        if let Err(problem) = crate::child::check_env(allow, &BTreeMap::new()) {
+        if let Err(problem) = toolgate_core::child::check_env(allow, &BTreeMap::new()) {
             p.push(format!("hooks.env_allow: {problem}"));
         }
         for (i, hook) in self.command.iter().enumerate() {
             if hook.command.first().is_none_or(String::is_empty) {
                 p.push(format!("hooks.command[{i}].command: name a program to run"));
             }
-            if let Err(problem) = crate::child::check_env([], &hook.env) {
+            if let Err(problem) = toolgate_core::child::check_env([], &hook.env) {
                 p.push(format!("hooks.command[{i}].env: {problem}"));
             }
         }

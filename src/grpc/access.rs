@@ -13,7 +13,7 @@ use tonic::{Request, Status};
 
 use super::auth::{Authenticator, Credentials};
 use super::status::RequestError;
-use crate::identity::{Caller, Role};
+use toolgate_core::identity::{Caller, Role};
 
 /// Who may make an RPC.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

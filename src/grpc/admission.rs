@@ -102,7 +102,7 @@ pub struct Holder {
 
 impl Holder {
     /// A batch from `connection` by `caller`.
-    pub fn new(connection: Option<SocketAddr>, caller: &crate::identity::Caller) -> Self {
+    pub fn new(connection: Option<SocketAddr>, caller: &toolgate_core::identity::Caller) -> Self {
         Holder {
             connection,
             tenant: Some(caller.tenant.clone()),

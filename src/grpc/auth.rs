@@ -17,7 +17,7 @@ use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
 use super::access::{Access, Rule};
 use super::status::RequestError;
 use crate::config::{Anonymous, AuthConfig, CertificateIdentity, JwtConfig, TokenConfig};
-use crate::identity::{Caller, Method, Role, validate_tenant};
+use toolgate_core::identity::{Caller, Method, Role, validate_tenant};
 
 /// What a request presents to be judged by: its headers and its connection.
 pub struct Credentials<'a> {

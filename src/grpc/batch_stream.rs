@@ -20,14 +20,14 @@ use tonic::Status;
 
 use super::slots::WeakSlots;
 use super::status::RequestError;
-use crate::pb;
+use toolgate_proto::pb;
 
 /// What the stream yields.
-pub type Item = Result<pb::DispatchEvent, Status>;
+pub(super) type Item = Result<pb::DispatchEvent, Status>;
 
 /// The running batch: it pushes events into its `Events` and ends with the final result event
 /// (or the status that ends the stream instead).
-pub type Run = Pin<Box<dyn Future<Output = Item> + Send>>;
+pub(super) type Run = Pin<Box<dyn Future<Output = Item> + Send>>;
 
 /// The events a running batch produced that its stream has not yielded yet, at most `capacity`:
 /// a batch that fills the queue waits in `push` until the stream has yielded some.
@@ -38,7 +38,7 @@ pub type Run = Pin<Box<dyn Future<Output = Item> + Send>>;
 /// (A channel did the same with a semaphore and atomic hand-offs per event, ~4k instructions a
 /// batch; here the batch and the stream share a task and a lock taken per event.)
 #[derive(Debug)]
-pub struct Events {
+pub(super) struct Events {
     queue: Mutex<Queue>,
     capacity: usize,
 }
@@ -52,7 +52,7 @@ struct Queue {
 
 impl Events {
     /// An empty queue holding at most `capacity` events (at least one).
-    pub fn new(capacity: usize) -> Arc<Self> {
+    pub(super) fn new(capacity: usize) -> Arc<Self> {
         Arc::new(Events {
             queue: Mutex::new(Queue::default()),
             capacity: capacity.max(1),
@@ -60,7 +60,7 @@ impl Events {
     }
 
     /// Queues `item`, waiting while the queue is full.
-    pub async fn push(&self, item: Item) {
+    pub(super) async fn push(&self, item: Item) {
         let mut item = Some(item);
         std::future::poll_fn(|cx| {
             let mut queue = self.queue.lock();
@@ -77,7 +77,7 @@ impl Events {
     }
 
     /// Queues `item` made from `event` if there is room now; hands `event` back if not.
-    pub fn try_push<E>(&self, event: E, make: impl FnOnce(E) -> Item) -> Result<(), E> {
+    pub(super) fn try_push<E>(&self, event: E, make: impl FnOnce(E) -> Item) -> Result<(), E> {
         let mut queue = self.queue.lock();
         if queue.items.len() >= self.capacity {
             return Err(event);
@@ -118,7 +118,7 @@ impl Events {
 /// cross-thread wake-up per event and a write per event; here the task that writes the response
 /// also runs the batch. Dropping the stream (the client left) drops the batch, whose drop guard
 /// cancels it, so tools see their tokens fire.
-pub struct BatchStream {
+pub(super) struct BatchStream {
     shared: Arc<Shared>,
     /// Wakes the transport's task through `shared.signal`, noting that a poll is owed.
     waker: Waker,
@@ -187,7 +187,7 @@ impl Wake for Signal {
 
 impl BatchStream {
     /// A stream over `run`, which pushes its events into `events`.
-    pub fn new(run: Run, events: Arc<Events>, watch: &Arc<StallWatch>) -> Self {
+    pub(super) fn new(run: Run, events: Arc<Events>, watch: &Arc<StallWatch>) -> Self {
         let signal = Arc::new(Signal {
             owed_since: AtomicU64::new(0),
             epoch: watch.epoch,

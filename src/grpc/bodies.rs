@@ -26,7 +26,7 @@ use super::slots::WeakSlots;
 use super::status::RequestError;
 
 /// The most of a reply handed to the transport at once.
-pub const PIECE: usize = 16 * 1024;
+pub(super) const PIECE: usize = 16 * 1024;
 
 /// Boxed errors, as hyper and tonic take them.
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -36,7 +36,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// last byte arrived (the decoder takes it then), so a long stream of messages holds at most
 /// one. A message left incomplete for `stall` (a client that stopped sending mid-message) fails
 /// the request and gives its bytes back.
-pub struct Received<B> {
+pub(super) struct Received<B> {
     inner: B,
     share: Arc<Share>,
     /// The incomplete message's bytes, held.
@@ -96,7 +96,7 @@ impl Framing {
 
 impl<B> Received<B> {
     /// `inner`, counted against `share`; an incomplete message may wait `stall` for more.
-    pub fn new(inner: B, share: Arc<Share>, stall: Duration) -> Self {
+    pub(super) fn new(inner: B, share: Arc<Share>, stall: Duration) -> Self {
         Received {
             inner,
             share,
@@ -193,7 +193,7 @@ where
 /// `Pending` the connection can reach: bytes a client has not taken for `stall_timeout` are
 /// dropped there (`Pending::evict_if_stalled`), given back, and the reply ends
 /// `DEADLINE_EXCEEDED` if the client ever asks for more.
-pub struct Reply<G> {
+pub(super) struct Reply<G> {
     inner: tonic::body::Body,
     share: Arc<Share>,
     pending: Arc<Mutex<Pending<G>>>,
@@ -206,10 +206,10 @@ pub struct Reply<G> {
 }
 
 /// The replies of one connection, for evicting what their clients do not read.
-pub type Replies<G> = Mutex<WeakSlots<Mutex<Pending<G>>>>;
+pub(super) type Replies<G> = Mutex<WeakSlots<Mutex<Pending<G>>>>;
 
 /// What a reply has made and the transport has not taken yet.
-pub struct Pending<G> {
+pub(super) struct Pending<G> {
     /// The bytes, with what they hold of the share.
     data: Option<(Bytes, Held)>,
     /// When the transport last took a piece (or the reply began).
@@ -223,7 +223,7 @@ pub struct Pending<G> {
 impl<G> Pending<G> {
     /// Drops what is pending when the client has not taken any of it for `stall`; true if it
     /// did. The stream no longer counts as open: its connection may idle out.
-    pub fn evict_if_stalled(&mut self, now: Instant, stall: Duration) -> bool {
+    pub(super) fn evict_if_stalled(&mut self, now: Instant, stall: Duration) -> bool {
         if self.data.is_none() || now.saturating_duration_since(self.since) < stall {
             return false;
         }
@@ -236,7 +236,7 @@ impl<G> Pending<G> {
 
 impl<G> Reply<G> {
     /// `inner`, counted against `share`, kept in `registry` while it lives.
-    pub fn new(
+    pub(super) fn new(
         inner: tonic::body::Body,
         share: Arc<Share>,
         guard: G,
@@ -263,7 +263,7 @@ impl<G> Reply<G> {
     /// Makes the reply's first bytes now (a unary reply is then encoded, and counted, before
     /// the transport asks for it). `Err` when the connection's share or the server's has no
     /// room: the caller answers with that status instead.
-    pub async fn prefetch(&mut self) -> Result<(), Status> {
+    pub(super) async fn prefetch(&mut self) -> Result<(), Status> {
         std::future::poll_fn(|cx| self.fill(cx)).await
     }
 
@@ -296,7 +296,7 @@ impl<G> Reply<G> {
 
     /// The reply as `status` alone, a trailers-only answer: what was made is dropped and given
     /// back.
-    pub fn refused(mut self, status: Status) -> http::Response<Self> {
+    pub(super) fn refused(mut self, status: Status) -> http::Response<Self> {
         self.inner = tonic::body::Body::empty();
         self.pending.lock().data = None;
         self.trailers = None;
@@ -379,7 +379,7 @@ impl<G: Unpin> Body for Reply<G> {
 
 /// The methods whose replies are streams, as `/package.Service/Method`, from the descriptor
 /// sets the server serves: every other reply is one message, made as soon as the call returns.
-pub fn streaming_methods(sets: &[&[u8]]) -> HashSet<String> {
+pub(super) fn streaming_methods(sets: &[&[u8]]) -> HashSet<String> {
     let mut methods = HashSet::new();
     for set in sets {
         let Ok(set) = <prost_types::FileDescriptorSet as prost::Message>::decode(*set) else {

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::metrics::Metrics;
+use toolgate_core::metrics::Metrics;
 
 /// One kind of bytes the server holds for its clients, bounded server-wide.
 #[derive(Debug)]

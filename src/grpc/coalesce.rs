@@ -36,7 +36,7 @@ const WRITE_THROUGH: usize = 1024;
 
 /// `inner` with its writes held until a flush (see the module docs).
 #[derive(Debug)]
-pub struct Coalesced<T> {
+pub(crate) struct Coalesced<T> {
     inner: T,
     held: Vec<u8>,
     /// How much of `held` is already written.
@@ -45,7 +45,7 @@ pub struct Coalesced<T> {
 
 impl<T> Coalesced<T> {
     /// `inner`, holding nothing yet.
-    pub fn new(inner: T) -> Self {
+    pub(crate) fn new(inner: T) -> Self {
         Coalesced {
             inner,
             held: Vec::new(),

@@ -7,20 +7,20 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 use super::status::RequestError;
-use crate::calls::{self, IntakeLimits};
 use crate::config::{DispatchConfig, Limits};
-use crate::dispatch::{
+use toolgate_core::calls::{self, IntakeLimits};
+use toolgate_core::dispatch::{
     Batch, BatchOptions, BatchReport, Binding, CallResult, ErrorClass, Event, MessageFormat,
     Outcome,
 };
-use crate::pb;
-use crate::protojson;
-use crate::safety::breaker::BreakerState;
-use crate::safety::health::{HealthReport, Status};
-use crate::safety::hooks::Decision;
-use crate::session::validate_session_id;
-use crate::tools::registry::Registered;
-use crate::tools::{ContentPart, ToolSource};
+use toolgate_core::safety::breaker::BreakerState;
+use toolgate_core::safety::health::{HealthReport, Status};
+use toolgate_core::safety::hooks::Decision;
+use toolgate_core::session::validate_session_id;
+use toolgate_core::tools::Registered;
+use toolgate_core::tools::{ContentPart, ToolSource};
+use toolgate_proto::pb;
+use toolgate_proto::protojson;
 
 /// Concurrency of a PARALLEL batch that does not say.
 const DEFAULT_MAX_CONCURRENCY: u32 = 8;
@@ -38,7 +38,7 @@ pub const MAX_ID_BYTES: usize = 256;
 /// Parses and checks a dispatch request; nothing has run when this fails.
 pub fn batch_from_request(
     request: pb::DispatchBatchRequest,
-    caller: std::sync::Arc<crate::identity::Caller>,
+    caller: std::sync::Arc<toolgate_core::identity::Caller>,
     rules: &RequestRules,
 ) -> Result<Batch, RequestError> {
     let pb::DispatchBatchRequest {
@@ -130,7 +130,7 @@ pub fn batch_from_request(
         options: batch_options,
         turn,
         caller,
-        trace: crate::trace::Span::none(),
+        trace: toolgate_core::trace::Span::none(),
     })
 }
 
@@ -143,7 +143,7 @@ fn options_from(
         RequestError::Invalid(format!("options.{field} {value} is not a known value"))
     };
     let mode = match Mode::try_from(options.mode).map_err(|_| unknown("mode", options.mode))? {
-        Mode::Sequential => crate::dispatch::Mode::Sequential,
+        Mode::Sequential => toolgate_core::dispatch::Mode::Sequential,
         Mode::Parallel => {
             let ceiling = rules.limits.max_concurrency;
             let max_concurrency = match options.max_concurrency {
@@ -155,7 +155,7 @@ fn options_from(
                 }
                 n => n,
             };
-            crate::dispatch::Mode::Parallel {
+            toolgate_core::dispatch::Mode::Parallel {
                 max_concurrency: max_concurrency as usize,
             }
         }

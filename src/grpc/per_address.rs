@@ -11,20 +11,20 @@ use parking_lot::Mutex;
 
 /// How many turns each client address holds now.
 #[derive(Debug, Default)]
-pub struct PerAddress {
+pub(crate) struct PerAddress {
     counts: Mutex<HashMap<IpAddr, usize>>,
 }
 
 /// One turn of one address; given back when dropped.
 #[derive(Debug)]
-pub struct AddressTurn {
+pub(crate) struct AddressTurn {
     owner: Arc<PerAddress>,
     client: IpAddr,
 }
 
 impl PerAddress {
     /// A turn for `ip`, unless its address holds `max` already (0: no bound).
-    pub fn take(self: &Arc<Self>, ip: IpAddr, max: usize) -> Option<AddressTurn> {
+    pub(crate) fn take(self: &Arc<Self>, ip: IpAddr, max: usize) -> Option<AddressTurn> {
         let client = client_of(ip);
         let mut counts = self.counts.lock();
         let held = counts.entry(client).or_insert(0);
@@ -41,7 +41,7 @@ impl PerAddress {
 
     /// How many addresses hold a turn.
     #[cfg(test)]
-    pub fn addresses(&self) -> usize {
+    pub(crate) fn addresses(&self) -> usize {
         self.counts.lock().len()
     }
 }

@@ -10,7 +10,7 @@ use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
-use crate::duration::readable;
+use toolgate_core::duration::readable;
 
 /// What one health check found.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,11 +2,11 @@
 //! largest results shrunk, and marked truncated, until it fits, rather than failing the batch at
 //! the client's message-size limit and losing every result.
 
-use super::codec::written_len;
 use super::convert;
 use super::status::RequestError;
-use crate::dispatch::{BatchReport, CallResult};
-use crate::pb;
+use toolgate_core::dispatch::{BatchReport, CallResult};
+use toolgate_proto::codec::written_len;
+use toolgate_proto::pb;
 
 /// Room kept for the envelope around the result (the `DispatchEvent` wrapper).
 const ENVELOPE: usize = 16;
@@ -69,7 +69,7 @@ pub fn batch_result_within(
 
 /// Sizes of a result's shrinkable fields, in the order of `COPIES`.
 fn field_sizes(r: &CallResult) -> [usize; 5] {
-    let arguments = crate::json::canonical(&r.arguments).len();
+    let arguments = toolgate_core::json::canonical(&r.arguments).len();
     let result = match &r.result {
         serde_json::Value::String(text) => text.len(),
         serde_json::Value::Null => 0,
@@ -80,8 +80,8 @@ fn field_sizes(r: &CallResult) -> [usize; 5] {
         .parts
         .iter()
         .map(|p| match p {
-            crate::tools::ContentPart::Text(t) => t.len(),
-            crate::tools::ContentPart::Image { data, .. } => data.len(),
+            toolgate_core::tools::ContentPart::Text(t) => t.len(),
+            toolgate_core::tools::ContentPart::Image { data, .. } => data.len(),
         })
         .sum();
     [arguments, r.content.len(), result, r.error.len(), parts]
@@ -120,8 +120,8 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::dispatch::{CallResult, MessageFormat, Outcome, tool_messages};
-    use crate::tools::ErrorClass;
+    use toolgate_core::dispatch::{CallResult, MessageFormat, Outcome, tool_messages};
+    use toolgate_core::tools::ErrorClass;
 
     fn result(index: usize, arguments: Value, content: &str) -> CallResult {
         CallResult {
@@ -217,7 +217,7 @@ mod tests {
             (false, "small and whole")
         );
         let mut written = Vec::new();
-        super::super::codec::encode_reply(reply.clone(), &mut written);
+        toolgate_proto::codec::encode_reply(reply.clone(), &mut written);
         assert_eq!(written.len(), written_len(&reply));
         let written = pb::BatchResult::decode(written.as_slice()).unwrap();
         assert_eq!(

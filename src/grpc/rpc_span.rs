@@ -9,21 +9,21 @@ use opentelemetry::trace::SpanKind;
 use tonic::metadata::MetadataMap;
 use tonic::{Code, Status};
 
-use crate::trace::{Span, Tracer, attr};
+use toolgate_core::trace::{Span, Tracer, attr};
 
 /// The service every span names.
 const SERVICE: &str = "toolgate.v1.ToolGate";
 
 /// An RPC's span; ends with the status given to [`RpcSpan::finish`], or CANCELLED when dropped
 /// unfinished (the client went away).
-pub struct RpcSpan {
+pub(super) struct RpcSpan {
     span: Span,
     finished: bool,
 }
 
 impl RpcSpan {
     /// Starts the span of `method`, a child of the request's trace context.
-    pub fn start(
+    pub(super) fn start(
         tracer: &Tracer,
         method: &'static str,
         metadata: &MetadataMap,
@@ -31,7 +31,7 @@ impl RpcSpan {
     ) -> Self {
         let text = |key: &str| metadata.get(key).and_then(|v| v.to_str().ok());
         let parent = match text("traceparent")
-            .and_then(|tp| crate::trace::parse_traceparent(tp, text("tracestate")))
+            .and_then(|tp| toolgate_core::trace::parse_traceparent(tp, text("tracestate")))
         {
             Some(remote) => Span::remote(remote),
             None => Span::none(),
@@ -60,18 +60,18 @@ impl RpcSpan {
     }
 
     /// The span, to run the RPC's work under.
-    pub fn span(&self) -> &Span {
+    pub(super) fn span(&self) -> &Span {
         &self.span
     }
 
     /// Records the status the client gets and ends the span. Server errors (the codes the
     /// conventions count as such) mark it failed.
-    pub fn finish(mut self, code: Code, message: &str) {
+    pub(super) fn finish(mut self, code: Code, message: &str) {
         self.end(code, message);
     }
 
     /// Ends the span with the status `result` carries, and hands `result` back.
-    pub fn finish_with<T>(self, result: Result<T, Status>) -> Result<T, Status> {
+    pub(super) fn finish_with<T>(self, result: Result<T, Status>) -> Result<T, Status> {
         match &result {
             Ok(_) => self.finish(Code::Ok, ""),
             Err(status) => self.finish(status.code(), status.message()),

@@ -16,8 +16,8 @@ use super::bodies::streaming_methods;
 use super::service::{ServiceState, ToolGateService};
 use super::tls::Tls;
 use super::transport::{self, Budgets, TransportSettings};
-use crate::pb;
-use crate::pb::tool_gate_server::ToolGateServer;
+use toolgate_proto::pb;
+use toolgate_proto::pb::tool_gate_server::ToolGateServer;
 
 /// How long open connections (for example health watches) may linger once draining is done.
 const CONNECTION_LINGER: Duration = Duration::from_secs(5);

@@ -19,13 +19,13 @@ use super::convert::{self, RequestRules};
 use super::reply;
 use super::rpc_span::RpcSpan;
 use super::status::RequestError;
-use crate::dispatch::{Batch, Cancel, Dispatcher, Event, Mode, NoObserver, Observer};
-use crate::metrics::Metrics;
-use crate::pb;
-use crate::pb::tool_gate_server::ToolGate;
-use crate::tools::BoxFuture;
-use crate::tools::remote::{Contributed, RegistrationPolicy, RemoteSpec, Remotes};
-use crate::trace::Tracer;
+use toolgate_core::dispatch::{Batch, Cancel, Dispatcher, Event, Mode, NoObserver, Observer};
+use toolgate_core::metrics::Metrics;
+use toolgate_core::tools::BoxFuture;
+use toolgate_core::trace::Tracer;
+use toolgate_proto::pb;
+use toolgate_proto::pb::tool_gate_server::ToolGate;
+use toolgate_remotes::{Contributed, RegistrationPolicy, RemoteSpec, Remotes};
 
 /// Events buffered per stream before the batch waits for the client to read.
 const EVENT_BUFFER: usize = 64;
@@ -59,12 +59,12 @@ pub struct ServiceState {
 
 /// The `toolgate.v1.ToolGate` implementation.
 #[derive(Clone)]
-pub struct ToolGateService {
+pub(super) struct ToolGateService {
     state: Arc<ServiceState>,
 }
 
 impl ToolGateService {
-    pub fn new(state: Arc<ServiceState>) -> Self {
+    pub(super) fn new(state: Arc<ServiceState>) -> Self {
         ToolGateService { state }
     }
 
@@ -110,7 +110,7 @@ impl ToolGateService {
     fn admit(
         &self,
         connection: Option<SocketAddr>,
-        caller: Arc<crate::identity::Caller>,
+        caller: Arc<toolgate_core::identity::Caller>,
         request: pb::DispatchBatchRequest,
     ) -> Result<(Batch, Ticket), RequestError> {
         if self.state.tracker.is_closed() {
@@ -415,7 +415,7 @@ fn checked_session_id(id: String) -> Result<String, RequestError> {
     if id.is_empty() {
         return Err(RequestError::Invalid("session_id is required".to_owned()));
     }
-    crate::session::validate_session_id(&id).map_err(RequestError::Invalid)?;
+    toolgate_core::session::validate_session_id(&id).map_err(RequestError::Invalid)?;
     Ok(id)
 }
 

@@ -7,7 +7,7 @@ use std::sync::Weak;
 
 /// Weak references to live owners, one slot each.
 #[derive(Debug)]
-pub struct WeakSlots<T> {
+pub(super) struct WeakSlots<T> {
     slots: Vec<Option<Weak<T>>>,
     free: Vec<usize>,
 }
@@ -23,7 +23,7 @@ impl<T> Default for WeakSlots<T> {
 
 impl<T> WeakSlots<T> {
     /// Keeps `owner` in a free slot; answers the slot, for `remove`.
-    pub fn insert(&mut self, owner: Weak<T>) -> usize {
+    pub(super) fn insert(&mut self, owner: Weak<T>) -> usize {
         match self.free.pop() {
             Some(at) => {
                 self.slots[at] = Some(owner);
@@ -37,7 +37,7 @@ impl<T> WeakSlots<T> {
     }
 
     /// Empties slot `at` (an owner leaving).
-    pub fn remove(&mut self, at: usize) {
+    pub(super) fn remove(&mut self, at: usize) {
         if let Some(slot) = self.slots.get_mut(at)
             && slot.take().is_some()
         {
@@ -46,19 +46,19 @@ impl<T> WeakSlots<T> {
     }
 
     /// Every owner still held.
-    pub fn iter(&self) -> impl Iterator<Item = &Weak<T>> {
+    pub(super) fn iter(&self) -> impl Iterator<Item = &Weak<T>> {
         self.slots.iter().flatten()
     }
 
     /// How many owners are held.
     #[cfg(test)]
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.slots.iter().filter(|s| s.is_some()).count()
     }
 
     /// How many slots there are, held or free.
     #[cfg(test)]
-    pub fn capacity(&self) -> usize {
+    pub(super) fn capacity(&self) -> usize {
         self.slots.len()
     }
 }

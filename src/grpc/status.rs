@@ -28,7 +28,7 @@ pub enum RequestError {
     /// The client stopped reading its `DispatchBatch` stream, so the batch was cancelled.
     #[error(
         "the batch was cancelled: its stream went unread for {} (server.stall_timeout)",
-        crate::duration::readable(*.0)
+        toolgate_core::duration::readable(*.0)
     )]
     Stalled(std::time::Duration),
     /// The connection's (or the server's) request bytes not yet decoded are at their bound.
@@ -37,13 +37,13 @@ pub enum RequestError {
     /// A request's message stayed incomplete for `server.stall_timeout`.
     #[error(
         "the request stopped arriving mid-message for {} (server.stall_timeout)",
-        crate::duration::readable(*.0)
+        toolgate_core::duration::readable(*.0)
     )]
     RequestStalled(std::time::Duration),
     /// A reply's client took none of it for `server.stall_timeout`: it was dropped.
     #[error(
         "the reply went unread for {} (server.stall_timeout) and was dropped",
-        crate::duration::readable(*.0)
+        toolgate_core::duration::readable(*.0)
     )]
     ReplyStalled(std::time::Duration),
     /// The connection's (or the server's) reply bytes not yet read are at their bound.
@@ -57,7 +57,7 @@ pub enum RequestError {
     #[error("{0}")]
     Unauthenticated(String),
     #[error(transparent)]
-    Remote(#[from] crate::tools::remote::RemoteError),
+    Remote(#[from] toolgate_remotes::RemoteError),
 }
 
 impl From<RequestError> for Status {
@@ -78,7 +78,7 @@ impl From<RequestError> for Status {
             RequestError::PermissionDenied(_) => Code::PermissionDenied,
             RequestError::Unauthenticated(_) => Code::Unauthenticated,
             RequestError::Remote(remote) => {
-                use crate::tools::remote::RemoteError;
+                use toolgate_remotes::RemoteError;
                 match remote {
                     RemoteError::Invalid { .. } => Code::InvalidArgument,
                     RemoteError::Duplicate(_) | RemoteError::Registry { .. } => Code::AlreadyExists,

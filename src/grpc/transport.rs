@@ -38,7 +38,7 @@ use super::budget::{Budget, Share};
 use super::coalesce::Coalesced;
 use super::per_address::{AddressTurn, PerAddress};
 use super::tls::Tls;
-use crate::metrics::Metrics;
+use toolgate_core::metrics::Metrics;
 
 /// What a TLS client has to send its whole ClientHello in: clients send it as soon as TCP
 /// connects (a few hundred bytes, one round trip), so a socket that has not by then (silent, or
@@ -260,7 +260,7 @@ impl Drop for StreamGuard {
 
 /// Accepts connections on `listener` and serves `routes` on each until `stop`; then stops
 /// accepting, asks every connection to finish (GOAWAY) and waits for them to close.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     tls: Option<Tls>,
     routes: Authorized<Routes>,

@@ -1,4 +1,4 @@
-//! One server's metrics pipeline: an OpenTelemetry meter provider that `crate::metrics`
+//! One server's metrics pipeline: an OpenTelemetry meter provider that `toolgate_core::metrics`
 //! records into, read on demand by a manual reader and written as Prometheus text (exposition
 //! format 0.0.4) for the admin listener's `/metrics`, and, when a collector is configured, pushed
 //! periodically over OTLP/gRPC by the SDK's periodic reader (its own thread, so a slow or
@@ -22,7 +22,7 @@ use opentelemetry_sdk::metrics::{
     InstrumentKind, ManualReader, PeriodicReader, Pipeline, SdkMeterProvider, Temporality,
 };
 
-use crate::metrics::Metrics;
+use toolgate_core::metrics::Metrics;
 
 /// The metrics of one server and the means to read them.
 pub struct MetricsPipeline {

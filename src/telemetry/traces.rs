@@ -18,8 +18,8 @@ use opentelemetry_sdk::trace::{
 
 use super::resource;
 use crate::config::TelemetryConfig;
-use crate::metrics::Metrics;
-use crate::trace::Tracer;
+use toolgate_core::metrics::Metrics;
+use toolgate_core::trace::Tracer;
 
 /// How traces are exported, from the config and the standard variables.
 #[derive(Debug, Clone)]

@@ -2,10 +2,13 @@
 //! grpcurl and a Python client in `peers`). One binary so the crate links once.
 // Test harness helpers assert by panicking, like the tests they serve.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+// One crate of test modules: `pub` in them says "shared with the other tests", not an API.
+#![allow(unreachable_pub)]
 
 mod bindings;
 mod connections;
 mod dispatch;
+mod docs;
 mod hardening;
 mod hooks;
 mod hostile;

@@ -32,10 +32,12 @@ impl Peer {
     /// Why the peer cannot be used here, if it cannot.
     fn missing(self) -> Option<String> {
         let env = testenv();
-        let file = |path: PathBuf| (!path.exists()).then(|| format!("{} is missing", path.display()));
+        let file =
+            |path: PathBuf| (!path.exists()).then(|| format!("{} is missing", path.display()));
         match self {
-            Peer::TestEnv => file(env.join("venv/bin/python"))
-                .or_else(|| file(env.join("venv/bin/grpcurl"))),
+            Peer::TestEnv => {
+                file(env.join("venv/bin/python")).or_else(|| file(env.join("venv/bin/grpcurl")))
+            }
             Peer::Everything => on_path("node").or_else(|| {
                 file(env.join(
                     "node/node_modules/@modelcontextprotocol/server-everything/dist/index.js",
@@ -662,7 +664,7 @@ async fn a_hook_does_not_see_a_server_secret_and_runs_in_its_own_group() {
     assert!(seen.contains_key("PATH"), "{dump}");
     // Nothing but the default allowlist, the hook's own value and what sh sets itself: not
     // TOOLGATE_TEST_SECRET, not RUST_LOG, not the CARGO_* variables of the test run.
-    let allowed: Vec<&str> = toolgate::child::DEFAULT_ENV_ALLOW
+    let allowed: Vec<&str> = toolgate_core::child::DEFAULT_ENV_ALLOW
         .into_iter()
         .chain(SHELL_OWN)
         .chain(["HOOK_TOKEN"])

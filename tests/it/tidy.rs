@@ -1,4 +1,6 @@
-//! Repository invariants: every source file says what it is for, gRPC types stay at the boundary.
+//! Repository invariants the compiler cannot see: every source file says what it is for, the
+//! engine crate stays free of gRPC and configuration, modules inside a crate point only down,
+//! log messages are lowercase. (Which crate may use which is the manifests' business.)
 
 use std::path::{Path, PathBuf};
 
@@ -13,10 +15,15 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// Every Rust source of the workspace's crates (the server's `src/` and `crates/*/src`), as
+/// (path from the repository, text).
 fn sources() -> Vec<(String, String)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = Vec::new();
     rust_files(&root.join("src"), &mut files);
+    for krate in std::fs::read_dir(root.join("crates")).unwrap() {
+        rust_files(&krate.unwrap().path().join("src"), &mut files);
+    }
     files.sort();
     files
         .into_iter()
@@ -38,21 +45,46 @@ fn every_source_file_opens_with_a_module_doc_line() {
 }
 
 #[test]
-fn grpc_types_stay_in_the_grpc_boundary() {
-    let allowed = [
-        "src/grpc",
-        "src/pb.rs",
-        "src/protojson",
-        "src/safety/hooks/grpc.rs",
-        "src/app.rs",
-        "src/lib.rs",
-        "src/tools/remote",
-    ];
+fn the_engine_depends_on_no_grpc_and_no_configuration() {
+    let manifest = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/crates/core/Cargo.toml"
+    ))
+    .unwrap();
+    let manifest: toml::Table = manifest.parse().unwrap();
+    let dependencies = manifest["dependencies"].as_table().unwrap();
+    for name in [
+        "tonic",
+        "prost",
+        "prost-types",
+        "hyper",
+        "http",
+        "toml",
+        "clap",
+    ] {
+        assert!(
+            !dependencies.contains_key(name),
+            "crates/core depends on {name}: the engine speaks domain types; the wire and the \
+             config file are the server's (ARCHITECTURE.md, Crates)"
+        );
+    }
+    for crate_name in ["toolgate", "toolgate-proto", "toolgate-remotes"] {
+        assert!(
+            !dependencies.contains_key(crate_name),
+            "crates/core depends on {crate_name}"
+        );
+    }
+}
+
+#[test]
+fn grpc_types_stay_in_the_grpc_boundary_of_the_server() {
+    // In the server crate, configuration and telemetry speak domain types too.
+    let allowed = ["src/grpc", "src/app.rs", "src/lib.rs", "src/engine_tests"];
     for (path, text) in sources() {
-        if allowed.iter().any(|a| path.starts_with(a)) {
+        if !path.starts_with("src/") || allowed.iter().any(|a| path.starts_with(a)) {
             continue;
         }
-        for needle in ["tonic::", "prost::", "prost_types::", "crate::pb"] {
+        for needle in ["tonic::", "prost::", "prost_types::", "toolgate_proto::pb"] {
             assert!(
                 !text.contains(needle),
                 "{path} uses {needle}; only the gRPC boundary may"
@@ -61,50 +93,80 @@ fn grpc_types_stay_in_the_grpc_boundary() {
     }
 }
 
+/// Every log macro call in the sources: (path, the call's text up to its `);`).
+fn log_calls() -> Vec<(String, String)> {
+    let mut calls = Vec::new();
+    for (path, text) in sources() {
+        for macro_name in ["info!(", "warn!(", "error!(", "debug!(", "trace!("] {
+            for (i, _) in text.match_indices(macro_name) {
+                let call = &text[i + macro_name.len()..];
+                let end = call.find(");").unwrap_or(call.len());
+                calls.push((path.clone(), call[..end].to_owned()));
+            }
+        }
+    }
+    calls
+}
+
 #[test]
 fn log_messages_are_lowercase() {
-    for (path, text) in sources() {
-        for macro_name in ["info!(", "warn!(", "error!(", "debug!("] {
-            for (i, _) in text.match_indices(macro_name) {
-                let call = &text[i..];
-                let Some(start) = call.find('"') else {
-                    continue;
-                };
-                let end = call.find(");").unwrap_or(call.len());
-                if start > end {
-                    continue;
-                }
-                let first = call[start + 1..].chars().next().unwrap_or('a');
-                assert!(
-                    !first.is_uppercase(),
-                    "{path}: log message must start lowercase: {}",
-                    &call[..end.min(120)]
-                );
-            }
+    for (path, call) in log_calls() {
+        // The message is the first string after the target, if any.
+        let call = match call.trim_start().strip_prefix("target:") {
+            Some(rest) => rest.splitn(3, '"').nth(2).unwrap_or_default(),
+            None => &call,
+        };
+        let Some(start) = call.find('"') else {
+            continue;
+        };
+        let first = call[start + 1..].chars().next().unwrap_or('a');
+        assert!(
+            !first.is_uppercase(),
+            "{path}: log message must start lowercase: {}",
+            &call[..call.len().min(120)]
+        );
+    }
+}
+
+/// One filter directive (`toolgate=debug`, `toolgate::dispatch=debug`) covers the whole service:
+/// the other crates' log lines name a target under `toolgate::` (their module's path from before
+/// the workspace split), not their own crate's.
+#[test]
+fn every_log_line_of_the_other_crates_has_a_toolgate_target() {
+    for (path, call) in log_calls() {
+        if path.starts_with("crates/") && !path.contains("/tests") && !path.ends_with("tests.rs") {
+            assert!(
+                call.trim_start().starts_with("target: \"toolgate::"),
+                "{path}: a log line outside the server crate needs `target: \"toolgate::...\"`: {}",
+                &call[..call.len().min(120)]
+            );
         }
     }
 }
 
-/// The module layers, lowest first (ARCHITECTURE.md draws the same picture). A module may use
-/// modules of lower layers only: never its own layer's neighbours, never a higher layer.
-const LAYERS: &[&[&str]] = &[
-    &["hash", "duration", "glob", "child"],
-    &["json", "trace", "metrics", "identity"],
-    &["protojson", "calls", "mapping"],
-    // The generated code (in OUT_DIR, so not read here) holds `protojson` types (extern_path).
-    &["pb"],
-    &["tools"],
-    &["safety"],
-    &["session"],
-    &["middleware"],
-    &["dispatch"],
-    &["config"],
-    &["grpc", "telemetry"],
-    &["app"],
+/// The module layers of each crate, lowest first (ARCHITECTURE.md draws the same picture). A
+/// module may use modules of lower layers of its own crate only: never its own layer's
+/// neighbours, never a higher layer. Between crates the manifests decide.
+const LAYERS: &[(&str, &[&[&str]])] = &[
+    (
+        "crates/core/src/",
+        &[
+            &["hash", "duration", "glob", "child"],
+            &["json", "trace", "metrics", "identity"],
+            &["calls", "mapping"],
+            &["tools"],
+            &["safety"],
+            &["session"],
+            &["middleware"],
+            &["dispatch"],
+        ],
+    ),
+    ("crates/proto/src/", &[&["protojson"], &["pb"], &["codec"]]),
+    ("src/", &[&["config"], &["grpc", "telemetry"], &["app"]]),
 ];
 
-fn layer_of(module: &str) -> Option<usize> {
-    LAYERS.iter().position(|layer| layer.contains(&module))
+fn layer_of(layers: &[&[&str]], module: &str) -> Option<usize> {
+    layers.iter().position(|layer| layer.contains(&module))
 }
 
 /// The top-level modules a source text names through `crate::`, including `crate::{a, b::c}`.
@@ -159,12 +221,18 @@ fn crate_modules(text: &str) -> Vec<String> {
 #[test]
 fn modules_only_use_lower_layers() {
     for (path, text) in sources() {
-        let rel = path.trim_start_matches("src/");
+        let Some((root, layers)) = LAYERS.iter().find(|(root, _)| path.starts_with(root)) else {
+            continue;
+        };
+        let rel = &path[root.len()..];
         let module = rel.split(['/', '.']).next().unwrap_or_default();
-        if matches!(module, "lib" | "main") || rel.contains("/tests") || rel.ends_with("tests.rs") {
+        if matches!(module, "lib" | "main" | "engine_tests")
+            || rel.contains("/tests")
+            || rel.ends_with("tests.rs")
+        {
             continue;
         }
-        let own = layer_of(module).unwrap_or_else(|| {
+        let own = layer_of(layers, module).unwrap_or_else(|| {
             panic!("{path}: module `{module}` has no place in LAYERS (tidy.rs)")
         });
         // Unit tests sit at the bottom of a file and may reach anywhere.
@@ -173,7 +241,7 @@ fn modules_only_use_lower_layers() {
             if target == module {
                 continue;
             }
-            let theirs = layer_of(&target)
+            let theirs = layer_of(layers, &target)
                 .unwrap_or_else(|| panic!("{path}: uses crate::{target}, which has no layer"));
             assert!(
                 theirs < own,

@@ -4,8 +4,8 @@ use serde_json::json;
 
 use super::*;
 
-fn local() -> std::sync::Arc<crate::identity::Caller> {
-    std::sync::Arc::new(crate::identity::Caller::local())
+fn local() -> std::sync::Arc<toolgate_core::identity::Caller> {
+    std::sync::Arc::new(toolgate_core::identity::Caller::local())
 }
 
 fn rules() -> RequestRules {
@@ -60,7 +60,7 @@ fn options_are_resolved_and_unknown_values_rejected_by_name() {
             .unwrap()
             .options
             .mode,
-        crate::dispatch::Mode::Parallel { max_concurrency: 8 }
+        toolgate_core::dispatch::Mode::Parallel { max_concurrency: 8 }
     );
     let mut req = request(vec![]);
     req.options = Some(pb::DispatchOptions {

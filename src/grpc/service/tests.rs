@@ -7,7 +7,7 @@ use tonic::Code;
 
 use super::*;
 use crate::config::Config;
-use crate::protojson;
+use toolgate_proto::protojson;
 
 /// The service as `Server::start_on` wires it for `config` (TOML), and its state.
 fn wire(config: &str) -> (ToolGateService, Arc<ServiceState>) {
@@ -29,7 +29,7 @@ fn wire(config: &str) -> (ToolGateService, Arc<ServiceState>) {
             Arc::default(),
         ),
         metrics: Arc::default(),
-        tracer: crate::trace::Tracer::off(),
+        tracer: toolgate_core::trace::Tracer::off(),
         auth: Arc::new(crate::grpc::auth::Authenticator::open()),
         remotes,
         allow_registration: config.remote_registration.enabled,
@@ -43,7 +43,7 @@ fn local<T>(message: T) -> Request<T> {
     let mut request = Request::new(message);
     request
         .extensions_mut()
-        .insert(Arc::new(crate::identity::Caller::local()));
+        .insert(Arc::new(toolgate_core::identity::Caller::local()));
     request
 }
 

@@ -1,0 +1,497 @@
+//! Batch dispatch: answers every call of a batch exactly once, in the model's order.
+//! Invariant: `run` returns one `CallResult` per received call, at the call's index, stamped with
+//! the call's id, whatever the tools do; a tool can only produce soft errors.
+
+mod batch;
+mod call;
+mod cancel;
+mod events;
+mod messages;
+mod pipeline;
+pub mod plan;
+mod result;
+mod spans;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt as _, StreamExt};
+use opentelemetry::trace::FutureExt as _;
+use serde_json::Value;
+use tokio::time::Instant;
+
+use crate::calls::Received;
+use crate::json;
+use crate::mapping;
+use crate::middleware::Budget;
+use crate::safety::health::Health;
+use crate::session::{Session, Sessions};
+use crate::tools::registry::Registered;
+use crate::tools::{CallMetadata, Catalog, ToolRegistry};
+
+pub use crate::tools::{ErrorClass, content_of};
+pub use batch::{Batch, BatchOptions, BatchReport, Binding, Mode, Outcome};
+pub use cancel::Cancel;
+pub use events::{Event, NoObserver, Observer};
+pub use messages::{MessageFormat, tool_messages};
+pub use pipeline::Pipeline;
+pub use result::CallResult;
+
+/// Runs batches against a registry of tools.
+#[derive(Clone)]
+pub struct Dispatcher {
+    catalog: Arc<Catalog>,
+    sessions: Arc<Sessions>,
+    pipeline: Pipeline,
+    /// The server's bindings (from the config), already checked.
+    bindings: Arc<BTreeMap<String, Binding>>,
+}
+
+/// One call, ready to run: the tool it targets and the input that tool receives.
+struct Prepared<'r> {
+    registered: Option<&'r Registered>,
+    input: Arc<Value>,
+    metadata: Arc<CallMetadata>,
+}
+
+impl Dispatcher {
+    pub fn new(catalog: Arc<Catalog>, sessions: Arc<Sessions>, pipeline: Pipeline) -> Self {
+        Dispatcher {
+            catalog,
+            sessions,
+            pipeline,
+            bindings: Arc::default(),
+        }
+    }
+
+    /// Installs the server's bindings after checking them.
+    pub fn with_bindings(mut self, bindings: BTreeMap<String, Binding>) -> Result<Self, String> {
+        self.check_bindings(&bindings)?;
+        self.bindings = Arc::new(bindings);
+        Ok(self)
+    }
+
+    /// Checks bindings before any call uses them: every target is registered and every
+    /// mapping is an object whose `$literal`s stand alone. Lists every problem. (A malformed
+    /// reference is not one: it resolves to null.)
+    pub fn check_bindings(&self, bindings: &BTreeMap<String, Binding>) -> Result<(), String> {
+        let mut problems = Vec::new();
+        for (name, binding) in bindings {
+            if self.catalog.snapshot().get(&binding.tool).is_none() {
+                problems.push(format!(
+                    "binding '{name}': tool '{}' is not registered",
+                    binding.tool
+                ));
+            }
+            match &binding.input {
+                None => {}
+                Some(Value::Object(_)) => {
+                    let input = binding
+                        .input
+                        .as_ref()
+                        .map(mapping::problems)
+                        .unwrap_or_default();
+                    problems.extend(input.into_iter().map(|p| format!("binding '{name}': {p}")));
+                }
+                Some(_) => problems.push(format!("binding '{name}': input must be an object")),
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems.join("; "))
+        }
+    }
+
+    /// The tools as they are now.
+    pub fn registry(&self) -> Arc<ToolRegistry> {
+        self.catalog.snapshot()
+    }
+
+    /// The shared catalog, for registering and removing tools at run time.
+    pub fn catalog(&self) -> &Arc<Catalog> {
+        &self.catalog
+    }
+
+    pub fn sessions(&self) -> &Sessions {
+        &self.sessions
+    }
+
+    /// A shared handle to the sessions (the server removes their directories on stop).
+    pub fn sessions_handle(&self) -> Arc<Sessions> {
+        self.sessions.clone()
+    }
+
+    pub fn health(&self) -> &Health {
+        &self.pipeline.health
+    }
+
+    /// Runs the batch sequentially. Cancellation ends it early: the running call is answered
+    /// CANCELLED and calls that never started are SKIPPED.
+    pub async fn run(&self, batch: Batch, observer: &dyn Observer, cancel: &Cancel) -> BatchReport {
+        let started = Instant::now();
+        let session = self.sessions.open(&batch.caller.tenant, &batch.session_id);
+        // Released on every exit, including when the caller drops this future mid-batch.
+        let _release = Release {
+            sessions: &self.sessions,
+            session: &session,
+        };
+        let span = spans::batch(&self.pipeline.tracer, &batch, &session.id);
+        let work = async {
+            // Every call is announced before anything executes, including calls that will not run.
+            for received in batch.calls.iter().filter(|_| observer.wants_events()) {
+                let call = &received.call;
+                let mut arguments = Value::clone(&call.arguments);
+                self.pipeline.redactor.redact_value(&mut arguments);
+                // Events carry a bounded preview; the result carries the arguments whole.
+                let text = json::canonical(&arguments);
+                if text.chars().count() > self.pipeline.preview_chars {
+                    arguments =
+                        Value::String(json::truncate_chars(&text, self.pipeline.preview_chars));
+                }
+                let received = Event::CallReceived {
+                    index: call.index,
+                    id: call.id.clone(),
+                    name: call.name.clone(),
+                    arguments,
+                };
+                events::deliver(observer, received).await;
+            }
+            // One snapshot for the whole batch: a registration meanwhile does not change it.
+            let registry = self.catalog.snapshot();
+            let prepared = self.prepare(&registry, &batch);
+            // Both modes share one executor: sequential is a chain with a limit of one.
+            let (plan, limit) = match batch.options.mode {
+                Mode::Parallel { max_concurrency } if batch.calls.len() >= 2 => {
+                    (plan::plan(&slots(&prepared)), max_concurrency.max(1))
+                }
+                _ => (plan::chain(batch.calls.len()), 1),
+            };
+            let budget = (self.pipeline.batch_budget_chars > 0)
+                .then(|| Arc::new(Budget::new(self.pipeline.batch_budget_chars)));
+            let scope = BatchScope {
+                session: &session,
+                options: &batch.options,
+                observer,
+                turn: batch.turn,
+                budget,
+                trace: &span,
+                caller: &batch.caller,
+            };
+            let executed = self
+                .execute(&batch.calls, &prepared, &plan, limit, &scope, cancel)
+                .await;
+            for (result, target) in executed.0.iter().zip(&prepared) {
+                let tool = target
+                    .registered
+                    .map_or(crate::metrics::UNKNOWN_TOOL, |r| r.tool.name());
+                self.pipeline.metrics.call(tool, result.error_class.name());
+            }
+            executed
+        };
+        // The batch runs in its span's context: log lines inside it carry its ids.
+        let (results, outcome, outcome_reason) = work.with_context(span.context().clone()).await;
+        let duration = started.elapsed();
+        self.pipeline.metrics.batch(outcome.name(), duration);
+        spans::batch_finished(&span, outcome, &outcome_reason);
+        // DEBUG, not INFO: a line per batch at the default level cost a fifth of the throughput.
+        tracing::debug!(target: "toolgate::dispatch",
+            session = %session.id,
+            outcome = outcome.name(),
+            calls = results.len(),
+            errors = results.iter().filter(|r| !r.success).count(),
+            duration_ms = duration.as_millis(),
+            "batch finished"
+        );
+        let messages = tool_messages(&results, batch.options.message_format);
+        BatchReport {
+            session_id: session.id.clone(),
+            results,
+            messages,
+            outcome,
+            outcome_reason,
+            duration,
+            message_format: batch.options.message_format,
+        }
+    }
+}
+
+/// What every call of a batch shares.
+struct BatchScope<'a> {
+    session: &'a Session,
+    options: &'a BatchOptions,
+    observer: &'a dyn Observer,
+    turn: u32,
+    budget: Option<Arc<Budget>>,
+    /// The batch's span, parent of every call's.
+    trace: &'a crate::trace::Span,
+    caller: &'a Arc<crate::identity::Caller>,
+}
+
+impl Dispatcher {
+    /// Resolves each call's binding: the tool it runs and the input that tool receives.
+    fn prepare<'r>(&self, registry: &'r ToolRegistry, batch: &Batch) -> Vec<Prepared<'r>> {
+        batch
+            .calls
+            .iter()
+            .map(|received| {
+                let call = &received.call;
+                let metadata = Arc::new(CallMetadata {
+                    tool_name: call.name.clone(),
+                    tool_call_id: call.id.clone(),
+                    tool_call_index: call.index,
+                    tool_arguments: call.arguments.clone(),
+                    raw_arguments: call.raw_arguments.clone(),
+                });
+                if received.rejection.is_some() {
+                    return Prepared {
+                        registered: None,
+                        input: Arc::new(Value::Null),
+                        metadata,
+                    };
+                }
+                let binding = batch
+                    .bindings
+                    .get(&call.name)
+                    .or_else(|| self.bindings.get(&call.name));
+                let target = binding.map_or(call.name.as_str(), |b| b.tool.as_str());
+                let input = match binding.and_then(|b| b.input.as_ref()) {
+                    Some(spec) => {
+                        let tool_call = metadata.tool_call();
+                        let scope = mapping::Scope {
+                            call: &tool_call,
+                            arguments: &call.arguments,
+                            tool_name: &call.name,
+                            tool_call_id: &call.id,
+                            context: &batch.context,
+                        };
+                        Arc::new(mapping::resolve(spec, &scope))
+                    }
+                    None => call.arguments.clone(),
+                };
+                Prepared {
+                    registered: registry.get(target),
+                    input,
+                    metadata,
+                }
+            })
+            .collect()
+    }
+
+    /// Starts each call once everything it waits for has finished, at most `limit` at once,
+    /// always preferring the earliest ready call. The first hard error cancels the running
+    /// siblings (their tokens fire, their futures drop) and nothing new starts; calls that
+    /// never started are answered SKIPPED.
+    async fn execute(
+        &self,
+        calls: &[Received],
+        prepared: &[Prepared<'_>],
+        plan: &plan::Plan,
+        limit: usize,
+        scope: &BatchScope<'_>,
+        cancel: &Cancel,
+    ) -> (Vec<CallResult>, Outcome, String) {
+        let n = calls.len();
+        let group = cancel.child();
+        let mut results: Vec<Option<CallResult>> = vec![None; n];
+        let mut started = vec![false; n];
+        let mut finished = vec![false; n];
+        let mut hard: Option<(Outcome, String)> = None;
+        let mut running = FuturesUnordered::new();
+        loop {
+            if hard.is_none() && cancel.is_cancelled() {
+                hard = Some((Outcome::Cancelled, cancel.reason()));
+            }
+            if hard.is_none() {
+                for i in 0..n {
+                    if running.len() >= limit {
+                        break;
+                    }
+                    if started[i] || !plan.waits_for[i].iter().all(|&j| finished[j]) {
+                        continue;
+                    }
+                    started[i] = true;
+                    let answer = self.answer(&calls[i], &prepared[i], scope, &group);
+                    // Boxed: the call's future is large, and the set moves what it is given
+                    // into its task more than once. `map`, not an `async` block awaiting it:
+                    // the block would hold the call's future twice (before and while awaited).
+                    running.push(Box::pin(answer.map(move |answered| (i, answered))));
+                }
+            }
+            let Some((i, answered)) = running.next().await else {
+                break;
+            };
+            finished[i] = true;
+            let result = self.finish(answered.result);
+            if let Some((outcome, reason)) = answered.hard
+                && hard.is_none()
+            {
+                group.cancel(format!(
+                    "call '{}' ended the batch: {reason}",
+                    calls[i].call.id
+                ));
+                hard = Some((outcome, reason));
+            }
+            // FAIL_FAST: nothing new starts after a failure; running calls finish normally.
+            if scope.options.fail_fast && !result.success && hard.is_none() {
+                let tool = if result.tool.is_empty() {
+                    &result.name
+                } else {
+                    &result.tool
+                };
+                let reason = format!(
+                    "call {} (id '{}', tool '{}') failed: {}",
+                    result.index, result.id, tool, result.error
+                );
+                hard = Some((Outcome::FailedFast, reason));
+            }
+            results[i] = Some(result);
+        }
+        let (outcome, reason) = hard.unwrap_or((Outcome::Completed, String::new()));
+        let results = results
+            .into_iter()
+            .zip(calls.iter().zip(prepared))
+            .map(|(result, (received, target))| {
+                result.unwrap_or_else(|| {
+                    let result = skipped(&received.call, outcome);
+                    let tracer = &self.pipeline.tracer;
+                    let known = target.registered.is_some();
+                    spans::answered_without_attempt(
+                        tracer,
+                        scope.trace,
+                        &received.call,
+                        known,
+                        &result,
+                    );
+                    result
+                })
+            })
+            .collect();
+        (results, outcome, reason)
+    }
+
+    /// The last word on a result: its error text redacted and bounded (with a marker), and the
+    /// content too when it is that text.
+    fn finish(&self, mut result: CallResult) -> CallResult {
+        if result.error.is_empty() {
+            return result;
+        }
+        let redacted = self.pipeline.redactor.redact(&result.error).into_owned();
+        let bounded = bound(&redacted, self.pipeline.max_error_chars);
+        if result.content == result.error {
+            result.content.clone_from(&bounded);
+        }
+        result.error = bounded;
+        result
+    }
+
+    /// Answers one call: a refusal from intake, an unknown tool, or the pipeline.
+    async fn answer(
+        &self,
+        received: &Received,
+        prepared: &Prepared<'_>,
+        scope: &BatchScope<'_>,
+        cancel: &Cancel,
+    ) -> call::Answered {
+        let call = &received.call;
+        let without_attempt = |answered: call::Answered, known: bool| {
+            let tracer = &self.pipeline.tracer;
+            spans::answered_without_attempt(tracer, scope.trace, call, known, &answered.result);
+            answered
+        };
+        match (&received.rejection, prepared.registered) {
+            (Some((rejection, message)), registered) => {
+                let result = CallResult::refused(call, (*rejection).into(), message.clone());
+                without_attempt(call::Answered { result, hard: None }, registered.is_some())
+            }
+            // Unknown names are answered here and never dispatched.
+            (None, None) => {
+                let registry = self.catalog.snapshot();
+                let answered = call::unknown_tool(call, scope.session, &self.pipeline, &registry);
+                without_attempt(answered, false)
+            }
+            (None, Some(registered)) => {
+                let call_scope = call::CallScope {
+                    session: scope.session,
+                    options: scope.options,
+                    observer: scope.observer,
+                    cancel,
+                    pipeline: &self.pipeline,
+                    turn: scope.turn,
+                    budget: scope.budget.clone(),
+                    trace: scope.trace,
+                    caller: scope.caller,
+                };
+                let input = prepared.input.clone();
+                call::execute(
+                    call,
+                    registered,
+                    input,
+                    prepared.metadata.clone(),
+                    &call_scope,
+                )
+                .await
+            }
+        }
+    }
+}
+
+/// Cuts `text` to `max` characters (0 = no limit), ending with a marker that says how much went.
+fn bound(text: &str, max: usize) -> String {
+    let total = text.chars().count();
+    if max == 0 || total <= max {
+        return text.to_owned();
+    }
+    let marker = format!(" [... {} of {total} characters cut]", total - max);
+    let head: String = text.chars().take(max).collect();
+    format!("{head}{marker}")
+}
+
+/// What the planner needs about each call: the tool it targets and the input that tool gets.
+fn slots(prepared: &[Prepared<'_>]) -> Vec<plan::Slot> {
+    prepared
+        .iter()
+        .map(|p| {
+            let tool = p.registered;
+            plan::Slot {
+                runs: tool.is_some(),
+                concurrency_safe: tool.is_some_and(|t| t.tool.is_concurrency_safe(&p.input)),
+                resource_key: tool.and_then(|t| t.tool.resource_key(&p.input)),
+                operation: format!(
+                    "{}\u{0}{}",
+                    tool.map_or("", |t| t.tool.name()),
+                    json::canonical(&p.input)
+                ),
+            }
+        })
+        .collect()
+}
+
+/// Ends a batch's use of its session when dropped.
+struct Release<'a> {
+    sessions: &'a Sessions,
+    session: &'a Session,
+}
+
+impl Drop for Release<'_> {
+    fn drop(&mut self) {
+        self.sessions.release(self.session);
+    }
+}
+
+/// The answer for a call that never started because the batch had already ended.
+fn skipped(call: &crate::calls::ToolCall, outcome: Outcome) -> CallResult {
+    let why = match outcome {
+        Outcome::Cancelled => "the batch was cancelled",
+        Outcome::FailedFast => "an earlier call failed and on_error is FAIL_FAST",
+        Outcome::LoopDetected => "loop detection stopped the batch",
+        Outcome::RecoveryExhausted => "an earlier call exhausted its retries",
+        Outcome::Completed => "the batch ended",
+    };
+    CallResult::refused(
+        call,
+        ErrorClass::Skipped,
+        format!("call skipped: {why} before it started"),
+    )
+}

@@ -1,0 +1,165 @@
+//! Steps 5 and 6 of an attempt: the run through the middleware stack, raced against the batch's
+//! cancel, with progress reports relayed while the tool runs; and the stamped result.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+use tokio::time::Instant;
+use tower::ServiceExt;
+
+use super::steps::Step;
+use crate::dispatch::events::Event;
+use crate::dispatch::result::CallResult;
+use crate::middleware::{Invocation, Invoked, Reply};
+use crate::tools::{CallMetadata, ErrorClass, Progress, ToolContext};
+
+impl Step<'_> {
+    /// Steps 5 and 6: runs the middleware stack raced against the batch's cancel, and stamps the
+    /// result with the model's id. Also says whether the failure is one the tool called
+    /// retryable.
+    pub(super) async fn run(
+        &self,
+        input: &Arc<Value>,
+        canonical: &Arc<str>,
+        metadata: &Arc<CallMetadata>,
+    ) -> (CallResult, bool) {
+        let p = self.scope.pipeline;
+        crate::dispatch::spans::arguments(&self.span, &p.tracer, &p.redactor, canonical);
+        let started = Instant::now();
+        let invoked = self.run_once(input, canonical, metadata).await;
+        let duration = started.elapsed();
+        if let Some(invoked) = &invoked {
+            self.count_gates(&invoked.gates);
+            self.gate_events(&invoked.gates, input).await;
+        }
+        let retryable = matches!(
+            &invoked,
+            Some(Invoked {
+                reply: Reply::Error {
+                    retryable: true,
+                    ..
+                },
+                ..
+            })
+        );
+        let refused = invoked.as_ref().is_some_and(|i| i.refused);
+        let mut result = self.answer(invoked);
+        result.id.clone_from(&self.call.id);
+        // A layer's refusal is not an execution of the tool.
+        result.set_executions(self.attempt - u32::from(refused));
+        result.duration = duration;
+        (result, retryable)
+    }
+
+    /// The middleware stack, raced against the batch's cancel (checked first). `None` means
+    /// cancelled; the tool's token fires either way once its future is gone.
+    async fn run_once(
+        &self,
+        input: &Arc<Value>,
+        canonical: &Arc<str>,
+        metadata: &Arc<CallMetadata>,
+    ) -> Option<Invoked> {
+        let scope = self.scope;
+        // Progress reports travel to the observer while the tool runs; no channel when nobody
+        // listens.
+        let (progress_tx, mut progress_rx) = match self.wants_events() {
+            true => {
+                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+                (Some(tx), Some(rx))
+            }
+            false => (None, None),
+        };
+        let ctx = ToolContext {
+            session_id: scope.session.id.clone(),
+            call_id: self.call.id.clone(),
+            index: self.call.index,
+            cancel: scope.cancel.token().child_token(),
+            scratch: scope.session.scratch().clone(),
+            metadata: metadata.clone(),
+            deadline: None,
+            progress: progress_tx,
+            trace: self.span.span_context(),
+            caller: scope.caller.clone(),
+        };
+        let token = ctx.cancel.clone();
+        let invocation = Invocation {
+            tool: self.tool.to_owned(),
+            input: input.clone(),
+            canonical: Some(canonical.clone()),
+            ctx,
+            turn: scope.turn,
+            requested_timeout: scope.options.call_timeout,
+            deadline: scope.options.deadline,
+            budget: scope.budget.clone(),
+        };
+        let running = scope.pipeline.service.clone().oneshot(invocation);
+        tokio::pin!(running);
+        let invoked = loop {
+            tokio::select! {
+                biased;
+                () = scope.cancel.cancelled() => break None,
+                done = &mut running => {
+                    let Ok(invoked) = done;
+                    break Some(invoked);
+                }
+                Some(report) = next_progress(&mut progress_rx) => self.progress(report).await,
+            }
+        };
+        token.cancel();
+        // Reports sent just before the tool returned still reach the observer, in order.
+        if let Some(rx) = progress_rx.as_mut() {
+            while let Ok(report) = rx.try_recv() {
+                self.progress(report).await;
+            }
+        }
+        invoked
+    }
+
+    fn answer(&self, invoked: Option<Invoked>) -> CallResult {
+        let (call, tool) = (self.call, self.tool);
+        let Some(invoked) = invoked else {
+            let message = format!("tool '{tool}' was cancelled");
+            return CallResult::failed(call, tool, ErrorClass::Cancelled, message, None);
+        };
+        let mut result = match invoked.reply {
+            Reply::Output(output) => CallResult::succeeded(call, tool, output, invoked.content),
+            Reply::Error {
+                class,
+                message,
+                output,
+                ..
+            } => CallResult::failed(call, tool, class, message, output),
+        };
+        result.cached = invoked.cached;
+        result.truncated = invoked.truncated;
+        result.client_deadline = invoked.client_deadline;
+        result
+    }
+
+    async fn progress(&self, report: Progress) {
+        self.emit(Event::Progress {
+            index: self.call.index,
+            id: self.call.id.clone(),
+            attempt: self.attempt,
+            tool: self.tool.to_owned(),
+            progress: report.progress,
+            total: report.total,
+            // A tool's progress text is bounded like every preview an event carries.
+            message: crate::json::truncate_chars(
+                &report.message,
+                self.scope.pipeline.preview_chars,
+            ),
+        })
+        .await;
+    }
+}
+
+/// The next progress report, or never when nobody listens.
+async fn next_progress(
+    rx: &mut Option<tokio::sync::mpsc::UnboundedReceiver<Progress>>,
+) -> Option<Progress> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,477 @@
+//! The steps of one attempt, each a named function the driver (`call.rs`) calls in order: the
+//! events each emits, the refusals, detection, health, memory and recovery. The run through the
+//! middleware stack (steps 5 and 6) is in `run.rs`.
+
+use serde_json::Value;
+use tokio::time::Instant;
+
+use super::loops::{LoopGuard, LoopStop, loop_warning};
+use super::{Answered, CallScope};
+use crate::calls::ToolCall;
+use crate::dispatch::batch::Outcome;
+use crate::dispatch::events::Event;
+use crate::dispatch::result::CallResult;
+use crate::dispatch::spans;
+use crate::json;
+use crate::safety::backoff::RETRY_CEILING;
+use crate::safety::breaker::{Admission, Transition};
+use crate::safety::health::HealthOutcome;
+use crate::safety::hooks::{Gate, GateRecord, PostToolUse, PreToolUse};
+use crate::safety::recovery::{Failure, Verdict};
+use crate::tools::ErrorClass;
+use crate::tools::registry::Registered;
+use crate::trace::Span;
+
+/// One attempt of one call: what every step needs to act and to emit its events, and the
+/// attempt's span (it ends when the step is dropped, or when a retry starts waiting).
+pub(super) struct Step<'a> {
+    pub call: &'a ToolCall,
+    pub tool: &'a str,
+    pub attempt: u32,
+    pub scope: &'a CallScope<'a>,
+    pub span: Span,
+}
+
+/// A call the breaker let run, holding the half-open probe slot when it is the probe. The slot
+/// is released at once, as a neutral outcome, if the attempt is dropped before its outcome is
+/// recorded (its client reset the stream, or tonic dropped a unary call at its deadline):
+/// otherwise the breaker would refuse every caller until the probe lease ran out.
+pub(super) struct Admitted<'a> {
+    pipeline: &'a crate::dispatch::pipeline::Pipeline,
+    tool: &'a str,
+    /// The probe slot, held until the outcome is recorded.
+    probe: bool,
+}
+
+/// What recovery decided after a failed attempt.
+pub(super) enum Recovery {
+    /// The call is answered (and maybe the batch ends).
+    Answer(Box<Answered>),
+    /// Run again, with the reflector's corrected input if it gave one.
+    Retry(Option<Value>),
+}
+
+impl Step<'_> {
+    pub(super) fn wants_events(&self) -> bool {
+        self.scope.observer.wants_events()
+    }
+
+    pub(super) async fn emit(&self, event: Event) {
+        if self.wants_events() {
+            crate::dispatch::events::deliver(self.scope.observer, event).await;
+        }
+    }
+
+    /// Step 1: `tool_pre`.
+    pub(super) async fn announce(&self) {
+        if self.wants_events() {
+            self.emit(Event::ToolPre {
+                index: self.call.index,
+                id: self.call.id.clone(),
+                attempt: self.attempt,
+                tool: self.tool.to_owned(),
+            })
+            .await;
+        }
+    }
+
+    /// Step 2: asks the pre-tool hooks. `Ok(Some)` is a modified input, `Ok(None)` the input
+    /// as given, `Err` the refusal the model reads.
+    pub(super) async fn pre_tool_hooks(&self, input: &Value) -> Result<Option<Value>, String> {
+        let p = self.scope.pipeline;
+        let asked = PreToolUse {
+            session_id: &self.scope.session.id,
+            call_id: &self.call.id,
+            index: self.call.index,
+            tool: self.tool,
+            input,
+            attempt: self.attempt,
+        };
+        let (gate, mut records) = p.hooks.pre_tool_use(&asked).await;
+        self.count_gates(&records);
+        if self.wants_events() {
+            for record in &mut records {
+                record.reason = p.redactor.redact(&record.reason).into_owned();
+            }
+            self.gate_events(&records, input).await;
+        }
+        match gate {
+            Gate::Proceed(modified) => Ok(modified),
+            Gate::Refuse(message) => Err(message),
+        }
+    }
+
+    /// Counts hook and permission decisions by source and verdict, and puts each on the
+    /// attempt's span.
+    pub(super) fn count_gates(&self, records: &[GateRecord]) {
+        let p = self.scope.pipeline;
+        for record in records {
+            p.metrics
+                .hook_decision(&record.source, record.decision.verdict());
+        }
+        spans::gate_decisions(&self.span, records, &p.redactor, p.preview_chars);
+    }
+
+    /// One `gate_decision` per hook or permission decision, with the digest of the input the
+    /// decision saw.
+    pub(super) async fn gate_events(&self, records: &[GateRecord], input: &Value) {
+        if !self.wants_events() || records.is_empty() {
+            return;
+        }
+        let digest = json::digest(input);
+        let limit = self.scope.pipeline.preview_chars;
+        for record in records {
+            // A hook's reason (a command hook's stderr) is bounded like every preview.
+            let mut record = record.clone();
+            if record.reason.len() > limit {
+                record.reason = json::truncate_chars(&record.reason, limit);
+            }
+            self.emit(Event::GateDecision {
+                index: self.call.index,
+                id: self.call.id.clone(),
+                attempt: self.attempt,
+                tool: self.tool.to_owned(),
+                record,
+                args_digest: digest.clone(),
+            })
+            .await;
+        }
+    }
+
+    /// Step 3, stopped: the call would repeat a looping operation; the batch ends.
+    pub(super) async fn loop_stopped(&self, stop: LoopStop) -> Answered {
+        self.scope.pipeline.metrics.loop_detected(self.tool, true);
+        spans::loop_detected(&self.span, true, &stop.pattern, stop.repeats);
+        self.emit(Event::LoopDetected {
+            index: self.call.index,
+            id: self.call.id.clone(),
+            attempt: self.attempt,
+            tool: self.tool.to_owned(),
+            stop: true,
+            pattern: stop.pattern.clone(),
+            repeats: stop.repeats,
+        })
+        .await;
+        let mut result = CallResult::failed(
+            self.call,
+            self.tool,
+            ErrorClass::LoopStopped,
+            stop.message(),
+            None,
+        );
+        result.set_executions(self.attempt - 1);
+        self.post(&result).await;
+        Answered {
+            result,
+            hard: Some((Outcome::LoopDetected, stop.reason())),
+        }
+    }
+
+    /// A refusal before execution (hook, breaker): recorded for loop detection, so hammering a
+    /// refused tool stops too.
+    pub(super) async fn refused(
+        &self,
+        class: ErrorClass,
+        message: String,
+        guard: &LoopGuard<'_>,
+    ) -> Answered {
+        let mut result = CallResult::failed(self.call, self.tool, class, message, None);
+        result.set_executions(self.attempt - 1);
+        guard.record_refusal(&result);
+        self.post(&result).await;
+        Answered::soft(result)
+    }
+
+    /// Step 4: the breaker's admission. `None`: refused; `Some(admitted)`: run, holding the
+    /// half-open probe slot when the breaker gave it.
+    pub(super) async fn admit(&self) -> Option<Admitted<'_>> {
+        let (admission, transition) = self.scope.pipeline.health.admit(self.tool, Instant::now());
+        self.breaker_changed(transition).await;
+        let probe = match admission {
+            Admission::Refused => return None,
+            Admission::Probe => true,
+            Admission::Allowed => false,
+        };
+        Some(Admitted {
+            pipeline: self.scope.pipeline,
+            tool: self.tool,
+            probe,
+        })
+    }
+
+    /// After step 6: a failure once the request's deadline has passed is the deadline passing
+    /// (whichever fired first: the stack's timeout, or a remote's own timer set to the same
+    /// deadline), which cancels the batch; a cancelled attempt says nothing about the tool and
+    /// ends the batch.
+    pub(super) async fn settle_cancelled(
+        &self,
+        result: &mut CallResult,
+        admitted: &mut Admitted<'_>,
+    ) -> Option<Answered> {
+        let scope = self.scope;
+        let deadline_passed = scope.options.deadline.is_some_and(|d| Instant::now() >= d);
+        if !result.success && result.error_class != ErrorClass::Cancelled && deadline_passed {
+            scope.cancel.cancel("the request deadline passed");
+            result.error_class = ErrorClass::Cancelled;
+            result.error = format!(
+                "tool '{}' was cancelled: the request deadline passed",
+                self.tool
+            );
+            result.content.clone_from(&result.error);
+        }
+        if result.error_class != ErrorClass::Cancelled {
+            return None;
+        }
+        // A probe frees its slot at once, with no new cooldown.
+        let transition = admitted.record(HealthOutcome::Neutral);
+        self.post(result).await;
+        self.breaker_changed(transition).await;
+        Some(Answered {
+            result: result.clone(),
+            hard: Some((Outcome::Cancelled, scope.cancel.reason())),
+        })
+    }
+
+    /// Step 7: records the operation; a new warning is emitted and returns the line the
+    /// result carries (when the policy appends it).
+    pub(super) async fn record_loop(
+        &self,
+        guard: &LoopGuard<'_>,
+        result: &CallResult,
+    ) -> Option<String> {
+        let warning = guard.record(result)?;
+        self.scope.pipeline.metrics.loop_detected(self.tool, false);
+        spans::loop_detected(&self.span, false, &warning.pattern, warning.repeats);
+        self.emit(Event::LoopDetected {
+            index: self.call.index,
+            id: self.call.id.clone(),
+            attempt: self.attempt,
+            tool: self.tool.to_owned(),
+            stop: false,
+            pattern: warning.pattern.clone(),
+            repeats: warning.repeats,
+        })
+        .await;
+        let policy = &self.scope.pipeline.policy;
+        let stop_after = guard.thresholds.map_or(0, |th| th.stop_after);
+        policy
+            .append_loop_warning
+            .then(|| loop_warning(&warning.pattern, warning.repeats, stop_after))
+    }
+
+    /// Step 8, and the terminal event of every attempt: `tool_post`; and the attempt's metrics
+    /// and span attributes.
+    pub(super) async fn post(&self, result: &CallResult) {
+        let metrics = &self.scope.pipeline.metrics;
+        spans::attempt_finished(&self.span, &self.scope.pipeline.tracer, result);
+        if result.cached {
+            metrics.cache_hit(self.tool);
+        } else if result.attempts >= self.attempt {
+            // This attempt ran the tool (a refusal counts no execution).
+            let error = (!result.success).then(|| result.error_class.name());
+            metrics.execution(self.tool, error, result.duration);
+        }
+        if result.truncated {
+            metrics.truncated(self.tool);
+        }
+        if !self.wants_events() {
+            return;
+        }
+        let limit = self.scope.pipeline.preview_chars;
+        self.emit(Event::ToolPost {
+            preview: json::truncate_chars(&result.content, limit),
+            index: self.call.index,
+            id: self.call.id.clone(),
+            attempt: self.attempt,
+            tool: self.tool.to_owned(),
+            error_class: result.error_class,
+            duration: result.duration,
+            cached: result.cached,
+        })
+        .await;
+    }
+
+    /// Step 9.
+    pub(super) async fn post_tool_hooks(&self, input: &Value, result: &CallResult) {
+        self.scope
+            .pipeline
+            .hooks
+            .post_tool_use(&PostToolUse {
+                session_id: &self.scope.session.id,
+                call_id: &self.call.id,
+                index: self.call.index,
+                tool: self.tool,
+                input,
+                attempt: self.attempt,
+                content: &result.content,
+                is_error: !result.success,
+                error_class: result.error_class.name(),
+                duration_ms: u64::try_from(result.duration.as_millis()).unwrap_or(u64::MAX),
+            })
+            .await;
+    }
+
+    /// Step 10.
+    pub(super) async fn record_health(&self, result: &CallResult, mut admitted: Admitted<'_>) {
+        let transition = admitted.record(health_outcome(result));
+        self.breaker_changed(transition).await;
+    }
+
+    /// Step 11: successful calls only. The result is already redacted by the stack; the input
+    /// is redacted here.
+    pub(super) fn remember(&self, guard: &LoopGuard<'_>, result: &CallResult) {
+        let p = self.scope.pipeline;
+        if result.success && p.policy.memory_enabled && self.scope.session.keeps_memory() {
+            let input_text = p.redactor.redact(&guard.input);
+            self.scope
+                .session
+                .remember(self.tool, &input_text, &result.content);
+        }
+    }
+
+    /// Step 12: asks the reflector, applies the retry limits, and waits out the backoff (or
+    /// the batch's cancel).
+    pub(super) async fn recover(
+        &self,
+        registered: &Registered,
+        input: &Value,
+        result: CallResult,
+        retryable: bool,
+    ) -> Recovery {
+        let (p, tool, attempt) = (self.scope.pipeline, self.tool, self.attempt);
+        let failure = Failure {
+            tool,
+            annotations: registered.tool.annotations(),
+            input,
+            class: result.error_class,
+            message: &result.error,
+            retryable,
+            attempt,
+            retry_enabled: p.policy.retry_enabled(tool),
+        };
+        let (reason, correction) = match p.reflector.reflect(&failure).await {
+            Verdict::GiveUp { .. } => return Recovery::Answer(Box::new(Answered::soft(result))),
+            Verdict::Retry { reason, correction } => (reason, correction),
+        };
+        // The hard ceiling is checked before sleeping: no wait is wasted on a call that cannot
+        // run.
+        if attempt > RETRY_CEILING {
+            let why = format!(
+                "tool '{tool}' failed {attempt} times (the last: {}); no call is retried more than {RETRY_CEILING} times",
+                json::truncate_chars(&result.error, 200)
+            );
+            return Recovery::Answer(Box::new(Answered {
+                result,
+                hard: Some((Outcome::RecoveryExhausted, why)),
+            }));
+        }
+        if attempt > p.policy.max_retries(tool) {
+            return Recovery::Answer(Box::new(Answered::soft(result)));
+        }
+        let delay = p
+            .policy
+            .backoff
+            .delay(attempt - 1, entropy(self.call.index, attempt));
+        p.metrics.retry(tool);
+        spans::retry(&self.span, delay, &reason);
+        // The wait belongs to no attempt: this one's span ends before it.
+        self.span.end();
+        self.emit(Event::RetryScheduled {
+            index: self.call.index,
+            id: self.call.id.clone(),
+            attempt: attempt + 1,
+            tool: tool.to_owned(),
+            delay,
+            reason,
+        })
+        .await;
+        let cancelled = tokio::select! {
+            biased;
+            () = self.scope.cancel.cancelled() => true,
+            () = tokio::time::sleep(delay) => false,
+        };
+        if cancelled {
+            let message = format!(
+                "tool '{tool}' was cancelled while waiting to retry after: {}",
+                result.error
+            );
+            let mut cancelled =
+                CallResult::failed(self.call, tool, ErrorClass::Cancelled, message, None);
+            cancelled.set_executions(attempt);
+            cancelled.duration = result.duration;
+            return Recovery::Answer(Box::new(Answered {
+                result: cancelled,
+                hard: Some((Outcome::Cancelled, self.scope.cancel.reason())),
+            }));
+        }
+        Recovery::Retry(correction.filter(Value::is_object))
+    }
+
+    async fn breaker_changed(&self, transition: Option<Transition>) {
+        if let Some(t) = transition {
+            tracing::info!(target: "toolgate::dispatch::call::steps", tool = %self.tool, from = ?t.from, to = ?t.to, "breaker changed");
+            spans::breaker_changed(&self.span, &t);
+            self.scope
+                .pipeline
+                .metrics
+                .breaker_changed(self.tool, t.to.name());
+            self.emit(Event::BreakerChanged {
+                id: self.call.id.clone(),
+                tool: self.tool.to_owned(),
+                from: t.from,
+                to: t.to,
+            })
+            .await;
+        }
+    }
+}
+
+impl Admitted<'_> {
+    /// Records the attempt's outcome under the tool that ran; the probe slot goes with it.
+    fn record(&mut self, outcome: HealthOutcome) -> Option<Transition> {
+        let probe = std::mem::take(&mut self.probe);
+        self.pipeline
+            .health
+            .record(self.tool, outcome, probe, Instant::now())
+    }
+}
+
+impl Drop for Admitted<'_> {
+    fn drop(&mut self) {
+        if !self.probe {
+            return;
+        }
+        if let Some(t) = self.record(HealthOutcome::Neutral) {
+            tracing::info!(target: "toolgate::dispatch::call::steps", tool = %self.tool, from = ?t.from, to = ?t.to, "breaker changed: the probe's caller left");
+            self.pipeline
+                .metrics
+                .breaker_changed(self.tool, t.to.name());
+        }
+    }
+}
+
+fn health_outcome(result: &CallResult) -> HealthOutcome {
+    // A cache hit says nothing about the tool: it did not run.
+    if result.cached {
+        return HealthOutcome::Neutral;
+    }
+    match result.error_class {
+        ErrorClass::None => HealthOutcome::Success(result.duration),
+        // The client's own short deadline passed: nothing learned about the tool, and one
+        // impatient caller must not open the breaker for everyone.
+        ErrorClass::Timeout if result.client_deadline => HealthOutcome::Neutral,
+        ErrorClass::ToolError | ErrorClass::Timeout | ErrorClass::Transport | ErrorClass::Panic => {
+            HealthOutcome::Failure(result.duration)
+        }
+        _ => HealthOutcome::Neutral,
+    }
+}
+
+/// Varies jitter between calls and attempts.
+fn entropy(index: usize, attempt: u32) -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::from(d.subsec_nanos()))
+        .unwrap_or(0);
+    nanos ^ ((index as u64) << 32) ^ u64::from(attempt)
+}

@@ -1,0 +1,167 @@
+//! The registry: every tool the server can run, by name, with where it came from.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::Tool;
+
+/// Where a registered tool came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolSource {
+    Builtin,
+    Embedded,
+    Worker,
+    Mcp,
+    Http,
+}
+
+impl ToolSource {
+    /// The name used on the wire and on spans (`BUILTIN`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ToolSource::Builtin => "BUILTIN",
+            ToolSource::Embedded => "EMBEDDED",
+            ToolSource::Worker => "WORKER",
+            ToolSource::Mcp => "MCP",
+            ToolSource::Http => "HTTP",
+        }
+    }
+}
+
+/// A registered tool and its source.
+#[derive(Clone)]
+pub struct Registered {
+    pub tool: Arc<dyn Tool>,
+    pub source: ToolSource,
+    /// Remote tools: the pinned definition digest, and whether a change awaits approval.
+    pub pin: Option<ToolPin>,
+}
+
+/// A remote tool's pinned definition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolPin {
+    /// The remote that contributed the tool.
+    pub remote: String,
+    /// Digest of the accepted definition.
+    pub digest: String,
+    /// Set when the remote now offers a different definition: its digest. Calls are refused
+    /// (QUARANTINED) until an operator accepts it.
+    pub changed_to: Option<String>,
+}
+
+/// Why a tool could not be registered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegistryError {
+    #[error("tool '{0}' is registered twice")]
+    DuplicateName(String),
+    #[error("tool name '{0}' is invalid: use 1 to 64 ASCII letters, digits, '_', '-' or '.'")]
+    InvalidName(String),
+}
+
+/// All tools, sorted by name.
+#[derive(Clone, Default)]
+pub struct ToolRegistry {
+    tools: BTreeMap<String, Registered>,
+}
+
+impl std::fmt::Debug for ToolRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.tools.keys()).finish()
+    }
+}
+
+impl ToolRegistry {
+    /// Adds a tool; names are unique and limited to what every provider accepts.
+    pub fn register(
+        &mut self,
+        tool: Arc<dyn Tool>,
+        source: ToolSource,
+    ) -> Result<(), RegistryError> {
+        self.register_pinned(tool, source, None)
+    }
+
+    /// Adds a tool with its pin (remote tools).
+    pub fn register_pinned(
+        &mut self,
+        tool: Arc<dyn Tool>,
+        source: ToolSource,
+        pin: Option<ToolPin>,
+    ) -> Result<(), RegistryError> {
+        let name = tool.name().to_owned();
+        if !valid_name(&name) {
+            return Err(RegistryError::InvalidName(name));
+        }
+        if self.tools.contains_key(&name) {
+            return Err(RegistryError::DuplicateName(name));
+        }
+        self.tools.insert(name, Registered { tool, source, pin });
+        Ok(())
+    }
+
+    /// Removes a tool; true if it was registered.
+    pub fn remove(&mut self, name: &str) -> bool {
+        self.tools.remove(name).is_some()
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Registered> {
+        self.tools.get(name)
+    }
+
+    /// Every tool, sorted by name.
+    pub fn iter(&self) -> impl Iterator<Item = &Registered> {
+        self.tools.values()
+    }
+
+    pub fn len(&self) -> usize {
+        self.tools.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty()
+    }
+}
+
+fn valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::builtin_tools;
+
+    #[test]
+    fn names_are_unique_and_validated() {
+        let mut registry = ToolRegistry::default();
+        for tool in builtin_tools(&[]) {
+            registry.register(tool, ToolSource::Builtin).unwrap();
+        }
+        let echo = builtin_tools(&[])
+            .into_iter()
+            .find(|t| t.name() == "echo")
+            .unwrap();
+        assert_eq!(
+            registry.register(echo, ToolSource::Embedded),
+            Err(RegistryError::DuplicateName("echo".into()))
+        );
+        let names: Vec<&str> = registry.iter().map(|r| r.tool.name()).collect();
+        assert_eq!(
+            names,
+            [
+                "echo",
+                "now",
+                "scratch_list",
+                "scratch_read",
+                "scratch_write",
+                "sleep"
+            ]
+        );
+        assert!(valid_name("server.tool-1_x"));
+        assert!(!valid_name(""));
+        assert!(!valid_name("has space"));
+        assert!(!valid_name(&"x".repeat(65)));
+    }
+}

@@ -1,0 +1,51 @@
+//! Remote tools and hooks: tools served by another process, and the pre/post-tool hook answered
+//! by a gRPC service (`hook`). Remote tools: `spec` is a remote's definition, `manager`
+//! the registry of connected remotes, `tool` what every remote tool shares (its definition and
+//! the one `Tool` impl), and each protocol has one adapter (`worker`, `mcp`, `http`) that turns
+//! a call into that protocol and its answer back into a tool output.
+
+pub mod hook;
+pub mod http;
+mod manager;
+pub mod mcp;
+mod policy;
+mod spec;
+mod tool;
+pub mod worker;
+
+use toolgate_core::tools::RegistryError;
+
+pub use hook::GrpcHook;
+pub use manager::{Contributed, Remotes};
+pub use policy::{CommandRule, EgressRule, RegistrationPolicy, anchored};
+pub use spec::{HttpToolDefinition, RemoteKind, RemoteSpec, TlsSpec};
+
+/// Why a remote could not be registered or removed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RemoteError {
+    #[error("remote '{0}' is already registered")]
+    Duplicate(String),
+    #[error("no remote '{0}' is registered")]
+    Unknown(String),
+    #[error("remote '{name}' is invalid: {reason}")]
+    Invalid { name: String, reason: String },
+    #[error("remote '{name}' is unreachable: {reason}")]
+    Unreachable { name: String, reason: String },
+    #[error("remote '{name}': {source}")]
+    Registry { name: String, source: RegistryError },
+    #[error("tool '{0}' has no definition change awaiting approval")]
+    NothingToAccept(String),
+}
+
+/// What an adapter tells the remote manager, out of band.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Signal {
+    /// The remote says its tool list changed (MCP `notifications/tools/list_changed`).
+    ListChanged(String),
+    /// The remote's connection is gone (a stdio server exited, a worker is unavailable, a config
+    /// remote was down at start): reconnect and re-list, with backoff.
+    Lost(String),
+}
+
+/// Where adapters send signals.
+pub type Signals = tokio::sync::mpsc::UnboundedSender<Signal>;

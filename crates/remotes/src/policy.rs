@@ -1,0 +1,467 @@
+//! What a remote registered at run time (`RegisterRemote`) may be. A stdio MCP server runs only
+//! as an allowlisted argv (a whole argv, or an argv prefix whose further arguments match a
+//! pattern), with only the allowed `env` keys and `cwd`. URLs (worker endpoints, HTTP tools, MCP
+//! over HTTP) reach only allowed addresses: loopback, link-local (cloud metadata included),
+//! unspecified, multicast and broadcast addresses are refused unless an `egress_allow` entry
+//! lists them, and a host name must resolve to allowed addresses only. No file paths come from an
+//! RPC (`tls.ca_file`), nor a share of the server's environment (`env_allow`), and an HTTP tool
+//! may follow redirects only when allowed. Remotes from
+//! the config file are the operator's choice and are not checked here.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+use regex::Regex;
+
+use super::spec::RemoteSpec;
+
+/// Host names a registration's URLs resolved to, with the addresses checked: where its
+/// connections must go.
+pub(crate) type Resolved = BTreeMap<String, Vec<SocketAddr>>;
+
+/// One allowlisted program for stdio MCP servers registered at run time.
+#[derive(Debug, Clone)]
+pub struct CommandRule {
+    /// The argv, or its prefix when `args` is set.
+    pub argv: Vec<String>,
+    /// Each argument after `argv` must match this (anchored); `None`: no further arguments.
+    pub args: Option<Regex>,
+    /// Environment keys a registration may set.
+    pub env_keys: Vec<String>,
+    /// Working directories a registration may use.
+    pub cwd: Vec<String>,
+}
+
+/// Addresses or names registered remotes may connect to beyond the default.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EgressRule {
+    /// An address block, `10.0.0.0/8` or `::1/128`.
+    Net { addr: IpAddr, prefix: u8 },
+    /// A host name, allowed whatever it resolves to.
+    Host(String),
+}
+
+impl EgressRule {
+    /// `10.0.0.0/8`, `127.0.0.1` (one address), `fd00::/8`, or a host name.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let (addr, prefix) = match text.split_once('/') {
+            Some((addr, prefix)) => (addr, Some(prefix)),
+            None => (text, None),
+        };
+        if let Ok(addr) = addr.parse::<IpAddr>() {
+            let max = if addr.is_ipv4() { 32 } else { 128 };
+            let prefix = match prefix {
+                Some(p) => p
+                    .parse::<u8>()
+                    .ok()
+                    .filter(|p| *p <= max)
+                    .ok_or_else(|| format!("'{text}': the prefix must be 0 to {max}"))?,
+                None => max,
+            };
+            return Ok(EgressRule::Net { addr, prefix });
+        }
+        let name_like = !text.is_empty()
+            && prefix.is_none()
+            && text
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.'));
+        if name_like {
+            Ok(EgressRule::Host(text.to_ascii_lowercase()))
+        } else {
+            Err(format!(
+                "'{text}' is neither an address block (10.0.0.0/8) nor a host name"
+            ))
+        }
+    }
+
+    fn contains(&self, ip: IpAddr) -> bool {
+        match *self {
+            EgressRule::Net { addr, prefix } => in_block(ip, addr, prefix),
+            EgressRule::Host(_) => false,
+        }
+    }
+}
+
+/// What `RegisterRemote` may ask for.
+#[derive(Debug, Clone, Default)]
+pub struct RegistrationPolicy {
+    pub commands: Vec<CommandRule>,
+    pub egress_allow: Vec<EgressRule>,
+    pub allow_redirects: bool,
+}
+
+impl RegistrationPolicy {
+    /// Checks `spec` without connecting (but resolving host names); the error says why it is
+    /// refused. Answers the addresses each host name resolved to and was checked at: the
+    /// remote must connect to those and no others (a name that resolves elsewhere later, DNS
+    /// rebinding, must not move it), except names `egress_allow` lists, which are trusted.
+    pub async fn check(&self, spec: &RemoteSpec) -> Result<Resolved, String> {
+        if spec.env_allow.is_some() {
+            return Err(
+                "env_allow shares the server's environment: only the config file may set it"
+                    .to_owned(),
+            );
+        }
+        if spec.tls.as_ref().is_some_and(|t| t.ca_file.is_some()) {
+            return Err(
+                "tls.ca_file names a file on the server: only the config file may do that"
+                    .to_owned(),
+            );
+        }
+        if spec.follow_redirects && !self.allow_redirects {
+            return Err(
+                "follow_redirects needs [remote_registration] allow_redirects = true".to_owned(),
+            );
+        }
+        // Every part that could start a program or reach an address is checked, whatever the
+        // kind reads: a check that chose one by the kind was skipped by a `command` beside a URL.
+        if !spec.command.is_empty() {
+            self.check_command(spec)?;
+        }
+        let mut resolved = Resolved::new();
+        for url in [&spec.endpoint, &spec.url].into_iter().flatten() {
+            if let Some((name, addresses)) = self.check_url(url).await? {
+                resolved.insert(name, addresses);
+            }
+        }
+        Ok(resolved)
+    }
+
+    fn check_command(&self, spec: &RemoteSpec) -> Result<(), String> {
+        let argv = &spec.command;
+        let Some(rule) = self.commands.iter().find(|r| argv_allowed(r, argv)) else {
+            return Err(format!(
+                "the command {argv:?} matches no [[remote_registration.commands]] entry"
+            ));
+        };
+        if let Some(key) = spec.env.keys().find(|k| !rule.env_keys.contains(k)) {
+            return Err(format!(
+                "env key '{key}' is not allowed for {:?} (env_keys)",
+                rule.argv
+            ));
+        }
+        if let Some(cwd) = &spec.cwd
+            && !rule.cwd.contains(cwd)
+        {
+            return Err(format!("cwd '{cwd}' is not allowed for {:?}", rule.argv));
+        }
+        Ok(())
+    }
+
+    /// Checks where `url` reaches; for a host name, answers it with the addresses checked.
+    async fn check_url(&self, url: &str) -> Result<Option<(String, Vec<SocketAddr>)>, String> {
+        let parsed = reqwest::Url::parse(url).map_err(|e| format!("'{url}': {e}"))?;
+        let port = parsed.port_or_known_default().unwrap_or(80);
+        let Some(host) = parsed.host_str() else {
+            return Err(format!("'{url}' has no host"));
+        };
+        let bare = host.trim_start_matches('[').trim_end_matches(']');
+        let (addresses, name) = match bare.parse::<IpAddr>() {
+            Ok(ip) => (vec![SocketAddr::new(ip, port)], None),
+            Err(_) => {
+                let name = bare.to_ascii_lowercase();
+                if self.egress_allow.contains(&EgressRule::Host(name.clone())) {
+                    return Ok(None);
+                }
+                let addresses: Vec<SocketAddr> = tokio::net::lookup_host((name.as_str(), port))
+                    .await
+                    .map_err(|e| format!("'{name}' does not resolve: {e}"))?
+                    .collect();
+                (addresses, Some(name))
+            }
+        };
+        for address in &addresses {
+            let ip = address.ip();
+            if !self.ip_allowed(ip) {
+                return Err(format!(
+                    "'{url}' reaches {ip}, a loopback, link-local, metadata, unspecified or this host's own address; list it in [remote_registration] egress_allow to allow it"
+                ));
+            }
+        }
+        Ok(name.map(|name| (name, addresses)))
+    }
+
+    fn ip_allowed(&self, ip: IpAddr) -> bool {
+        let ip = unmapped(ip);
+        if self.egress_allow.iter().any(|r| r.contains(ip)) {
+            return true;
+        }
+        // The IPv4 address a NAT64 or 6to4 address carries reaches the same host.
+        if let Some(v4) = embedded_v4(ip)
+            && self.egress_allow.iter().any(|r| r.contains(IpAddr::V4(v4)))
+        {
+            return true;
+        }
+        !denied_by_default(ip) && !is_this_host(ip)
+    }
+}
+
+/// Whether `argv` is the rule's whole argv, or its prefix followed by arguments that each match
+/// the rule's pattern.
+fn argv_allowed(rule: &CommandRule, argv: &[String]) -> bool {
+    let Some(rest) = argv.strip_prefix(rule.argv.as_slice()) else {
+        return false;
+    };
+    match &rule.args {
+        None => rest.is_empty(),
+        Some(pattern) => rest.iter().all(|arg| pattern.is_match(arg)),
+    }
+}
+
+/// Compiles an argument pattern so it must match a whole argument.
+pub fn anchored(pattern: &str) -> Result<Regex, String> {
+    Regex::new(&format!("^(?:{pattern})$")).map_err(|e| format!("'{pattern}': {e}"))
+}
+
+/// An IPv4-mapped IPv6 address as the IPv4 address it is.
+fn unmapped(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// Addresses no registered remote reaches unless listed: this host, link-local (cloud metadata
+/// at 169.254.169.254 included), "this network" (0.0.0.0/8), multicast, broadcast, the other
+/// well-known metadata addresses, and any of them carried in a NAT64, 6to4 or IPv4-compatible
+/// IPv6 address.
+fn denied_by_default(ip: IpAddr) -> bool {
+    if let Some(v4) = embedded_v4(ip) {
+        return denied_by_default(IpAddr::V4(v4));
+    }
+    match ip {
+        IpAddr::V4(v4) => {
+            v4.is_loopback()
+                || v4.is_link_local()
+                || v4.octets()[0] == 0
+                || v4.is_multicast()
+                || v4.is_broadcast()
+                || v4.octets() == [100, 100, 100, 200]
+        }
+        IpAddr::V6(v6) => {
+            let link_local = (v6.segments()[0] & 0xffc0) == 0xfe80;
+            let aws_metadata = v6.segments() == [0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254];
+            v6.is_loopback()
+                || v6.is_unspecified()
+                || v6.is_multicast()
+                || link_local
+                || aws_metadata
+        }
+    }
+}
+
+/// The IPv4 address an IPv6 address carries, for the forms that reach it: NAT64 (64:ff9b::/96
+/// and the local-use 64:ff9b:1::/48), 6to4 (2002::/16) and the deprecated IPv4-compatible
+/// ::/96 (not :: and ::1).
+fn embedded_v4(ip: IpAddr) -> Option<Ipv4Addr> {
+    let IpAddr::V6(v6) = ip else {
+        return None;
+    };
+    let s = v6.segments();
+    let low = |hi: u16, lo: u16| Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo));
+    match s {
+        [0x64, 0xff9b, 0, 0, 0, 0, hi, lo] => Some(low(hi, lo)),
+        [0x64, 0xff9b, 1, _, _, _, hi, lo] => Some(low(hi, lo)),
+        [0x2002, hi, lo, ..] => Some(low(hi, lo)),
+        [0, 0, 0, 0, 0, 0, hi, lo] if u32::from(hi) << 16 | u32::from(lo) > 1 => Some(low(hi, lo)),
+        _ => None,
+    }
+}
+
+/// Whether `ip` is one of this host's own addresses (a socket can be bound to it): a remote
+/// there reaches the server's own ports, the admin listener among them, from outside loopback.
+fn is_this_host(ip: IpAddr) -> bool {
+    std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
+}
+
+fn in_block(ip: IpAddr, block: IpAddr, prefix: u8) -> bool {
+    match (unmapped(ip), block) {
+        (IpAddr::V4(ip), IpAddr::V4(block)) => {
+            let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
+            u32::from(ip) & mask == u32::from(block) & mask
+        }
+        (IpAddr::V6(ip), IpAddr::V6(block)) => {
+            let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
+            u128::from(ip) & mask == u128::from(block) & mask
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(json: serde_json::Value) -> RemoteSpec {
+        serde_json::from_value(json).unwrap()
+    }
+
+    #[tokio::test]
+    async fn argv_env_and_cwd_are_pinned() {
+        let policy = RegistrationPolicy {
+            commands: vec![
+                CommandRule {
+                    argv: vec!["python3".into(), "/srv/mcp/server.py".into()],
+                    args: None,
+                    env_keys: vec!["MCP_MODE".into()],
+                    cwd: vec!["/srv/mcp".into()],
+                },
+                CommandRule {
+                    argv: vec!["npx".into(), "-y".into(), "@scope/server".into()],
+                    args: Some(anchored("--port=[0-9]+").unwrap()),
+                    env_keys: Vec::new(),
+                    cwd: Vec::new(),
+                },
+            ],
+            ..RegistrationPolicy::default()
+        };
+        let mcp = |command: serde_json::Value| {
+            spec(serde_json::json!({"name": "m", "kind": "mcp", "command": command}))
+        };
+        assert!(
+            policy
+                .check(&mcp(serde_json::json!(["python3", "/srv/mcp/server.py"])))
+                .await
+                .is_ok()
+        );
+        for abuse in [
+            serde_json::json!(["python3", "-c", "import os; os.system('id')"]),
+            serde_json::json!(["python3", "/srv/mcp/server.py", "--extra"]),
+            serde_json::json!(["python3"]),
+            serde_json::json!(["npx", "-y", "@scope/server", "--port=1; rm -rf /"]),
+        ] {
+            assert!(policy.check(&mcp(abuse.clone())).await.is_err(), "{abuse}");
+        }
+        assert!(
+            policy
+                .check(&mcp(serde_json::json!([
+                    "npx",
+                    "-y",
+                    "@scope/server",
+                    "--port=8080"
+                ])))
+                .await
+                .is_ok()
+        );
+        let with_env = spec(serde_json::json!({"name": "m", "kind": "mcp",
+            "command": ["python3", "/srv/mcp/server.py"], "env": {"LD_PRELOAD": "/tmp/x.so"}}));
+        assert!(
+            policy
+                .check(&with_env)
+                .await
+                .unwrap_err()
+                .contains("LD_PRELOAD")
+        );
+        let with_cwd = spec(serde_json::json!({"name": "m", "kind": "mcp",
+            "command": ["python3", "/srv/mcp/server.py"], "cwd": "/tmp"}));
+        assert!(policy.check(&with_cwd).await.is_err());
+        // An allowed command beside a URL does not spare the URL its check.
+        for smuggled in [
+            serde_json::json!({"name": "h", "kind": "http", "url": "http://169.254.169.254/",
+                "definition": {"name": "t"}, "command": ["python3", "/srv/mcp/server.py"]}),
+            serde_json::json!({"name": "w", "kind": "worker", "endpoint": "http://127.0.0.1:7001",
+                "command": ["python3", "/srv/mcp/server.py"]}),
+        ] {
+            let error = policy.check(&spec(smuggled.clone())).await.unwrap_err();
+            assert!(error.contains("egress_allow"), "{smuggled}: {error}");
+        }
+    }
+
+    #[tokio::test]
+    async fn urls_reach_only_allowed_addresses() {
+        let open = RegistrationPolicy::default();
+        let http = |url: &str| {
+            spec(serde_json::json!({"name": "h", "kind": "http", "url": url,
+                "definition": {"name": "t"}}))
+        };
+        for denied in [
+            "http://169.254.169.254/latest/meta-data/",
+            "http://127.0.0.1:9464/metrics",
+            "http://[::1]:50051/",
+            "http://[::ffff:127.0.0.1]:80/",
+            "http://0.0.0.0:80/",
+            "http://[fe80::1]/",
+            "http://localhost:8080/",
+            // "This network", and denied IPv4 addresses in NAT64, 6to4 and IPv4-compatible
+            // IPv6 forms.
+            "http://0.1.2.3/",
+            "http://[64:ff9b::7f00:1]/",
+            "http://[64:ff9b::a9fe:a9fe]/latest/meta-data/",
+            "http://[64:ff9b:1::a9fe:a9fe]/",
+            "http://[2002:7f00:1::]/",
+            "http://[2002:a9fe:a9fe::1]/",
+            "http://[::7f00:1]/",
+        ] {
+            assert!(open.check(&http(denied)).await.is_err(), "{denied}");
+        }
+        // This host's own address, as other hosts reach it.
+        let probe = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+        if probe.connect("192.0.2.1:9").is_ok()
+            && let Ok(own) = probe.local_addr()
+            && !own.ip().is_loopback()
+        {
+            let url = format!("http://{}:9464/metrics", own.ip());
+            let error = open.check(&http(&url)).await.unwrap_err();
+            assert!(error.contains("this host's own address"), "{error}");
+        }
+        // NAT64 of an ordinary address is as allowed as the address.
+        assert!(
+            open.check(&http("http://[64:ff9b::a01:203]/"))
+                .await
+                .is_ok()
+        );
+        assert!(open.check(&http("http://10.1.2.3:8080/tool")).await.is_ok());
+        let listed = RegistrationPolicy {
+            egress_allow: vec![
+                EgressRule::parse("127.0.0.0/8").unwrap(),
+                EgressRule::parse("::1").unwrap(),
+            ],
+            ..RegistrationPolicy::default()
+        };
+        assert!(listed.check(&http("http://127.0.0.1:7001/")).await.is_ok());
+        // A name is answered with the addresses it was checked at, for the connection to use.
+        let resolved = listed.check(&http("http://LocalHost:7001/")).await.unwrap();
+        let addresses = &resolved["localhost"];
+        assert!(!addresses.is_empty());
+        assert!(
+            addresses
+                .iter()
+                .all(|a| a.ip().is_loopback() && a.port() == 7001)
+        );
+        assert!(
+            listed
+                .check(&http("http://169.254.169.254/"))
+                .await
+                .is_err()
+        );
+        let worker_ca = spec(serde_json::json!({"name": "w", "kind": "worker",
+            "endpoint": "https://10.0.0.5:7001", "tls": {"ca_file": "/etc/shadow"}}));
+        assert!(
+            listed
+                .check(&worker_ca)
+                .await
+                .unwrap_err()
+                .contains("ca_file")
+        );
+        let redirecting = spec(serde_json::json!({"name": "h", "kind": "http",
+            "url": "http://10.0.0.5/", "definition": {"name": "t"}, "follow_redirects": true}));
+        assert!(open.check(&redirecting).await.is_err());
+    }
+
+    #[test]
+    fn egress_rules_parse_blocks_addresses_and_names() {
+        assert_eq!(
+            EgressRule::parse("10.0.0.0/8").unwrap(),
+            EgressRule::Net {
+                addr: "10.0.0.0".parse().unwrap(),
+                prefix: 8
+            }
+        );
+        assert!(EgressRule::parse("10.0.0.0/33").is_err());
+        assert!(EgressRule::parse("tools.internal").is_ok());
+        assert!(EgressRule::parse("bad name!").is_err());
+        let block = EgressRule::parse("fd00::/8").unwrap();
+        assert!(block.contains("fd12::1".parse().unwrap()));
+        assert!(!block.contains("fe80::1".parse().unwrap()));
+    }
+}

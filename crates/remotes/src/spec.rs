@@ -1,0 +1,342 @@
+//! A remote's definition, the same shape in `[[remotes]]` and in `RegisterRemote`: how toolgate
+//! reaches it (worker, MCP over stdio or HTTP, HTTP tool) and the checks that need no connection.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+/// How toolgate reaches a remote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RemoteKind {
+    /// A `toolgate.v1.ToolWorker` gRPC service.
+    Worker,
+    /// One tool behind an HTTP endpoint.
+    Http,
+    /// A Model Context Protocol server, over stdio (`command`) or streamable HTTP (`url`).
+    Mcp,
+}
+
+/// A remote's definition: the same shape in `[[remotes]]` and in `RegisterRemote`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemoteSpec {
+    /// Unique among remotes; names the remote in errors and logs.
+    pub name: String,
+    pub kind: RemoteKind,
+    /// Worker: `http://host:port`.
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    /// Prepended to every tool name the remote offers (for example "py.").
+    #[serde(default)]
+    pub prefix: String,
+    /// Globs over the remote's own tool names; only matching tools are registered.
+    #[serde(default = "everything")]
+    pub tools: Vec<String>,
+    /// Connect and discovery timeout; calls are bounded by the call deadline.
+    #[serde(default = "ten_seconds", with = "toolgate_core::duration")]
+    pub timeout: Duration,
+    /// Http: the URL the tool is POSTed to.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// Http and Mcp over HTTP: headers sent with every request.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Http: the tool's definition.
+    #[serde(default)]
+    pub definition: Option<HttpToolDefinition>,
+    /// Mcp over stdio: the program and its arguments (no shell).
+    #[serde(default)]
+    pub command: Vec<String>,
+    /// Mcp over stdio: environment variables set for the server's process, over `env_allow`.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Mcp over stdio: the server's own environment variables the process gets; unset: the
+    /// default allowlist (`child::DEFAULT_ENV_ALLOW`). Config only: `RegisterRemote` refuses it.
+    #[serde(default)]
+    pub env_allow: Option<Vec<String>>,
+    /// Mcp over stdio: the working directory.
+    #[serde(default)]
+    pub cwd: Option<String>,
+    /// Accept changed tool definitions on refresh instead of quarantining the tools.
+    #[serde(default)]
+    pub accept_changes: bool,
+    /// Http: follow redirects (same origin only). Off: a redirect is the tool's failure.
+    #[serde(default)]
+    pub follow_redirects: bool,
+    /// From the config: `true` stops the start when the remote cannot be reached; `false` starts
+    /// without its tools and keeps trying in the background, with backoff.
+    #[serde(default)]
+    pub required: bool,
+    /// Worker over `https://`: how the worker's certificate is verified.
+    #[serde(default)]
+    pub tls: Option<TlsSpec>,
+    /// Host names of its URLs and the addresses they resolved to when a run-time registration
+    /// was checked: its connections go there and nowhere else. Never read from a definition.
+    #[serde(skip)]
+    pub resolved: super::policy::Resolved,
+}
+
+/// `[remotes.tls]`: TLS settings of a worker reached over `https://`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsSpec {
+    /// PEM file of the CA certificates that verify the worker; unset: the system's roots.
+    #[serde(default)]
+    pub ca_file: Option<String>,
+    /// The name the worker's certificate must carry; unset: the endpoint's host.
+    #[serde(default)]
+    pub domain: Option<String>,
+}
+
+/// `[remotes.definition]` of an HTTP remote: the one tool it is.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpToolDefinition {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default = "any_object")]
+    pub input_schema: Value,
+    #[serde(default)]
+    pub read_only: bool,
+    #[serde(default)]
+    pub destructive: bool,
+    #[serde(default)]
+    pub idempotent: bool,
+    #[serde(default)]
+    pub open_world: bool,
+    #[serde(default)]
+    pub concurrency_safe: bool,
+    /// A reference into the input naming the resource a call touches (`arguments.path`).
+    #[serde(default)]
+    pub resource_key: Option<String>,
+}
+
+fn any_object() -> Value {
+    json!({"type": "object"})
+}
+
+impl RemoteSpec {
+    /// This remote is invalid: a definition or configuration problem (INVALID_ARGUMENT).
+    pub fn invalid(&self, reason: impl Into<String>) -> super::RemoteError {
+        super::RemoteError::Invalid {
+            name: self.name.clone(),
+            reason: reason.into(),
+        }
+    }
+
+    /// This remote cannot be reached now (UNAVAILABLE; a config remote is retried).
+    pub fn unreachable(&self, reason: impl Into<String>) -> super::RemoteError {
+        super::RemoteError::Unreachable {
+            name: self.name.clone(),
+            reason: reason.into(),
+        }
+    }
+
+    /// Checks what can be checked without connecting.
+    pub fn check(&self) -> Result<(), String> {
+        check_name(&self.name)?;
+        self.check_fields()?;
+        toolgate_core::child::check_env(self.env_allow().iter().copied(), &self.env)?;
+        if self.tls.is_some() && !(self.kind == RemoteKind::Worker && self.is_https()) {
+            return Err("tls applies only to a worker with an https:// endpoint".to_owned());
+        }
+        let url = match self.kind {
+            RemoteKind::Worker => match self.endpoint.as_deref() {
+                // Workers speak gRPC through tonic, which has a TLS client in this build.
+                Some(e) if e.starts_with("https://") => return Ok(()),
+                Some(e) => e,
+                None => return Err("a worker needs an endpoint".to_owned()),
+            },
+            RemoteKind::Http => match (self.url.as_deref(), &self.definition) {
+                (Some(u), Some(_)) => u,
+                (None, _) => return Err("an http remote needs a url".to_owned()),
+                (_, None) => return Err("an http remote needs a definition of its tool".to_owned()),
+            },
+            RemoteKind::Mcp => match (self.command.is_empty(), self.url.as_deref()) {
+                (false, None) => return Ok(()),
+                (true, Some(u)) => u,
+                (false, Some(_)) => {
+                    return Err("set either command (stdio) or url (HTTP), not both".to_owned());
+                }
+                (true, None) => {
+                    return Err("an mcp remote needs a command (stdio) or a url (HTTP)".to_owned());
+                }
+            },
+        };
+        for (name, value) in &self.headers {
+            reqwest::header::HeaderName::try_from(name.as_str())
+                .map_err(|_| format!("'{name}' is not a valid HTTP header name"))?;
+            reqwest::header::HeaderValue::try_from(value.as_str())
+                .map_err(|_| format!("header '{name}' has a value that is not valid in HTTP"))?;
+        }
+        plain_http(url)
+    }
+
+    /// Refuses a field that does not belong to the remote's kind: a worker `command` or an MCP
+    /// `definition` would be ignored, and a field that is ignored here but read elsewhere (an
+    /// egress check that looked at the command and skipped the URL) is a way around a check.
+    fn check_fields(&self) -> Result<(), String> {
+        let stdio = !self.command.is_empty();
+        let set = [
+            ("endpoint", self.endpoint.is_some()),
+            ("tls", self.tls.is_some()),
+            ("url", self.url.is_some()),
+            ("headers", !self.headers.is_empty()),
+            ("definition", self.definition.is_some()),
+            ("follow_redirects", self.follow_redirects),
+            ("command", stdio),
+            ("env", !self.env.is_empty()),
+            ("env_allow", self.env_allow.is_some()),
+            ("cwd", self.cwd.is_some()),
+        ];
+        let (kind, belongs): (&str, &[&str]) = match self.kind {
+            RemoteKind::Worker => ("a worker", &["endpoint", "tls"]),
+            RemoteKind::Http => (
+                "an http remote",
+                &["url", "headers", "definition", "follow_redirects"],
+            ),
+            RemoteKind::Mcp if stdio => (
+                "an mcp remote over stdio (command)",
+                &["command", "env", "env_allow", "cwd", "url"],
+            ),
+            RemoteKind::Mcp => ("an mcp remote over HTTP (url)", &["url", "headers"]),
+        };
+        match set
+            .iter()
+            .find(|(field, on)| *on && !belongs.contains(field))
+        {
+            Some((field, _)) => Err(format!("{field} does not apply to {kind}")),
+            None => Ok(()),
+        }
+    }
+
+    /// The names of the server's environment variables a stdio process gets.
+    pub fn env_allow(&self) -> Vec<&str> {
+        match &self.env_allow {
+            Some(names) => names.iter().map(String::as_str).collect(),
+            None => toolgate_core::child::DEFAULT_ENV_ALLOW.to_vec(),
+        }
+    }
+
+    /// A worker endpoint that asks for TLS.
+    pub fn is_https(&self) -> bool {
+        self.endpoint
+            .as_deref()
+            .is_some_and(|e| e.starts_with("https://"))
+    }
+}
+
+/// HTTP tool and MCP URLs are plain `http://`: their HTTP client has no TLS in this build, and
+/// an `https://` URL that fails on first use would be worse than a refusal now.
+fn plain_http(url: &str) -> Result<(), String> {
+    if url.starts_with("http://") {
+        Ok(())
+    } else if url.starts_with("https://") {
+        Err(format!(
+            "'{url}': https is not supported by this build (no TLS client); use http:// on loopback or a private network"
+        ))
+    } else {
+        Err(format!(
+            "'{url}' is not a URL such as http://127.0.0.1:7001"
+        ))
+    }
+}
+
+/// Longest remote name: it is a metric label and a log field.
+const MAX_NAME: usize = 64;
+
+/// A remote's name is 1 to 64 ASCII letters, digits, `_`, `-` or `.`: it becomes a metric
+/// label, a log field and part of error texts, so no newline, quote or unbounded length.
+fn check_name(name: &str) -> Result<(), String> {
+    let valid = (1..=MAX_NAME).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    if valid {
+        Ok(())
+    } else {
+        Err(format!(
+            "remote name {:?} is invalid: use 1 to {MAX_NAME} ASCII letters, digits, '_', '-' or '.'",
+            toolgate_core::json::truncate_chars(name, MAX_NAME)
+        ))
+    }
+}
+
+fn everything() -> Vec<String> {
+    vec!["*".to_owned()]
+}
+
+fn ten_seconds() -> Duration {
+    Duration::from_secs(10)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[track_caller]
+    fn check(definition: Value, expected: Result<(), &str>) {
+        let spec: RemoteSpec = serde_json::from_value(definition).unwrap();
+        assert_eq!(spec.check(), expected.map_err(str::to_owned));
+    }
+
+    #[test]
+    fn a_field_of_another_kind_is_refused() {
+        let url = "http://10.0.0.5:7001";
+        check(
+            json!({"name": "h", "kind": "http", "url": url, "definition": {"name": "t"},
+                   "command": ["/bin/true"]}),
+            Err("command does not apply to an http remote"),
+        );
+        check(
+            json!({"name": "w", "kind": "worker", "endpoint": url, "command": ["/bin/true"]}),
+            Err("command does not apply to a worker"),
+        );
+        check(
+            json!({"name": "w", "kind": "worker", "endpoint": url, "url": url}),
+            Err("url does not apply to a worker"),
+        );
+        check(
+            json!({"name": "m", "kind": "mcp", "url": url, "cwd": "/tmp"}),
+            Err("cwd does not apply to an mcp remote over HTTP (url)"),
+        );
+        check(
+            json!({"name": "m", "kind": "mcp", "command": ["srv"], "headers": {"a": "b"}}),
+            Err("headers does not apply to an mcp remote over stdio (command)"),
+        );
+        check(
+            json!({"name": "m", "kind": "mcp", "command": ["srv"], "definition": {"name": "t"}}),
+            Err("definition does not apply to an mcp remote over stdio (command)"),
+        );
+        check(
+            json!({"name": "w", "kind": "worker", "endpoint": url}),
+            Ok(()),
+        );
+        check(
+            json!({"name": "m", "kind": "mcp", "command": ["srv"], "cwd": "/srv"}),
+            Ok(()),
+        );
+    }
+
+    #[test]
+    fn a_remote_name_is_short_and_plain() {
+        let endpoint = "http://10.0.0.5:7001";
+        for bad in ["", "a\nb", "a\"b", "a b", &"x".repeat(65)] {
+            let spec: RemoteSpec = serde_json::from_value(
+                json!({"name": bad, "kind": "worker", "endpoint": endpoint}),
+            )
+            .unwrap();
+            let error = spec.check().unwrap_err();
+            assert!(error.starts_with("remote name "), "{error}");
+            assert!(error.len() < 200, "the name is not echoed whole: {error}");
+        }
+        check(
+            json!({"name": "py.tools-2_x", "kind": "worker", "endpoint": endpoint}),
+            Ok(()),
+        );
+    }
+}
