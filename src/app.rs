@@ -57,13 +57,27 @@ pub enum StartError {
     Registry(#[from] RegistryError),
     #[error(transparent)]
     Remote(#[from] RemoteError),
-    /// A hook, a redaction pattern, the metrics exporter or another pipeline part could not be
-    /// built.
+    /// A configured hook could not be built.
+    #[error(transparent)]
+    Hooks(#[from] build::HookError),
+    /// A redaction pattern does not compile.
     #[error("{0}")]
-    Hooks(String),
-    /// TLS files or authentication settings that cannot be used (unreadable, malformed).
+    Redaction(String),
+    /// An OTLP exporter could not be built.
+    #[error(transparent)]
+    Telemetry(#[from] crate::telemetry::ExporterError),
+    /// The server's scratch base could not be named.
+    #[error(transparent)]
+    ScratchBase(#[from] build::ScratchBaseError),
+    /// TLS files that cannot be used (unreadable, malformed, not matching).
+    #[error(transparent)]
+    Tls(#[from] crate::grpc::tls::TlsError),
+    /// `[auth]` settings that cannot be used (an unreadable token or JWKS file).
+    #[error(transparent)]
+    Auth(#[from] crate::grpc::auth::AuthError),
+    /// `[remote_registration]` rules that cannot be used.
     #[error("{0}")]
-    Security(String),
+    Registration(String),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: String,
@@ -160,13 +174,12 @@ impl Server {
         // With a collector configured, the metrics are also pushed over OTLP; the pipeline is
         // made here, inside the runtime its exporter needs, before anything records into it.
         if let Some(export) = OtlpExport::from_config(&self.config.telemetry) {
-            let pipeline = MetricsPipeline::with_otlp(&export).map_err(StartError::Hooks)?;
+            let pipeline = MetricsPipeline::with_otlp(&export)?;
             tracing::info!(endpoint = ?export.endpoint, "exporting metrics over OTLP");
             self.metrics = Arc::new(pipeline);
         }
         if let Some(export) = TraceExport::from_config(&self.config.telemetry) {
-            let traces =
-                TracePipeline::start(&export, self.metrics.metrics()).map_err(StartError::Hooks)?;
+            let traces = TracePipeline::start(&export, self.metrics.metrics())?;
             tracing::info!(endpoint = ?export.endpoint, "exporting traces over OTLP");
             self.traces = Some(Arc::new(traces));
         }
@@ -176,11 +189,9 @@ impl Server {
         })?;
         let dispatcher = self.build()?;
         let sessions = dispatcher.sessions_handle();
-        let auth = Authenticator::from_config(&self.config.auth)
-            .await
-            .map_err(StartError::Security)?;
+        let auth = Authenticator::from_config(&self.config.auth).await?;
         let tls = match TlsSettings::from_config(&self.config.tls) {
-            Some(settings) => Some(Tls::load(settings).map_err(StartError::Security)?),
+            Some(settings) => Some(Tls::load(settings)?),
             None => None,
         };
         // Remotes from the config are connected before serving; one that cannot be reached is
@@ -213,7 +224,7 @@ impl Server {
                 self.config
                     .remote_registration
                     .policy()
-                    .map_err(StartError::Security)?,
+                    .map_err(StartError::Registration)?,
             ),
         });
         admin::register_gauges(&self.metrics, &state, &remotes);
@@ -281,8 +292,7 @@ impl Server {
     /// The dispatcher from a config already validated.
     fn build(&self) -> Result<Dispatcher, StartError> {
         let registry = Arc::new(Catalog::new(self.registry()?));
-        let sessions =
-            Arc::new(sessions(&self.config, self.metrics.metrics()).map_err(StartError::Hooks)?);
+        let sessions = Arc::new(sessions(&self.config, self.metrics.metrics())?);
         let pipeline = self.pipeline(registry.clone())?;
         let bindings = self
             .config
@@ -302,7 +312,7 @@ impl Server {
             .with_bindings(bindings)
             .map_err(|problems| {
                 StartError::Config(ConfigError {
-                    problems: vec![problems],
+                    problems: vec![problems.to_string()],
                 })
             })
     }
@@ -314,9 +324,10 @@ impl Server {
             cooldown: c.breaker.cooldown,
             probe_lease: c.breaker.probe_lease,
         }));
-        let mut hooks = configured_hooks(c).map_err(StartError::Hooks)?;
+        let mut hooks = configured_hooks(c)?;
         hooks.extend(self.hooks.iter().cloned());
-        let middleware = middleware_config(c, self.metrics.metrics()).map_err(StartError::Hooks)?;
+        let middleware =
+            middleware_config(c, self.metrics.metrics()).map_err(StartError::Redaction)?;
         let mut pipeline = Pipeline::new(registry, health, c.policy(), &middleware);
         pipeline.hooks = Hooks::new(hooks);
         pipeline.reflector = self.reflector.clone();

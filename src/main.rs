@@ -184,7 +184,9 @@ fn serve(args: ServeArgs) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %e, "server failed");
-            report_error(&format!("error: {e:#}"));
+            // Every error's text already holds its causes' (`source()` is for code that walks
+            // them), so the outermost is printed alone.
+            report_error(&format!("error: {e}"));
             ExitCode::FAILURE
         }
     }

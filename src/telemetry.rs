@@ -17,6 +17,15 @@ use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
 
 use crate::config::{LogConfig, LogFormat, log_filter};
+
+/// An OTLP exporter that could not be built (an endpoint it cannot use).
+#[derive(Debug, thiserror::Error)]
+pub enum ExporterError {
+    #[error("telemetry: the OTLP metrics exporter could not be built: {0}")]
+    Metrics(#[source] opentelemetry_otlp::ExporterBuildError),
+    #[error("telemetry: the OTLP span exporter could not be built: {0}")]
+    Spans(#[source] opentelemetry_otlp::ExporterBuildError),
+}
 use toolgate_core::middleware::Redactor;
 
 /// Installs the global subscriber; `RUST_LOG` wins over the configured level. Every line is

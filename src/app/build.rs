@@ -76,8 +76,23 @@ pub(crate) fn middleware_config(
     Ok(m)
 }
 
+/// A configured hook that cannot be built.
+#[derive(Debug, thiserror::Error)]
+pub enum HookError {
+    #[error("hooks.rules[{rule}].when[{condition}]: {problem}")]
+    Condition {
+        rule: usize,
+        condition: usize,
+        problem: String,
+    },
+    #[error("hooks.command[{0}]: name a program to run")]
+    NoProgram(usize),
+    #[error(transparent)]
+    Endpoint(#[from] toolgate_remotes::InvalidEndpoint),
+}
+
 /// Hooks from the config, in the documented order: rules, command hooks, gRPC hooks.
-pub(super) fn configured_hooks(config: &Config) -> Result<Vec<Arc<dyn Hook>>, String> {
+pub(super) fn configured_hooks(config: &Config) -> Result<Vec<Arc<dyn Hook>>, HookError> {
     let mut hooks: Vec<Arc<dyn Hook>> = Vec::new();
     for (i, rule) in config.hooks.rules.iter().enumerate() {
         let conditions = rule
@@ -85,8 +100,11 @@ pub(super) fn configured_hooks(config: &Config) -> Result<Vec<Arc<dyn Hook>>, St
             .iter()
             .enumerate()
             .map(|(j, c)| {
-                c.condition()
-                    .map_err(|problem| format!("hooks.rules[{i}].when[{j}]: {problem}"))
+                c.condition().map_err(|problem| HookError::Condition {
+                    rule: i,
+                    condition: j,
+                    problem,
+                })
             })
             .collect::<Result<Vec<_>, _>>()?;
         let id = rule.id.clone().unwrap_or_else(|| format!("rules[{i}]"));
@@ -103,7 +121,7 @@ pub(super) fn configured_hooks(config: &Config) -> Result<Vec<Arc<dyn Hook>>, St
         let name = h.name.clone().unwrap_or_else(|| format!("command[{i}]"));
         let env = ChildEnv::new(config.hooks.env_allow.iter().map(String::as_str), &h.env);
         let hook = CommandHook::new(name, &h.command, h.tools.clone(), h.timeout, h.failure_mode)
-            .ok_or_else(|| format!("hooks.command[{i}]: name a program to run"))?
+            .ok_or(HookError::NoProgram(i))?
             .limited_by(processes.clone())
             .with_env(env);
         hooks.push(Arc::new(hook));
@@ -163,9 +181,17 @@ pub(super) fn stale_base_owner(name: &str) -> Option<u32> {
     pid.parse().ok()
 }
 
+/// The server's scratch base could not be given an unguessable name (no randomness).
+#[derive(Debug, thiserror::Error)]
+#[error("scratch base: {0}")]
+pub struct ScratchBaseError(#[source] std::io::Error);
+
 /// The session table. A server's own base under the temp dir gets an unguessable name, so no
 /// other user can make it first (and so own the directory its sessions' directories go in).
-pub(super) fn sessions(config: &Config, metrics: Arc<Metrics>) -> Result<Sessions, String> {
+pub(super) fn sessions(
+    config: &Config,
+    metrics: Arc<Metrics>,
+) -> Result<Sessions, ScratchBaseError> {
     let limits = SessionLimits {
         idle_ttl: config.sessions.idle_ttl,
         max_sessions: config.sessions.max_sessions,
@@ -183,7 +209,7 @@ pub(super) fn sessions(config: &Config, metrics: Arc<Metrics>) -> Result<Session
         let temp = std::env::temp_dir();
         remove_stale_bases(&temp);
         let prefix = format!("toolgate-{}-", std::process::id());
-        let name = unguessable_name(&prefix).map_err(|e| format!("scratch base: {e}"))?;
+        let name = unguessable_name(&prefix).map_err(ScratchBaseError)?;
         let base: PathBuf = temp.join(name);
         Ok(Sessions::with_metrics(base, true, limits, metrics))
     } else {

@@ -284,7 +284,7 @@ impl RedactionConfig {
             .iter()
             .map(|p| (p.kind.clone(), p.regex.clone()))
             .collect();
-        toolgate_core::middleware::Redactor::new(&custom, self.entropy)
+        toolgate_core::middleware::Redactor::new(&custom, self.entropy).map_err(|e| e.to_string())
     }
 }
 

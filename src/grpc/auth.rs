@@ -44,6 +44,44 @@ impl<'a> Credentials<'a> {
     }
 }
 
+/// `[auth]` settings that cannot be used at start.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    #[error("auth.tokens[{index}]: {source}")]
+    Token {
+        index: usize,
+        #[source]
+        source: TokenError,
+    },
+    /// The HTTP client that fetches the JWKS could not be built.
+    #[error("auth.jwt: {0}")]
+    Client(#[source] reqwest::Error),
+    /// The JWKS file does not read or does not parse.
+    #[error("auth.jwt.jwks_file '{path}': {source}")]
+    JwksFile {
+        path: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+/// A configured token whose secret cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    #[error("sha256: not 64 hex digits")]
+    Sha256,
+    #[error("file '{path}': {source}")]
+    File {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("env: {0} is not set")]
+    Env(String),
+    #[error("the token is empty")]
+    Empty,
+}
+
 /// Turns credentials into callers. Built once per server from `[auth]`.
 pub struct Authenticator {
     anonymous: Option<Arc<Caller>>,
@@ -81,7 +119,7 @@ impl Authenticator {
 
     /// Reads token files and variables and the JWKS (a URL is fetched now and refreshed in the
     /// background; an unreachable one is retried, and JWTs are refused until it answers).
-    pub async fn from_config(config: &AuthConfig) -> Result<Self, String> {
+    pub async fn from_config(config: &AuthConfig) -> Result<Self, AuthError> {
         let anonymous = (config.anonymous != Anonymous::None).then(|| {
             Arc::new(Caller {
                 id: "anonymous".to_owned(),
@@ -93,7 +131,7 @@ impl Authenticator {
         let mut tokens = Vec::new();
         for (i, token) in config.tokens.iter().enumerate() {
             tokens.push((
-                token_digest(token).map_err(|e| format!("auth.tokens[{i}]: {e}"))?,
+                token_digest(token).map_err(|source| AuthError::Token { index: i, source })?,
                 Arc::new(Caller {
                     id: token.id.clone(),
                     tenant: token.tenant.clone(),
@@ -316,24 +354,27 @@ fn roles(names: &[String]) -> Vec<Role> {
 }
 
 /// The SHA-256 of a configured token: given as hex, or hashed from a file or variable.
-fn token_digest(token: &TokenConfig) -> Result<[u8; 32], String> {
+fn token_digest(token: &TokenConfig) -> Result<[u8; 32], TokenError> {
     let secret = if !token.sha256.is_empty() {
         let mut digest = [0u8; 32];
         for (i, byte) in digest.iter_mut().enumerate() {
             let hex = token.sha256.get(2 * i..2 * i + 2).unwrap_or("");
-            *byte = u8::from_str_radix(hex, 16).map_err(|_| "sha256: not 64 hex digits")?;
+            *byte = u8::from_str_radix(hex, 16).map_err(|_| TokenError::Sha256)?;
         }
         return Ok(digest);
     } else if !token.file.is_empty() {
         std::fs::read_to_string(&token.file)
-            .map_err(|e| format!("file '{}': {e}", token.file))?
+            .map_err(|source| TokenError::File {
+                path: token.file.clone(),
+                source,
+            })?
             .trim_end()
             .to_owned()
     } else {
-        std::env::var(&token.env).map_err(|_| format!("env: {} is not set", token.env))?
+        std::env::var(&token.env).map_err(|_| TokenError::Env(token.env.clone()))?
     };
     if secret.is_empty() {
-        return Err("the token is empty".to_owned());
+        return Err(TokenError::Empty);
     }
     let digest = ring::digest::digest(&ring::digest::SHA256, secret.as_bytes());
     let mut out = [0u8; 32];
@@ -373,12 +414,12 @@ struct Jwt {
 const UNKNOWN_KEY_REFETCH: Duration = Duration::from_secs(30);
 
 impl Jwt {
-    async fn new(config: &JwtConfig) -> Result<Self, String> {
+    async fn new(config: &JwtConfig) -> Result<Self, AuthError> {
         let client = reqwest::Client::builder()
             .timeout(Duration::from_secs(10))
             .redirect(reqwest::redirect::Policy::none())
             .build()
-            .map_err(|e| format!("auth.jwt: {e}"))?;
+            .map_err(AuthError::Client)?;
         let jwt = Jwt {
             keys: RwLock::new(JwkSet { keys: Vec::new() }),
             url: (!config.jwks_url.is_empty()).then(|| config.jwks_url.clone()),
@@ -392,10 +433,18 @@ impl Jwt {
             last_fetch: Mutex::new(None),
         };
         if !config.jwks_file.is_empty() {
-            let text = std::fs::read_to_string(&config.jwks_file)
-                .map_err(|e| format!("auth.jwt.jwks_file '{}': {e}", config.jwks_file))?;
-            *jwt.keys.write() = serde_json::from_str(&text)
-                .map_err(|e| format!("auth.jwt.jwks_file '{}': {e}", config.jwks_file))?;
+            let path = || config.jwks_file.clone();
+            let text = std::fs::read_to_string(&config.jwks_file).map_err(|source| {
+                AuthError::JwksFile {
+                    path: path(),
+                    source: source.into(),
+                }
+            })?;
+            *jwt.keys.write() =
+                serde_json::from_str(&text).map_err(|source| AuthError::JwksFile {
+                    path: path(),
+                    source: source.into(),
+                })?;
         } else if let Err(error) = jwt.fetch().await {
             tracing::warn!(%error, "the JWKS was not fetched at start; JWTs are refused until it is");
         }

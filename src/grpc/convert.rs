@@ -51,7 +51,7 @@ pub fn batch_from_request(
         bindings: requested_bindings,
     } = request;
     if !session_id.is_empty() {
-        validate_session_id(&session_id).map_err(RequestError::Invalid)?;
+        validate_session_id(&session_id)?;
     }
     let options = options.unwrap_or_default();
     let (batch_options, max_calls) = options_from(&options, rules)?;
@@ -221,9 +221,7 @@ pub fn json_from_value(
     max_depth: usize,
     path: &dyn std::fmt::Display,
 ) -> Result<Value, RequestError> {
-    value
-        .into_json_within(max_depth, path)
-        .map_err(RequestError::Invalid)
+    Ok(value.into_json_within(max_depth, path)?)
 }
 
 fn json_from_struct(
@@ -231,9 +229,7 @@ fn json_from_struct(
     max_depth: usize,
     path: &dyn std::fmt::Display,
 ) -> Result<Map<String, Value>, RequestError> {
-    value
-        .into_json_within(max_depth, path)
-        .map_err(RequestError::Invalid)
+    Ok(value.into_json_within(max_depth, path)?)
 }
 
 pub fn duration(d: Duration) -> prost_types::Duration {

@@ -123,10 +123,7 @@ impl ToolGateService {
             .check(&holder)
             .map_err(|refusal| self.refused(refusal))?;
         let mut batch = convert::batch_from_request(request, caller, &self.state.rules)?;
-        self.state
-            .dispatcher
-            .check_bindings(&batch.bindings)
-            .map_err(RequestError::Invalid)?;
+        self.state.dispatcher.check_bindings(&batch.bindings)?;
         let wanted = match batch.options.mode {
             Mode::Parallel { max_concurrency } if batch.calls.len() >= 2 => {
                 max_concurrency.min(batch.calls.len())
@@ -326,20 +323,19 @@ impl ToolGate for ToolGateService {
         let definition = definition
             .into_json_checked(&"definition")
             .map(serde_json::Value::Object)
-            .map_err(RequestError::Invalid)?;
+            .map_err(RequestError::from)?;
         let mut spec: RemoteSpec = serde_json::from_value(definition)
             .map_err(|e| RequestError::Invalid(format!("definition: {e}")))?;
         // A malformed definition is the caller's mistake (INVALID_ARGUMENT) before anything is
         // judged; then a registration may start a program or reach an address only as the
         // policy allows.
-        spec.check()
-            .map_err(|reason| RequestError::Invalid(format!("definition: {reason}")))?;
+        spec.check().map_err(RequestError::Definition)?;
         spec.resolved = self
             .state
             .registration
             .check(&spec)
             .await
-            .map_err(RequestError::PermissionDenied)?;
+            .map_err(RequestError::Refused)?;
         let contributed = self
             .state
             .remotes
@@ -415,7 +411,7 @@ fn checked_session_id(id: String) -> Result<String, RequestError> {
     if id.is_empty() {
         return Err(RequestError::Invalid("session_id is required".to_owned()));
     }
-    toolgate_core::session::validate_session_id(&id).map_err(RequestError::Invalid)?;
+    toolgate_core::session::validate_session_id(&id)?;
     Ok(id)
 }
 

@@ -6,11 +6,25 @@ use tonic::{Code, Status};
 use super::admission::Refusal;
 
 /// Why a request could not be carried out.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum RequestError {
     /// The request is malformed; the text says which field and why.
     #[error("{0}")]
     Invalid(String),
+    #[error(transparent)]
+    SessionId(#[from] toolgate_core::session::InvalidSessionId),
+    /// A value of the request cannot be JSON, or nests too deep.
+    #[error(transparent)]
+    Unrepresentable(#[from] toolgate_proto::protojson::Unrepresentable),
+    /// The request's bindings name tools that are not registered, or malformed inputs.
+    #[error(transparent)]
+    Bindings(#[from] toolgate_core::dispatch::BindingProblems),
+    /// A `RegisterRemote` definition that cannot be used.
+    #[error("definition: {0}")]
+    Definition(#[from] toolgate_remotes::SpecError),
+    /// A registration the policy does not allow.
+    #[error(transparent)]
+    Refused(#[from] toolgate_remotes::RegistrationRefusal),
     #[error("the batch has {count} calls; the limit is {limit}")]
     TooManyCalls { count: usize, limit: u32 },
     /// A known option this server does not implement yet.
@@ -64,6 +78,10 @@ impl From<RequestError> for Status {
     fn from(error: RequestError) -> Self {
         let code = match &error {
             RequestError::Invalid(_)
+            | RequestError::SessionId(_)
+            | RequestError::Unrepresentable(_)
+            | RequestError::Bindings(_)
+            | RequestError::Definition(_)
             | RequestError::TooManyCalls { .. }
             | RequestError::Unsupported(_) => Code::InvalidArgument,
             RequestError::Overloaded(_)
@@ -75,7 +93,7 @@ impl From<RequestError> for Status {
             | RequestError::RequestStalled(_)
             | RequestError::ReplyStalled(_) => Code::DeadlineExceeded,
             RequestError::UnknownSession(_) => Code::NotFound,
-            RequestError::PermissionDenied(_) => Code::PermissionDenied,
+            RequestError::PermissionDenied(_) | RequestError::Refused(_) => Code::PermissionDenied,
             RequestError::Unauthenticated(_) => Code::Unauthenticated,
             RequestError::Remote(remote) => {
                 use toolgate_remotes::RemoteError;

@@ -4,7 +4,7 @@
 //! it arrives, and a reload that fails keeps the previous one. The transport (`transport.rs`)
 //! runs the handshakes, bounded by `handshake_timeout`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -71,7 +71,7 @@ impl std::fmt::Debug for Tls {
 
 impl Tls {
     /// Reads the files; any problem is named with the file it is in.
-    pub fn load(settings: TlsSettings) -> Result<Self, String> {
+    pub fn load(settings: TlsSettings) -> Result<Self, TlsError> {
         let seen = stamps(&settings);
         let config = build(&settings)?;
         Ok(Tls {
@@ -83,7 +83,7 @@ impl Tls {
 
     /// Reloads when a file changed (or always, when `force`); true if the config was replaced.
     /// A file that does not load leaves the current config in place.
-    pub fn reload(&self, force: bool) -> Result<bool, String> {
+    pub fn reload(&self, force: bool) -> Result<bool, TlsError> {
         let now = stamps(&self.settings);
         if !force && *self.seen.lock() == now {
             return Ok(false);
@@ -151,36 +151,81 @@ fn stamps(settings: &TlsSettings) -> Vec<Stamp> {
         .collect()
 }
 
+/// TLS files that cannot be used; the text names the setting and the file.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("{key} '{}': {source}", path.display())]
+    Pem {
+        key: &'static str,
+        path: PathBuf,
+        #[source]
+        source: rustls::pki_types::pem::Error,
+    },
+    #[error("{key} '{}': no {what} in it", path.display())]
+    Empty {
+        key: &'static str,
+        path: PathBuf,
+        what: &'static str,
+    },
+    #[error("tls.client_ca_file '{}': {source}", path.display())]
+    Verifier {
+        path: PathBuf,
+        #[source]
+        source: rustls::server::VerifierBuilderError,
+    },
+    #[error(
+        "tls: the key in '{}' does not fit the certificate in '{}': {source}",
+        key.display(),
+        cert.display()
+    )]
+    KeyMismatch {
+        key: PathBuf,
+        cert: PathBuf,
+        #[source]
+        source: rustls::Error,
+    },
+    #[error("tls: {0}")]
+    Rustls(#[source] rustls::Error),
+}
+
+/// A PEM file that does not read, named by its setting.
+fn pem(key: &'static str, path: &Path) -> impl FnOnce(rustls::pki_types::pem::Error) -> TlsError {
+    let path = path.to_owned();
+    move |source| TlsError::Pem { key, path, source }
+}
+
 /// The rustls config from the files: TLS 1.2 and 1.3, ALPN `h2`, client certificates verified
 /// against the CA bundle when one is set.
-fn build(settings: &TlsSettings) -> Result<ServerConfig, String> {
+fn build(settings: &TlsSettings) -> Result<ServerConfig, TlsError> {
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&settings.cert)
         .and_then(Iterator::collect)
-        .map_err(|e| format!("tls.cert_file '{}': {e}", settings.cert.display()))?;
+        .map_err(pem("tls.cert_file", &settings.cert))?;
     if certs.is_empty() {
-        return Err(format!(
-            "tls.cert_file '{}': no certificate in it",
-            settings.cert.display()
-        ));
+        return Err(TlsError::Empty {
+            key: "tls.cert_file",
+            path: settings.cert.clone(),
+            what: "certificate",
+        });
     }
-    let key = PrivateKeyDer::from_pem_file(&settings.key)
-        .map_err(|e| format!("tls.key_file '{}': {e}", settings.key.display()))?;
+    let key =
+        PrivateKeyDer::from_pem_file(&settings.key).map_err(pem("tls.key_file", &settings.key))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(|e| format!("tls: {e}"))?;
+        .map_err(TlsError::Rustls)?;
     let builder = match &settings.client_ca {
         Some(path) => {
             let mut roots = rustls::RootCertStore::empty();
             let cas = CertificateDer::pem_file_iter(path)
                 .and_then(Iterator::collect::<Result<Vec<_>, _>>)
-                .map_err(|e| format!("tls.client_ca_file '{}': {e}", path.display()))?;
+                .map_err(pem("tls.client_ca_file", path))?;
             let (added, _) = roots.add_parsable_certificates(cas);
             if added == 0 {
-                return Err(format!(
-                    "tls.client_ca_file '{}': no CA certificate in it",
-                    path.display()
-                ));
+                return Err(TlsError::Empty {
+                    key: "tls.client_ca_file",
+                    path: path.clone(),
+                    what: "CA certificate",
+                });
             }
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
             let verifier = if settings.require_client_cert {
@@ -188,18 +233,22 @@ fn build(settings: &TlsSettings) -> Result<ServerConfig, String> {
             } else {
                 verifier.allow_unauthenticated().build()
             }
-            .map_err(|e| format!("tls.client_ca_file '{}': {e}", path.display()))?;
+            .map_err(|source| TlsError::Verifier {
+                path: path.clone(),
+                source,
+            })?;
             builder.with_client_cert_verifier(verifier)
         }
         None => builder.with_no_client_auth(),
     };
-    let mut config = builder.with_single_cert(certs, key).map_err(|e| {
-        format!(
-            "tls: the key in '{}' does not fit the certificate in '{}': {e}",
-            settings.key.display(),
-            settings.cert.display()
-        )
-    })?;
+    let mut config =
+        builder
+            .with_single_cert(certs, key)
+            .map_err(|source| TlsError::KeyMismatch {
+                key: settings.key.clone(),
+                cert: settings.cert.clone(),
+                source,
+            })?;
     config.alpn_protocols = vec![b"h2".to_vec()];
     Ok(config)
 }

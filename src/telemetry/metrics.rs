@@ -69,11 +69,11 @@ impl MetricsPipeline {
 
     /// Metrics also pushed over OTLP as `export` says. Must run inside a Tokio runtime (the
     /// exporter's channel is created here).
-    pub fn with_otlp(export: &OtlpExport) -> Result<Self, String> {
+    pub fn with_otlp(export: &OtlpExport) -> Result<Self, super::ExporterError> {
         let builder = opentelemetry_otlp::MetricExporter::builder().with_tonic();
         let exporter = super::otlp(builder, export.endpoint.as_ref(), export.timeout)
             .build()
-            .map_err(|e| format!("telemetry: the OTLP metrics exporter could not be built: {e}"))?;
+            .map_err(super::ExporterError::Metrics)?;
         let reader = PeriodicReader::builder(exporter)
             .with_interval(export.interval)
             .build();

@@ -82,11 +82,14 @@ pub struct TracePipeline {
 impl TracePipeline {
     /// Starts exporting as `export` says. Must run inside a Tokio runtime (the exporter's
     /// channel is created here).
-    pub fn start(export: &TraceExport, metrics: Arc<Metrics>) -> Result<Self, String> {
+    pub fn start(
+        export: &TraceExport,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, super::ExporterError> {
         let builder = opentelemetry_otlp::SpanExporter::builder().with_tonic();
         let exporter = super::otlp(builder, export.endpoint.as_ref(), export.timeout)
             .build()
-            .map_err(|e| format!("telemetry: the OTLP span exporter could not be built: {e}"))?;
+            .map_err(super::ExporterError::Spans)?;
         let queued = Arc::new(AtomicUsize::new(0));
         let counted = CountingExporter {
             inner: exporter,

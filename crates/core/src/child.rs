@@ -49,19 +49,28 @@ impl ChildEnv {
     }
 }
 
+/// An environment a child process cannot be given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EnvError {
+    #[error("'{0}' is not an environment variable name")]
+    Name(String),
+    #[error("the value of '{0}' holds a NUL byte")]
+    NulInValue(String),
+}
+
 /// Checks an allowlist and configured values: names must be non-empty and hold neither `=` nor
 /// NUL, values no NUL (the error names the first that does not).
 pub fn check_env<'a>(
     allow: impl IntoIterator<Item = &'a str>,
     set: &BTreeMap<String, String>,
-) -> Result<(), String> {
+) -> Result<(), EnvError> {
     let bad = |name: &str| name.is_empty() || name.contains(['=', '\0']);
     let allowed = allow.into_iter().find(|name| bad(name));
     if let Some(name) = allowed.or_else(|| set.keys().map(String::as_str).find(|name| bad(name))) {
-        return Err(format!("'{name}' is not an environment variable name"));
+        return Err(EnvError::Name(name.to_owned()));
     }
     match set.iter().find(|(_, value)| value.contains('\0')) {
-        Some((name, _)) => Err(format!("the value of '{name}' holds a NUL byte")),
+        Some((name, _)) => Err(EnvError::NulInValue(name.clone())),
         None => Ok(()),
     }
 }
@@ -141,16 +150,19 @@ pub(crate) mod tests {
     #[test]
     fn names_that_no_environment_can_hold_are_refused() {
         let ok = BTreeMap::from([("TOKEN".to_owned(), "x=y".to_owned())]);
-        assert_eq!(check_env(["PATH", "LC_ALL"], &ok), Ok(()));
+        let check_env = |allow: &[&str], set: &BTreeMap<String, String>| {
+            check_env(allow.iter().copied(), set).map_err(|e| e.to_string())
+        };
+        assert_eq!(check_env(&["PATH", "LC_ALL"], &ok), Ok(()));
         for bad in ["", "A=B", "A\0"] {
             assert_eq!(
-                check_env([bad], &BTreeMap::new()),
+                check_env(&[bad], &BTreeMap::new()),
                 Err(format!("'{bad}' is not an environment variable name"))
             );
         }
         let nul = BTreeMap::from([("TOKEN".to_owned(), "a\0b".to_owned())]);
         assert_eq!(
-            check_env([], &nul),
+            check_env(&[], &nul),
             Err("the value of 'TOKEN' holds a NUL byte".to_owned())
         );
     }

@@ -38,6 +38,11 @@ pub use messages::{MessageFormat, tool_messages};
 pub use pipeline::Pipeline;
 pub use result::CallResult;
 
+/// Bindings that cannot be used: every problem found, each naming its binding.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", .0.join("; "))]
+pub struct BindingProblems(pub Vec<String>);
+
 /// Runs batches against a registry of tools.
 #[derive(Clone)]
 pub struct Dispatcher {
@@ -66,7 +71,10 @@ impl Dispatcher {
     }
 
     /// Installs the server's bindings after checking them.
-    pub fn with_bindings(mut self, bindings: BTreeMap<String, Binding>) -> Result<Self, String> {
+    pub fn with_bindings(
+        mut self,
+        bindings: BTreeMap<String, Binding>,
+    ) -> Result<Self, BindingProblems> {
         self.check_bindings(&bindings)?;
         self.bindings = Arc::new(bindings);
         Ok(self)
@@ -75,7 +83,10 @@ impl Dispatcher {
     /// Checks bindings before any call uses them: every target is registered and every
     /// mapping is an object whose `$literal`s stand alone. Lists every problem. (A malformed
     /// reference is not one: it resolves to null.)
-    pub fn check_bindings(&self, bindings: &BTreeMap<String, Binding>) -> Result<(), String> {
+    pub fn check_bindings(
+        &self,
+        bindings: &BTreeMap<String, Binding>,
+    ) -> Result<(), BindingProblems> {
         let mut problems = Vec::new();
         for (name, binding) in bindings {
             if self.catalog.snapshot().get(&binding.tool).is_none() {
@@ -100,7 +111,7 @@ impl Dispatcher {
         if problems.is_empty() {
             Ok(())
         } else {
-            Err(problems.join("; "))
+            Err(BindingProblems(problems))
         }
     }
 

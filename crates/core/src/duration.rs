@@ -7,9 +7,14 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
+/// A text that is not a duration.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("'{0}' is not a duration such as \"250ms\", \"10s\", \"2m\" or \"1h\"")]
+pub struct DurationError(pub String);
+
 /// Parses `<number><unit>` pieces (units ms, s, m, h) and adds them up.
-pub fn parse(text: &str) -> Result<Duration, String> {
-    let bad = || format!("'{text}' is not a duration such as \"250ms\", \"10s\", \"2m\" or \"1h\"");
+pub fn parse(text: &str) -> Result<Duration, DurationError> {
+    let bad = || DurationError(text.to_owned());
     let mut rest = text.trim();
     if rest.is_empty() {
         return Err(bad());

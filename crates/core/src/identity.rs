@@ -105,9 +105,17 @@ impl fmt::Display for Caller {
 /// The tenant of anonymous callers unless configured otherwise.
 pub const DEFAULT_TENANT: &str = "default";
 
+/// A tenant name that is not 1 to 64 characters of `[A-Za-z0-9._-]`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "tenant '{}' must be 1 to 64 characters of letters, digits, '-', '_' or '.'",
+    .0.escape_debug()
+)]
+pub struct InvalidTenant(pub String);
+
 /// Checks a tenant name: 1 to 64 characters of `[A-Za-z0-9._-]` (it becomes part of session
 /// keys and log lines).
-pub fn validate_tenant(tenant: &str) -> Result<(), String> {
+pub fn validate_tenant(tenant: &str) -> Result<(), InvalidTenant> {
     let valid = !tenant.is_empty()
         && tenant.len() <= 64
         && tenant
@@ -116,10 +124,7 @@ pub fn validate_tenant(tenant: &str) -> Result<(), String> {
     if valid {
         Ok(())
     } else {
-        Err(format!(
-            "tenant '{}' must be 1 to 64 characters of letters, digits, '-', '_' or '.'",
-            tenant.escape_debug()
-        ))
+        Err(InvalidTenant(tenant.to_owned()))
     }
 }
 

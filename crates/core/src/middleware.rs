@@ -30,7 +30,7 @@ pub use cache::{Cache, CacheLayer, CacheRule, CacheScope, ResultCache};
 pub use core::Core;
 pub use output_cap::{Budget, Capped, OutputCap, OutputCapLayer, truncate_output};
 pub use permission::{Permission, PermissionLayer, PermissionRule, Verdict as PermissionVerdict};
-pub use redact::{Redact, RedactLayer, Redactor};
+pub use redact::{PatternError, Redact, RedactLayer, Redactor};
 pub use select::{Select, SelectLayer, select};
 pub use timeout::{Timeout, TimeoutLayer};
 pub use unknown_tool::{

@@ -34,22 +34,32 @@ pub const MEMORY_FIELD_CHARS: usize = 500;
 /// The prefix of the ids of sessions made for one batch; reserved.
 const EPHEMERAL_PREFIX: &str = "batch-";
 
+/// A client-supplied session id that cannot be used; the text says what is allowed (and shows
+/// at most 64 characters of the id).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidSessionId {
+    #[error(
+        "session_id '{}' is invalid: ids starting with '{EPHEMERAL_PREFIX}' name the sessions of batches sent without a session id, which no request can address",
+        crate::json::truncate_chars(.0, 64)
+    )]
+    Reserved(String),
+    #[error(
+        "session_id '{}' is invalid: use 1 to {MAX_SESSION_ID_LEN} ASCII letters, digits, '-', '_' or '.'",
+        crate::json::truncate_chars(.0, 64)
+    )]
+    Malformed(String),
+}
+
 /// Checks a client-supplied session id; the error says what is allowed.
-pub fn validate_session_id(id: &str) -> Result<(), String> {
+pub fn validate_session_id(id: &str) -> Result<(), InvalidSessionId> {
     if id.starts_with(EPHEMERAL_PREFIX) {
-        return Err(format!(
-            "session_id '{}' is invalid: ids starting with '{EPHEMERAL_PREFIX}' name the sessions of batches sent without a session id, which no request can address",
-            crate::json::truncate_chars(id, 64)
-        ));
+        return Err(InvalidSessionId::Reserved(id.to_owned()));
     }
     let valid_chars = id
         .bytes()
         .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
     if id.len() > MAX_SESSION_ID_LEN || !valid_chars || id == "." || id == ".." {
-        return Err(format!(
-            "session_id '{}' is invalid: use 1 to {MAX_SESSION_ID_LEN} ASCII letters, digits, '-', '_' or '.'",
-            crate::json::truncate_chars(id, 64)
-        ));
+        return Err(InvalidSessionId::Malformed(id.to_owned()));
     }
     Ok(())
 }

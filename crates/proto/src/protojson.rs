@@ -78,15 +78,30 @@ impl Found {
         }
     }
 
-    fn check(self, max_depth: usize, path: &dyn Display) -> Result<(), String> {
+    fn check(self, max_depth: usize, path: &dyn Display) -> Result<(), Unrepresentable> {
         if self.not_finite {
-            return Err(format!("{path} holds a number that is not finite"));
+            return Err(Unrepresentable::NotFinite {
+                path: path.to_string(),
+            });
         }
         if self.too_deep || self.depth > max_depth {
-            return Err(format!("{path} nests deeper than {max_depth} levels"));
+            return Err(Unrepresentable::TooDeep {
+                path: path.to_string(),
+                max_depth,
+            });
         }
         Ok(())
     }
+}
+
+/// A `Value` a boundary refuses: what it held cannot be JSON, or is nested deeper than allowed.
+/// The text names the field's path.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unrepresentable {
+    #[error("{path} holds a number that is not finite")]
+    NotFinite { path: String },
+    #[error("{path} nests deeper than {max_depth} levels")]
+    TooDeep { path: String, max_depth: usize },
 }
 
 /// Values compare as the JSON they hold.
@@ -120,7 +135,7 @@ impl Value {
         self,
         max_depth: usize,
         path: &dyn Display,
-    ) -> Result<serde_json::Value, String> {
+    ) -> Result<serde_json::Value, Unrepresentable> {
         let found = self.found.unwrap_or_else(|| Found::of(&self.json));
         found.check(max_depth, path)?;
         Ok(self.json)
@@ -128,7 +143,10 @@ impl Value {
 
     /// The JSON a peer sent, refused only for what JSON cannot hold (a number that is not finite,
     /// nesting past `MAX_DECODE_DEPTH`): for a boundary with no depth limit of its own.
-    pub fn into_json_checked(self, path: &dyn Display) -> Result<serde_json::Value, String> {
+    pub fn into_json_checked(
+        self,
+        path: &dyn Display,
+    ) -> Result<serde_json::Value, Unrepresentable> {
         self.into_json_within(MAX_DECODE_DEPTH, path)
     }
 }
@@ -155,7 +173,7 @@ impl Struct {
         self,
         max_depth: usize,
         path: &dyn Display,
-    ) -> Result<Map<String, serde_json::Value>, String> {
+    ) -> Result<Map<String, serde_json::Value>, Unrepresentable> {
         let found = self.found.unwrap_or_else(|| Found::of_fields(&self.fields));
         found.check(max_depth, path)?;
         Ok(self.fields)
@@ -165,7 +183,7 @@ impl Struct {
     pub fn into_json_checked(
         self,
         path: &dyn Display,
-    ) -> Result<Map<String, serde_json::Value>, String> {
+    ) -> Result<Map<String, serde_json::Value>, Unrepresentable> {
         self.into_json_within(MAX_DECODE_DEPTH, path)
     }
 }

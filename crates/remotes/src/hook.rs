@@ -25,6 +25,15 @@ pub struct GrpcHook {
     client: ToolHooksClient<Channel>,
 }
 
+/// A gRPC hook's endpoint that is not a URI.
+#[derive(Debug, thiserror::Error)]
+#[error("hook '{hook}': endpoint '{endpoint}' is invalid: {source}")]
+pub struct InvalidEndpoint {
+    hook: String,
+    endpoint: String,
+    source: tonic::transport::Error,
+}
+
 impl GrpcHook {
     /// Prepares the channel without connecting; fails only for a malformed endpoint.
     pub fn new(
@@ -33,9 +42,13 @@ impl GrpcHook {
         tools: String,
         timeout: Duration,
         failure_mode: FailureMode,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, InvalidEndpoint> {
         let channel = Endpoint::from_shared(endpoint.to_owned())
-            .map_err(|e| format!("hook '{name}': endpoint '{endpoint}' is invalid: {e}"))?
+            .map_err(|source| InvalidEndpoint {
+                hook: name.clone(),
+                endpoint: endpoint.to_owned(),
+                source,
+            })?
             .connect_timeout(timeout)
             .connect_lazy();
         Ok(GrpcHook {
@@ -107,7 +120,7 @@ impl Hook for GrpcHook {
                     .map(|s| s.into_json_checked(&"modified_input"))
                 {
                     Some(Ok(input)) => Decision::Modify(Value::Object(input)),
-                    Some(Err(why)) => return self.failed(&why),
+                    Some(Err(why)) => return self.failed(&why.to_string()),
                     None => return self.failed("MODIFY without modified_input"),
                 },
                 Err(_) => return self.failed(&format!("unknown decision {}", response.decision)),

@@ -15,10 +15,13 @@ pub mod worker;
 
 use toolgate_core::tools::RegistryError;
 
-pub use hook::GrpcHook;
+pub use hook::{GrpcHook, InvalidEndpoint};
 pub use manager::{Contributed, Remotes};
-pub use policy::{CommandRule, EgressRule, RegistrationPolicy, anchored};
-pub use spec::{HttpToolDefinition, RemoteKind, RemoteSpec, TlsSpec};
+pub use policy::{
+    CommandRule, EgressRule, EgressRuleError, PatternError, RegistrationPolicy,
+    RegistrationRefusal, anchored,
+};
+pub use spec::{HttpToolDefinition, RemoteKind, RemoteSpec, SpecError, TlsSpec};
 
 /// Why a remote could not be registered or removed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

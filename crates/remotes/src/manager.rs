@@ -89,7 +89,8 @@ impl Remotes {
 
     /// Connects, discovers the remote's tools and registers them all, or nothing.
     pub async fn register(&self, spec: RemoteSpec) -> Result<Vec<Contributed>, RemoteError> {
-        spec.check().map_err(|reason| spec.invalid(reason))?;
+        spec.check()
+            .map_err(|reason| spec.invalid(reason.to_string()))?;
         if self.lock().contains_key(&spec.name) {
             return Err(RemoteError::Duplicate(spec.name));
         }

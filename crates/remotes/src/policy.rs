@@ -43,7 +43,7 @@ pub enum EgressRule {
 
 impl EgressRule {
     /// `10.0.0.0/8`, `127.0.0.1` (one address), `fd00::/8`, or a host name.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, EgressRuleError> {
         let (addr, prefix) = match text.split_once('/') {
             Some((addr, prefix)) => (addr, Some(prefix)),
             None => (text, None),
@@ -51,11 +51,12 @@ impl EgressRule {
         if let Ok(addr) = addr.parse::<IpAddr>() {
             let max = if addr.is_ipv4() { 32 } else { 128 };
             let prefix = match prefix {
-                Some(p) => p
-                    .parse::<u8>()
-                    .ok()
-                    .filter(|p| *p <= max)
-                    .ok_or_else(|| format!("'{text}': the prefix must be 0 to {max}"))?,
+                Some(p) => p.parse::<u8>().ok().filter(|p| *p <= max).ok_or_else(|| {
+                    EgressRuleError::Prefix {
+                        text: text.to_owned(),
+                        max,
+                    }
+                })?,
                 None => max,
             };
             return Ok(EgressRule::Net { addr, prefix });
@@ -68,9 +69,7 @@ impl EgressRule {
         if name_like {
             Ok(EgressRule::Host(text.to_ascii_lowercase()))
         } else {
-            Err(format!(
-                "'{text}' is neither an address block (10.0.0.0/8) nor a host name"
-            ))
+            Err(EgressRuleError::Neither(text.to_owned()))
         }
     }
 
@@ -95,23 +94,15 @@ impl RegistrationPolicy {
     /// refused. Answers the addresses each host name resolved to and was checked at: the
     /// remote must connect to those and no others (a name that resolves elsewhere later, DNS
     /// rebinding, must not move it), except names `egress_allow` lists, which are trusted.
-    pub async fn check(&self, spec: &RemoteSpec) -> Result<Resolved, String> {
+    pub async fn check(&self, spec: &RemoteSpec) -> Result<Resolved, RegistrationRefusal> {
         if spec.env_allow.is_some() {
-            return Err(
-                "env_allow shares the server's environment: only the config file may set it"
-                    .to_owned(),
-            );
+            return Err(RegistrationRefusal::EnvAllow);
         }
         if spec.tls.as_ref().is_some_and(|t| t.ca_file.is_some()) {
-            return Err(
-                "tls.ca_file names a file on the server: only the config file may do that"
-                    .to_owned(),
-            );
+            return Err(RegistrationRefusal::CaFile);
         }
         if spec.follow_redirects && !self.allow_redirects {
-            return Err(
-                "follow_redirects needs [remote_registration] allow_redirects = true".to_owned(),
-            );
+            return Err(RegistrationRefusal::Redirects);
         }
         // Every part that could start a program or reach an address is checked, whatever the
         // kind reads: a check that chose one by the kind was skipped by a `command` beside a URL.
@@ -127,33 +118,40 @@ impl RegistrationPolicy {
         Ok(resolved)
     }
 
-    fn check_command(&self, spec: &RemoteSpec) -> Result<(), String> {
+    fn check_command(&self, spec: &RemoteSpec) -> Result<(), RegistrationRefusal> {
         let argv = &spec.command;
         let Some(rule) = self.commands.iter().find(|r| argv_allowed(r, argv)) else {
-            return Err(format!(
-                "the command {argv:?} matches no [[remote_registration.commands]] entry"
-            ));
+            return Err(RegistrationRefusal::Command(argv.clone()));
         };
         if let Some(key) = spec.env.keys().find(|k| !rule.env_keys.contains(k)) {
-            return Err(format!(
-                "env key '{key}' is not allowed for {:?} (env_keys)",
-                rule.argv
-            ));
+            return Err(RegistrationRefusal::EnvKey {
+                key: key.clone(),
+                argv: rule.argv.clone(),
+            });
         }
         if let Some(cwd) = &spec.cwd
             && !rule.cwd.contains(cwd)
         {
-            return Err(format!("cwd '{cwd}' is not allowed for {:?}", rule.argv));
+            return Err(RegistrationRefusal::Cwd {
+                cwd: cwd.clone(),
+                argv: rule.argv.clone(),
+            });
         }
         Ok(())
     }
 
     /// Checks where `url` reaches; for a host name, answers it with the addresses checked.
-    async fn check_url(&self, url: &str) -> Result<Option<(String, Vec<SocketAddr>)>, String> {
-        let parsed = reqwest::Url::parse(url).map_err(|e| format!("'{url}': {e}"))?;
+    async fn check_url(
+        &self,
+        url: &str,
+    ) -> Result<Option<(String, Vec<SocketAddr>)>, RegistrationRefusal> {
+        let parsed = reqwest::Url::parse(url).map_err(|e| RegistrationRefusal::Url {
+            url: url.to_owned(),
+            reason: e.to_string(),
+        })?;
         let port = parsed.port_or_known_default().unwrap_or(80);
         let Some(host) = parsed.host_str() else {
-            return Err(format!("'{url}' has no host"));
+            return Err(RegistrationRefusal::NoHost(url.to_owned()));
         };
         let bare = host.trim_start_matches('[').trim_end_matches(']');
         let (addresses, name) = match bare.parse::<IpAddr>() {
@@ -165,7 +163,10 @@ impl RegistrationPolicy {
                 }
                 let addresses: Vec<SocketAddr> = tokio::net::lookup_host((name.as_str(), port))
                     .await
-                    .map_err(|e| format!("'{name}' does not resolve: {e}"))?
+                    .map_err(|source| RegistrationRefusal::Resolve {
+                        name: name.clone(),
+                        source,
+                    })?
                     .collect();
                 (addresses, Some(name))
             }
@@ -173,9 +174,10 @@ impl RegistrationPolicy {
         for address in &addresses {
             let ip = address.ip();
             if !self.ip_allowed(ip) {
-                return Err(format!(
-                    "'{url}' reaches {ip}, a loopback, link-local, metadata, unspecified or this host's own address; list it in [remote_registration] egress_allow to allow it"
-                ));
+                return Err(RegistrationRefusal::Egress {
+                    url: url.to_owned(),
+                    ip,
+                });
             }
         }
         Ok(name.map(|name| (name, addresses)))
@@ -209,8 +211,58 @@ fn argv_allowed(rule: &CommandRule, argv: &[String]) -> bool {
 }
 
 /// Compiles an argument pattern so it must match a whole argument.
-pub fn anchored(pattern: &str) -> Result<Regex, String> {
-    Regex::new(&format!("^(?:{pattern})$")).map_err(|e| format!("'{pattern}': {e}"))
+pub fn anchored(pattern: &str) -> Result<Regex, PatternError> {
+    Regex::new(&format!("^(?:{pattern})$")).map_err(|source| PatternError {
+        pattern: pattern.to_owned(),
+        source,
+    })
+}
+
+/// An argument pattern that does not compile.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("'{pattern}': {source}")]
+pub struct PatternError {
+    pattern: String,
+    source: regex::Error,
+}
+
+/// An `egress_allow` entry that is neither an address block nor a host name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EgressRuleError {
+    #[error("'{text}': the prefix must be 0 to {max}")]
+    Prefix { text: String, max: u8 },
+    #[error("'{0}' is neither an address block (10.0.0.0/8) nor a host name")]
+    Neither(String),
+}
+
+/// Why a run-time registration is refused (`PERMISSION_DENIED`; the text is the caller's).
+#[derive(Debug, thiserror::Error)]
+pub enum RegistrationRefusal {
+    #[error("env_allow shares the server's environment: only the config file may set it")]
+    EnvAllow,
+    #[error("tls.ca_file names a file on the server: only the config file may do that")]
+    CaFile,
+    #[error("follow_redirects needs [remote_registration] allow_redirects = true")]
+    Redirects,
+    #[error("the command {0:?} matches no [[remote_registration.commands]] entry")]
+    Command(Vec<String>),
+    #[error("env key '{key}' is not allowed for {argv:?} (env_keys)")]
+    EnvKey { key: String, argv: Vec<String> },
+    #[error("cwd '{cwd}' is not allowed for {argv:?}")]
+    Cwd { cwd: String, argv: Vec<String> },
+    #[error("'{url}': {reason}")]
+    Url { url: String, reason: String },
+    #[error("'{0}' has no host")]
+    NoHost(String),
+    #[error("'{name}' does not resolve: {source}")]
+    Resolve {
+        name: String,
+        source: std::io::Error,
+    },
+    #[error(
+        "'{url}' reaches {ip}, a loopback, link-local, metadata, unspecified or this host's own address; list it in [remote_registration] egress_allow to allow it"
+    )]
+    Egress { url: String, ip: IpAddr },
 }
 
 /// An IPv4-mapped IPv6 address as the IPv4 address it is.
@@ -350,6 +402,7 @@ mod tests {
                 .check(&with_env)
                 .await
                 .unwrap_err()
+                .to_string()
                 .contains("LD_PRELOAD")
         );
         let with_cwd = spec(serde_json::json!({"name": "m", "kind": "mcp",
@@ -362,7 +415,11 @@ mod tests {
             serde_json::json!({"name": "w", "kind": "worker", "endpoint": "http://127.0.0.1:7001",
                 "command": ["python3", "/srv/mcp/server.py"]}),
         ] {
-            let error = policy.check(&spec(smuggled.clone())).await.unwrap_err();
+            let error = policy
+                .check(&spec(smuggled.clone()))
+                .await
+                .unwrap_err()
+                .to_string();
             assert!(error.contains("egress_allow"), "{smuggled}: {error}");
         }
     }
@@ -401,7 +458,7 @@ mod tests {
             && !own.ip().is_loopback()
         {
             let url = format!("http://{}:9464/metrics", own.ip());
-            let error = open.check(&http(&url)).await.unwrap_err();
+            let error = open.check(&http(&url)).await.unwrap_err().to_string();
             assert!(error.contains("this host's own address"), "{error}");
         }
         // NAT64 of an ordinary address is as allowed as the address.
@@ -441,6 +498,7 @@ mod tests {
                 .check(&worker_ca)
                 .await
                 .unwrap_err()
+                .to_string()
                 .contains("ca_file")
         );
         let redirecting = spec(serde_json::json!({"name": "h", "kind": "http",

@@ -137,41 +137,37 @@ impl RemoteSpec {
     }
 
     /// Checks what can be checked without connecting.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), SpecError> {
         check_name(&self.name)?;
         self.check_fields()?;
         toolgate_core::child::check_env(self.env_allow().iter().copied(), &self.env)?;
         if self.tls.is_some() && !(self.kind == RemoteKind::Worker && self.is_https()) {
-            return Err("tls applies only to a worker with an https:// endpoint".to_owned());
+            return Err(SpecError::TlsWithoutHttps);
         }
         let url = match self.kind {
             RemoteKind::Worker => match self.endpoint.as_deref() {
                 // Workers speak gRPC through tonic, which has a TLS client in this build.
                 Some(e) if e.starts_with("https://") => return Ok(()),
                 Some(e) => e,
-                None => return Err("a worker needs an endpoint".to_owned()),
+                None => return Err(SpecError::NoEndpoint),
             },
             RemoteKind::Http => match (self.url.as_deref(), &self.definition) {
                 (Some(u), Some(_)) => u,
-                (None, _) => return Err("an http remote needs a url".to_owned()),
-                (_, None) => return Err("an http remote needs a definition of its tool".to_owned()),
+                (None, _) => return Err(SpecError::NoUrl),
+                (_, None) => return Err(SpecError::NoDefinition),
             },
             RemoteKind::Mcp => match (self.command.is_empty(), self.url.as_deref()) {
                 (false, None) => return Ok(()),
                 (true, Some(u)) => u,
-                (false, Some(_)) => {
-                    return Err("set either command (stdio) or url (HTTP), not both".to_owned());
-                }
-                (true, None) => {
-                    return Err("an mcp remote needs a command (stdio) or a url (HTTP)".to_owned());
-                }
+                (false, Some(_)) => return Err(SpecError::CommandAndUrl),
+                (true, None) => return Err(SpecError::NoCommandOrUrl),
             },
         };
         for (name, value) in &self.headers {
             reqwest::header::HeaderName::try_from(name.as_str())
-                .map_err(|_| format!("'{name}' is not a valid HTTP header name"))?;
+                .map_err(|_| SpecError::HeaderName(name.clone()))?;
             reqwest::header::HeaderValue::try_from(value.as_str())
-                .map_err(|_| format!("header '{name}' has a value that is not valid in HTTP"))?;
+                .map_err(|_| SpecError::HeaderValue(name.clone()))?;
         }
         plain_http(url)
     }
@@ -179,7 +175,7 @@ impl RemoteSpec {
     /// Refuses a field that does not belong to the remote's kind: a worker `command` or an MCP
     /// `definition` would be ignored, and a field that is ignored here but read elsewhere (an
     /// egress check that looked at the command and skipped the URL) is a way around a check.
-    fn check_fields(&self) -> Result<(), String> {
+    fn check_fields(&self) -> Result<(), SpecError> {
         let stdio = !self.command.is_empty();
         let set = [
             ("endpoint", self.endpoint.is_some()),
@@ -209,7 +205,7 @@ impl RemoteSpec {
             .iter()
             .find(|(field, on)| *on && !belongs.contains(field))
         {
-            Some((field, _)) => Err(format!("{field} does not apply to {kind}")),
+            Some((field, _)) => Err(SpecError::DoesNotApply { field, kind }),
             None => Ok(()),
         }
     }
@@ -232,18 +228,54 @@ impl RemoteSpec {
 
 /// HTTP tool and MCP URLs are plain `http://`: their HTTP client has no TLS in this build, and
 /// an `https://` URL that fails on first use would be worse than a refusal now.
-fn plain_http(url: &str) -> Result<(), String> {
+fn plain_http(url: &str) -> Result<(), SpecError> {
     if url.starts_with("http://") {
         Ok(())
     } else if url.starts_with("https://") {
-        Err(format!(
-            "'{url}': https is not supported by this build (no TLS client); use http:// on loopback or a private network"
-        ))
+        Err(SpecError::Https(url.to_owned()))
     } else {
-        Err(format!(
-            "'{url}' is not a URL such as http://127.0.0.1:7001"
-        ))
+        Err(SpecError::NotAUrl(url.to_owned()))
     }
+}
+
+/// A remote definition that cannot be used, found without connecting.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    #[error(
+        "remote name {:?} is invalid: use 1 to {MAX_NAME} ASCII letters, digits, '_', '-' or '.'",
+        toolgate_core::json::truncate_chars(.0, MAX_NAME)
+    )]
+    Name(String),
+    /// A field of another kind of remote (ignored, it could hide what a check skipped).
+    #[error("{field} does not apply to {kind}")]
+    DoesNotApply {
+        field: &'static str,
+        kind: &'static str,
+    },
+    #[error(transparent)]
+    Env(#[from] toolgate_core::child::EnvError),
+    #[error("tls applies only to a worker with an https:// endpoint")]
+    TlsWithoutHttps,
+    #[error("a worker needs an endpoint")]
+    NoEndpoint,
+    #[error("an http remote needs a url")]
+    NoUrl,
+    #[error("an http remote needs a definition of its tool")]
+    NoDefinition,
+    #[error("set either command (stdio) or url (HTTP), not both")]
+    CommandAndUrl,
+    #[error("an mcp remote needs a command (stdio) or a url (HTTP)")]
+    NoCommandOrUrl,
+    #[error("'{0}' is not a valid HTTP header name")]
+    HeaderName(String),
+    #[error("header '{0}' has a value that is not valid in HTTP")]
+    HeaderValue(String),
+    #[error(
+        "'{0}': https is not supported by this build (no TLS client); use http:// on loopback or a private network"
+    )]
+    Https(String),
+    #[error("'{0}' is not a URL such as http://127.0.0.1:7001")]
+    NotAUrl(String),
 }
 
 /// Longest remote name: it is a metric label and a log field.
@@ -251,7 +283,7 @@ const MAX_NAME: usize = 64;
 
 /// A remote's name is 1 to 64 ASCII letters, digits, `_`, `-` or `.`: it becomes a metric
 /// label, a log field and part of error texts, so no newline, quote or unbounded length.
-fn check_name(name: &str) -> Result<(), String> {
+fn check_name(name: &str) -> Result<(), SpecError> {
     let valid = (1..=MAX_NAME).contains(&name.len())
         && name
             .bytes()
@@ -259,10 +291,7 @@ fn check_name(name: &str) -> Result<(), String> {
     if valid {
         Ok(())
     } else {
-        Err(format!(
-            "remote name {:?} is invalid: use 1 to {MAX_NAME} ASCII letters, digits, '_', '-' or '.'",
-            toolgate_core::json::truncate_chars(name, MAX_NAME)
-        ))
+        Err(SpecError::Name(name.to_owned()))
     }
 }
 
@@ -281,7 +310,10 @@ mod tests {
     #[track_caller]
     fn check(definition: Value, expected: Result<(), &str>) {
         let spec: RemoteSpec = serde_json::from_value(definition).unwrap();
-        assert_eq!(spec.check(), expected.map_err(str::to_owned));
+        assert_eq!(
+            spec.check().map_err(|e| e.to_string()),
+            expected.map_err(str::to_owned)
+        );
     }
 
     #[test]
@@ -330,7 +362,7 @@ mod tests {
                 json!({"name": bad, "kind": "worker", "endpoint": endpoint}),
             )
             .unwrap();
-            let error = spec.check().unwrap_err();
+            let error = spec.check().unwrap_err().to_string();
             assert!(error.starts_with("remote name "), "{error}");
             assert!(error.len() < 200, "the name is not echoed whole: {error}");
         }

@@ -160,7 +160,7 @@ fn definition(prefix: &str, tool: pb::WorkerTool) -> Result<RemoteDefinition, St
     let input_schema = match tool.input_schema {
         Some(schema) => {
             let at = format_args!("tool '{}': input_schema", tool.name);
-            Value::Object(schema.into_json_checked(&at)?)
+            Value::Object(schema.into_json_checked(&at).map_err(|e| e.to_string())?)
         }
         None => serde_json::json!({"type": "object"}),
     };
@@ -216,7 +216,7 @@ fn output_of(result: pb::InvokeResult) -> Result<ToolOutput, ToolError> {
         return structured
             .into_json_checked(&"the worker's structured result")
             .map(ToolOutput::Json)
-            .map_err(ToolError::failed);
+            .map_err(|e| ToolError::failed(e.to_string()));
     }
     let parts = result
         .content

@@ -26,12 +26,15 @@ fn request(calls: Vec<serde_json::Value>) -> pb::DispatchBatchRequest {
 fn too_many_calls_names_count_and_limit() {
     let calls = vec![json!({"name": "echo"}); 65];
     let err = batch_from_request(request(calls.clone()), local(), &rules()).unwrap_err();
-    assert_eq!(
-        err,
-        RequestError::TooManyCalls {
-            count: 65,
-            limit: 64
-        }
+    assert!(
+        matches!(
+            err,
+            RequestError::TooManyCalls {
+                count: 65,
+                limit: 64
+            }
+        ),
+        "{err:?}"
     );
     assert_eq!(err.to_string(), "the batch has 65 calls; the limit is 64");
     let mut req = request(calls);
@@ -110,10 +113,13 @@ fn calls_and_assistant_message_are_exclusive_and_session_ids_checked() {
     );
     let mut req = request(vec![]);
     req.session_id = "../etc".into();
-    assert!(matches!(
-        batch_from_request(req, local(), &rules()),
-        Err(RequestError::Invalid(_))
-    ));
+    // INVALID_ARGUMENT, now as its own variant.
+    let refused = batch_from_request(req, local(), &rules()).unwrap_err();
+    assert!(matches!(refused, RequestError::SessionId(_)), "{refused:?}");
+    assert_eq!(
+        tonic::Status::from(refused).code(),
+        tonic::Code::InvalidArgument
+    );
 }
 
 #[test]

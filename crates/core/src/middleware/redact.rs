@@ -23,6 +23,21 @@ mod patterns;
 use bare_aws::redact_bare_aws_secrets;
 use patterns::{BUILTIN, Confirm, is_secret_name};
 
+/// A redaction pattern that does not compile.
+#[derive(Debug, thiserror::Error)]
+pub enum PatternError {
+    #[error("built-in pattern {kind}: {source}")]
+    Builtin {
+        kind: &'static str,
+        source: regex::Error,
+    },
+    #[error("redaction pattern '{kind}': {source}")]
+    Custom { kind: String, source: regex::Error },
+    /// The patterns together (one set, matched first) exceed the regex engine's limits.
+    #[error(transparent)]
+    Set(#[from] regex::Error),
+}
+
 /// Object keys shorter than this are never scanned as secrets (every built-in format is longer).
 const SECRET_KEY_MIN: usize = 16;
 
@@ -150,7 +165,7 @@ impl Redactor {
     }
 
     /// The built-in patterns plus `custom` (kind, regex); fails on a regex that does not compile.
-    pub fn new(custom: &[(String, String)], entropy: bool) -> Result<Self, String> {
+    pub fn new(custom: &[(String, String)], entropy: bool) -> Result<Self, PatternError> {
         let mut rules = Vec::new();
         for pattern in BUILTIN {
             let kind = pattern.kind;
@@ -159,7 +174,8 @@ impl Redactor {
             // and fall back to a slower engine (a 46 kB README with a few accents took 65 ms
             // instead of 0.4 ms). Every secret format here is ASCII.
             let source = pattern.regex.replace(r"\b", r"(?-u:\b)");
-            let re = Regex::new(&source).map_err(|e| format!("built-in pattern {kind}: {e}"))?;
+            let builtin = |source| PatternError::Builtin { kind, source };
+            let re = Regex::new(&source).map_err(builtin)?;
             let group = |name: &str| re.capture_names().any(|n| n == Some(name));
             let replacement = format!(
                 "{}[REDACTED:{kind}]{}",
@@ -167,24 +183,27 @@ impl Redactor {
                 if group("t") { "${t}" } else { "" },
             );
             rules.push(Rule {
-                glued: anchored(&source).map_err(|e| format!("built-in pattern {kind}: {e}"))?,
+                glued: anchored(&source).map_err(builtin)?,
                 re,
                 replacement,
                 confirm: pattern.confirm,
             });
         }
         for (kind, pattern) in custom {
-            let re = Regex::new(pattern).map_err(|e| format!("redaction pattern '{kind}': {e}"))?;
+            let custom = |source| PatternError::Custom {
+                kind: kind.clone(),
+                source,
+            };
+            let re = Regex::new(pattern).map_err(custom)?;
             rules.push(Rule {
-                glued: anchored(pattern).map_err(|e| format!("redaction pattern '{kind}': {e}"))?,
+                glued: anchored(pattern).map_err(custom)?,
                 re,
                 replacement: format!("[REDACTED:{kind}]"),
                 confirm: None,
             });
         }
-        let any =
-            RegexSet::new(rules.iter().map(|rule| rule.re.as_str())).map_err(|e| e.to_string())?;
-        let entropy_runs = Regex::new(r"[A-Za-z0-9+/_\-]{32,}={0,2}").map_err(|e| e.to_string())?;
+        let any = RegexSet::new(rules.iter().map(|rule| rule.re.as_str()))?;
+        let entropy_runs = Regex::new(r"[A-Za-z0-9+/_\-]{32,}={0,2}")?;
         let shortest = rules
             .iter()
             .map(|rule| shortest_match(rule.re.as_str()))

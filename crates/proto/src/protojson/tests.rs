@@ -125,7 +125,11 @@ fn a_number_that_is_not_finite_is_refused_with_its_path_or_read_as_null() {
         };
         let value = decode(&inside.encode_to_vec());
         assert_eq!(
-            value.clone().into_json_within(64, &"calls[3]").unwrap_err(),
+            value
+                .clone()
+                .into_json_within(64, &"calls[3]")
+                .unwrap_err()
+                .to_string(),
             "calls[3] holds a number that is not finite"
         );
         assert_eq!(value.into_json(), json!([1, null]));
@@ -134,7 +138,10 @@ fn a_number_that_is_not_finite_is_refused_with_its_path_or_read_as_null() {
         };
         let decoded = Struct::decode(&*map.encode_to_vec()).unwrap();
         assert_eq!(
-            decoded.into_json_within(64, &"context").unwrap_err(),
+            decoded
+                .into_json_within(64, &"context")
+                .unwrap_err()
+                .to_string(),
             "context holds a number that is not finite"
         );
     }
@@ -149,7 +156,10 @@ fn nesting_is_counted_as_json_depth_and_refused_past_the_limit() {
         assert!(value.clone().into_json_within(levels, &"x").is_ok());
         if levels > 0 {
             assert_eq!(
-                value.into_json_within(levels - 1, &"calls[0]").unwrap_err(),
+                value
+                    .into_json_within(levels - 1, &"calls[0]")
+                    .unwrap_err()
+                    .to_string(),
                 format!("calls[0] nests deeper than {} levels", levels - 1)
             );
         }
@@ -193,7 +203,8 @@ fn nesting_past_the_decode_limit_is_skipped_without_recursion_and_refused() {
         value
             .clone()
             .into_json_within(MAX_REPLY_DEPTH, &"calls[0]")
-            .unwrap_err(),
+            .unwrap_err()
+            .to_string(),
         format!("calls[0] nests deeper than {MAX_REPLY_DEPTH} levels")
     );
     // The level past the limit is left an empty list.
