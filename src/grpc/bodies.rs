@@ -408,7 +408,7 @@ mod tests {
     use std::collections::VecDeque;
 
     use super::*;
-    use crate::grpc::budget::Budget;
+    use crate::grpc::budget::ByteBudget;
 
     /// A body that yields these chunks, then waits forever (or ends, if `end`).
     struct Chunks {
@@ -446,7 +446,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_request_holds_the_bytes_of_its_incomplete_message_only() {
-        let budget = Budget::new(0, 0, Arc::default(), ["c", "s"]);
+        let budget = ByteBudget::new(0, 0, Arc::default(), ["c", "s"]);
         let share = budget.share();
         // Two whole messages and the first 10 bytes of a third, split unevenly across chunks.
         let mut stream = message(100);
@@ -481,7 +481,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_message_left_incomplete_past_the_stall_timeout_fails_the_request() {
-        let budget = Budget::new(0, 0, Arc::default(), ["c", "s"]);
+        let budget = ByteBudget::new(0, 0, Arc::default(), ["c", "s"]);
         let partial = Bytes::copy_from_slice(&message(1000)[..200]);
         let chunks = VecDeque::from([partial]);
         let mut body = Received::new(
@@ -500,7 +500,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_reply_nobody_takes_is_evicted_and_ends_deadline_exceeded() {
-        let budget = Budget::new(0, 0, Arc::default(), ["c", "s"]);
+        let budget = ByteBudget::new(0, 0, Arc::default(), ["c", "s"]);
         let inner = tonic::body::Body::new(Chunks {
             chunks: VecDeque::from([Bytes::from(vec![1u8; 40_000])]),
             end: true,

@@ -11,7 +11,7 @@ use toolgate_core::metrics::Metrics;
 
 /// One kind of bytes the server holds for its clients, bounded server-wide.
 #[derive(Debug)]
-pub struct Budget {
+pub struct ByteBudget {
     /// The most all connections hold together.
     limit: usize,
     /// The most one connection holds.
@@ -22,10 +22,10 @@ pub struct Budget {
     labels: [&'static str; 2],
 }
 
-/// One connection's share of a `Budget`.
+/// One connection's share of a `ByteBudget`.
 #[derive(Debug)]
 pub struct Share {
-    budget: Arc<Budget>,
+    budget: Arc<ByteBudget>,
     used: AtomicUsize,
 }
 
@@ -45,7 +45,7 @@ pub enum Full {
     Server(usize),
 }
 
-impl Budget {
+impl ByteBudget {
     /// At most `limit` bytes in all, `per_connection` of them on one connection (0: no bound).
     /// A refusal is counted in `metrics` as `labels[0]` (the connection's share was full) or
     /// `labels[1]` (the server's).
@@ -55,7 +55,7 @@ impl Budget {
         metrics: Arc<Metrics>,
         labels: [&'static str; 2],
     ) -> Arc<Self> {
-        Arc::new(Budget {
+        Arc::new(ByteBudget {
             limit: if limit == 0 { usize::MAX } else { limit },
             per_connection: if per_connection == 0 {
                 usize::MAX
@@ -151,7 +151,7 @@ mod tests {
 
     #[test]
     fn a_connection_takes_its_share_and_all_take_the_servers() {
-        let budget = Budget::new(100, 60, Arc::default(), ["c", "s"]);
+        let budget = ByteBudget::new(100, 60, Arc::default(), ["c", "s"]);
         let (a, b) = (budget.share(), budget.share());
         let held_a = a.take(60).unwrap();
         assert_eq!(a.take(1).unwrap_err(), Full::Connection(60));
@@ -169,7 +169,7 @@ mod tests {
 
     #[test]
     fn zero_means_no_bound() {
-        let budget = Budget::new(0, 0, Arc::default(), ["c", "s"]);
+        let budget = ByteBudget::new(0, 0, Arc::default(), ["c", "s"]);
         let held = budget.share().take(usize::MAX / 2).unwrap();
         assert_eq!(held.bytes(), usize::MAX / 2);
     }

@@ -14,7 +14,7 @@ use toolgate_core::duration::readable;
 
 /// What one health check found.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Health {
+pub enum Probed {
     /// The server answered `SERVING` for the service.
     Serving,
     /// The server answered, with anything but `SERVING` (the status's name, or why not).
@@ -23,19 +23,19 @@ pub enum Health {
     Unreachable(String),
 }
 
-impl Health {
+impl Probed {
     /// Whether the server said `SERVING`.
     pub fn is_serving(&self) -> bool {
-        matches!(self, Health::Serving)
+        matches!(self, Probed::Serving)
     }
 }
 
-impl fmt::Display for Health {
+impl fmt::Display for Probed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Health::Serving => f.write_str("SERVING"),
-            Health::NotServing(status) => f.write_str(status),
-            Health::Unreachable(reason) => write!(f, "unreachable: {reason}"),
+            Probed::Serving => f.write_str("SERVING"),
+            Probed::NotServing(status) => f.write_str(status),
+            Probed::Unreachable(reason) => write!(f, "unreachable: {reason}"),
         }
     }
 }
@@ -56,36 +56,36 @@ pub fn local_target(listen: SocketAddr) -> SocketAddr {
 
 /// Asks `addr` (`host:port`, plaintext) for the status of `service` (`""`: the whole server),
 /// giving up after `timeout` in all.
-pub async fn check(addr: &str, service: &str, timeout: Duration) -> Health {
+pub async fn check(addr: &str, service: &str, timeout: Duration) -> Probed {
     match tokio::time::timeout(timeout, ask(addr, service, timeout)).await {
         Ok(health) => health,
-        Err(_) => Health::Unreachable(format!("no answer within {}", readable(timeout))),
+        Err(_) => Probed::Unreachable(format!("no answer within {}", readable(timeout))),
     }
 }
 
-async fn ask(addr: &str, service: &str, timeout: Duration) -> Health {
+async fn ask(addr: &str, service: &str, timeout: Duration) -> Probed {
     let endpoint = match Endpoint::from_shared(format!("http://{addr}")) {
         Ok(endpoint) => endpoint.connect_timeout(timeout),
-        Err(e) => return Health::Unreachable(format!("'{addr}' is not an address: {e}")),
+        Err(e) => return Probed::Unreachable(format!("'{addr}' is not an address: {e}")),
     };
     let channel = match endpoint.connect().await {
         Ok(channel) => channel,
-        Err(e) => return Health::Unreachable(chain(&e)),
+        Err(e) => return Probed::Unreachable(chain(&e)),
     };
     let request = HealthCheckRequest {
         service: service.to_owned(),
     };
     match HealthClient::new(channel).check(request).await {
         Ok(response) => match ServingStatus::try_from(response.into_inner().status) {
-            Ok(ServingStatus::Serving) => Health::Serving,
-            Ok(other) => Health::NotServing(other.as_str_name().to_owned()),
-            Err(e) => Health::NotServing(e.to_string()),
+            Ok(ServingStatus::Serving) => Probed::Serving,
+            Ok(other) => Probed::NotServing(other.as_str_name().to_owned()),
+            Err(e) => Probed::NotServing(e.to_string()),
         },
         // The health service answers NOT_FOUND for a service name it does not know.
         Err(status) if status.code() == tonic::Code::NotFound => {
-            Health::NotServing(format!("SERVICE_UNKNOWN ('{service}')"))
+            Probed::NotServing(format!("SERVICE_UNKNOWN ('{service}')"))
         }
-        Err(status) => Health::Unreachable(format!("{:?}: {}", status.code(), status.message())),
+        Err(status) => Probed::Unreachable(format!("{:?}: {}", status.code(), status.message())),
     }
 }
 

@@ -34,7 +34,7 @@ use tonic::transport::server::Connected;
 
 use super::access::Authorized;
 use super::bodies::{Received, Replies, Reply};
-use super::budget::{Budget, Share};
+use super::budget::{ByteBudget, Share};
 use super::coalesce::Coalesced;
 use super::per_address::{AddressTurn, PerAddress};
 use super::tls::Tls;
@@ -84,9 +84,9 @@ pub struct TransportSettings {
 #[derive(Debug, Clone)]
 pub struct Budgets {
     /// Request bytes received and not yet decoded.
-    pub requests: Arc<Budget>,
+    pub requests: Arc<ByteBudget>,
     /// Reply bytes made and not yet handed to the transport.
-    pub replies: Arc<Budget>,
+    pub replies: Arc<ByteBudget>,
 }
 
 /// The open connections: how many, from where; shared by the accept loop and the connections.
@@ -120,18 +120,18 @@ struct StreamGuard(Arc<Streams>);
 
 /// Why a connection was closed at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Refusal {
+enum ConnectionRefusal {
     Connections,
     ConnectionsPerAddress,
     Handshakes,
 }
 
-impl Refusal {
+impl ConnectionRefusal {
     fn capacity(self) -> &'static str {
         match self {
-            Refusal::Connections => "connections",
-            Refusal::ConnectionsPerAddress => "connections_per_address",
-            Refusal::Handshakes => "tls_handshakes_per_address",
+            ConnectionRefusal::Connections => "connections",
+            ConnectionRefusal::ConnectionsPerAddress => "connections_per_address",
+            ConnectionRefusal::Handshakes => "tls_handshakes_per_address",
         }
     }
 }
@@ -157,13 +157,13 @@ impl Budgets {
     /// The budgets `[limits]` sets; refusals are counted in `metrics`.
     pub fn from_config(limits: &crate::config::Limits, metrics: &Arc<Metrics>) -> Self {
         Budgets {
-            requests: Budget::new(
+            requests: ByteBudget::new(
                 limits.max_buffered_request_bytes,
                 limits.max_buffered_request_bytes_per_connection,
                 metrics.clone(),
                 ["request_bytes_connection", "request_bytes_server"],
             ),
-            replies: Budget::new(
+            replies: ByteBudget::new(
                 limits.max_unread_reply_bytes,
                 limits.max_unread_reply_bytes_per_connection,
                 metrics.clone(),
@@ -191,20 +191,20 @@ impl Connections {
     }
 
     /// A place for a connection from `ip`, or why there is none.
-    fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<Slot, Refusal> {
+    fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<Slot, ConnectionRefusal> {
         let settings = &self.settings;
         self.open
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |open| {
                 (open < settings.max_connections).then_some(open + 1)
             })
-            .map_err(|_| Refusal::Connections)?;
+            .map_err(|_| ConnectionRefusal::Connections)?;
         // The slot exists from here: a refusal below drops it, which gives the place back.
         let Some(address) = self
             .by_address
             .take(ip, settings.max_connections_per_address)
         else {
             self.open.fetch_sub(1, Ordering::Relaxed);
-            return Err(Refusal::ConnectionsPerAddress);
+            return Err(ConnectionRefusal::ConnectionsPerAddress);
         };
         Ok(Slot {
             connections: self.clone(),
@@ -212,7 +212,7 @@ impl Connections {
         })
     }
 
-    fn refuse(&self, refusal: Refusal, peer: SocketAddr) {
+    fn refuse(&self, refusal: ConnectionRefusal, peer: SocketAddr) {
         self.metrics.refused(refusal.capacity());
         tracing::debug!(%peer, capacity = refusal.capacity(), "connection refused");
     }
@@ -276,7 +276,7 @@ pub(crate) async fn serve(
         streaming,
         builder: http2(&connections.settings),
         stall_timeout: connections.settings.stall_timeout,
-        exempt: Budget::new(0, 0, Arc::default(), ["", ""]).share(),
+        exempt: ByteBudget::new(0, 0, Arc::default(), ["", ""]).share(),
     });
     loop {
         let accepted = tokio::select! {
@@ -401,7 +401,7 @@ impl Connection {
         let _turn = match turn {
             Some(turn) => turn,
             None => {
-                self.connections.refuse(Refusal::Handshakes, peer);
+                self.connections.refuse(ConnectionRefusal::Handshakes, peer);
                 return None;
             }
         };
@@ -669,10 +669,13 @@ mod tests {
         let _second = connections.admit(a).unwrap();
         assert_eq!(
             connections.admit(a).err(),
-            Some(Refusal::ConnectionsPerAddress)
+            Some(ConnectionRefusal::ConnectionsPerAddress)
         );
         let _third = connections.admit(b).unwrap();
-        assert_eq!(connections.admit(b).err(), Some(Refusal::Connections));
+        assert_eq!(
+            connections.admit(b).err(),
+            Some(ConnectionRefusal::Connections)
+        );
         assert_eq!(connections.open(), 3);
         drop(first);
         assert_eq!(connections.open(), 2);

@@ -24,7 +24,7 @@ use tokio::time::Instant;
 use crate::calls::Received;
 use crate::json;
 use crate::mapping;
-use crate::middleware::Budget;
+use crate::middleware::CharBudget;
 use crate::safety::health::Health;
 use crate::session::{Session, Sessions};
 use crate::tools::registry::Registered;
@@ -180,7 +180,7 @@ impl Dispatcher {
                 _ => (plan::chain(batch.calls.len()), 1),
             };
             let budget = (self.pipeline.batch_budget_chars > 0)
-                .then(|| Arc::new(Budget::new(self.pipeline.batch_budget_chars)));
+                .then(|| Arc::new(CharBudget::new(self.pipeline.batch_budget_chars)));
             let scope = BatchScope {
                 session: &session,
                 options: &batch.options,
@@ -234,7 +234,7 @@ struct BatchScope<'a> {
     options: &'a BatchOptions,
     observer: &'a dyn Observer,
     turn: u32,
-    budget: Option<Arc<Budget>>,
+    budget: Option<Arc<CharBudget>>,
     /// The batch's span, parent of every call's.
     trace: &'a crate::trace::Span,
     caller: &'a Arc<crate::identity::Caller>,

@@ -28,8 +28,8 @@ use crate::tools::{Catalog, ToolContext, ToolOutput};
 
 pub use cache::{Cache, CacheLayer, CacheRule, CacheScope, ResultCache};
 pub use core::Core;
-pub use output_cap::{Budget, Capped, OutputCap, OutputCapLayer, truncate_output};
-pub use permission::{Permission, PermissionLayer, PermissionRule, Verdict as PermissionVerdict};
+pub use output_cap::{Capped, CharBudget, OutputCap, OutputCapLayer, truncate_output};
+pub use permission::{Permission, PermissionLayer, PermissionRule, PermissionVerdict};
 pub use redact::{PatternError, Redact, RedactLayer, Redactor};
 pub use select::{Select, SelectLayer, select};
 pub use timeout::{Timeout, TimeoutLayer};
@@ -56,7 +56,7 @@ pub struct Invocation {
     /// The request's deadline; no call runs past it.
     pub deadline: Option<Instant>,
     /// What is left of the batch-wide output budget, if one is set.
-    pub budget: Option<Arc<Budget>>,
+    pub budget: Option<Arc<CharBudget>>,
 }
 
 /// What a tool invocation produced.

@@ -22,7 +22,7 @@ use super::pipeline::Pipeline;
 use super::result::CallResult;
 use super::spans;
 use crate::calls::ToolCall;
-use crate::middleware::Budget;
+use crate::middleware::CharBudget;
 use crate::session::Session;
 use crate::tools::registry::Registered;
 use crate::tools::{CallMetadata, ErrorClass, ToolRegistry};
@@ -37,7 +37,7 @@ pub(super) struct CallScope<'a> {
     pub cancel: &'a Cancel,
     pub pipeline: &'a Pipeline,
     pub turn: u32,
-    pub budget: Option<Arc<Budget>>,
+    pub budget: Option<Arc<CharBudget>>,
     /// The batch's span: every attempt's span is its child.
     pub trace: &'a crate::trace::Span,
     pub caller: &'a Arc<crate::identity::Caller>,

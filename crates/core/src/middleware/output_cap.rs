@@ -16,13 +16,13 @@ use crate::tools::{BoxFuture, ContentPart, ToolOutput};
 
 /// Characters left of a batch-wide output budget.
 #[derive(Debug)]
-pub struct Budget {
+pub struct CharBudget {
     remaining: AtomicUsize,
 }
 
-impl Budget {
+impl CharBudget {
     pub fn new(chars: usize) -> Self {
-        Budget {
+        CharBudget {
             remaining: AtomicUsize::new(chars),
         }
     }

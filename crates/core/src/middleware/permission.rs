@@ -18,7 +18,7 @@ use crate::tools::ErrorClass;
 /// What a rule decides (`decision = "allow" | "deny" | "ask"` in config).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Verdict {
+pub enum PermissionVerdict {
     Allow,
     Deny,
     Ask,
@@ -36,7 +36,7 @@ pub struct PermissionRule {
     pub identities: Vec<String>,
     pub tenants: Vec<String>,
     pub roles: Vec<String>,
-    pub verdict: Verdict,
+    pub verdict: PermissionVerdict,
     pub reason: String,
 }
 
@@ -136,12 +136,12 @@ where
             invoked
         };
         match rule.verdict {
-            Verdict::Deny => {
+            PermissionVerdict::Deny => {
                 let text = format!("Permission denied for tool '{}': {}", inv.tool, rule.reason);
                 let invoked = refuse(Decision::Block(rule.reason.clone()), text);
                 answered(invoked)
             }
-            Verdict::Ask => {
+            PermissionVerdict::Ask => {
                 let text = format!(
                     "Permission denied for tool '{}': approval required ({}) but the request cannot ask anyone",
                     inv.tool, rule.reason
@@ -149,7 +149,7 @@ where
                 let invoked = refuse(Decision::Ask(rule.reason.clone()), text);
                 answered(invoked)
             }
-            Verdict::Allow => {
+            PermissionVerdict::Allow => {
                 let running = self.inner.call(inv);
                 let record = GateRecord {
                     source: source.clone(),

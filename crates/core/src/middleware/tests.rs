@@ -337,7 +337,7 @@ async fn output_caps_apply_per_tool_and_per_batch() {
     };
     assert_eq!(text.chars().count(), 40);
     let mut inv = invocation("other", json!({"t": "y".repeat(80)}));
-    let budget = Arc::new(Budget::new(120));
+    let budget = Arc::new(CharBudget::new(120));
     inv.budget = Some(budget.clone());
     let first = svc.clone().oneshot(inv).await.unwrap();
     assert!(!first.truncated);

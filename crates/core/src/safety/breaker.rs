@@ -50,7 +50,7 @@ impl BreakerState {
 
 /// The answer to "may this call run?".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Admission {
+pub enum BreakerDecision {
     Allowed,
     /// Allowed as the single half-open probe; its outcome decides the breaker.
     Probe,
@@ -101,14 +101,14 @@ impl Breaker {
     }
 
     /// Decides whether a call may run; may grant the single probe slot.
-    pub fn admit(&mut self, now: Instant) -> (Admission, Option<Transition>) {
+    pub fn admit(&mut self, now: Instant) -> (BreakerDecision, Option<Transition>) {
         let before = self.state;
         let admission = match self.state {
-            BreakerState::Closed => Admission::Allowed,
+            BreakerState::Closed => BreakerDecision::Allowed,
             BreakerState::HalfOpen => {
                 let lease_end = self.probe_started.map(|s| s + self.config.probe_lease);
                 match lease_end {
-                    Some(end) if now < end => Admission::Refused,
+                    Some(end) if now < end => BreakerDecision::Refused,
                     // The probe was lost: the cooldown restarts from the end of its lease.
                     _ => {
                         self.state = BreakerState::Open;
@@ -123,16 +123,16 @@ impl Breaker {
         (admission, self.transition_from(before))
     }
 
-    fn admit_open(&mut self, now: Instant) -> Admission {
+    fn admit_open(&mut self, now: Instant) -> BreakerDecision {
         let cooled = self
             .opened_at
             .is_none_or(|at| now >= at + self.config.cooldown);
         if cooled {
             self.state = BreakerState::HalfOpen;
             self.probe_started = Some(now);
-            Admission::Probe
+            BreakerDecision::Probe
         } else {
-            Admission::Refused
+            BreakerDecision::Refused
         }
     }
 
@@ -201,7 +201,7 @@ mod tests {
     /// One step of a breaker script: an event at an offset (seconds) and the expected outcome.
     #[derive(Debug, Clone, Copy)]
     enum Step {
-        Admit(u64, Admission),
+        Admit(u64, BreakerDecision),
         Success(u64),
         Failure(u64),
         Release,
@@ -234,7 +234,7 @@ mod tests {
         }
     }
 
-    use Admission::{Allowed, Probe, Refused};
+    use BreakerDecision::{Allowed, Probe, Refused};
     use BreakerState::{Closed, HalfOpen, Open};
     use Step::*;
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::breaker::{Admission, Breaker, BreakerConfig, BreakerState, Transition};
+use super::breaker::{Breaker, BreakerConfig, BreakerDecision, BreakerState, Transition};
 
 /// What an attempt tells about a tool's health.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,7 +73,7 @@ impl Health {
     }
 
     /// The breaker gate for `tool`.
-    pub fn admit(&self, tool: &str, now: Instant) -> (Admission, Option<Transition>) {
+    pub fn admit(&self, tool: &str, now: Instant) -> (BreakerDecision, Option<Transition>) {
         self.with(tool, |e| e.breaker.admit(now))
     }
 
@@ -213,10 +213,10 @@ mod tests {
         let now = Instant::now();
         h.record("t", HealthOutcome::Failure(Duration::ZERO), false, now);
         let later = now + Duration::from_secs(30);
-        assert_eq!(h.admit("t", later).0, Admission::Probe);
-        assert_eq!(h.admit("t", later).0, Admission::Refused);
+        assert_eq!(h.admit("t", later).0, BreakerDecision::Probe);
+        assert_eq!(h.admit("t", later).0, BreakerDecision::Refused);
         h.record("t", HealthOutcome::Neutral, true, later);
-        assert_eq!(h.admit("t", later).0, Admission::Probe);
+        assert_eq!(h.admit("t", later).0, BreakerDecision::Probe);
         assert_eq!(h.report(later)[0].status, Status::Unhealthy);
     }
 }

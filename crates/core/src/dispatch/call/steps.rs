@@ -14,7 +14,7 @@ use crate::dispatch::result::CallResult;
 use crate::dispatch::spans;
 use crate::json;
 use crate::safety::backoff::RETRY_CEILING;
-use crate::safety::breaker::{Admission, Transition};
+use crate::safety::breaker::{BreakerDecision, Transition};
 use crate::safety::health::HealthOutcome;
 use crate::safety::hooks::{Gate, GateRecord, PostToolUse, PreToolUse};
 use crate::safety::recovery::{Failure, Verdict};
@@ -188,9 +188,9 @@ impl Step<'_> {
         let (admission, transition) = self.scope.pipeline.health.admit(self.tool, Instant::now());
         self.breaker_changed(transition).await;
         let probe = match admission {
-            Admission::Refused => return None,
-            Admission::Probe => true,
-            Admission::Allowed => false,
+            BreakerDecision::Refused => return None,
+            BreakerDecision::Probe => true,
+            BreakerDecision::Allowed => false,
         };
         Some(Admitted {
             pipeline: self.scope.pipeline,
