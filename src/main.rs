@@ -10,7 +10,7 @@ use toolgate::grpc::probe;
 use toolgate_core::middleware::Redactor;
 
 // Every request allocates many small, short-lived objects (protobuf values, JSON, strings) across
-// worker threads; glibc's malloc/free were a fifth of the server's CPU under load.
+// worker threads, which glibc's malloc handles poorly (BENCHMARKS.md §18).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -35,8 +35,8 @@ pub(super) type Run = Pin<Box<dyn Future<Output = Item> + Send>>;
 /// A waiting push keeps its waker and `pop` wakes it once there is room: the push may sit in a
 /// combinator (each call of a batch is a child of a `FuturesUnordered`, which polls again only
 /// the children whose own waker fired), so the stream polling the batch again is not enough.
-/// (A channel did the same with a semaphore and atomic hand-offs per event, ~4k instructions a
-/// batch; here the batch and the stream share a task and a lock taken per event.)
+/// (A channel would do the same with a semaphore and atomic hand-offs per event; here the batch
+/// and the stream share a task and a lock taken per event. BENCHMARKS.md §18 has the cost.)
 #[derive(Debug)]
 pub(super) struct Events {
     queue: Mutex<Queue>,

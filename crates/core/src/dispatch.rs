@@ -206,7 +206,8 @@ impl Dispatcher {
         let duration = started.elapsed();
         self.pipeline.metrics.batch(outcome.name(), duration);
         spans::batch_finished(&span, outcome, &outcome_reason);
-        // DEBUG, not INFO: a line per batch at the default level cost a fifth of the throughput.
+        // DEBUG, not INFO: a line per batch at the default level costs throughput (BENCHMARKS.md
+        // §17).
         tracing::debug!(target: "toolgate::dispatch",
             session = %session.id,
             outcome = outcome.name(),

@@ -36,7 +36,7 @@ pub struct ToolgateDecoder<U> {
 /// Writes a reply with `encode_raw`. `ProstEncoder` calls `Message::encode`, which first walks
 /// the whole message for its length only to check the buffer's room; tonic's buffer grows as it
 /// is written (its room is `usize::MAX` less its length), so the check cannot fail and the walk
-/// was a second pass over every reply (~1.7k instructions for a one-call `BatchResult`).
+/// would be a second pass over every reply (BENCHMARKS.md §18).
 /// `encode_raw` is the method every prost `Message` implements and `encode` calls; prost marks it
 /// for implementations' use, so a prost upgrade is checked against this encoder by the codec
 /// fuzz target and every gRPC test (prost is pinned by `Cargo.lock`).

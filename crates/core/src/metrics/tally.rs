@@ -1,9 +1,9 @@
 //! A labelled counter aggregated in atomics and exported through an observable counter.
 //!
 //! The SDK's synchronous counter hashes the whole attribute list with SipHash and allocates the
-//! label strings on every `add`; on the per-call path that was ~1.3k instructions a record, three
-//! counter records a call (`calls`, and `hook_decisions` for the rule hook and the permission
-//! rule; BENCHMARKS §9). Here a record is one FNV hash of a short name, a read lock and
+//! label strings on every `add`, and the per-call path records up to three counters a call
+//! (`calls`, and `hook_decisions` for the rule hook and the permission rule; the cost is in
+//! BENCHMARKS.md §9). Here a record is one FNV hash of a short name, a read lock and
 //! an atomic add; the attributes are built only when a reader collects. Label values stay bounded
 //! as before: the dynamic label is a registered tool, a configured hook or remote, a redaction
 //! kind; the fixed label is a `&'static str` from a closed set.

@@ -171,8 +171,8 @@ impl Redactor {
             let kind = pattern.kind;
             // The patterns write `\b` for readability and mean an ASCII word boundary: a
             // Unicode `\b` makes the regex engine's DFA give up at the first non-ASCII byte
-            // and fall back to a slower engine (a 46 kB README with a few accents took 65 ms
-            // instead of 0.4 ms). Every secret format here is ASCII.
+            // and fall back to a much slower engine (BENCHMARKS.md §18). Every secret format
+            // here is ASCII.
             let source = pattern.regex.replace(r"\b", r"(?-u:\b)");
             let builtin = |source| PatternError::Builtin { kind, source };
             let re = Regex::new(&source).map_err(builtin)?;
