@@ -30,7 +30,8 @@ use crate::session::{Session, Sessions};
 use crate::tools::registry::Registered;
 use crate::tools::{CallMetadata, Catalog, ToolRegistry};
 
-pub use crate::tools::{ErrorClass, content_of};
+pub use crate::tools::ErrorClass;
+
 pub use batch::{Batch, BatchOptions, BatchReport, Binding, Mode, Outcome};
 pub use cancel::Cancel;
 pub use events::{Event, NoObserver, Observer};

@@ -7,10 +7,10 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
 }
 
 /// FNV-1a 64's starting value.
-pub const FNV1A_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+pub(crate) const FNV1A_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 
 /// Continues an FNV-1a 64 hash with more bytes: hashing parts in turn equals hashing them joined.
-pub fn fnv1a_extend(mut hash: u64, bytes: &[u8]) -> u64 {
+pub(crate) fn fnv1a_extend(mut hash: u64, bytes: &[u8]) -> u64 {
     for byte in bytes {
         hash ^= u64::from(*byte);
         hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
@@ -20,7 +20,7 @@ pub fn fnv1a_extend(mut hash: u64, bytes: &[u8]) -> u64 {
 
 /// A 64-bit finalizer (splitmix64) so consecutive seeds give unrelated jitter (and unrelated
 /// trace and span ids).
-pub fn mix(mut x: u64) -> u64 {
+pub(crate) fn mix(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
     x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
@@ -29,7 +29,7 @@ pub fn mix(mut x: u64) -> u64 {
 
 /// A second stable 64-bit hash, independent of FNV-1a: 8-byte words folded through the splitmix64
 /// finalizer, seeded with the length. Two identities that must not collide use both.
-pub fn words64(bytes: &[u8]) -> u64 {
+pub(crate) fn words64(bytes: &[u8]) -> u64 {
     let mut hash = mix(bytes.len() as u64);
     let mut chunks = bytes.chunks_exact(8);
     for chunk in &mut chunks {

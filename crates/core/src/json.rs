@@ -64,7 +64,7 @@ pub fn depth(value: &Value) -> usize {
 }
 
 /// The JSON type of a value as a model would name it ("an object", "a string", ...).
-pub fn type_name(value: &Value) -> &'static str {
+pub(crate) fn type_name(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
@@ -83,7 +83,7 @@ pub fn truncate_chars(text: &str, max: usize) -> String {
 }
 
 /// Appends `text` cut to at most `max` characters, with `…` when cut.
-pub fn push_truncated(out: &mut String, text: &str, max: usize) {
+pub(crate) fn push_truncated(out: &mut String, text: &str, max: usize) {
     // No more bytes than `max` means no more characters: nothing to count.
     if text.len() <= max {
         out.push_str(text);
@@ -153,7 +153,7 @@ fn array_index(token: &str) -> Option<usize> {
 /// About how many bytes `value` holds in memory: a `Value` per node, the bytes of every string
 /// and key, and a map entry's own overhead. An estimate for bounding stores, not an allocator's
 /// count.
-pub fn heap_bytes(value: &Value) -> usize {
+pub(crate) fn heap_bytes(value: &Value) -> usize {
     /// A map entry's key `String` and the tree's share per entry, beyond the key's bytes.
     const ENTRY: usize = std::mem::size_of::<String>() + 16;
     let own = std::mem::size_of::<Value>();

@@ -8,7 +8,7 @@
 use serde_json::{Map, Value};
 
 /// The key of the explicit literal form `{"$literal": <value>}`.
-pub const LITERAL: &str = "$literal";
+pub(crate) const LITERAL: &str = "$literal";
 
 /// What references read.
 #[derive(Debug, Clone, Copy)]

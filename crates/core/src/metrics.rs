@@ -207,11 +207,11 @@ impl Metrics {
             .add(tool, if stop { "stop" } else { "warn" }, 1);
     }
 
-    pub fn breaker_changed(&self, tool: &str, to: &'static str) {
+    pub(crate) fn breaker_changed(&self, tool: &str, to: &'static str) {
         self.breaker_transitions.add(tool, to, 1);
     }
 
-    pub fn cache_hit(&self, tool: &str) {
+    pub(crate) fn cache_hit(&self, tool: &str) {
         self.cache_hits.add(tool, "", 1);
     }
 

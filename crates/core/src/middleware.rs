@@ -26,17 +26,23 @@ use crate::safety::hooks::GateRecord;
 use crate::tools::ErrorClass;
 use crate::tools::{Catalog, ToolContext, ToolOutput};
 
-pub use cache::{Cache, CacheLayer, CacheRule, CacheScope, ResultCache};
-pub use core::Core;
-pub use output_cap::{Capped, CharBudget, OutputCap, OutputCapLayer, truncate_output};
-pub use permission::{Permission, PermissionLayer, PermissionRule, PermissionVerdict};
-pub use redact::{PatternError, Redact, RedactLayer, Redactor};
-pub use select::{Select, SelectLayer, select};
-pub use timeout::{Timeout, TimeoutLayer};
-pub use unknown_tool::{
-    UnknownTool, UnknownToolLayer, not_available, similarity, suggest, unknown_tool_message,
-};
-pub use validate::{Validate, ValidateLayer};
+pub use cache::{Cache, CacheRule, CacheScope};
+pub(crate) use cache::{CacheLayer, ResultCache};
+pub(crate) use core::Core;
+pub use output_cap::CharBudget;
+pub(crate) use output_cap::{OutputCapLayer, truncate_output};
+pub(crate) use permission::PermissionLayer;
+pub use permission::{Permission, PermissionRule, PermissionVerdict};
+pub(crate) use redact::RedactLayer;
+pub use redact::{PatternError, Redactor};
+pub(crate) use select::SelectLayer;
+pub use select::select;
+pub use timeout::Timeout;
+pub(crate) use timeout::TimeoutLayer;
+pub use unknown_tool::UnknownTool;
+pub(crate) use unknown_tool::{UnknownToolLayer, not_available, unknown_tool_message};
+pub use validate::Validate;
+pub(crate) use validate::ValidateLayer;
 
 /// One execution of a tool, as the middleware sees it.
 #[derive(Debug, Clone)]
@@ -125,7 +131,7 @@ impl Invoked {
 
 /// A layer's future: the inner service's own when the layer has nothing to do once it answers
 /// (no allocation, no extra indirection), or a boxed one that does.
-pub type LayerFuture<F> =
+pub(crate) type LayerFuture<F> =
     futures::future::Either<F, crate::tools::BoxFuture<'static, Result<Invoked, Infallible>>>;
 
 /// A layer's answer given without calling the inner service (a refusal, a cache hit).
@@ -134,7 +140,7 @@ pub fn answered<F>(invoked: Invoked) -> LayerFuture<F> {
 }
 
 /// The assembled stack.
-pub type ToolService = BoxCloneSyncService<Invocation, Invoked, Infallible>;
+pub(crate) type ToolService = BoxCloneSyncService<Invocation, Invoked, Infallible>;
 
 /// Middleware settings, resolved from the config.
 #[derive(Debug, Clone, Default)]

@@ -26,10 +26,10 @@ use crate::safety::detector::LoopDetector;
 use crate::tools::ScratchDir;
 
 /// Longest session id accepted.
-pub const MAX_SESSION_ID_LEN: usize = 128;
+pub(crate) const MAX_SESSION_ID_LEN: usize = 128;
 
 /// Characters of input and of result kept per memory entry.
-pub const MEMORY_FIELD_CHARS: usize = 500;
+pub(crate) const MEMORY_FIELD_CHARS: usize = 500;
 
 /// The prefix of the ids of sessions made for one batch; reserved.
 const EPHEMERAL_PREFIX: &str = "batch-";
@@ -133,7 +133,7 @@ impl Session {
     }
 
     /// Whether `remember` keeps anything: memory is on and the session is named.
-    pub fn keeps_memory(&self) -> bool {
+    pub(crate) fn keeps_memory(&self) -> bool {
         self.memory_entries > 0
     }
 

@@ -19,9 +19,11 @@ use tokio_util::sync::CancellationToken;
 pub use builtin::{BUILTIN_NAMES, builtin_tools};
 pub use catalog::Catalog;
 pub use function::FnTool;
-pub use outcome::{ErrorClass, content_of};
+pub use outcome::ErrorClass;
+pub(crate) use outcome::content_of;
 pub use registry::{Registered, RegistryError, ToolPin, ToolRegistry, ToolSource};
-pub use scratch::{DEFAULT_QUOTA_BYTES, ScratchDir, remove_tree, unguessable_name};
+pub use scratch::ScratchDir;
+pub use scratch::{DEFAULT_QUOTA_BYTES, remove_tree, unguessable_name};
 
 /// The boxed future a tool returns; `'a` lets it borrow the tool and its context.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

@@ -29,42 +29,41 @@ pub mod attr {
     pub const RPC_GRPC_STATUS_CODE: &str = "rpc.grpc.status_code";
     pub const PEER_ADDRESS: &str = "network.peer.address";
     pub const PEER_PORT: &str = "network.peer.port";
-    pub const ERROR_TYPE: &str = "error.type";
+    pub(crate) const ERROR_TYPE: &str = "error.type";
 
-    pub const OPERATION: &str = "gen_ai.operation.name";
-    pub const TOOL_NAME: &str = "gen_ai.tool.name";
-    pub const TOOL_CALL_ID: &str = "gen_ai.tool.call.id";
-    pub const TOOL_TYPE: &str = "gen_ai.tool.type";
-    pub const TOOL_ARGUMENTS: &str = "gen_ai.tool.call.arguments";
-    pub const TOOL_RESULT: &str = "gen_ai.tool.call.result";
+    pub(crate) const OPERATION: &str = "gen_ai.operation.name";
+    pub(crate) const TOOL_NAME: &str = "gen_ai.tool.name";
+    pub(crate) const TOOL_CALL_ID: &str = "gen_ai.tool.call.id";
+    pub(crate) const TOOL_TYPE: &str = "gen_ai.tool.type";
+    pub(crate) const TOOL_ARGUMENTS: &str = "gen_ai.tool.call.arguments";
+    pub(crate) const TOOL_RESULT: &str = "gen_ai.tool.call.result";
 
-    pub const SESSION: &str = "toolgate.session.id";
-    pub const TURN: &str = "toolgate.batch.turn";
+    pub(crate) const SESSION: &str = "toolgate.session.id";
+    pub(crate) const TURN: &str = "toolgate.batch.turn";
     pub const CALLS: &str = "toolgate.batch.calls";
-    pub const MODE: &str = "toolgate.batch.mode";
-    pub const OUTCOME: &str = "toolgate.batch.outcome";
-    pub const CALL_INDEX: &str = "toolgate.call.index";
-    pub const ATTEMPT: &str = "toolgate.attempt";
-    pub const CACHED: &str = "toolgate.cached";
-    pub const TRUNCATED: &str = "toolgate.truncated";
-    pub const SOURCE: &str = "toolgate.tool.source";
-    pub const REMOTE: &str = "toolgate.remote.name";
-    pub const TARGET: &str = "toolgate.tool.target";
+    pub(crate) const MODE: &str = "toolgate.batch.mode";
+    pub(crate) const OUTCOME: &str = "toolgate.batch.outcome";
+    pub(crate) const CALL_INDEX: &str = "toolgate.call.index";
+    pub(crate) const ATTEMPT: &str = "toolgate.attempt";
+    pub(crate) const CACHED: &str = "toolgate.cached";
+    pub(crate) const TRUNCATED: &str = "toolgate.truncated";
+    pub(crate) const SOURCE: &str = "toolgate.tool.source";
+    pub(crate) const REMOTE: &str = "toolgate.remote.name";
+    pub(crate) const TARGET: &str = "toolgate.tool.target";
 
     /// Span events: hook verdicts, retries, loop warnings and stops, breaker changes.
-    pub const EVENT_HOOK: &str = "toolgate.hook";
-    pub const EVENT_RETRY: &str = "toolgate.retry";
-    pub const EVENT_LOOP_WARNING: &str = "toolgate.loop.warning";
-    pub const EVENT_LOOP_STOP: &str = "toolgate.loop.stop";
-    pub const EVENT_BREAKER: &str = "toolgate.breaker";
-    pub const HOOK: &str = "toolgate.hook.name";
-    pub const HOOK_STAGE: &str = "toolgate.hook.stage";
-    pub const VERDICT: &str = "toolgate.hook.verdict";
-    pub const REASON: &str = "toolgate.reason";
-    pub const DELAY_MS: &str = "toolgate.retry.delay_ms";
-    pub const REPEATS: &str = "toolgate.loop.repeats";
-    pub const FROM: &str = "toolgate.breaker.from";
-    pub const TO: &str = "toolgate.breaker.to";
+    pub(crate) const EVENT_HOOK: &str = "toolgate.hook";
+    pub(crate) const EVENT_RETRY: &str = "toolgate.retry";
+    pub(crate) const EVENT_LOOP_WARNING: &str = "toolgate.loop.warning";
+    pub(crate) const EVENT_LOOP_STOP: &str = "toolgate.loop.stop";
+    pub(crate) const EVENT_BREAKER: &str = "toolgate.breaker";
+    pub(crate) const HOOK: &str = "toolgate.hook.name";
+    pub(crate) const VERDICT: &str = "toolgate.hook.verdict";
+    pub(crate) const REASON: &str = "toolgate.reason";
+    pub(crate) const DELAY_MS: &str = "toolgate.retry.delay_ms";
+    pub(crate) const REPEATS: &str = "toolgate.loop.repeats";
+    pub(crate) const FROM: &str = "toolgate.breaker.from";
+    pub(crate) const TO: &str = "toolgate.breaker.to";
 }
 
 /// Makes spans, or only span ids when tracing is off. Cheap to clone.
@@ -154,6 +153,11 @@ pub struct Span {
 }
 
 impl Span {
+    #[cfg(test)]
+    pub(crate) fn is_recording(&self) -> bool {
+        self.cx.span().is_recording()
+    }
+
     /// No span: children of it start a new trace.
     pub fn none() -> Self {
         Span::default()
@@ -172,12 +176,8 @@ impl Span {
     }
 
     /// This span's ids, for propagation.
-    pub fn span_context(&self) -> SpanContext {
+    pub(crate) fn span_context(&self) -> SpanContext {
         self.cx.span().span_context().clone()
-    }
-
-    pub fn is_recording(&self) -> bool {
-        self.cx.span().is_recording()
     }
 
     /// Adds attributes; `attributes` runs only when the span is recorded.

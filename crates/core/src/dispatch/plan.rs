@@ -56,7 +56,8 @@ pub fn chain(len: usize) -> Plan {
 impl Plan {
     /// The wave each call would run in with unlimited concurrency and equal durations (for
     /// documentation and tests): one more than the latest wave it waits for.
-    pub fn waves(&self) -> Vec<Vec<usize>> {
+    #[cfg(test)]
+    pub(crate) fn waves(&self) -> Vec<Vec<usize>> {
         let mut level = vec![0usize; self.waits_for.len()];
         for (i, deps) in self.waits_for.iter().enumerate() {
             level[i] = deps.iter().map(|&j| level[j] + 1).max().unwrap_or(0);

@@ -51,7 +51,7 @@ impl CallResult {
     /// Records how many times the tool ran; `tool` is empty when it never did (a refusal by a
     /// hook, loop detection, the breaker or a middleware layer), so an audit never reads a
     /// refused tool as run.
-    pub fn set_executions(&mut self, executions: u32) {
+    pub(crate) fn set_executions(&mut self, executions: u32) {
         self.attempts = executions;
         if executions == 0 {
             self.tool.clear();
@@ -118,7 +118,7 @@ impl CallResult {
     /// (replaced by a note).
     /// Marks the result truncated and says whether anything changed. For replies that would
     /// otherwise be too large for the client to accept.
-    pub fn shrink_to(&mut self, max_chars: usize) -> bool {
+    pub(crate) fn shrink_to(&mut self, max_chars: usize) -> bool {
         let mut changed = false;
         let arguments = crate::json::canonical(&self.arguments);
         if arguments.len() > max_chars {

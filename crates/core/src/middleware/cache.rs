@@ -157,7 +157,7 @@ impl Store {
 
 /// The shared store, bounded by entries and by bytes (least recently used evicted first).
 #[derive(Debug)]
-pub struct ResultCache {
+pub(crate) struct ResultCache {
     max_entries: usize,
     max_bytes: usize,
     store: Mutex<Store>,
@@ -169,7 +169,7 @@ pub struct ResultCache {
 impl ResultCache {
     /// At most `max_entries` entries and `max_bytes` bytes (0: no byte bound); an output
     /// larger than an eighth of `max_bytes` is not kept, so one call cannot empty the cache.
-    pub fn new(max_entries: usize, max_bytes: usize, metrics: Arc<Metrics>) -> Self {
+    pub(crate) fn new(max_entries: usize, max_bytes: usize, metrics: Arc<Metrics>) -> Self {
         ResultCache {
             max_entries,
             max_bytes: if max_bytes == 0 {
@@ -184,7 +184,8 @@ impl ResultCache {
     }
 
     /// Bytes all entries hold.
-    pub fn bytes(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn bytes(&self) -> usize {
         self.lock().bytes
     }
 
@@ -272,18 +273,15 @@ impl ResultCache {
         }
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.lock().entries.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
 /// Applies `Cache`.
 #[derive(Debug, Clone)]
-pub struct CacheLayer {
+pub(crate) struct CacheLayer {
     cache: Arc<ResultCache>,
     rules: Arc<BTreeMap<String, CacheRule>>,
     invalidators: Arc<BTreeMap<String, String>>,
@@ -299,7 +297,7 @@ pub struct Cache<S> {
 }
 
 impl CacheLayer {
-    pub fn new(
+    pub(crate) fn new(
         cache: Arc<ResultCache>,
         rules: BTreeMap<String, CacheRule>,
         invalidators: BTreeMap<String, String>,

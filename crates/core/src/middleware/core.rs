@@ -14,12 +14,12 @@ use crate::tools::{BoxFuture, Catalog, ToolErrorKind};
 
 /// Runs registered tools.
 #[derive(Clone)]
-pub struct Core {
+pub(crate) struct Core {
     catalog: Arc<Catalog>,
 }
 
 impl Core {
-    pub fn new(catalog: Arc<Catalog>) -> Self {
+    pub(crate) fn new(catalog: Arc<Catalog>) -> Self {
         Core { catalog }
     }
 }

@@ -42,14 +42,14 @@ impl CharBudget {
 
 /// Applies `OutputCap`.
 #[derive(Debug, Clone)]
-pub struct OutputCapLayer {
+pub(crate) struct OutputCapLayer {
     max_chars: usize,
     per_tool: Arc<BTreeMap<String, usize>>,
 }
 
 /// Cuts oversized output.
 #[derive(Debug, Clone)]
-pub struct OutputCap<S> {
+pub(crate) struct OutputCap<S> {
     inner: S,
     max_chars: usize,
     per_tool: Arc<BTreeMap<String, usize>>,
@@ -57,7 +57,7 @@ pub struct OutputCap<S> {
 
 impl OutputCapLayer {
     /// `max_chars` 0 means no global cap.
-    pub fn new(max_chars: usize, per_tool: BTreeMap<String, usize>) -> Self {
+    pub(crate) fn new(max_chars: usize, per_tool: BTreeMap<String, usize>) -> Self {
         OutputCapLayer {
             max_chars,
             per_tool: Arc::new(per_tool),
@@ -103,7 +103,7 @@ fn cut(text: String, max: usize) -> (String, bool, usize) {
 
 /// One output after its cap.
 #[derive(Debug)]
-pub struct Capped {
+pub(crate) struct Capped {
     /// The output within the cap (cut JSON becomes text).
     pub output: ToolOutput,
     /// The cap cut it.
@@ -116,7 +116,7 @@ pub struct Capped {
 }
 
 /// Caps one output at `max` characters of content; JSON that is cut becomes readable text.
-pub fn truncate_output(output: ToolOutput, max: usize) -> Capped {
+pub(crate) fn truncate_output(output: ToolOutput, max: usize) -> Capped {
     match output {
         ToolOutput::Text(text) => {
             let (text, was_cut, used) = cut(text, max);

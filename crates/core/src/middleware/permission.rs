@@ -68,7 +68,7 @@ type Rules = Vec<(PermissionRule, String)>;
 
 /// Applies `Permission`.
 #[derive(Debug, Clone)]
-pub struct PermissionLayer {
+pub(crate) struct PermissionLayer {
     rules: Arc<Rules>,
 }
 
@@ -80,7 +80,7 @@ pub struct Permission<S> {
 }
 
 impl PermissionLayer {
-    pub fn new(rules: Vec<PermissionRule>) -> Self {
+    pub(crate) fn new(rules: Vec<PermissionRule>) -> Self {
         let rules = rules
             .into_iter()
             .map(|rule| {

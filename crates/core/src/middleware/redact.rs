@@ -292,7 +292,7 @@ impl Redactor {
     }
 
     /// Redacts every string inside a JSON value.
-    pub fn redact_value(&self, value: &mut Value) {
+    pub(crate) fn redact_value(&self, value: &mut Value) {
         self.redact_value_changed(value);
     }
 
@@ -360,7 +360,7 @@ impl Redactor {
     }
 
     /// Redacts a tool output in place.
-    pub fn redact_output(&self, output: &mut ToolOutput) {
+    pub(crate) fn redact_output(&self, output: &mut ToolOutput) {
         self.redact_output_changed(output);
     }
 
@@ -515,19 +515,19 @@ fn shannon(text: &str) -> f64 {
 
 /// Applies `Redact`.
 #[derive(Debug, Clone)]
-pub struct RedactLayer {
+pub(crate) struct RedactLayer {
     redactor: Arc<Redactor>,
 }
 
 /// Removes secrets from replies.
 #[derive(Debug, Clone)]
-pub struct Redact<S> {
+pub(crate) struct Redact<S> {
     inner: S,
     redactor: Arc<Redactor>,
 }
 
 impl RedactLayer {
-    pub fn new(redactor: Arc<Redactor>) -> Self {
+    pub(crate) fn new(redactor: Arc<Redactor>) -> Self {
         RedactLayer { redactor }
     }
 }

@@ -31,20 +31,20 @@ pub fn select(value: Value) -> Value {
 
 /// Applies `Select`.
 #[derive(Debug, Clone)]
-pub struct SelectLayer {
+pub(crate) struct SelectLayer {
     pass_through: Arc<BTreeSet<String>>,
 }
 
 /// Selects the result of JSON object outputs.
 #[derive(Debug, Clone)]
-pub struct Select<S> {
+pub(crate) struct Select<S> {
     inner: S,
     pass_through: Arc<BTreeSet<String>>,
 }
 
 impl SelectLayer {
     /// `pass_through` names the tools whose objects are returned whole.
-    pub fn new(pass_through: BTreeSet<String>) -> Self {
+    pub(crate) fn new(pass_through: BTreeSet<String>) -> Self {
         SelectLayer {
             pass_through: Arc::new(pass_through),
         }

@@ -18,7 +18,7 @@ use crate::tools::ErrorClass;
 
 /// Applies `Timeout`.
 #[derive(Debug, Clone)]
-pub struct TimeoutLayer {
+pub(crate) struct TimeoutLayer {
     default: Duration,
     per_tool: Arc<BTreeMap<String, Duration>>,
 }
@@ -32,7 +32,7 @@ pub struct Timeout<S> {
 }
 
 impl TimeoutLayer {
-    pub fn new(default: Duration, per_tool: BTreeMap<String, Duration>) -> Self {
+    pub(crate) fn new(default: Duration, per_tool: BTreeMap<String, Duration>) -> Self {
         TimeoutLayer {
             default,
             per_tool: Arc::new(per_tool),

@@ -14,7 +14,7 @@ use crate::tools::{BoxFuture, Catalog, ToolRegistry};
 /// The one answer to a name no registered tool has: `tool 'x' is not available`, plus
 /// `. Did you mean 'y'?` when a registered name is similar enough. Intake's pre-answer and the
 /// stack's (core + this layer) both read exactly this.
-pub fn unknown_tool_message(name: &str, registry: &ToolRegistry, threshold: f64) -> String {
+pub(crate) fn unknown_tool_message(name: &str, registry: &ToolRegistry, threshold: f64) -> String {
     let mut message = not_available(name);
     if let Some(candidate) = suggest(name, registry, threshold) {
         message.push_str(&did_you_mean(&candidate));
@@ -23,7 +23,7 @@ pub fn unknown_tool_message(name: &str, registry: &ToolRegistry, threshold: f64)
 }
 
 /// `tool 'x' is not available`: the core's answer, before this layer adds a suggestion.
-pub fn not_available(name: &str) -> String {
+pub(crate) fn not_available(name: &str) -> String {
     format!("tool '{name}' is not available")
 }
 
@@ -33,7 +33,7 @@ fn did_you_mean(candidate: &str) -> String {
 
 /// Similarity of two names in [0, 1]: longest common subsequence over the longer length, plus a
 /// small bonus for a common prefix; case-insensitive.
-pub fn similarity(a: &str, b: &str) -> f64 {
+pub(crate) fn similarity(a: &str, b: &str) -> f64 {
     let a: Vec<char> = a.to_lowercase().chars().collect();
     let b: Vec<char> = b.to_lowercase().chars().collect();
     if a.is_empty() && b.is_empty() {
@@ -68,7 +68,7 @@ pub fn similarity(a: &str, b: &str) -> f64 {
 }
 
 /// The most similar registered name at or above `threshold` (ties: alphabetical first).
-pub fn suggest(name: &str, registry: &ToolRegistry, threshold: f64) -> Option<String> {
+pub(crate) fn suggest(name: &str, registry: &ToolRegistry, threshold: f64) -> Option<String> {
     let mut best: Option<(f64, &str)> = None;
     for registered in registry.iter() {
         let candidate = registered.tool.name();
@@ -82,7 +82,7 @@ pub fn suggest(name: &str, registry: &ToolRegistry, threshold: f64) -> Option<St
 
 /// Applies `UnknownTool`.
 #[derive(Clone)]
-pub struct UnknownToolLayer {
+pub(crate) struct UnknownToolLayer {
     catalog: Arc<Catalog>,
     threshold: f64,
 }
@@ -96,7 +96,7 @@ pub struct UnknownTool<S> {
 }
 
 impl UnknownToolLayer {
-    pub fn new(catalog: Arc<Catalog>, threshold: f64) -> Self {
+    pub(crate) fn new(catalog: Arc<Catalog>, threshold: f64) -> Self {
         UnknownToolLayer {
             catalog,
             threshold: threshold.clamp(0.0, 1.0),

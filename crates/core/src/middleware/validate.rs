@@ -23,7 +23,7 @@ type Compiled = Arc<Mutex<(u64, HashMap<String, Option<Arc<jsonschema::Validator
 
 /// Applies `Validate`.
 #[derive(Clone)]
-pub struct ValidateLayer {
+pub(crate) struct ValidateLayer {
     catalog: Arc<Catalog>,
     enabled: bool,
     compiled: Compiled,
@@ -39,7 +39,7 @@ pub struct Validate<S> {
 }
 
 impl ValidateLayer {
-    pub fn new(catalog: Arc<Catalog>, enabled: bool) -> Self {
+    pub(crate) fn new(catalog: Arc<Catalog>, enabled: bool) -> Self {
         ValidateLayer {
             catalog,
             enabled,

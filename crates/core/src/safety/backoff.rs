@@ -6,7 +6,7 @@ use crate::hash::mix;
 
 /// Retries after which one more failure ends the batch (RECOVERY_EXHAUSTED), whatever a
 /// reflector or the config says: the 6th execution is the last.
-pub const RETRY_CEILING: u32 = 5;
+pub(crate) const RETRY_CEILING: u32 = 5;
 
 /// Backoff settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

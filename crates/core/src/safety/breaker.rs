@@ -66,7 +66,7 @@ pub struct Transition {
 
 /// One tool's breaker.
 #[derive(Debug, Clone)]
-pub struct Breaker {
+pub(crate) struct Breaker {
     config: BreakerConfig,
     state: BreakerState,
     consecutive_failures: u32,
@@ -76,7 +76,7 @@ pub struct Breaker {
 }
 
 impl Breaker {
-    pub fn new(config: BreakerConfig) -> Self {
+    pub(crate) fn new(config: BreakerConfig) -> Self {
         Breaker {
             config,
             state: BreakerState::Closed,
@@ -87,7 +87,7 @@ impl Breaker {
     }
 
     /// The state as of `now` (a half-open breaker whose probe lease ran out reads as open).
-    pub fn state(&self, now: Instant) -> BreakerState {
+    pub(crate) fn state(&self, now: Instant) -> BreakerState {
         match (self.state, self.probe_started) {
             (BreakerState::HalfOpen, Some(started)) if now >= started + self.config.probe_lease => {
                 BreakerState::Open
@@ -96,12 +96,12 @@ impl Breaker {
         }
     }
 
-    pub fn consecutive_failures(&self) -> u32 {
+    pub(crate) fn consecutive_failures(&self) -> u32 {
         self.consecutive_failures
     }
 
     /// Decides whether a call may run; may grant the single probe slot.
-    pub fn admit(&mut self, now: Instant) -> (BreakerDecision, Option<Transition>) {
+    pub(crate) fn admit(&mut self, now: Instant) -> (BreakerDecision, Option<Transition>) {
         let before = self.state;
         let admission = match self.state {
             BreakerState::Closed => BreakerDecision::Allowed,
@@ -137,7 +137,7 @@ impl Breaker {
     }
 
     /// A call that ran succeeded. A success reported while open is stale and ignored.
-    pub fn record_success(&mut self, now: Instant) -> Option<Transition> {
+    pub(crate) fn record_success(&mut self, now: Instant) -> Option<Transition> {
         let before = self.state;
         match self.state(now) {
             BreakerState::Open => {}
@@ -152,7 +152,7 @@ impl Breaker {
     }
 
     /// A call that ran failed in a way that says something about the tool's health.
-    pub fn record_failure(&mut self, now: Instant) -> Option<Transition> {
+    pub(crate) fn record_failure(&mut self, now: Instant) -> Option<Transition> {
         let before = self.state;
         self.consecutive_failures = self.consecutive_failures.saturating_add(1);
         self.probe_started = None;
@@ -175,7 +175,7 @@ impl Breaker {
 
     /// The probe ended without telling anything (cancelled, refused by policy): its slot is
     /// released at once so the next call can probe without waiting for the lease.
-    pub fn release_probe(&mut self) -> Option<Transition> {
+    pub(crate) fn release_probe(&mut self) -> Option<Transition> {
         let before = self.state;
         if self.state == BreakerState::HalfOpen {
             self.state = BreakerState::Open;

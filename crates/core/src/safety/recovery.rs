@@ -55,7 +55,7 @@ impl Reflector for DefaultReflector {
 }
 
 /// The built-in decision, as a plain function.
-pub fn judge(failure: &Failure<'_>) -> Verdict {
+pub(crate) fn judge(failure: &Failure<'_>) -> Verdict {
     let give_up = |reason: &str| Verdict::GiveUp {
         reason: reason.to_owned(),
     };

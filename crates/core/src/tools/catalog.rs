@@ -25,12 +25,12 @@ impl Catalog {
     }
 
     /// The registry as it is now.
-    pub fn snapshot(&self) -> Arc<ToolRegistry> {
+    pub(crate) fn snapshot(&self) -> Arc<ToolRegistry> {
         self.current.read().clone()
     }
 
     /// Changes with every successful update (for caches of per-tool data).
-    pub fn generation(&self) -> u64 {
+    pub(crate) fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
     }
 

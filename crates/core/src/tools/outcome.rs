@@ -64,7 +64,7 @@ impl ToolOutput {
 
     /// About how many bytes this output holds in memory (its texts, and a JSON value's nodes):
     /// what a store of outputs counts against its bound.
-    pub fn heap_bytes(&self) -> usize {
+    pub(crate) fn heap_bytes(&self) -> usize {
         match self {
             ToolOutput::Text(text) => text.len(),
             ToolOutput::Json(value) => json::heap_bytes(value),
@@ -90,7 +90,7 @@ impl ToolOutput {
 }
 
 /// A string result is used verbatim; any other JSON is canonical compact JSON.
-pub fn content_of(value: &Value) -> String {
+pub(crate) fn content_of(value: &Value) -> String {
     match value {
         Value::String(text) => text.clone(),
         other => json::canonical(other),

@@ -15,7 +15,8 @@ use super::builtin::Builtin;
 use super::{Annotations, BoxFuture, ToolContext, ToolError, ToolOutput, input_str};
 use beneath::{BeneathError, Budget};
 
-pub use dir::{DEFAULT_QUOTA_BYTES, ScratchDir, unguessable_name};
+pub use dir::ScratchDir;
+pub use dir::{DEFAULT_QUOTA_BYTES, unguessable_name};
 
 /// Largest file the scratch tools write or read, in bytes.
 const MAX_FILE_BYTES: usize = 1024 * 1024;

@@ -51,7 +51,8 @@ impl ScratchDir {
     }
 
     /// The same place with another quota (0: none); for use before the directory is made.
-    pub fn with_quota(self, quota: u64) -> Self {
+    #[cfg(test)]
+    pub(crate) fn with_quota(self, quota: u64) -> Self {
         ScratchDir::build(self.inner.place.clone(), quota)
     }
 
