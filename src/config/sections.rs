@@ -1,15 +1,20 @@
-//! The config's section types, one per `[section]`, with their defaults. Where the code has a
+//! The config's section types, one per `[section]`, with their defaults. Values are typed as they
+//! are read (`parse.rs`): addresses are `SocketAddr`, URLs `Url`, the trace sampler an enum, and
+//! a setting whose `""` means "off" or "unset" in the file is an `Option`. Where the code has a
 //! type for a setting, the section holds that type itself (no mirror types): breaker, bindings,
 //! rule actions, hook failure modes, permission verdicts, cache scopes, per-tool loop and retry.
 //! Over 400 lines because it is one small type per section with its `Default`: the defaults sit
 //! next to their fields, where the test pinning them to `config/default.toml` points.
 
 use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
+use url::Url;
 
+use super::parse;
 use toolgate_core::duration;
 use toolgate_core::duration::optional as optional_duration;
 use toolgate_core::middleware::{CacheScope, PermissionVerdict};
@@ -19,7 +24,9 @@ use toolgate_core::safety::policy::{PerToolLoop, PerToolRetry};
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerConfig {
-    pub listen: String,
+    /// The gRPC listener's address (`--listen` and `TOOLGATE_LISTEN` override it).
+    #[serde(deserialize_with = "parse::server_listen")]
+    pub listen: SocketAddr,
     pub max_message_bytes: usize,
     pub max_concurrent_batches: usize,
     /// Calls running at once across all batches (a PARALLEL batch takes its concurrency).
@@ -98,8 +105,10 @@ pub struct DispatchConfig {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SessionsConfig {
-    /// Empty: a per-server directory under the system temp dir.
-    pub scratch_base: PathBuf,
+    /// Where session directories go; `None` (`""` in the file): a per-server directory under
+    /// the system temp dir, removed when the server stops.
+    #[serde(deserialize_with = "parse::empty_as_none")]
+    pub scratch_base: Option<PathBuf>,
     #[serde(with = "duration")]
     pub idle_ttl: Duration,
     pub max_sessions: usize,
@@ -201,7 +210,8 @@ pub struct CommandHookConfig {
 pub struct GrpcHookConfig {
     #[serde(default)]
     pub name: Option<String>,
-    /// `http://host:port`.
+    /// `http://host:port`: text handed to the hook's channel, checked by validation so that
+    /// the problem names the entry (`hooks.grpc[<n>].endpoint`), as remotes' endpoints are.
     pub endpoint: String,
     #[serde(default = "any_tool")]
     pub tools: String,
@@ -359,9 +369,9 @@ impl RemoteRegistrationConfig {
                 return Err(format!("remote_registration.commands[{i}].argv: required"));
             }
             let args =
-                match c.args_pattern.as_str() {
-                    "" => None,
-                    pattern => Some(anchored(pattern).map_err(|e| {
+                match &c.args_pattern {
+                    None => None,
+                    Some(pattern) => Some(anchored(pattern).map_err(|e| {
                         format!("remote_registration.commands[{i}].args_pattern: {e}")
                     })?),
                 };
@@ -393,9 +403,10 @@ impl RemoteRegistrationConfig {
 pub struct CommandConfig {
     /// The whole argv, or its prefix when `args_pattern` is set.
     pub argv: Vec<String>,
-    /// A regex each argument after `argv` must match whole; empty: no further arguments.
-    #[serde(default)]
-    pub args_pattern: String,
+    /// A regex each argument after `argv` must match whole; `None` (`""` in the file): no
+    /// further arguments.
+    #[serde(default, deserialize_with = "parse::empty_as_none")]
+    pub args_pattern: Option<String>,
     /// Environment keys a registration may set.
     #[serde(default)]
     pub env_keys: Vec<String>,
@@ -469,16 +480,19 @@ pub fn log_filter(directives: &str) -> Result<tracing_subscriber::EnvFilter, Str
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AdminConfig {
-    /// Address of the admin HTTP listener; empty turns it off.
-    pub listen: String,
+    /// Address of the admin HTTP listener; `None` (`""` in the file) turns it off.
+    #[serde(deserialize_with = "parse::admin_listen")]
+    pub listen: Option<SocketAddr>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TelemetryConfig {
-    /// OTLP/gRPC collector, such as `http://127.0.0.1:4317`. Empty: `OTEL_EXPORTER_OTLP_ENDPOINT`
-    /// (or `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`) when set, else nothing is exported.
-    pub otlp_endpoint: String,
+    /// OTLP/gRPC collector, such as `http://127.0.0.1:4317`. `None` (`""` in the file):
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` (or `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`) when set, else
+    /// nothing is exported.
+    #[serde(deserialize_with = "parse::otlp_endpoint")]
+    pub otlp_endpoint: Option<Url>,
     /// The `service.name` resource attribute; `OTEL_SERVICE_NAME` wins.
     pub service_name: String,
     /// How often metrics are pushed to the collector.
@@ -490,10 +504,9 @@ pub struct TelemetryConfig {
     /// Export traces when a collector is configured (`OTEL_TRACES_EXPORTER=none` also turns
     /// them off).
     pub traces: bool,
-    /// Which traces are recorded: an `OTEL_TRACES_SAMPLER` name (`parentbased_always_on`,
-    /// `parentbased_traceidratio`, `traceidratio`, `always_on`, `always_off`,
-    /// `parentbased_always_off`); `OTEL_TRACES_SAMPLER` wins.
-    pub sampler: String,
+    /// Which traces are recorded; `OTEL_TRACES_SAMPLER` wins.
+    #[serde(deserialize_with = "parse::sampler")]
+    pub sampler: TraceSampler,
     /// The ratio of the `*traceidratio` samplers, 0 to 1; `OTEL_TRACES_SAMPLER_ARG` wins.
     pub sampler_ratio: f64,
     /// Finished spans waiting for export at most; more are dropped (and counted).
@@ -502,6 +515,53 @@ pub struct TelemetryConfig {
     /// and `.result`), redacted and cut to `content_max_chars`.
     pub capture_content: bool,
     pub content_max_chars: usize,
+}
+
+/// Which traces are recorded, by `OTEL_TRACES_SAMPLER` name (`TraceSampler::name`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TraceSampler {
+    /// `always_on`.
+    AlwaysOn,
+    /// `always_off`.
+    AlwaysOff,
+    /// `traceidratio`: `sampler_ratio` of the traces.
+    TraceIdRatio,
+    /// `parentbased_always_on`: follow the client's decision, record new traces.
+    #[default]
+    ParentBasedAlwaysOn,
+    /// `parentbased_always_off`.
+    ParentBasedAlwaysOff,
+    /// `parentbased_traceidratio`.
+    ParentBasedTraceIdRatio,
+}
+
+impl TraceSampler {
+    /// Every sampler, in the order an error lists their names.
+    pub const ALL: [TraceSampler; 6] = [
+        TraceSampler::AlwaysOn,
+        TraceSampler::AlwaysOff,
+        TraceSampler::TraceIdRatio,
+        TraceSampler::ParentBasedAlwaysOn,
+        TraceSampler::ParentBasedAlwaysOff,
+        TraceSampler::ParentBasedTraceIdRatio,
+    ];
+
+    /// The `OTEL_TRACES_SAMPLER` name, as the file spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            TraceSampler::AlwaysOn => "always_on",
+            TraceSampler::AlwaysOff => "always_off",
+            TraceSampler::TraceIdRatio => "traceidratio",
+            TraceSampler::ParentBasedAlwaysOn => "parentbased_always_on",
+            TraceSampler::ParentBasedAlwaysOff => "parentbased_always_off",
+            TraceSampler::ParentBasedTraceIdRatio => "parentbased_traceidratio",
+        }
+    }
+
+    /// The sampler of that name.
+    pub fn named(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.name() == name)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -515,7 +575,7 @@ pub enum LogFormat {
 impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
-            listen: "127.0.0.1:50051".to_owned(),
+            listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 50051)),
             insecure: false,
             max_message_bytes: 4 * 1024 * 1024,
             max_concurrent_batches: 256,
@@ -567,7 +627,7 @@ impl Default for DispatchConfig {
 impl Default for SessionsConfig {
     fn default() -> Self {
         SessionsConfig {
-            scratch_base: PathBuf::new(),
+            scratch_base: None,
             idle_ttl: Duration::from_secs(30 * 60),
             max_sessions: 10_000,
         }
@@ -677,12 +737,12 @@ impl Default for BuiltinConfig {
 impl Default for TelemetryConfig {
     fn default() -> Self {
         TelemetryConfig {
-            otlp_endpoint: String::new(),
+            otlp_endpoint: None,
             service_name: "toolgate".to_owned(),
             metrics_interval: Duration::from_secs(60),
             export_timeout: Duration::from_secs(10),
             traces: true,
-            sampler: "parentbased_always_on".to_owned(),
+            sampler: TraceSampler::ParentBasedAlwaysOn,
             sampler_ratio: 1.0,
             max_queued_spans: 2048,
             capture_content: false,
@@ -694,7 +754,7 @@ impl Default for TelemetryConfig {
 impl Default for AdminConfig {
     fn default() -> Self {
         AdminConfig {
-            listen: "127.0.0.1:9464".to_owned(),
+            listen: Some(SocketAddr::from((Ipv4Addr::LOCALHOST, 9464))),
         }
     }
 }
@@ -712,12 +772,17 @@ impl Default for LogConfig {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TlsConfig {
-    /// PEM certificate chain; with `key_file`, the server speaks TLS only.
-    pub cert_file: String,
+    /// PEM certificate chain; with `key_file`, the server speaks TLS only. `None` (`""` in the
+    /// file): TLS is off.
+    #[serde(deserialize_with = "parse::empty_as_none")]
+    pub cert_file: Option<PathBuf>,
     /// PEM private key (PKCS#8, PKCS#1 or SEC1).
-    pub key_file: String,
-    /// PEM CA bundle: clients presenting a certificate must chain to it.
-    pub client_ca_file: String,
+    #[serde(deserialize_with = "parse::empty_as_none")]
+    pub key_file: Option<PathBuf>,
+    /// PEM CA bundle: clients presenting a certificate must chain to it. `None`: no client
+    /// certificates.
+    #[serde(deserialize_with = "parse::empty_as_none")]
+    pub client_ca_file: Option<PathBuf>,
     /// With `client_ca_file`: refuse connections without a client certificate.
     pub require_client_cert: bool,
     /// How often the files are checked for changes (SIGHUP reloads at once); zero: only SIGHUP.
@@ -729,17 +794,18 @@ pub struct TlsConfig {
 }
 
 impl TlsConfig {
+    /// Whether the server speaks TLS (validation has checked the key comes with it).
     pub fn enabled(&self) -> bool {
-        !self.cert_file.is_empty()
+        self.cert_file.is_some()
     }
 }
 
 impl Default for TlsConfig {
     fn default() -> Self {
         TlsConfig {
-            cert_file: String::new(),
-            key_file: String::new(),
-            client_ca_file: String::new(),
+            cert_file: None,
+            key_file: None,
+            client_ca_file: None,
             require_client_cert: true,
             reload_interval: Duration::from_secs(30),
             handshake_timeout: Duration::from_secs(10),
@@ -811,9 +877,13 @@ pub struct TokenConfig {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct JwtConfig {
-    pub jwks_file: String,
+    /// A JWKS file, read at start. `None` (`""` in the file): none.
+    #[serde(deserialize_with = "parse::empty_as_none")]
+    pub jwks_file: Option<PathBuf>,
     /// Fetched at start and every `jwks_refresh` (and when a token names an unknown key id).
-    pub jwks_url: String,
+    /// `None` (`""` in the file): none.
+    #[serde(deserialize_with = "parse::jwks_url")]
+    pub jwks_url: Option<Url>,
     #[serde(with = "duration")]
     pub jwks_refresh: Duration,
     /// Required `iss`.
@@ -832,16 +902,17 @@ pub struct JwtConfig {
 }
 
 impl JwtConfig {
+    /// Whether JWTs are accepted: a JWKS file or URL is given.
     pub fn enabled(&self) -> bool {
-        !self.jwks_file.is_empty() || !self.jwks_url.is_empty()
+        self.jwks_file.is_some() || self.jwks_url.is_some()
     }
 }
 
 impl Default for JwtConfig {
     fn default() -> Self {
         JwtConfig {
-            jwks_file: String::new(),
-            jwks_url: String::new(),
+            jwks_file: None,
+            jwks_url: None,
             jwks_refresh: Duration::from_secs(600),
             issuer: String::new(),
             audience: String::new(),

@@ -109,7 +109,10 @@ impl Authenticator {
             .collect();
         let (jwt, refresher) = if config.jwt.enabled() {
             let jwt = Arc::new(Jwt::new(&config.jwt).await?);
-            let refresher = (!config.jwt.jwks_url.is_empty())
+            let refresher = config
+                .jwt
+                .jwks_url
+                .is_some()
                 .then(|| tokio::spawn(jwt.clone().refresh_every(config.jwt.jwks_refresh)));
             (Some(jwt), refresher)
         } else {
@@ -381,7 +384,7 @@ impl Jwt {
             .map_err(|e| format!("auth.jwt: {e}"))?;
         let jwt = Jwt {
             keys: RwLock::new(JwkSet { keys: Vec::new() }),
-            url: (!config.jwks_url.is_empty()).then(|| config.jwks_url.clone()),
+            url: config.jwks_url.as_ref().map(|url| url.as_str().to_owned()),
             client,
             issuer: config.issuer.clone(),
             audience: config.audience.clone(),
@@ -391,11 +394,11 @@ impl Jwt {
             leeway: config.leeway.as_secs(),
             last_fetch: Mutex::new(None),
         };
-        if !config.jwks_file.is_empty() {
-            let text = std::fs::read_to_string(&config.jwks_file)
-                .map_err(|e| format!("auth.jwt.jwks_file '{}': {e}", config.jwks_file))?;
+        if let Some(file) = &config.jwks_file {
+            let text = std::fs::read_to_string(file)
+                .map_err(|e| format!("auth.jwt.jwks_file '{}': {e}", file.display()))?;
             *jwt.keys.write() = serde_json::from_str(&text)
-                .map_err(|e| format!("auth.jwt.jwks_file '{}': {e}", config.jwks_file))?;
+                .map_err(|e| format!("auth.jwt.jwks_file '{}': {e}", file.display()))?;
         } else if let Err(error) = jwt.fetch().await {
             tracing::warn!(%error, "the JWKS was not fetched at start; JWTs are refused until it is");
         }
