@@ -1,8 +1,8 @@
 //! Typed configuration: the embedded default, a TOML file and `TOOLGATE_*` environment variables,
 //! merged in that order (`load.rs`), typed into the section types (`sections.rs`; addresses, URLs,
 //! the sampler and "off" values are typed as they are read, `parse.rs`), then validated with
-//! every problem reported at once (`validate.rs`). The list of sections is written once, below:
-//! it makes the `Config` struct, the reader and the list of known names.
+//! every problem reported at once (`validate.rs`, a list of rules). The list of sections is
+//! written once, below: it makes the `Config` struct, the reader and the list of known names.
 
 mod load;
 mod parse;
