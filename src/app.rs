@@ -5,7 +5,7 @@
 mod admin;
 pub(crate) mod build;
 
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
@@ -61,8 +61,8 @@ pub enum StartError {
     #[error(transparent)]
     Hooks(#[from] build::HookError),
     /// A redaction pattern does not compile.
-    #[error("{0}")]
-    Redaction(String),
+    #[error(transparent)]
+    Redaction(#[from] toolgate_core::middleware::PatternError),
     /// An OTLP exporter could not be built.
     #[error(transparent)]
     Telemetry(#[from] crate::telemetry::ExporterError),
@@ -131,9 +131,9 @@ impl Server {
     }
 
     /// Starts on the config's `server.listen` address (and the admin listener on
-    /// `admin.listen`, unless that is empty).
+    /// `admin.listen`, unless that is off).
     pub async fn start(self) -> Result<RunningServer, StartError> {
-        let listener = bind(&self.config.server.listen).await?;
+        let listener = bind(self.config.server.listen).await?;
         let admin = self.admin_listener(None).await?;
         self.start_with(listener, admin).await
     }
@@ -141,25 +141,28 @@ impl Server {
     /// Starts on `127.0.0.1:0` (any free port), and the admin listener too when it is on: the
     /// usual choice for tests.
     pub async fn start_local(self) -> Result<RunningServer, StartError> {
-        let listener = bind("127.0.0.1:0").await?;
-        let admin = self.admin_listener(Some("127.0.0.1:0")).await?;
+        let any_port = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
+        let listener = bind(any_port).await?;
+        let admin = self.admin_listener(Some(any_port)).await?;
         self.start_with(listener, admin).await
     }
 
     /// Starts on an already bound listener (and the admin listener on `admin.listen`, unless
-    /// that is empty).
+    /// that is off).
     pub async fn start_on(self, listener: TcpListener) -> Result<RunningServer, StartError> {
         let admin = self.admin_listener(None).await?;
         self.start_with(listener, admin).await
     }
 
     /// The admin listener, on `addr` instead of the configured address when given; `None` when
-    /// `admin.listen` is empty.
-    async fn admin_listener(&self, addr: Option<&str>) -> Result<Option<TcpListener>, StartError> {
-        let configured = &self.config.admin.listen;
-        if configured.is_empty() {
+    /// `admin.listen` is off.
+    async fn admin_listener(
+        &self,
+        addr: Option<SocketAddr>,
+    ) -> Result<Option<TcpListener>, StartError> {
+        let Some(configured) = self.config.admin.listen else {
             return Ok(None);
-        }
+        };
         Ok(Some(bind(addr.unwrap_or(configured)).await?))
     }
 
@@ -326,8 +329,7 @@ impl Server {
         }));
         let mut hooks = configured_hooks(c)?;
         hooks.extend(self.hooks.iter().cloned());
-        let middleware =
-            middleware_config(c, self.metrics.metrics()).map_err(StartError::Redaction)?;
+        let middleware = middleware_config(c, self.metrics.metrics())?;
         let mut pipeline = Pipeline::new(registry, health, c.policy(), &middleware);
         pipeline.hooks = Hooks::new(hooks);
         pipeline.reflector = self.reflector.clone();
@@ -392,11 +394,11 @@ impl RunningServer {
 }
 
 /// A listener on `addr`.
-async fn bind(addr: &str) -> Result<TcpListener, StartError> {
+async fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {
     TcpListener::bind(addr)
         .await
         .map_err(|source| StartError::Bind {
-            addr: addr.to_owned(),
+            addr: addr.to_string(),
             source,
         })
 }

@@ -1,9 +1,11 @@
 //! Typed configuration: the embedded default, a TOML file and `TOOLGATE_*` environment variables,
-//! merged in that order (`load.rs`), typed into the section types (`sections.rs`), then validated
-//! with every problem reported at once (`validate.rs`). The list of sections is written once,
-//! below: it makes the `Config` struct, the reader and the list of known names.
+//! merged in that order (`load.rs`), typed into the section types (`sections.rs`; addresses, URLs,
+//! the sampler and "off" values are typed as they are read, `parse.rs`), then validated with
+//! every problem reported at once (`validate.rs`, a list of rules). The list of sections is
+//! written once, below: it makes the `Config` struct, the reader and the list of known names.
 
 mod load;
+mod parse;
 mod sections;
 mod validate;
 
@@ -18,22 +20,15 @@ use toolgate_core::safety::{backoff::Backoff, detector::Thresholds};
 use toolgate_remotes::RemoteSpec;
 
 pub use sections::*;
+/// The type of the config's URLs (`telemetry.otlp_endpoint`, `auth.jwt.jwks_url`), for
+/// embedders that set them in code.
+pub use url::Url;
 
 /// The embedded default configuration, as shipped.
 pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
 
 /// Prefix of environment variables that override config keys.
 pub const ENV_PREFIX: &str = "TOOLGATE_";
-
-/// The trace samplers `telemetry.sampler` may name (the `OTEL_TRACES_SAMPLER` names).
-pub const SAMPLERS: &[&str] = &[
-    "always_on",
-    "always_off",
-    "traceidratio",
-    "parentbased_always_on",
-    "parentbased_always_off",
-    "parentbased_traceidratio",
-];
 
 /// Declares the sections once: the `Config` struct, `SECTIONS` and the per-section reader.
 macro_rules! sections {

@@ -117,11 +117,7 @@ fn health(args: HealthArgs) -> ExitCode {
                 ));
                 return ExitCode::FAILURE;
             }
-            // Validation has checked that the address parses.
-            Ok(config) => match config.server.listen.parse() {
-                Ok(listen) => probe::local_target(listen).to_string(),
-                Err(_) => config.server.listen,
-            },
+            Ok(config) => probe::local_target(config.server.listen).to_string(),
             Err(e) => {
                 report_error(&e.to_string());
                 return ExitCode::FAILURE;

@@ -21,7 +21,7 @@ use toolgate_remotes::GrpcHook;
 pub(crate) fn middleware_config(
     c: &Config,
     metrics: Arc<Metrics>,
-) -> Result<MiddlewareConfig, String> {
+) -> Result<MiddlewareConfig, toolgate_core::middleware::PatternError> {
     let redactor = c.redaction.redactor()?.with_metrics(metrics.clone());
     let permissions = c
         .permissions
@@ -204,21 +204,20 @@ pub(super) fn sessions(
         max_memory_bytes: config.memory.max_bytes,
         scratch_quota_bytes: config.tools.builtin.scratch_quota_bytes,
     };
-    let configured = &config.sessions.scratch_base;
-    if configured.as_os_str().is_empty() {
-        let temp = std::env::temp_dir();
-        remove_stale_bases(&temp);
-        let prefix = format!("toolgate-{}-", std::process::id());
-        let name = unguessable_name(&prefix).map_err(ScratchBaseError)?;
-        let base: PathBuf = temp.join(name);
-        Ok(Sessions::with_metrics(base, true, limits, metrics))
-    } else {
+    if let Some(configured) = &config.sessions.scratch_base {
         Ok(Sessions::with_metrics(
             configured.clone(),
             false,
             limits,
             metrics,
         ))
+    } else {
+        let temp = std::env::temp_dir();
+        remove_stale_bases(&temp);
+        let prefix = format!("toolgate-{}-", std::process::id());
+        let name = unguessable_name(&prefix).map_err(ScratchBaseError)?;
+        let base: PathBuf = temp.join(name);
+        Ok(Sessions::with_metrics(base, true, limits, metrics))
     }
 }
 

@@ -151,6 +151,9 @@ fn set_path(table: &mut Table, path: &[String], value: toml::Value) -> Result<()
     }
 }
 
+/// Types section `name` into `into`, or leaves the default there and adds the problem. A value
+/// typed as it is read names its own key (`server.listen: ...`, `parse.rs`) and is reported as
+/// it is; any other problem is the section's (`[dispatch]: 'soon' is not a duration`).
 pub(super) fn section<T: DeserializeOwned>(
     table: &mut Table,
     name: &str,
@@ -162,6 +165,12 @@ pub(super) fn section<T: DeserializeOwned>(
     };
     match value.try_into::<T>() {
         Ok(parsed) => *into = parsed,
-        Err(e) => problems.push(format!("[{name}]: {}", e.message().trim_end())),
+        Err(e) => {
+            let message = e.message().trim_end();
+            match message.strip_prefix(name) {
+                Some(key) if key.starts_with('.') => problems.push(message.to_owned()),
+                _ => problems.push(format!("[{name}]: {message}")),
+            }
+        }
     }
 }

@@ -54,7 +54,7 @@ fn environment_overrides_the_file() {
         ]),
     )
     .unwrap();
-    assert_eq!(config.server.listen, "127.0.0.1:0");
+    assert_eq!(config.server.listen, "127.0.0.1:0".parse().unwrap());
     assert_eq!(config.limits.max_calls, 7);
     assert!(!config.tools.builtin.enabled);
     assert_eq!(config.log.format, LogFormat::Json);
@@ -320,5 +320,120 @@ fn per_tool_overrides_win() {
     assert_eq!(
         (p.retry_enabled("other"), p.max_retries("other")),
         (None, 3)
+    );
+}
+
+#[test]
+fn addresses_urls_and_the_sampler_are_typed_as_they_are_read() {
+    let c = Config::from_toml(
+        "[server]\nlisten = \"[::1]:7000\"\n[admin]\nlisten = \"0.0.0.0:0\"\n\
+         [telemetry]\notlp_endpoint = \"https://collector:4317\"\nsampler = \"traceidratio\"\n\
+         [auth.jwt]\njwks_url = \"http://idp/jwks\"\nissuer = \"i\"\naudience = \"a\"",
+    )
+    .unwrap();
+    assert_eq!(c.server.listen, "[::1]:7000".parse().unwrap());
+    assert_eq!(c.admin.listen, Some("0.0.0.0:0".parse().unwrap()));
+    let otlp = c.telemetry.otlp_endpoint.unwrap();
+    assert_eq!((otlp.scheme(), otlp.port()), ("https", Some(4317)));
+    assert_eq!(c.telemetry.sampler, TraceSampler::TraceIdRatio);
+    assert_eq!(c.auth.jwt.jwks_url.unwrap().as_str(), "http://idp/jwks");
+    for sampler in TraceSampler::ALL {
+        let c = Config::from_toml(&format!("[telemetry]\nsampler = \"{}\"", sampler.name()));
+        assert_eq!(c.unwrap().telemetry.sampler, sampler);
+    }
+}
+
+/// `""` still means "off" or "unset" in a file and in a variable, as the file documents.
+#[test]
+fn an_empty_string_is_none() {
+    let c = Config::from_toml(
+        "[admin]\nlisten = \"\"\n[telemetry]\notlp_endpoint = \"\"\n[sessions]\nscratch_base = \"\"\n\
+         [tls]\ncert_file = \"\"\nkey_file = \"\"\nclient_ca_file = \"\"\n\
+         [auth.jwt]\njwks_file = \"\"\njwks_url = \"\"\n\
+         [remote_registration]\n[[remote_registration.commands]]\nargv = [\"x\"]\nargs_pattern = \"\"",
+    )
+    .unwrap();
+    assert_eq!(c.admin.listen, None);
+    assert_eq!(c.telemetry.otlp_endpoint, None);
+    assert_eq!(c.sessions.scratch_base, None);
+    assert_eq!(
+        (&c.tls.cert_file, &c.tls.key_file, &c.tls.client_ca_file),
+        (&None, &None, &None)
+    );
+    assert!(!c.tls.enabled() && !c.auth.jwt.enabled());
+    assert_eq!(c.remote_registration.commands[0].args_pattern, None);
+    let c = Config::load(None, env(&[("TOOLGATE_ADMIN__LISTEN", "")])).unwrap();
+    assert_eq!(c.admin.listen, None);
+    let c = Config::from_toml(
+        "[sessions]\nscratch_base = \"/srv/scratch\"\n[tls]\ncert_file = \"c.pem\"\nkey_file = \"k.pem\"",
+    )
+    .unwrap();
+    assert_eq!(c.sessions.scratch_base, Some("/srv/scratch".into()));
+    assert!(c.tls.enabled());
+}
+
+/// A value refused as it is read is refused with the text validation gave it, naming its key.
+#[test]
+fn a_value_typed_as_it_is_read_names_its_key() {
+    for (toml, expected) in [
+        (
+            "[server]\nlisten = \"nowhere\"",
+            "server.listen: 'nowhere' is not an address such as 127.0.0.1:50051",
+        ),
+        (
+            "[admin]\nlisten = \"localhost\"",
+            "admin.listen: 'localhost' is not an address such as 127.0.0.1:9464 (empty turns the admin listener off)",
+        ),
+        (
+            "[telemetry]\notlp_endpoint = \"collector:4317\"",
+            "telemetry.otlp_endpoint: 'collector:4317' is not a URL such as http://127.0.0.1:4317",
+        ),
+        (
+            "[telemetry]\notlp_endpoint = \"HTTP://collector:4317\"",
+            "telemetry.otlp_endpoint: 'HTTP://collector:4317' is not a URL such as http://127.0.0.1:4317",
+        ),
+        (
+            "[telemetry]\nsampler = \"sometimes\"",
+            "telemetry.sampler: 'sometimes' is not one of always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off, parentbased_traceidratio",
+        ),
+        (
+            "[auth.jwt]\njwks_url = \"ftp://idp/jwks\"",
+            "auth.jwt.jwks_url: 'ftp://idp/jwks' is not an http(s) URL",
+        ),
+        // Not a string at all: the section's problem, as before.
+        (
+            "[server]\nlisten = 5",
+            "[server]: invalid type: integer `5`, expected a string",
+        ),
+    ] {
+        let err = Config::from_toml(toml).unwrap_err();
+        assert_eq!(err.problems, [expected], "{toml}");
+    }
+}
+
+#[test]
+fn every_problem_names_its_key() {
+    let err = Config::from_toml(
+        "[server]\nmax_connections = 0\ninsecure = false\n[limits]\nmax_reply_bytes = 1\n\
+         [dispatch]\ncall_timeout = \"0s\"\n[sessions]\nidle_ttl = \"0s\"\n[retry]\nbase_delay = \"1h\"\n\
+         [telemetry]\nsampler_ratio = 2.0\n[log]\nlevel = \"=\"\n\
+         [tls]\nkey_file = \"k.pem\"\nclient_ca_file = \"ca.pem\"\n\
+         [auth]\nanonymous = \"none\"\nanonymous_roles = [\"root\"]\n\
+         [[auth.tokens]]\nid = \"\"\nsha256 = \"abc\"\n[[auth.certificates]]\nname = \"not a name\"\n\
+         [auth.jwt]\njwks_file = \"j.json\"\n\
+         [[hooks.grpc]]\nendpoint = \"localhost:7000\"\n[unknown_tool]\nsuggestion_threshold = 3.0",
+    )
+    .unwrap_err();
+    assert!(err.problems.len() >= 15, "{err}");
+    for problem in &err.problems {
+        let key = problem.split([':', ' ', '[', '.']).next().unwrap_or("");
+        assert!(SECTIONS.contains(&key), "names no key: {problem}");
+    }
+    assert!(
+        err.problems.contains(
+            &"hooks.grpc[0].endpoint: 'localhost:7000' is not a URL such as http://127.0.0.1:7000"
+                .to_owned()
+        ),
+        "{err}"
     );
 }

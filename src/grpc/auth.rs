@@ -147,7 +147,10 @@ impl Authenticator {
             .collect();
         let (jwt, refresher) = if config.jwt.enabled() {
             let jwt = Arc::new(Jwt::new(&config.jwt).await?);
-            let refresher = (!config.jwt.jwks_url.is_empty())
+            let refresher = config
+                .jwt
+                .jwks_url
+                .is_some()
                 .then(|| tokio::spawn(jwt.clone().refresh_every(config.jwt.jwks_refresh)));
             (Some(jwt), refresher)
         } else {
@@ -422,7 +425,7 @@ impl Jwt {
             .map_err(AuthError::Client)?;
         let jwt = Jwt {
             keys: RwLock::new(JwkSet { keys: Vec::new() }),
-            url: (!config.jwks_url.is_empty()).then(|| config.jwks_url.clone()),
+            url: config.jwks_url.as_ref().map(|url| url.as_str().to_owned()),
             client,
             issuer: config.issuer.clone(),
             audience: config.audience.clone(),
@@ -432,13 +435,11 @@ impl Jwt {
             leeway: config.leeway.as_secs(),
             last_fetch: Mutex::new(None),
         };
-        if !config.jwks_file.is_empty() {
-            let path = || config.jwks_file.clone();
-            let text = std::fs::read_to_string(&config.jwks_file).map_err(|source| {
-                AuthError::JwksFile {
-                    path: path(),
-                    source: source.into(),
-                }
+        if let Some(file) = &config.jwks_file {
+            let path = || file.display().to_string();
+            let text = std::fs::read_to_string(file).map_err(|source| AuthError::JwksFile {
+                path: path(),
+                source: source.into(),
             })?;
             *jwt.keys.write() =
                 serde_json::from_str(&text).map_err(|source| AuthError::JwksFile {

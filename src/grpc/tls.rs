@@ -31,11 +31,11 @@ pub struct TlsSettings {
 impl TlsSettings {
     /// The settings `[tls]` gives; `None` when TLS is off.
     pub fn from_config(config: &TlsConfig) -> Option<Self> {
-        config.enabled().then(|| TlsSettings {
-            cert: PathBuf::from(&config.cert_file),
-            key: PathBuf::from(&config.key_file),
-            client_ca: (!config.client_ca_file.is_empty())
-                .then(|| PathBuf::from(&config.client_ca_file)),
+        let (cert, key) = (config.cert_file.clone()?, config.key_file.clone()?);
+        Some(TlsSettings {
+            cert,
+            key,
+            client_ca: config.client_ca_file.clone(),
             require_client_cert: config.require_client_cert,
             reload_interval: config.reload_interval,
             handshake_timeout: config.handshake_timeout,

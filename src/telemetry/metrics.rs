@@ -51,7 +51,10 @@ impl OtlpExport {
         ]
         .iter()
         .any(|var| std::env::var(var).is_ok_and(|v| !v.is_empty()));
-        let endpoint = (!config.otlp_endpoint.is_empty()).then(|| config.otlp_endpoint.clone());
+        let endpoint = config
+            .otlp_endpoint
+            .as_ref()
+            .map(|url| url.as_str().to_owned());
         (endpoint.is_some() || from_env).then(|| OtlpExport {
             endpoint,
             service_name: config.service_name.clone(),

@@ -17,7 +17,7 @@ use opentelemetry_sdk::trace::{
 };
 
 use super::resource;
-use crate::config::TelemetryConfig;
+use crate::config::{TelemetryConfig, TraceSampler};
 use toolgate_core::metrics::Metrics;
 use toolgate_core::trace::Tracer;
 
@@ -41,12 +41,15 @@ impl TraceExport {
         let disabled = std::env::var("OTEL_TRACES_EXPORTER").is_ok_and(|v| v.trim() == "none");
         let from_env =
             set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") || set("OTEL_EXPORTER_OTLP_ENDPOINT");
-        let endpoint = (!config.otlp_endpoint.is_empty()).then(|| config.otlp_endpoint.clone());
+        let endpoint = config
+            .otlp_endpoint
+            .as_ref()
+            .map(|url| url.as_str().to_owned());
         if !config.traces || disabled || (endpoint.is_none() && !from_env) {
             return None;
         }
         let sampler =
-            (!set("OTEL_TRACES_SAMPLER")).then(|| sampler(&config.sampler, config.sampler_ratio));
+            (!set("OTEL_TRACES_SAMPLER")).then(|| sampler(config.sampler, config.sampler_ratio));
         Some(TraceExport {
             endpoint,
             service_name: config.service_name.clone(),
@@ -58,18 +61,18 @@ impl TraceExport {
     }
 }
 
-/// The sampler a `telemetry.sampler` name means (validated against `config::SAMPLERS`).
-fn sampler(name: &str, ratio: f64) -> Sampler {
+/// The SDK sampler of a `telemetry.sampler`.
+fn sampler(kind: TraceSampler, ratio: f64) -> Sampler {
     let ratio = ratio.clamp(0.0, 1.0);
-    match name {
-        "always_on" => Sampler::AlwaysOn,
-        "always_off" => Sampler::AlwaysOff,
-        "traceidratio" => Sampler::TraceIdRatioBased(ratio),
-        "parentbased_always_off" => Sampler::ParentBased(Box::new(Sampler::AlwaysOff)),
-        "parentbased_traceidratio" => {
+    match kind {
+        TraceSampler::AlwaysOn => Sampler::AlwaysOn,
+        TraceSampler::AlwaysOff => Sampler::AlwaysOff,
+        TraceSampler::TraceIdRatio => Sampler::TraceIdRatioBased(ratio),
+        TraceSampler::ParentBasedAlwaysOn => Sampler::ParentBased(Box::new(Sampler::AlwaysOn)),
+        TraceSampler::ParentBasedAlwaysOff => Sampler::ParentBased(Box::new(Sampler::AlwaysOff)),
+        TraceSampler::ParentBasedTraceIdRatio => {
             Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(ratio)))
         }
-        _ => Sampler::ParentBased(Box::new(Sampler::AlwaysOn)),
     }
 }
 

@@ -171,7 +171,7 @@ async fn a_scratch_directory_is_made_only_when_a_scratch_tool_runs() {
     let _ = std::fs::remove_dir_all(&base);
     std::fs::create_dir_all(&base).unwrap();
     let mut config = toolgate::config::Config::default();
-    config.sessions.scratch_base = base.clone();
+    config.sessions.scratch_base = Some(base.clone());
     let ts = start_with(config).await;
     let entries = || -> Vec<String> {
         let mut names: Vec<String> = std::fs::read_dir(&base)
