@@ -76,8 +76,8 @@ pub enum StartError {
     #[error(transparent)]
     Auth(#[from] crate::grpc::auth::AuthError),
     /// `[remote_registration]` rules that cannot be used.
-    #[error("{0}")]
-    Registration(String),
+    #[error(transparent)]
+    Registration(#[from] crate::config::RegistrationConfigError),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: String,
@@ -223,12 +223,7 @@ impl Server {
             auth: Arc::new(auth),
             remotes: remotes.clone(),
             allow_registration: self.config.remote_registration.enabled,
-            registration: Arc::new(
-                self.config
-                    .remote_registration
-                    .policy()
-                    .map_err(StartError::Registration)?,
-            ),
+            registration: Arc::new(self.config.remote_registration.policy()?),
         });
         admin::register_gauges(&self.metrics, &state, &remotes);
         let settings = ServeSettings {

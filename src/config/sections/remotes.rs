@@ -19,20 +19,35 @@ pub struct RemoteRegistrationConfig {
     pub allow_redirects: bool,
 }
 
+/// `[remote_registration]` rules that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistrationConfigError {
+    #[error("remote_registration.commands[{0}].argv: required")]
+    NoArgv(usize),
+    #[error("remote_registration.commands[{index}].args_pattern: {source}")]
+    ArgsPattern {
+        index: usize,
+        #[source]
+        source: toolgate_remotes::PatternError,
+    },
+    #[error("remote_registration.egress_allow: {0}")]
+    EgressAllow(#[source] toolgate_remotes::EgressRuleError),
+}
+
 impl RemoteRegistrationConfig {
     /// The policy run-time registrations are checked against.
-    pub fn policy(&self) -> Result<toolgate_remotes::RegistrationPolicy, String> {
+    pub fn policy(&self) -> Result<toolgate_remotes::RegistrationPolicy, RegistrationConfigError> {
         use toolgate_remotes::{CommandRule, EgressRule, RegistrationPolicy, anchored};
         let mut commands = Vec::new();
         for (i, c) in self.commands.iter().enumerate() {
             if c.argv.is_empty() {
-                return Err(format!("remote_registration.commands[{i}].argv: required"));
+                return Err(RegistrationConfigError::NoArgv(i));
             }
             let args =
                 match &c.args_pattern {
                     None => None,
-                    Some(pattern) => Some(anchored(pattern).map_err(|e| {
-                        format!("remote_registration.commands[{i}].args_pattern: {e}")
+                    Some(pattern) => Some(anchored(pattern).map_err(|source| {
+                        RegistrationConfigError::ArgsPattern { index: i, source }
                     })?),
                 };
             commands.push(CommandRule {
@@ -45,9 +60,7 @@ impl RemoteRegistrationConfig {
         let egress_allow = self
             .egress_allow
             .iter()
-            .map(|e| {
-                EgressRule::parse(e).map_err(|p| format!("remote_registration.egress_allow: {p}"))
-            })
+            .map(|e| EgressRule::parse(e).map_err(RegistrationConfigError::EgressAllow))
             .collect::<Result<_, _>>()?;
         Ok(RegistrationPolicy {
             commands,
