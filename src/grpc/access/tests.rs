@@ -8,7 +8,8 @@ use tower::ServiceExt as _;
 use super::*;
 use crate::config::{Anonymous, AuthConfig};
 
-/// A service toolgate does not have, counting the requests that reach it.
+/// A service toolgate does not have, counting the requests that reach it; it answers OK with
+/// the id of the caller the layer admitted, if any, as the status message.
 #[derive(Clone, Default)]
 struct Fake {
     reached: Arc<AtomicUsize>,
@@ -27,9 +28,11 @@ impl tower::Service<http::Request<Body>> for Fake {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, _: http::Request<Body>) -> Self::Future {
+    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
         self.reached.fetch_add(1, Ordering::SeqCst);
-        ready(Ok(Status::ok("").into_http()))
+        let caller = request.extensions().get::<Arc<Caller>>();
+        let id = caller.map(|c| c.id.clone()).unwrap_or_default();
+        ready(Ok(Status::ok(id).into_http()))
     }
 }
 
@@ -91,24 +94,8 @@ async fn a_method_without_a_rule_never_reaches_its_service() {
 
 #[tokio::test]
 async fn a_caller_is_judged_before_the_service_and_rides_in_the_request() {
-    #[derive(Clone)]
-    struct Echo;
-    impl tower::Service<http::Request<Body>> for Echo {
-        type Response = http::Response<Body>;
-        type Error = Infallible;
-        type Future = Ready<Result<http::Response<Body>, Infallible>>;
-        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-            Poll::Ready(Ok(()))
-        }
-        fn call(&mut self, request: http::Request<Body>) -> Self::Future {
-            let caller = request
-                .extensions()
-                .get::<Arc<Caller>>()
-                .map(|c| c.id.clone());
-            ready(Ok(Status::ok(caller.unwrap_or_default()).into_http()))
-        }
-    }
-    let gated = Authorized::new(Echo, authenticator(Anonymous::Loopback).await);
+    let fake = Fake::default();
+    let gated = Authorized::new(fake.clone(), authenticator(Anonymous::Loopback).await);
     let dispatched = gated
         .clone()
         .oneshot(local("/toolgate.v1.ToolGate/Dispatch"))
@@ -133,6 +120,11 @@ async fn a_caller_is_judged_before_the_service_and_rides_in_the_request() {
         .await
         .unwrap();
     assert_eq!(grpc_status(&remote), Some("16"), "UNAUTHENTICATED");
+    assert_eq!(
+        fake.reached.load(Ordering::SeqCst),
+        1,
+        "only the admitted request reached the service"
+    );
 }
 
 #[tokio::test]
