@@ -52,7 +52,7 @@ const AGENT: Access = Access::Role(Role::Agent);
 const ADMIN: Access = Access::Role(Role::Admin);
 
 /// Every method toolgate serves, and who may call it. The one place access is decided.
-pub const RULES: &[Rule] = &[
+pub(crate) const RULES: &[Rule] = &[
     rule("/toolgate.v1.ToolGate/DispatchBatch", AGENT, false),
     rule("/toolgate.v1.ToolGate/Dispatch", AGENT, false),
     rule("/toolgate.v1.ToolGate/ListTools", AGENT, false),
@@ -78,7 +78,7 @@ pub const RULES: &[Rule] = &[
 ];
 
 /// The rule for `path`, if it has one.
-pub fn rule_for(path: &str) -> Option<&'static Rule> {
+pub(crate) fn rule_for(path: &str) -> Option<&'static Rule> {
     RULES.iter().find(|rule| rule.path == path)
 }
 
@@ -94,13 +94,13 @@ pub fn caller<T>(request: &Request<T>) -> Result<Arc<Caller>, RequestError> {
 
 /// `inner` behind the access rules.
 #[derive(Clone)]
-pub struct Authorized<S> {
+pub(crate) struct Authorized<S> {
     inner: S,
     auth: Arc<Authenticator>,
 }
 
 impl<S> Authorized<S> {
-    pub fn new(inner: S, auth: Arc<Authenticator>) -> Self {
+    pub(crate) fn new(inner: S, auth: Arc<Authenticator>) -> Self {
         Authorized { inner, auth }
     }
 }

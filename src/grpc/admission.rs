@@ -75,7 +75,7 @@ pub enum Refusal {
 
 impl Refusal {
     /// Which capacity was full, as metrics label it.
-    pub fn capacity_name(self) -> &'static str {
+    pub(crate) fn capacity_name(self) -> &'static str {
         match self {
             Refusal::Batches(_) => "batches",
             Refusal::Calls(_) => "calls",
@@ -180,7 +180,7 @@ impl<K: std::hash::Hash + Eq> Held<K> {
 
 /// Capacity held by one running batch; dropping it gives the capacity back.
 #[derive(Debug)]
-pub struct Ticket {
+pub(crate) struct Ticket {
     admission: Arc<Admission>,
     holder: Holder,
     calls: usize,
@@ -188,7 +188,7 @@ pub struct Ticket {
 
 impl Ticket {
     /// The calls this batch may run at once (at least one).
-    pub fn calls(&self) -> usize {
+    pub(crate) fn calls(&self) -> usize {
         self.calls
     }
 }
@@ -215,13 +215,17 @@ impl Admission {
     }
 
     /// Batches and calls running now, server-wide.
-    pub fn in_use(&self) -> (usize, usize) {
+    pub(crate) fn in_use(&self) -> (usize, usize) {
         let usage = self.usage.lock();
         (usage.batches, usage.calls)
     }
 
     /// Admits a batch for `holder` that wants to run `wanted_calls` calls at once.
-    pub fn admit(self: &Arc<Self>, holder: Holder, wanted_calls: usize) -> Result<Ticket, Refusal> {
+    pub(crate) fn admit(
+        self: &Arc<Self>,
+        holder: Holder,
+        wanted_calls: usize,
+    ) -> Result<Ticket, Refusal> {
         let cap = self.capacity;
         let mut usage = self.usage.lock();
         if let Some(refusal) = self.refusal(&usage, &holder) {

@@ -117,7 +117,7 @@ impl Held {
     }
 
     /// Takes `bytes` more from the same share.
-    pub fn grow(&mut self, bytes: usize) -> Result<(), Full> {
+    pub(crate) fn grow(&mut self, bytes: usize) -> Result<(), Full> {
         let mut more = self.share.take(bytes)?;
         // Moved into this one: `more` gives back nothing when it drops.
         self.bytes += std::mem::take(&mut more.bytes);

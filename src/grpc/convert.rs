@@ -33,7 +33,7 @@ pub struct RequestRules {
 }
 
 /// Longest call id or tool name accepted (provider ids are about 40 bytes, names at most 64).
-pub const MAX_ID_BYTES: usize = 256;
+pub(crate) const MAX_ID_BYTES: usize = 256;
 
 /// Parses and checks a dispatch request; nothing has run when this fails.
 pub fn batch_from_request(
@@ -264,7 +264,7 @@ fn index(i: usize) -> u32 {
     u32::try_from(i).unwrap_or(u32::MAX)
 }
 
-pub fn call_result(r: &CallResult) -> pb::CallResult {
+pub(crate) fn call_result(r: &CallResult) -> pb::CallResult {
     pb::CallResult {
         index: index(r.index),
         id: r.id.clone(),
@@ -461,7 +461,7 @@ pub fn event(event: Event) -> pb::DispatchEvent {
     pb::DispatchEvent { event: Some(inner) }
 }
 
-pub fn breaker_state(state: BreakerState) -> pb::BreakerState {
+pub(crate) fn breaker_state(state: BreakerState) -> pb::BreakerState {
     match state {
         BreakerState::Closed => pb::BreakerState::Closed,
         BreakerState::Open => pb::BreakerState::Open,

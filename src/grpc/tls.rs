@@ -30,7 +30,7 @@ pub struct TlsSettings {
 
 impl TlsSettings {
     /// The settings `[tls]` gives; `None` when TLS is off.
-    pub fn from_config(config: &TlsConfig) -> Option<Self> {
+    pub(crate) fn from_config(config: &TlsConfig) -> Option<Self> {
         let (cert, key) = (config.cert_file.clone()?, config.key_file.clone()?);
         Some(TlsSettings {
             cert,
@@ -95,7 +95,7 @@ impl Tls {
     }
 
     /// Reloads on SIGHUP and whenever a file changes, until `stop`.
-    pub async fn watch(self, stop: CancellationToken) {
+    pub(crate) async fn watch(self, stop: CancellationToken) {
         let mut hangup =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
         let interval = self.settings.reload_interval;

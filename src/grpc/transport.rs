@@ -139,7 +139,7 @@ impl ConnectionRefusal {
 impl TransportSettings {
     /// The bounds `[server]` sets (the connection cap as configured: the binary lowers it to
     /// what its file limit allows).
-    pub fn from_config(server: &crate::config::ServerConfig) -> Self {
+    pub(crate) fn from_config(server: &crate::config::ServerConfig) -> Self {
         TransportSettings {
             max_connections: server.max_connections,
             max_connections_per_address: server.max_connections_per_address,
@@ -155,7 +155,7 @@ impl TransportSettings {
 
 impl Budgets {
     /// The budgets `[limits]` sets; refusals are counted in `metrics`.
-    pub fn from_config(limits: &crate::config::Limits, metrics: &Arc<Metrics>) -> Self {
+    pub(crate) fn from_config(limits: &crate::config::Limits, metrics: &Arc<Metrics>) -> Self {
         Budgets {
             requests: ByteBudget::new(
                 limits.max_buffered_request_bytes,

@@ -25,7 +25,7 @@ use opentelemetry_sdk::metrics::{
 use toolgate_core::metrics::Metrics;
 
 /// The metrics of one server and the means to read them.
-pub struct MetricsPipeline {
+pub(crate) struct MetricsPipeline {
     provider: SdkMeterProvider,
     reader: Arc<ManualReader>,
     metrics: Arc<Metrics>,
@@ -33,7 +33,7 @@ pub struct MetricsPipeline {
 
 /// Where and how metrics are pushed over OTLP.
 #[derive(Debug, Clone)]
-pub struct OtlpExport {
+pub(crate) struct OtlpExport {
     /// The collector; `None` lets the exporter read `OTEL_EXPORTER_OTLP_*ENDPOINT`.
     pub endpoint: Option<String>,
     pub service_name: String,
@@ -44,7 +44,7 @@ pub struct OtlpExport {
 impl OtlpExport {
     /// The export `config` asks for: its endpoint, else the standard variables; `None` when
     /// neither names a collector.
-    pub fn from_config(config: &crate::config::TelemetryConfig) -> Option<Self> {
+    pub(crate) fn from_config(config: &crate::config::TelemetryConfig) -> Option<Self> {
         let from_env = [
             "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
             "OTEL_EXPORTER_OTLP_ENDPOINT",
@@ -66,13 +66,13 @@ impl OtlpExport {
 
 impl MetricsPipeline {
     /// Metrics for the Prometheus endpoint only.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::build(None)
     }
 
     /// Metrics also pushed over OTLP as `export` says. Must run inside a Tokio runtime (the
     /// exporter's channel is created here).
-    pub fn with_otlp(export: &OtlpExport) -> Result<Self, super::ExporterError> {
+    pub(crate) fn with_otlp(export: &OtlpExport) -> Result<Self, super::ExporterError> {
         let builder = opentelemetry_otlp::MetricExporter::builder().with_tonic();
         let exporter = super::otlp(builder, export.endpoint.as_ref(), export.timeout)
             .build()
@@ -102,25 +102,25 @@ impl MetricsPipeline {
     }
 
     /// The instruments to record into.
-    pub fn metrics(&self) -> Arc<Metrics> {
+    pub(crate) fn metrics(&self) -> Arc<Metrics> {
         self.metrics.clone()
     }
 
     /// The meter, for gauges observed at collection time.
-    pub fn meter(&self) -> Meter {
+    pub(crate) fn meter(&self) -> Meter {
         self.provider.meter("toolgate")
     }
 
     /// Pushes what is left to the collector and stops the exporter; blocks, so call it off the
     /// runtime's worker threads.
-    pub fn shutdown(&self) {
+    pub(crate) fn shutdown(&self) {
         if let Err(error) = self.provider.shutdown() {
             tracing::debug!(%error, "metrics provider shut down");
         }
     }
 
     /// Everything recorded so far, as Prometheus text.
-    pub fn prometheus_text(&self) -> String {
+    pub(crate) fn prometheus_text(&self) -> String {
         let mut collected = ResourceMetrics::default();
         if let Err(error) = self.reader.collect(&mut collected) {
             tracing::warn!(%error, "metrics could not be collected");

@@ -23,7 +23,7 @@ use toolgate_core::trace::Tracer;
 
 /// How traces are exported, from the config and the standard variables.
 #[derive(Debug, Clone)]
-pub struct TraceExport {
+pub(crate) struct TraceExport {
     /// The collector; `None` lets the exporter read `OTEL_EXPORTER_OTLP_*ENDPOINT`.
     pub endpoint: Option<String>,
     pub service_name: String,
@@ -36,7 +36,7 @@ pub struct TraceExport {
 
 impl TraceExport {
     /// The export `config` asks for; `None` when traces are off or no collector is named.
-    pub fn from_config(config: &TelemetryConfig) -> Option<Self> {
+    pub(crate) fn from_config(config: &TelemetryConfig) -> Option<Self> {
         let set = |var: &str| std::env::var(var).is_ok_and(|v| !v.is_empty());
         let disabled = std::env::var("OTEL_TRACES_EXPORTER").is_ok_and(|v| v.trim() == "none");
         let from_env =
@@ -77,7 +77,7 @@ fn sampler(kind: TraceSampler, ratio: f64) -> Sampler {
 }
 
 /// The tracer provider of one server.
-pub struct TracePipeline {
+pub(crate) struct TracePipeline {
     provider: SdkTracerProvider,
     tracer: Tracer,
 }
@@ -85,7 +85,7 @@ pub struct TracePipeline {
 impl TracePipeline {
     /// Starts exporting as `export` says. Must run inside a Tokio runtime (the exporter's
     /// channel is created here).
-    pub fn start(
+    pub(crate) fn start(
         export: &TraceExport,
         metrics: Arc<Metrics>,
     ) -> Result<Self, super::ExporterError> {
@@ -126,13 +126,13 @@ impl TracePipeline {
         Ok(TracePipeline { provider, tracer })
     }
 
-    pub fn tracer(&self) -> Tracer {
+    pub(crate) fn tracer(&self) -> Tracer {
         self.tracer.clone()
     }
 
     /// Exports what is queued and stops; blocks (up to the export timeout when the collector
     /// is gone), so call it off the runtime's worker threads.
-    pub fn shutdown(&self) {
+    pub(crate) fn shutdown(&self) {
         if let Err(error) = self.provider.shutdown() {
             tracing::debug!(%error, "tracer provider shut down");
         }
