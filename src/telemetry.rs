@@ -16,6 +16,8 @@ use tracing_subscriber::fmt::format::{Format, Writer};
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
 
+use toolgate_core::middleware::Redactor;
+
 use crate::config::{LogConfig, LogFormat, log_filter};
 
 /// An OTLP exporter that could not be built (an endpoint it cannot use).
@@ -26,7 +28,6 @@ pub enum ExporterError {
     #[error("telemetry: the OTLP span exporter could not be built: {0}")]
     Spans(#[source] opentelemetry_otlp::ExporterBuildError),
 }
-use toolgate_core::middleware::Redactor;
 
 /// Installs the global subscriber; `RUST_LOG` wins over the configured level. Every line is
 /// passed through `redactor` (a hook's stderr or a remote's error may carry a secret), and a

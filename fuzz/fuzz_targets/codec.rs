@@ -84,7 +84,7 @@ fuzz_target!(|data: &[u8]| {
             Ok(None) => break,
             Err(status) => {
                 // A malformed body is the client's error (INVALID_ARGUMENT), a framing error
-                // (INTERNAL) or a message over the size limit (OUT_OF_RANGE, as the README
+                // (INTERNAL) or a message over the size limit (OUT_OF_RANGE, as docs/api.md
                 // says), never a crash.
                 assert!(
                     matches!(

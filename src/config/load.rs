@@ -151,9 +151,13 @@ fn set_path(table: &mut Table, path: &[String], value: toml::Value) -> Result<()
     }
 }
 
-/// Types section `name` into `into`, or leaves the default there and adds the problem. A value
+/// Types section `name` into `into`, adding a problem for each key that cannot be read. A value
 /// typed as it is read names its own key (`server.listen: ...`, `parse.rs`) and is reported as
 /// it is; any other problem is the section's (`[dispatch]: 'soon' is not a duration`).
+///
+/// A key that cannot be read does not hide the others: each key is tried alone, the ones that
+/// fail are reported and left at their defaults, and the rest of the section is read, so the
+/// rules of `validate.rs` still judge every value that was given.
 pub(super) fn section<T: DeserializeOwned>(
     table: &mut Table,
     name: &str,
@@ -163,14 +167,46 @@ pub(super) fn section<T: DeserializeOwned>(
     let Some(value) = table.remove(name) else {
         return;
     };
-    match value.try_into::<T>() {
-        Ok(parsed) => *into = parsed,
-        Err(e) => {
-            let message = e.message().trim_end();
-            match message.strip_prefix(name) {
-                Some(key) if key.starts_with('.') => problems.push(message.to_owned()),
-                _ => problems.push(format!("[{name}]: {message}")),
-            }
+    let first = match value.clone().try_into::<T>() {
+        Ok(parsed) => {
+            *into = parsed;
+            return;
         }
+        Err(e) => e,
+    };
+    let toml::Value::Table(mut keys) = value else {
+        problems.push(section_problem(name, &first));
+        return;
+    };
+    let bad: Vec<(String, toml::de::Error)> = keys
+        .iter()
+        .filter_map(|(key, v)| {
+            let alone = Table::from_iter([(key.clone(), v.clone())]);
+            let error = toml::Value::Table(alone).try_into::<T>().err()?;
+            // A key that fails only for want of the others is not the bad one.
+            (!error.message().starts_with("missing field")).then(|| (key.clone(), error))
+        })
+        .collect();
+    if bad.is_empty() {
+        problems.push(section_problem(name, &first));
+        return;
+    }
+    for (key, error) in &bad {
+        problems.push(section_problem(name, error));
+        keys.remove(key);
+    }
+    match toml::Value::Table(keys).try_into::<T>() {
+        Ok(parsed) => *into = parsed,
+        Err(e) => problems.push(section_problem(name, &e)),
+    }
+}
+
+/// A section's problem as it is reported: as it is when it names its own key, else under the
+/// section's name.
+fn section_problem(name: &str, error: &toml::de::Error) -> String {
+    let message = error.message().trim_end();
+    match message.strip_prefix(name) {
+        Some(key) if key.starts_with('.') => message.to_owned(),
+        _ => format!("[{name}]: {message}"),
     }
 }

@@ -437,3 +437,44 @@ fn every_problem_names_its_key() {
         "{err}"
     );
 }
+
+/// A value that cannot be read hides nothing else in its section: every bad key is reported,
+/// and the rules still judge the keys that were read.
+#[test]
+fn a_key_that_cannot_be_read_does_not_hide_the_rest_of_its_section() {
+    let err = Config::from_toml(
+        "[server]\nlisten = \"nowhere\"\nmax_connections = 0\n\
+         [dispatch]\ncall_timeout = \"soon\"\nmax_call_timeout = \"later\"\n\
+         [telemetry]\nsampler = \"sometimes\"\notlp_endpoint = \"http://\"",
+    )
+    .unwrap_err();
+    let text = err.to_string();
+    for expected in [
+        "server.listen: 'nowhere'",
+        "server.max_connections: must be at least 1",
+        "[dispatch]: 'soon' is not a duration",
+        "[dispatch]: 'later' is not a duration",
+        "telemetry.sampler",
+        "telemetry.otlp_endpoint",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
+    assert_eq!(err.problems.len(), 6, "{text}");
+}
+
+/// A config built in code can hold a URL no file could: validation still refuses its scheme.
+#[test]
+fn urls_set_in_code_are_held_to_http() {
+    let mut config = Config::default();
+    config.telemetry.otlp_endpoint = Some(Url::parse("ftp://collector:4317").unwrap());
+    config.auth.jwt.jwks_url = Some(Url::parse("file:///etc/jwks.json").unwrap());
+    let text = config.validate().unwrap_err().to_string();
+    assert!(
+        text.contains("telemetry.otlp_endpoint: 'ftp://collector:4317"),
+        "{text}"
+    );
+    assert!(
+        text.contains("auth.jwt.jwks_url: 'file:///etc/jwks.json'"),
+        "{text}"
+    );
+}

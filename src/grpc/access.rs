@@ -12,8 +12,10 @@ use tonic::body::Body;
 use tonic::{Request, Status};
 
 use super::auth::{Authenticator, Credentials};
+use super::rpc_span::RpcSpan;
 use super::status::RequestError;
 use toolgate_core::identity::{Caller, Role};
+use toolgate_core::trace::Tracer;
 
 /// Who may make an RPC.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,6 +33,8 @@ pub struct Rule {
     pub access: Access,
     /// Whether an allowed call is an audit line (`toolgate::audit`, "admin action").
     pub audited: bool,
+    /// Whether the method has a server span (the dispatch RPCs), which a refusal here ends.
+    pub traced: bool,
 }
 
 impl Rule {
@@ -45,6 +49,15 @@ const fn rule(path: &'static str, access: Access, audited: bool) -> Rule {
         path,
         access,
         audited,
+        traced: false,
+    }
+}
+
+/// A dispatch RPC: an agent's, with a server span.
+const fn traced(path: &'static str) -> Rule {
+    Rule {
+        traced: true,
+        ..rule(path, AGENT, false)
     }
 }
 
@@ -53,8 +66,8 @@ const ADMIN: Access = Access::Role(Role::Admin);
 
 /// Every method toolgate serves, and who may call it. The one place access is decided.
 pub(crate) const RULES: &[Rule] = &[
-    rule("/toolgate.v1.ToolGate/DispatchBatch", AGENT, false),
-    rule("/toolgate.v1.ToolGate/Dispatch", AGENT, false),
+    traced("/toolgate.v1.ToolGate/DispatchBatch"),
+    traced("/toolgate.v1.ToolGate/Dispatch"),
     rule("/toolgate.v1.ToolGate/ListTools", AGENT, false),
     rule("/toolgate.v1.ToolGate/GetSessionMemory", AGENT, false),
     rule("/toolgate.v1.ToolGate/EndSession", AGENT, false),
@@ -97,11 +110,17 @@ pub fn caller<T>(request: &Request<T>) -> Result<Arc<Caller>, RequestError> {
 pub(crate) struct Authorized<S> {
     inner: S,
     auth: Arc<Authenticator>,
+    /// Where the span of a refused dispatch RPC is made (an admitted one's is the service's).
+    tracer: Tracer,
 }
 
 impl<S> Authorized<S> {
-    pub(crate) fn new(inner: S, auth: Arc<Authenticator>) -> Self {
-        Authorized { inner, auth }
+    pub(crate) fn new(inner: S, auth: Arc<Authenticator>, tracer: Tracer) -> Self {
+        Authorized {
+            inner,
+            auth,
+            tracer,
+        }
     }
 }
 
@@ -118,20 +137,36 @@ where
     }
 
     fn call(&mut self, mut request: http::Request<Body>) -> Self::Future {
+        // No rule: answered as tonic answers a method it does not have.
         let Some(rule) = rule_for(request.uri().path()) else {
-            return Either::Right(ready(Ok(
-                Status::unimplemented("unknown method").into_http()
-            )));
+            return Either::Right(ready(Ok(Status::unimplemented("").into_http())));
         };
-        if let Access::Role(_) = rule.access {
-            match self.auth.authorize(&Credentials::of(&request), rule) {
-                Ok(caller) => {
-                    request.extensions_mut().insert(caller);
+        let Access::Role(needs) = rule.access else {
+            return Either::Left(self.inner.call(request));
+        };
+        let credentials = Credentials::of(&request);
+        match self
+            .auth
+            .authorize(&credentials, rule.name(), needs, rule.audited)
+        {
+            Ok(caller) => {
+                request.extensions_mut().insert(caller);
+                Either::Left(self.inner.call(request))
+            }
+            Err(refused) => {
+                let status = Status::from(refused);
+                if rule.traced {
+                    let span = RpcSpan::start(
+                        &self.tracer,
+                        rule.name(),
+                        request.headers(),
+                        credentials.peer(),
+                    );
+                    span.finish(status.code(), status.message());
                 }
-                Err(refused) => return Either::Right(ready(Ok(Status::from(refused).into_http()))),
+                Either::Right(ready(Ok(status.into_http())))
             }
         }
-        Either::Left(self.inner.call(request))
     }
 }
 

@@ -14,7 +14,6 @@ use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::Value;
 use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
 
-use super::access::{Access, Rule};
 use super::status::RequestError;
 use crate::config::{Anonymous, AuthConfig, CertificateIdentity, JwtConfig, TokenConfig};
 use toolgate_core::identity::{Caller, Method, Role, validate_tenant};
@@ -41,6 +40,11 @@ impl<'a> Credentials<'a> {
             peer,
             certificates: tls.and_then(TlsConnectInfo::peer_certs),
         }
+    }
+
+    /// The client's address, when the transport recorded one.
+    pub fn peer(&self) -> Option<SocketAddr> {
+        self.peer
     }
 }
 
@@ -171,7 +175,9 @@ impl Authenticator {
     pub fn authorize(
         &self,
         credentials: &Credentials<'_>,
-        rule: &Rule,
+        rpc: &str,
+        needs: Role,
+        audited: bool,
     ) -> Result<Arc<Caller>, RequestError> {
         let caller = match self.authenticate(credentials) {
             Ok(caller) => caller,
@@ -181,7 +187,7 @@ impl Authenticator {
                 // `kid` or a JWT's claims cannot forge fields of the line.
                 tracing::warn!(
                     target: "toolgate::audit",
-                    rpc = rule.name(),
+                    rpc = rpc,
                     outcome = "unauthenticated",
                     reason = audit_text(&why).as_str(),
                     peer = ?credentials.peer,
@@ -197,13 +203,10 @@ impl Authenticator {
                 return Err(RequestError::Unauthenticated(told.to_owned()));
             }
         };
-        let Access::Role(needs) = rule.access else {
-            return Ok(caller);
-        };
         if !(caller.has(needs) || caller.has(Role::Admin)) {
             tracing::warn!(
                 target: "toolgate::audit",
-                rpc = rule.name(),
+                rpc = rpc,
                 outcome = "permission_denied",
                 identity = audit_text(&caller.id).as_str(),
                 tenant = audit_text(&caller.tenant).as_str(),
@@ -213,7 +216,7 @@ impl Authenticator {
             );
             return Err(RequestError::PermissionDenied(format!(
                 "{} needs the {} role; {} has {}",
-                rule.name(),
+                rpc,
                 needs.name(),
                 caller.id,
                 if caller.roles.is_empty() {
@@ -223,10 +226,10 @@ impl Authenticator {
                 }
             )));
         }
-        if rule.audited {
+        if audited {
             tracing::info!(
                 target: "toolgate::audit",
-                rpc = rule.name(),
+                rpc = rpc,
                 outcome = "allowed",
                 identity = audit_text(&caller.id).as_str(),
                 tenant = audit_text(&caller.tenant).as_str(),

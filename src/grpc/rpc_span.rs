@@ -6,7 +6,6 @@ use std::net::SocketAddr;
 
 use opentelemetry::KeyValue;
 use opentelemetry::trace::SpanKind;
-use tonic::metadata::MetadataMap;
 use tonic::{Code, Status};
 
 use toolgate_core::trace::{Span, Tracer, attr};
@@ -26,10 +25,10 @@ impl RpcSpan {
     pub(super) fn start(
         tracer: &Tracer,
         method: &'static str,
-        metadata: &MetadataMap,
+        headers: &http::HeaderMap,
         peer: Option<SocketAddr>,
     ) -> Self {
-        let text = |key: &str| metadata.get(key).and_then(|v| v.to_str().ok());
+        let text = |key: &str| headers.get(key).and_then(|v| v.to_str().ok());
         let parent = match text("traceparent")
             .and_then(|tp| toolgate_core::trace::parse_traceparent(tp, text("tracestate")))
         {

@@ -94,6 +94,7 @@ pub async fn serve(
     let streaming = Arc::new(streaming_methods(DESCRIPTOR_SETS));
     let connections = state.connections.clone();
     let auth = state.auth.clone();
+    let tracer = state.tracer.clone();
 
     let watchdog = tokio::spawn(state.stalls.clone().run());
     let stop_transport = CancellationToken::new();
@@ -109,7 +110,7 @@ pub async fn serve(
         .add_service(reflection_v1alpha)
         .add_service(toolgate)
         .prepare();
-    let routes = Authorized::new(routes, auth);
+    let routes = Authorized::new(routes, auth, tracer);
     if let Some(tls) = &tls {
         tokio::spawn(tls.clone().watch(stop_transport.clone()));
     }

@@ -48,7 +48,8 @@ pub struct ServiceState {
     pub metrics: Arc<Metrics>,
     /// Where each RPC's server span is made (the batch's and the calls' are the dispatcher's).
     pub tracer: Tracer,
-    /// Who the caller of each RPC is, and whether it may make it.
+    /// Who the caller of each RPC is: the access layer in front of the services judges with it
+    /// (`access.rs`); handlers read the caller it admitted (`access::caller`).
     pub auth: Arc<Authenticator>,
     pub remotes: Arc<Remotes>,
     /// Whether `RegisterRemote` / `UnregisterRemote` are allowed.
@@ -95,7 +96,7 @@ impl ToolGateService {
         RpcSpan::start(
             &self.state.tracer,
             method,
-            request.metadata(),
+            request.metadata().as_ref(),
             request.remote_addr(),
         )
     }

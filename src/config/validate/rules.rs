@@ -12,6 +12,14 @@ use toolgate_core::tools::BUILTIN_NAMES;
 
 pub(super) fn telemetry_export(c: &Config, p: &mut Problems) {
     let t = &c.telemetry;
+    // A file cannot give another scheme (it is refused as it is read); a config built in code can.
+    if let Some(url) = &t.otlp_endpoint
+        && !matches!(url.scheme(), "http" | "https")
+    {
+        p.add(format_args!(
+            "telemetry.otlp_endpoint: '{url}' is not a URL such as http://127.0.0.1:4317"
+        ));
+    }
     p.check(
         t.metrics_interval >= Duration::from_secs(1),
         "telemetry.metrics_interval: must be at least 1s",
@@ -354,6 +362,13 @@ pub(super) fn tokens(c: &Config, p: &mut Problems) {
 
 pub(super) fn jwt(c: &Config, p: &mut Problems) {
     let jwt = &c.auth.jwt;
+    if let Some(url) = &jwt.jwks_url
+        && !matches!(url.scheme(), "http" | "https")
+    {
+        p.add(format_args!(
+            "auth.jwt.jwks_url: '{url}' is not an http(s) URL"
+        ));
+    }
     p.check(
         jwt.jwks_file.is_none() || jwt.jwks_url.is_none(),
         "auth.jwt: give jwks_file or jwks_url, not both",

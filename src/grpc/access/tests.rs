@@ -86,7 +86,7 @@ async fn a_method_without_a_rule_never_reaches_its_service() {
 
     // Behind it, not even an admin from loopback gets through: no rule, no entry.
     let open = Arc::new(Authenticator::open());
-    let gated = Authorized::new(routes, open);
+    let gated = Authorized::new(routes, open, Tracer::off());
     let refused = gated.oneshot(local("/toolgate.v1.Fake/Do")).await.unwrap();
     assert_eq!(grpc_status(&refused), Some("12"), "UNIMPLEMENTED");
     assert_eq!(fake.reached.load(Ordering::SeqCst), 1);
@@ -95,7 +95,11 @@ async fn a_method_without_a_rule_never_reaches_its_service() {
 #[tokio::test]
 async fn a_caller_is_judged_before_the_service_and_rides_in_the_request() {
     let fake = Fake::default();
-    let gated = Authorized::new(fake.clone(), authenticator(Anonymous::Loopback).await);
+    let gated = Authorized::new(
+        fake.clone(),
+        authenticator(Anonymous::Loopback).await,
+        Tracer::off(),
+    );
     let dispatched = gated
         .clone()
         .oneshot(local("/toolgate.v1.ToolGate/Dispatch"))
@@ -129,7 +133,11 @@ async fn a_caller_is_judged_before_the_service_and_rides_in_the_request() {
 
 #[tokio::test]
 async fn health_and_reflection_need_no_credentials() {
-    let gated = Authorized::new(Fake::default(), authenticator(Anonymous::None).await);
+    let gated = Authorized::new(
+        Fake::default(),
+        authenticator(Anonymous::None).await,
+        Tracer::off(),
+    );
     for rule in RULES.iter().filter(|r| r.access == Access::Open) {
         let answered = gated.clone().oneshot(request(rule.path)).await.unwrap();
         assert_eq!(grpc_status(&answered), Some("0"), "{}", rule.path);
@@ -139,6 +147,39 @@ async fn health_and_reflection_need_no_credentials() {
         .await
         .unwrap();
     assert_eq!(grpc_status(&dispatched), Some("16"), "UNAUTHENTICATED");
+}
+
+/// The roles and audit lines each RPC has always had, written out: a change to the table must
+/// change this too.
+#[test]
+fn each_rpc_needs_the_role_it_always_needed() {
+    let table: Vec<(&str, Access, bool)> = RULES
+        .iter()
+        .map(|r| (r.name(), r.access, r.audited))
+        .collect();
+    let agent = Access::Role(Role::Agent);
+    let admin = Access::Role(Role::Admin);
+    assert_eq!(
+        table,
+        [
+            ("DispatchBatch", agent, false),
+            ("Dispatch", agent, false),
+            ("ListTools", agent, false),
+            ("GetSessionMemory", agent, false),
+            ("EndSession", agent, false),
+            ("GetToolHealth", admin, false),
+            ("RegisterRemote", admin, true),
+            ("UnregisterRemote", admin, true),
+            ("RefreshRemote", admin, true),
+            ("AcceptToolChange", admin, true),
+            ("Check", Access::Open, false),
+            ("Watch", Access::Open, false),
+            ("ServerReflectionInfo", Access::Open, false),
+            ("ServerReflectionInfo", Access::Open, false),
+        ]
+    );
+    let traced: Vec<&str> = RULES.iter().filter(|r| r.traced).map(Rule::name).collect();
+    assert_eq!(traced, ["DispatchBatch", "Dispatch"]);
 }
 
 #[test]
