@@ -35,6 +35,35 @@ pub struct RequestRules {
 /// Longest call id or tool name accepted (provider ids are about 40 bytes, names at most 64).
 pub(crate) const MAX_ID_BYTES: usize = 256;
 
+/// The metadata a client may also name its session in, so that a balancer can keep a session's
+/// requests on one replica (nginx `hash $http_x_toolgate_session consistent`, HAProxy
+/// `balance hdr(x-toolgate-session)`, Envoy ring hash).
+pub(crate) const SESSION_METADATA: &str = "x-toolgate-session";
+
+/// The session a request names: its body's `session_id`, or the `x-toolgate-session` metadata
+/// when the body names none; when both are set they must be the same id. Empty: no session.
+pub(crate) fn session_named(
+    body: String,
+    metadata: &tonic::metadata::MetadataMap,
+) -> Result<String, RequestError> {
+    let Some(value) = metadata.get(SESSION_METADATA) else {
+        return Ok(body);
+    };
+    let Ok(header) = value.to_str() else {
+        return Err(RequestError::Invalid(format!(
+            "the {SESSION_METADATA} metadata is not text"
+        )));
+    };
+    if body.is_empty() || body == header {
+        return Ok(header.to_owned());
+    }
+    Err(RequestError::Invalid(format!(
+        "session_id '{}' and the {SESSION_METADATA} metadata '{}' name different sessions",
+        toolgate_core::json::truncate_chars(&body, 64),
+        toolgate_core::json::truncate_chars(header, 64)
+    )))
+}
+
 /// Parses and checks a dispatch request; nothing has run when this fails.
 pub fn batch_from_request(
     request: pb::DispatchBatchRequest,

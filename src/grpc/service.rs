@@ -167,8 +167,11 @@ impl ToolGateService {
         let rpc = self.rpc(method, &request);
         let deadline = grpc_timeout(request.metadata());
         let connection = request.remote_addr();
-        let admitted = access::caller(&request)
-            .and_then(|caller| self.admit(connection, caller, request.into_inner()));
+        let admitted = access::caller(&request).and_then(|caller| {
+            let (metadata, _, mut body) = request.into_parts();
+            body.session_id = convert::session_named(body.session_id, &metadata)?;
+            self.admit(connection, caller, body)
+        });
         let (mut batch, ticket) = match admitted {
             Ok(admitted) => admitted,
             Err(error) => return rpc.finish_with(Err(error.into())),
@@ -295,7 +298,8 @@ impl ToolGate for ToolGateService {
         request: Request<pb::GetSessionMemoryRequest>,
     ) -> Result<Response<pb::GetSessionMemoryResponse>, Status> {
         let caller = access::caller(&request)?;
-        let id = checked_session_id(request.into_inner().session_id)?;
+        let (metadata, _, body) = request.into_parts();
+        let id = checked_session_id(convert::session_named(body.session_id, &metadata)?)?;
         // Only the caller's tenant's sessions exist for it.
         let Some(session) = self.state.dispatcher.sessions().get(&caller.tenant, &id) else {
             return Err(RequestError::UnknownSession(id).into());
@@ -310,7 +314,8 @@ impl ToolGate for ToolGateService {
         request: Request<pb::EndSessionRequest>,
     ) -> Result<Response<pb::EndSessionResponse>, Status> {
         let caller = access::caller(&request)?;
-        let id = checked_session_id(request.into_inner().session_id)?;
+        let (metadata, _, body) = request.into_parts();
+        let id = checked_session_id(convert::session_named(body.session_id, &metadata)?)?;
         let ended = self.state.dispatcher.sessions().end(&caller.tenant, &id);
         Ok(Response::new(pb::EndSessionResponse { ended }))
     }

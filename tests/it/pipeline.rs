@@ -384,3 +384,89 @@ async fn bad_paths_from_one_session_do_not_open_the_breaker_for_everyone() {
     assert!(result.all_succeeded, "{:?}", result.results);
     assert_eq!(result.results[1].content, "hi");
 }
+
+/// A `tonic::Request` carrying `x-toolgate-session`, as a client helping a balancer sends it.
+fn with_session_metadata<T>(message: T, session: &str) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request
+        .metadata_mut()
+        .insert("x-toolgate-session", session.parse().unwrap());
+    request
+}
+
+#[tokio::test]
+async fn the_session_may_be_named_in_metadata_too_but_never_differently() {
+    let ts = start().await;
+    let mut client = ts.client.clone();
+    let echo = json!([{"id": "a", "name": "echo", "arguments": {"k": 1}}]);
+    // Metadata alone names the session; metadata and body agreeing is the same session.
+    client
+        .dispatch(with_session_metadata(request(echo.clone()), "routed"))
+        .await
+        .unwrap();
+    client
+        .dispatch(with_session_metadata(
+            in_session("routed", echo.clone()),
+            "routed",
+        ))
+        .await
+        .unwrap();
+    let memory = client
+        .get_session_memory(with_session_metadata(
+            pb::GetSessionMemoryRequest::default(),
+            "routed",
+        ))
+        .await
+        .unwrap()
+        .into_inner()
+        .entries;
+    assert_eq!(memory.len(), 2, "{memory:?}");
+    // A body naming another session than the metadata is refused before anything runs, on
+    // every RPC that names one.
+    let status = client
+        .dispatch(with_session_metadata(
+            in_session("other", echo.clone()),
+            "routed",
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert_eq!(
+        status.message(),
+        "session_id 'other' and the x-toolgate-session metadata 'routed' name different sessions"
+    );
+    let mut stream = client
+        .dispatch_batch(with_session_metadata(in_session("other", echo), "routed"))
+        .await;
+    let streamed = match &mut stream {
+        Ok(response) => response.get_mut().message().await.unwrap_err(),
+        Err(status) => status.clone(),
+    };
+    assert_eq!(streamed.code(), tonic::Code::InvalidArgument);
+    let ended = client
+        .end_session(with_session_metadata(
+            pb::EndSessionRequest {
+                session_id: "other".into(),
+            },
+            "routed",
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(ended.code(), tonic::Code::InvalidArgument);
+    // The metadata is held to the session id's rules.
+    let bad = client
+        .dispatch(with_session_metadata(request(json!([])), "batch-1"))
+        .await
+        .unwrap_err();
+    assert_eq!(bad.code(), tonic::Code::InvalidArgument);
+    let ended = client
+        .end_session(with_session_metadata(
+            pb::EndSessionRequest::default(),
+            "routed",
+        ))
+        .await
+        .unwrap()
+        .into_inner()
+        .ended;
+    assert!(ended, "the session named in metadata alone was ended");
+}
