@@ -43,15 +43,16 @@ pub enum ServeError {
     TaskFailed(tokio::task::JoinError),
 }
 
-/// The services this server answers (reflection lists these; `access.rs` has a rule for each
-/// of their methods). The descriptor sets also hold `ToolHooks` and `ToolWorker`, protocols
-/// toolgate calls but does not answer.
-pub(crate) const SERVED: &[&str] = &[
-    "toolgate.v1.ToolGate",
-    "grpc.health.v1.Health",
-    "grpc.reflection.v1.ServerReflection",
-    "grpc.reflection.v1alpha.ServerReflection",
-];
+/// The services this server answers (reflection lists them; `access.rs` has a rule for each of
+/// their methods, which its tests check against this list). The descriptor sets also hold
+/// `ToolHooks` and `ToolWorker`, protocols toolgate calls but does not answer.
+#[cfg(test)]
+pub(crate) const SERVED: &[&str] = &[TOOLGATE, HEALTH, REFLECTION_V1, REFLECTION_V1ALPHA];
+
+const TOOLGATE: &str = "toolgate.v1.ToolGate";
+const HEALTH: &str = "grpc.health.v1.Health";
+const REFLECTION_V1: &str = "grpc.reflection.v1.ServerReflection";
+const REFLECTION_V1ALPHA: &str = "grpc.reflection.v1alpha.ServerReflection";
 
 /// The descriptors of every protocol the server knows.
 pub(crate) const DESCRIPTOR_SETS: &[&[u8]] = &[
@@ -67,8 +68,8 @@ fn reflection(own: &'static str) -> tonic_reflection::server::Builder<'static> {
     tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .with_service_name(SERVED[0])
-        .with_service_name(SERVED[1])
+        .with_service_name(TOOLGATE)
+        .with_service_name(HEALTH)
         .with_service_name(own)
 }
 
@@ -84,9 +85,9 @@ pub async fn serve(
     health
         .set_serving::<ToolGateServer<ToolGateService>>()
         .await;
-    let reflection_v1 = reflection(SERVED[2]).build_v1()?;
+    let reflection_v1 = reflection(REFLECTION_V1).build_v1()?;
     // grpcurl 1.8 and other older clients speak only v1alpha.
-    let reflection_v1alpha = reflection(SERVED[3]).build_v1alpha()?;
+    let reflection_v1alpha = reflection(REFLECTION_V1ALPHA).build_v1alpha()?;
     let toolgate = ToolGateServer::new(ToolGateService::new(state.clone()))
         .max_decoding_message_size(settings.transport.max_message_bytes);
     // Which replies are streams, from the descriptors of what is served: every other reply is
