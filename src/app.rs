@@ -75,6 +75,9 @@ pub enum StartError {
     /// `[auth]` settings that cannot be used (an unreadable token or JWKS file).
     #[error(transparent)]
     Auth(#[from] crate::grpc::auth::AuthError),
+    /// `sessions.store` cannot be used (its URL, or an unreadable password file or variable).
+    #[error(transparent)]
+    SessionStore(#[from] build::SessionStoreError),
     /// `[remote_registration]` rules that cannot be used.
     #[error(transparent)]
     Registration(#[from] crate::config::RegistrationConfigError),
@@ -290,7 +293,11 @@ impl Server {
     /// The dispatcher from a config already validated.
     fn build(&self) -> Result<Dispatcher, StartError> {
         let registry = Arc::new(Catalog::new(self.registry()?));
-        let sessions = Arc::new(sessions(&self.config, self.metrics.metrics())?);
+        let store = build::session_store(&self.config)?;
+        let mut sessions = sessions(&self.config, self.metrics.metrics())?;
+        if store.is_some() {
+            sessions = sessions.sharing();
+        }
         let pipeline = self.pipeline(registry.clone())?;
         let bindings = self
             .config
@@ -306,13 +313,15 @@ impl Server {
                 )
             })
             .collect();
-        Dispatcher::new(registry, sessions, pipeline)
-            .with_bindings(bindings)
-            .map_err(|problems| {
-                StartError::Config(ConfigError {
-                    problems: vec![problems.to_string()],
-                })
+        let mut dispatcher = Dispatcher::new(registry, Arc::new(sessions), pipeline);
+        if let Some(store) = store {
+            dispatcher = dispatcher.with_store(store);
+        }
+        dispatcher.with_bindings(bindings).map_err(|problems| {
+            StartError::Config(ConfigError {
+                problems: vec![problems.to_string()],
             })
+        })
     }
 
     fn pipeline(&self, registry: Arc<Catalog>) -> Result<Pipeline, StartError> {

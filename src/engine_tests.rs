@@ -266,6 +266,10 @@ fn named_batch(session: &str, calls: Value) -> Batch {
 
 async fn run(h: &Harness, batch: Batch) -> (BatchReport, Vec<String>) {
     let recorder = Recorder::default();
-    let report = h.dispatcher.run(batch, &recorder, &Cancel::new()).await;
+    let report = h
+        .dispatcher
+        .run(batch, &recorder, &Cancel::new())
+        .await
+        .unwrap();
     (report, recorder.kinds())
 }

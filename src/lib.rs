@@ -20,6 +20,7 @@
 pub mod app;
 pub mod config;
 pub mod grpc;
+pub mod store;
 pub mod telemetry;
 
 // The dispatcher driven with the pipeline a config makes: in this crate, where the config is.

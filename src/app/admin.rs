@@ -164,6 +164,16 @@ pub(super) fn register_gauges(
         .build();
     let s = state.clone();
     meter
+        .u64_observable_gauge("toolgate.session_store.up")
+        .with_description("1 while the shared session store answers, 0 after an operation failed (absent with sessions.store = \"memory\")")
+        .with_callback(move |o| {
+            if let Some(up) = s.dispatcher.store_reachable() {
+                o.observe(u64::from(up), &[]);
+            }
+        })
+        .build();
+    let s = state.clone();
+    meter
         .u64_observable_gauge("toolgate.connections.open")
         .with_description("Client connections open now (bounded by server.max_connections)")
         .with_callback(move |o| o.observe(count(s.connections.open()), &[]))

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::sync::Semaphore;
 
-use crate::config::Config;
+use crate::config::{Config, SessionStoreUrl};
 use toolgate_core::child::ChildEnv;
 use toolgate_core::metrics::Metrics;
 use toolgate_core::middleware::{CacheRule, MiddlewareConfig, PermissionRule};
@@ -219,6 +219,59 @@ pub(super) fn sessions(
         let base: PathBuf = temp.join(name);
         Ok(Sessions::with_metrics(base, true, limits, metrics))
     }
+}
+
+/// Why `sessions.store` cannot be used. The texts never hold the password.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionStoreError {
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreConfigError),
+    #[error("sessions.store_password_file: cannot read {path}: {source}")]
+    PasswordFile {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("sessions.store_password_env: the variable {0} is not set (or not UTF-8)")]
+    PasswordEnv(String),
+}
+
+/// The shared session store `sessions.store` names; `None` for `memory`.
+pub(super) fn session_store(
+    config: &Config,
+) -> Result<Option<Arc<dyn toolgate_core::session::SessionStore>>, SessionStoreError> {
+    let s = &config.sessions;
+    let SessionStoreUrl::Redis(url) = &s.store else {
+        return Ok(None);
+    };
+    let password = match (&s.store_password_file, &s.store_password_env) {
+        (Some(path), _) => {
+            let text = std::fs::read_to_string(path).map_err(|source| {
+                SessionStoreError::PasswordFile {
+                    path: path.display().to_string(),
+                    source,
+                }
+            })?;
+            Some(text.lines().next().unwrap_or_default().to_owned())
+        }
+        (None, Some(var)) => {
+            Some(std::env::var(var).map_err(|_| SessionStoreError::PasswordEnv(var.clone()))?)
+        }
+        (None, None) => None,
+    };
+    let store = crate::store::RedisStore::new(crate::store::RedisSettings {
+        url: url.clone(),
+        password,
+        timeout: s.store_timeout,
+        idle_ttl: s.idle_ttl,
+        loop_window: config.loop_detection.window,
+        memory_entries: if config.memory.enabled {
+            config.memory.max_entries
+        } else {
+            0
+        },
+    })?;
+    tracing::info!(store = %store.describe(), "named sessions shared through redis");
+    Ok(Some(Arc::new(store)))
 }
 
 /// Drops idle sessions, checking four times per TTL (at most once a minute, at least every 10 ms).

@@ -65,6 +65,26 @@ pub(super) fn sampler<'de, D: Deserializer<'de>>(d: D) -> Result<TraceSampler, D
     })
 }
 
+/// `sessions.store`: `memory`, or a `redis://` / `rediss://` URL. The error never repeats the
+/// text, which may hold a password.
+pub(super) fn session_store<'de, D>(d: D) -> Result<super::SessionStoreUrl, D::Error>
+where
+    D: Deserializer<'de>,
+{
+    let text = String::deserialize(d)?;
+    if text == "memory" {
+        return Ok(super::SessionStoreUrl::Memory);
+    }
+    let url = Url::parse(&text)
+        .ok()
+        .filter(|u| matches!(u.scheme(), "redis" | "rediss") && u.host().is_some());
+    url.map(super::SessionStoreUrl::Redis).ok_or_else(|| {
+        D::Error::custom(
+            "sessions.store: not `memory` or a URL such as redis://127.0.0.1:6379/0 (rediss:// for TLS)",
+        )
+    })
+}
+
 /// A path or text where the file's `""` means unset.
 pub(super) fn empty_as_none<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
 where

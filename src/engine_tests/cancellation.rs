@@ -91,7 +91,11 @@ async fn event_order_for_a_cancel() {
         trigger.cancel("the client went away");
     });
     let calls = json!([{"id": "a", "name": "echo"}, {"id": "s", "name": "sleep", "arguments": {"ms": 60000}}, {"id": "b", "name": "echo"}]);
-    let report = h.dispatcher.run(batch(calls), &recorder, &cancel).await;
+    let report = h
+        .dispatcher
+        .run(batch(calls), &recorder, &cancel)
+        .await
+        .unwrap();
     let classes: Vec<ErrorClass> = report.results.iter().map(|r| r.error_class).collect();
     assert_eq!(
         classes,
@@ -139,7 +143,8 @@ async fn a_cancel_during_backoff_is_honoured_at_once() {
             &NoObserver,
             &cancel,
         )
-        .await;
+        .await
+        .unwrap();
     assert_eq!(report.results[0].error_class, ErrorClass::Cancelled);
     assert!(
         report.results[0]
@@ -180,7 +185,11 @@ async fn a_cancelled_probe_releases_its_slot() {
         trigger.cancel("client left");
     });
     let probe = batch(json!([{"id": "p", "name": "sleep", "arguments": {"ms": 60000}}]));
-    let report = h1.dispatcher.run(probe, &NoObserver, &cancel).await;
+    let report = h1
+        .dispatcher
+        .run(probe, &NoObserver, &cancel)
+        .await
+        .unwrap();
     assert_eq!(report.results[0].error_class, ErrorClass::Cancelled);
     // The slot is free at once: the next call probes instead of waiting out the 30 s lease.
     let (report, kinds) = run(

@@ -248,7 +248,8 @@ fn check_parallel(specs: Vec<Spec>, max: usize) {
                 &recorder,
                 &Cancel::new(),
             )
-            .await;
+            .await
+            .unwrap();
         assert_eq!(report.results.len(), specs.len());
         for (i, r) in report.results.iter().enumerate() {
             assert_eq!((r.index, r.id.clone()), (i, format!("c{i}")));

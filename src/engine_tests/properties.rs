@@ -83,7 +83,7 @@ fn check_case(kinds: Vec<Kind>, cancel_after: Option<u64>, session: bool, parall
                 trigger.cancel("random cancel");
             });
         }
-        let report = h.dispatcher.run(b, &recorder, &cancel).await;
+        let report = h.dispatcher.run(b, &recorder, &cancel).await.unwrap();
 
         // Exactly one result per call, in order, with its own id.
         assert_eq!(report.results.len(), kinds.len());

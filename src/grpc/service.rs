@@ -188,6 +188,12 @@ impl ToolGateService {
     }
 }
 
+/// The session store failed: its cause is logged here, once; the client reads what to do.
+fn store_down(error: toolgate_core::session::StoreError) -> RequestError {
+    tracing::warn!(target: "toolgate::session", error = %error, "session store unavailable");
+    RequestError::SessionStore(error)
+}
+
 /// Forwards batch events to the response stream (a full buffer makes the batch wait).
 struct StreamObserver {
     events: Arc<Events>,
@@ -235,7 +241,10 @@ impl ToolGate for ToolGateService {
                 report = dispatcher.run(batch, &observer, &cancel) => report,
                 never = expire(&cancel, deadline) => match never {},
             };
-            let reply = reply::batch_result_within(&report, max_reply).map_err(Status::from);
+            let reply = report
+                .map_err(store_down)
+                .and_then(|report| reply::batch_result_within(&report, max_reply))
+                .map_err(Status::from);
             let reply = rpc.finish_with(reply)?;
             Ok(pb::DispatchEvent {
                 event: Some(pb::dispatch_event::Event::Result(reply)),
@@ -272,7 +281,10 @@ impl ToolGate for ToolGateService {
             .track_future(run.with_context(context))
             .await;
         let max_reply = self.state.rules.limits.max_reply_bytes;
-        let reply = reply::batch_result_within(&report, max_reply).map_err(Status::from);
+        let reply = report
+            .map_err(store_down)
+            .and_then(|report| reply::batch_result_within(&report, max_reply))
+            .map_err(Status::from);
         rpc.finish_with(reply).map(Response::new)
     }
 
@@ -301,12 +313,11 @@ impl ToolGate for ToolGateService {
         let (metadata, _, body) = request.into_parts();
         let id = checked_session_id(convert::session_named(body.session_id, &metadata)?)?;
         // Only the caller's tenant's sessions exist for it.
-        let Some(session) = self.state.dispatcher.sessions().get(&caller.tenant, &id) else {
+        let memory = self.state.dispatcher.session_memory(&caller.tenant, &id);
+        let Some(entries) = memory.await.map_err(store_down)? else {
             return Err(RequestError::UnknownSession(id).into());
         };
-        Ok(Response::new(pb::GetSessionMemoryResponse {
-            entries: session.memory(),
-        }))
+        Ok(Response::new(pb::GetSessionMemoryResponse { entries }))
     }
 
     async fn end_session(
@@ -316,7 +327,8 @@ impl ToolGate for ToolGateService {
         let caller = access::caller(&request)?;
         let (metadata, _, body) = request.into_parts();
         let id = checked_session_id(convert::session_named(body.session_id, &metadata)?)?;
-        let ended = self.state.dispatcher.sessions().end(&caller.tenant, &id);
+        let ended = self.state.dispatcher.end_session(&caller.tenant, &id);
+        let ended = ended.await.map_err(store_down)?;
         Ok(Response::new(pb::EndSessionResponse { ended }))
     }
 

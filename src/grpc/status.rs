@@ -65,6 +65,11 @@ pub enum RequestError {
     ReplyBacklog(super::budget::Full),
     #[error("no live session '{0}'")]
     UnknownSession(String),
+    /// The shared session store cannot be reached; the cause is logged, not sent.
+    #[error(
+        "the session store is down: a named session's state cannot be read or written, so nothing ran; retry later, or send the batch without a session id"
+    )]
+    SessionStore(#[source] toolgate_core::session::StoreError),
     #[error("{0}")]
     PermissionDenied(String),
     /// No acceptable credentials (the text says what was wrong, never the credential).
@@ -88,7 +93,7 @@ impl From<RequestError> for Status {
             | RequestError::ReplyTooLarge { .. }
             | RequestError::RequestBacklog(_)
             | RequestError::ReplyBacklog(_) => Code::ResourceExhausted,
-            RequestError::ShuttingDown => Code::Unavailable,
+            RequestError::ShuttingDown | RequestError::SessionStore(_) => Code::Unavailable,
             RequestError::Stalled(_)
             | RequestError::RequestStalled(_)
             | RequestError::ReplyStalled(_) => Code::DeadlineExceeded,

@@ -26,6 +26,7 @@ mod remote;
 mod scratch;
 mod security;
 mod server;
+mod shared_sessions;
 mod support;
 mod tidy;
 mod traces;

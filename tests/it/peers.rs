@@ -26,6 +26,10 @@ pub(crate) enum Peer {
     Promtool,
     /// The `prometheus` server (the same package).
     Prometheus,
+    /// `redis-server` (Debian's `redis-server` package).
+    Redis,
+    /// nginx (Debian's `nginx-light`), as a gRPC balancer.
+    Nginx,
 }
 
 impl Peer {
@@ -45,6 +49,11 @@ impl Peer {
             }),
             Peer::Promtool => on_path("promtool"),
             Peer::Prometheus => on_path("prometheus"),
+            Peer::Redis => on_path("redis-server"),
+            Peer::Nginx => {
+                let sbin = Path::new("/usr/sbin/nginx").exists();
+                if sbin { None } else { on_path("nginx") }
+            }
         }
     }
 }

@@ -162,7 +162,10 @@ const LAYERS: &[(&str, &[&[&str]])] = &[
         ],
     ),
     ("crates/proto/src/", &[&["protojson"], &["pb"], &["codec"]]),
-    ("src/", &[&["config"], &["grpc", "telemetry"], &["app"]]),
+    (
+        "src/",
+        &[&["config"], &["grpc", "telemetry", "store"], &["app"]],
+    ),
 ];
 
 fn layer_of(layers: &[&[&str]], module: &str) -> Option<usize> {

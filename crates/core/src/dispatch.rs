@@ -26,7 +26,7 @@ use crate::json;
 use crate::mapping;
 use crate::middleware::CharBudget;
 use crate::safety::health::Health;
-use crate::session::{Session, Sessions};
+use crate::session::{Lease, SessionStore, Sessions, StoreError};
 use crate::tools::registry::Registered;
 use crate::tools::{CallMetadata, Catalog, ToolRegistry};
 
@@ -49,6 +49,9 @@ pub struct BindingProblems(pub Vec<String>);
 pub struct Dispatcher {
     catalog: Arc<Catalog>,
     sessions: Arc<Sessions>,
+    /// Where named sessions' loop windows and memory live when several servers share them;
+    /// `None`: in `sessions`, this server's alone.
+    store: Option<Arc<dyn SessionStore>>,
     pipeline: Pipeline,
     /// The server's bindings (from the config), already checked.
     bindings: Arc<BTreeMap<String, Binding>>,
@@ -66,9 +69,17 @@ impl Dispatcher {
         Dispatcher {
             catalog,
             sessions,
+            store: None,
             pipeline,
             bindings: Arc::default(),
         }
+    }
+
+    /// Keeps named sessions' loop windows and memory in `store` (the table given to `new`
+    /// should be made `sharing`: it then keeps only scratch directories).
+    pub fn with_store(mut self, store: Arc<dyn SessionStore>) -> Self {
+        self.store = Some(store);
+        self
     }
 
     /// Installs the server's bindings after checking them.
@@ -139,17 +150,99 @@ impl Dispatcher {
         &self.pipeline.health
     }
 
-    /// Runs the batch sequentially. Cancellation ends it early: the running call is answered
-    /// CANCELLED and calls that never started are SKIPPED.
-    pub async fn run(&self, batch: Batch, observer: &dyn Observer, cancel: &Cancel) -> BatchReport {
+    /// Whether the shared session store answered its last operation; `None` without one.
+    pub fn store_reachable(&self) -> Option<bool> {
+        self.store.as_ref().map(|store| store.reachable())
+    }
+
+    /// `tenant`'s session `id`'s memory entries, oldest first; `None` if it is not live.
+    pub async fn session_memory(
+        &self,
+        tenant: &str,
+        id: &str,
+    ) -> Result<Option<Vec<String>>, StoreError> {
+        match &self.store {
+            Some(store) => (store.memory(tenant, id).await)
+                .inspect_err(|_| self.pipeline.metrics.store_error("memory")),
+            None => Ok(self.sessions.get(tenant, id).map(|s| s.memory())),
+        }
+    }
+
+    /// Ends `tenant`'s session `id` (everywhere, with a shared store); true if it was live.
+    pub async fn end_session(&self, tenant: &str, id: &str) -> Result<bool, StoreError> {
+        let here = self.sessions.end(tenant, id);
+        match &self.store {
+            Some(store) => (store.end(tenant, id).await)
+                .inspect_err(|_| self.pipeline.metrics.store_error("end")),
+            None => Ok(here),
+        }
+    }
+
+    /// Runs the batch. Cancellation ends it early: the running call is answered CANCELLED and
+    /// calls that never started are SKIPPED. Fails only when the batch names a session and the
+    /// shared store holding it cannot be reached: nothing has run then.
+    pub async fn run(
+        &self,
+        batch: Batch,
+        observer: &dyn Observer,
+        cancel: &Cancel,
+    ) -> Result<BatchReport, StoreError> {
         let started = Instant::now();
-        let session = self.sessions.open(&batch.caller.tenant, &batch.session_id);
+        let caller = batch.caller.clone();
+        let (tenant, id) = (&caller.tenant, &batch.session_id);
+        let session = match &self.store {
+            // Loop detection is a safety feature: a named session never runs on a blank window.
+            Some(store) if !id.is_empty() => {
+                let loaded = (store.load(tenant, id).await)
+                    .inspect_err(|_| self.pipeline.metrics.store_error("load"))?;
+                self.sessions.open_shared(tenant, id, &loaded)
+            }
+            _ => Lease::local(self.sessions.open(tenant, id)),
+        };
         // Released on every exit, including when the caller drops this future mid-batch.
         let _release = Release {
             sessions: &self.sessions,
-            session: &session,
+            session: session.session(),
         };
-        let span = spans::batch(&self.pipeline.tracer, &batch, &session.id);
+        let report = self
+            .run_in(&session, batch, observer, cancel, started)
+            .await;
+        self.save(&session, &caller.tenant).await;
+        Ok(report)
+    }
+
+    /// Saves a shared session's changes before the batch is answered, so the agent's next batch
+    /// sees them on any server. The save runs as its own task: a client leaving meanwhile does
+    /// not lose what the batch did. A failed save loses this batch's changes, not its results
+    /// (the tools ran): it is logged and counted.
+    async fn save(&self, session: &Lease, tenant: &str) {
+        let (Some(store), Some(changes)) = (&self.store, session.take_changes()) else {
+            return;
+        };
+        if changes.is_empty() {
+            return;
+        }
+        let store = store.clone();
+        let (tenant, id) = (tenant.to_owned(), session.id().to_owned());
+        let saving = tokio::spawn(async move { store.save(&tenant, &id, changes).await });
+        let failed = match saving.await {
+            Ok(Ok(())) => return,
+            Ok(Err(error)) => error.to_string(),
+            Err(error) => error.to_string(),
+        };
+        self.pipeline.metrics.store_error("save");
+        tracing::warn!(target: "toolgate::session", session = %session.id(), error = %failed, "session state not saved: this batch's loop records and memory are lost");
+    }
+
+    async fn run_in(
+        &self,
+        session: &Lease,
+        batch: Batch,
+        observer: &dyn Observer,
+        cancel: &Cancel,
+        started: Instant,
+    ) -> BatchReport {
+        let span = spans::batch(&self.pipeline.tracer, &batch, session.id());
         let work = async {
             // Every call is announced before anything executes, including calls that will not run.
             for received in batch.calls.iter().filter(|_| observer.wants_events()) {
@@ -183,7 +276,7 @@ impl Dispatcher {
             let budget = (self.pipeline.batch_budget_chars > 0)
                 .then(|| Arc::new(CharBudget::new(self.pipeline.batch_budget_chars)));
             let scope = BatchScope {
-                session: &session,
+                session,
                 options: &batch.options,
                 observer,
                 turn: batch.turn,
@@ -210,7 +303,7 @@ impl Dispatcher {
         // DEBUG, not INFO: a line per batch at the default level costs throughput (BENCHMARKS.md
         // §17).
         tracing::debug!(target: "toolgate::dispatch",
-            session = %session.id,
+            session = %session.id(),
             outcome = outcome.name(),
             calls = results.len(),
             errors = results.iter().filter(|r| !r.success).count(),
@@ -219,7 +312,7 @@ impl Dispatcher {
         );
         let messages = tool_messages(&results, batch.options.message_format);
         BatchReport {
-            session_id: session.id.clone(),
+            session_id: session.id().to_owned(),
             results,
             messages,
             outcome,
@@ -232,7 +325,7 @@ impl Dispatcher {
 
 /// What every call of a batch shares.
 struct BatchScope<'a> {
-    session: &'a Session,
+    session: &'a Lease,
     options: &'a BatchOptions,
     observer: &'a dyn Observer,
     turn: u32,
@@ -484,7 +577,7 @@ fn slots(prepared: &[Prepared<'_>]) -> Vec<plan::Slot> {
 /// Ends a batch's use of its session when dropped.
 struct Release<'a> {
     sessions: &'a Sessions,
-    session: &'a Session,
+    session: &'a crate::session::Session,
 }
 
 impl Drop for Release<'_> {

@@ -48,6 +48,7 @@ pub struct Metrics {
     refusals: Tally,
     connections_closed: Tally,
     evictions: Tally,
+    store_errors: Tally,
     spans_dropped: Tally,
 }
 
@@ -166,6 +167,12 @@ impl Metrics {
                 Some("toolgate.store"),
                 Some("toolgate.reason"),
             ),
+            store_errors: counter(
+                "toolgate.session_store.errors",
+                "Session store operations that failed, by operation (load, save, memory, end)",
+                None,
+                Some("toolgate.operation"),
+            ),
             spans_dropped: counter(
                 "toolgate.telemetry.spans.dropped",
                 "Finished spans not exported, by reason (queue_full, export_failed)",
@@ -241,6 +248,11 @@ impl Metrics {
     /// `store` gave up `count` entries because `bound` was reached.
     pub fn evicted(&self, store: &'static str, bound: &'static str, count: u64) {
         self.evictions.add(store, bound, count);
+    }
+
+    /// A session store operation (`load`, `save`, `memory`, `end`) failed.
+    pub fn store_error(&self, operation: &'static str) {
+        self.store_errors.add("", operation, 1);
     }
 
     /// The server closed a connection, for `reason`.

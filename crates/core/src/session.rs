@@ -8,6 +8,8 @@
 //! session id runs in a session no request can name (its id is `batch-` and 128 bits of a keyed
 //! hash, and client ids may not start with `batch-`). A session's scratch directory is
 //! `<base>/toolgate-<128 random bits>/`, never derived from an id.
+//! With a shared store (`store.rs`), a named session's loop window and memory live there and a
+//! batch holds them in its `Lease`; this table then keeps only its scratch directory.
 
 use std::collections::hash_map::RandomState;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -24,6 +26,12 @@ use tokio::time::Instant;
 use crate::metrics::Metrics;
 use crate::safety::detector::LoopDetector;
 use crate::tools::ScratchDir;
+
+mod lease;
+pub mod store;
+
+pub use lease::Lease;
+pub use store::{Changes, Loaded, SessionStore, StoreError};
 
 /// Longest session id accepted.
 pub(crate) const MAX_SESSION_ID_LEN: usize = 128;
@@ -142,15 +150,7 @@ impl Session {
         if !self.keeps_memory() {
             return;
         }
-        let fields =
-            input.len().min(4 * MEMORY_FIELD_CHARS) + result.len().min(4 * MEMORY_FIELD_CHARS);
-        let mut entry = String::with_capacity(tool.len() + fields + 32);
-        entry.push_str("tool=");
-        entry.push_str(tool);
-        entry.push_str("; input=");
-        crate::json::push_truncated(&mut entry, input, MEMORY_FIELD_CHARS);
-        entry.push_str("; result=");
-        crate::json::push_truncated(&mut entry, result, MEMORY_FIELD_CHARS);
+        let entry = memory_entry(tool, input, result);
         let added = entry_bytes(&entry);
         let mut memory = self.memory.lock();
         // A session that left the table keeps nothing: nobody can read it, and its bytes were
@@ -211,6 +211,8 @@ impl Session {
 /// All live sessions of one server.
 #[derive(Debug)]
 pub struct Sessions {
+    /// Named sessions' loop windows and memory live in a shared store: this table keeps none.
+    shared: bool,
     base: PathBuf,
     /// Whether the base directory is this server's own (removed on stop) or an operator's.
     owns_base: bool,
@@ -385,12 +387,32 @@ impl Sessions {
             metrics,
         });
         Sessions {
+            shared: false,
             base,
             owns_base,
             limits,
             live,
             ledger,
         }
+    }
+
+    /// The same table for sessions whose loop windows and memory a shared store holds: its
+    /// sessions keep only their scratch directories (`open_shared` seeds the rest per batch).
+    pub fn sharing(mut self) -> Self {
+        self.shared = true;
+        self
+    }
+
+    /// Opens `tenant`'s named session for a batch with the state it loaded from the shared
+    /// store. Pair with `release` of `lease.session()`.
+    pub fn open_shared(&self, tenant: &str, id: &str, loaded: &Loaded) -> Lease {
+        let session = self.open(tenant, id);
+        Lease::shared(
+            session,
+            loaded,
+            self.limits.loop_window,
+            self.limits.memory_entries,
+        )
     }
 
     /// Bytes of memory entries all sessions hold.
@@ -559,8 +581,8 @@ impl Sessions {
             detector: Mutex::new(LoopDetector::new(self.limits.loop_window)),
             memory: Mutex::new(VecDeque::new()),
             // Memory is read only through GetSessionMemory, which never finds an ephemeral session:
-            // one would keep entries nobody can read.
-            memory_entries: if ephemeral {
+            // one would keep entries nobody can read. A shared session's are in the store.
+            memory_entries: if ephemeral || self.shared {
                 0
             } else {
                 self.limits.memory_entries
@@ -601,6 +623,20 @@ fn ephemeral_id() -> String {
     crate::hash::push_hex(&mut id, &high.to_be_bytes());
     crate::hash::push_hex(&mut id, &low.to_be_bytes());
     id
+}
+
+/// A memory entry: `tool={name}; input={…}; result={…}`, each field cut to
+/// `MEMORY_FIELD_CHARS`.
+fn memory_entry(tool: &str, input: &str, result: &str) -> String {
+    let fields = input.len().min(4 * MEMORY_FIELD_CHARS) + result.len().min(4 * MEMORY_FIELD_CHARS);
+    let mut entry = String::with_capacity(tool.len() + fields + 32);
+    entry.push_str("tool=");
+    entry.push_str(tool);
+    entry.push_str("; input=");
+    crate::json::push_truncated(&mut entry, input, MEMORY_FIELD_CHARS);
+    entry.push_str("; result=");
+    crate::json::push_truncated(&mut entry, result, MEMORY_FIELD_CHARS);
+    entry
 }
 
 /// A session left the map: its memory is given back now (its directory is removed by the

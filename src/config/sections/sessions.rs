@@ -22,6 +22,18 @@ pub struct SessionsConfig {
     pub idle_ttl: Duration,
     /// Most live named sessions.
     pub max_sessions: usize,
+    /// Where named sessions' loop windows and memory live.
+    #[serde(deserialize_with = "parse::session_store")]
+    pub store: SessionStoreUrl,
+    /// A file whose first line is the store's password (replacing the URL's).
+    #[serde(deserialize_with = "parse::empty_as_none")]
+    pub store_password_file: Option<PathBuf>,
+    /// An environment variable holding the store's password (replacing the URL's).
+    #[serde(deserialize_with = "parse::empty_as_none")]
+    pub store_password_env: Option<String>,
+    /// Longest one store operation may take before the batch is refused `UNAVAILABLE`.
+    #[serde(with = "duration")]
+    pub store_timeout: Duration,
 }
 
 impl Default for SessionsConfig {
@@ -30,6 +42,34 @@ impl Default for SessionsConfig {
             scratch_base: None,
             idle_ttl: Duration::from_secs(30 * 60),
             max_sessions: 10_000,
+            store: SessionStoreUrl::Memory,
+            store_password_file: None,
+            store_password_env: None,
+            store_timeout: Duration::from_secs(1),
+        }
+    }
+}
+
+/// `sessions.store`: `memory` (this server's alone) or a Redis URL (shared by every replica).
+#[derive(Clone, PartialEq, Eq, Default)]
+pub enum SessionStoreUrl {
+    #[default]
+    Memory,
+    /// `redis://` or `rediss://`; its password never reaches `Debug` or a log line.
+    Redis(url::Url),
+}
+
+impl std::fmt::Debug for SessionStoreUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SessionStoreUrl::Memory => f.write_str("Memory"),
+            SessionStoreUrl::Redis(url) => {
+                let mut shown = url.clone();
+                if shown.password().is_some() {
+                    let _ = shown.set_password(Some("***"));
+                }
+                write!(f, "Redis({shown})")
+            }
         }
     }
 }

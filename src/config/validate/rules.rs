@@ -160,6 +160,7 @@ pub(super) fn call_deadlines(c: &Config, p: &mut Problems) {
 pub(super) fn sessions(c: &Config, p: &mut Problems) {
     p.at_least_one("sessions.max_sessions", c.sessions.max_sessions);
     p.longer_than_zero("sessions.idle_ttl", c.sessions.idle_ttl);
+    p.longer_than_zero("sessions.store_timeout", c.sessions.store_timeout);
 }
 
 pub(super) fn loop_window(c: &Config, p: &mut Problems) {

@@ -23,7 +23,7 @@ use super::result::CallResult;
 use super::spans;
 use crate::calls::ToolCall;
 use crate::middleware::CharBudget;
-use crate::session::Session;
+use crate::session::Lease;
 use crate::tools::registry::Registered;
 use crate::tools::{CallMetadata, ErrorClass, ToolRegistry};
 use loops::LoopGuard;
@@ -31,7 +31,7 @@ use steps::{Recovery, Step};
 
 /// What a call needs from its batch.
 pub(super) struct CallScope<'a> {
-    pub session: &'a Session,
+    pub session: &'a Lease,
     pub options: &'a BatchOptions,
     pub observer: &'a dyn Observer,
     pub cancel: &'a Cancel,
@@ -191,7 +191,7 @@ async fn attempt_once(
 /// detection so a model hammering a missing tool is stopped too.
 pub(super) fn unknown_tool(
     call: &ToolCall,
-    session: &Session,
+    session: &Lease,
     pipeline: &Pipeline,
     registry: &ToolRegistry,
 ) -> Answered {

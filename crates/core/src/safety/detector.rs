@@ -5,6 +5,9 @@
 //! plus the filter however many calls it has seen.
 //! Unlike the reference, the stop applies to the call about to repeat the looping operation (not
 //! to whatever call comes next), and the warning is reported once per pattern.
+//! A window shared through a session store is seeded from the store's slots and journals its
+//! changes (pushes and clears, in order), which the store replays atomically on its copy, so two
+//! batches of one session on two servers both count.
 
 use std::collections::VecDeque;
 
@@ -61,6 +64,15 @@ impl CallKey {
     }
 }
 
+impl CallKey {
+    fn encode(self) -> [u8; CALL_BYTES] {
+        let mut bytes = [0; CALL_BYTES];
+        bytes[..8].copy_from_slice(&self.0.to_le_bytes());
+        bytes[8..].copy_from_slice(&self.1.to_le_bytes());
+        bytes
+    }
+}
+
 /// A recorded operation: the call and what it returned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct OpKey {
@@ -78,6 +90,22 @@ struct Slot {
     warned: bool,
 }
 
+/// Bytes of a slot as a session store keeps it: the call's two digests, the result hash (each
+/// little-endian) and the warned mark.
+pub const SLOT_BYTES: usize = 25;
+
+/// Bytes of a call's identity: a stored slot's first 16.
+pub const CALL_BYTES: usize = 16;
+
+/// A change to a shared window, for the store to replay on its copy in this order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// A slot appended (the store trims its copy to the window).
+    Pushed([u8; SLOT_BYTES]),
+    /// Every slot of this call removed (a stop used the pattern up).
+    Cleared([u8; CALL_BYTES]),
+}
+
 /// A session's sliding window of operations.
 ///
 /// No index beside the window: maps keyed by operation churn with every distinct call, and a
@@ -91,6 +119,35 @@ pub struct LoopDetector {
     capacity: usize,
     window: VecDeque<Slot>,
     filter: Filter,
+    /// Changes since the window was seeded from a shared store; `None` for a window only this
+    /// server holds.
+    journal: Option<Vec<Change>>,
+}
+
+impl Slot {
+    fn encode(self) -> [u8; SLOT_BYTES] {
+        let mut bytes = [0; SLOT_BYTES];
+        bytes[..CALL_BYTES].copy_from_slice(&self.op.call.encode());
+        bytes[CALL_BYTES..24].copy_from_slice(&self.op.result.to_le_bytes());
+        bytes[24] = u8::from(self.warned);
+        bytes
+    }
+
+    fn decode(bytes: &[u8]) -> Option<Slot> {
+        let bytes: &[u8; SLOT_BYTES] = bytes.try_into().ok()?;
+        let word = |at: usize| {
+            let mut word = [0; 8];
+            word.copy_from_slice(&bytes[at..at + 8]);
+            u64::from_le_bytes(word)
+        };
+        Some(Slot {
+            op: OpKey {
+                call: CallKey(word(0), word(8)),
+                result: word(16),
+            },
+            warned: bytes[24] != 0,
+        })
+    }
 }
 
 /// How many slots of the window fall in each of 256 buckets of their call's digest: a bucket at
@@ -133,7 +190,33 @@ impl LoopDetector {
             capacity: capacity.max(1),
             window: VecDeque::new(),
             filter: Filter([0; 256]),
+            journal: None,
         }
+    }
+
+    /// A detector seeded with a shared store's slots (oldest first; malformed ones are skipped,
+    /// and only the newest `capacity` kept) that journals its changes for `take_changes`.
+    pub fn shared<'s>(capacity: usize, stored: impl IntoIterator<Item = &'s [u8]>) -> Self {
+        let mut detector = LoopDetector::new(capacity);
+        for slot in stored.into_iter().filter_map(Slot::decode) {
+            if detector.window.len() >= detector.capacity
+                && let Some(oldest) = detector.window.pop_front()
+            {
+                detector.filter.remove(oldest.op.call);
+            }
+            detector.filter.add(slot.op.call);
+            detector.window.push_back(slot);
+        }
+        detector.journal = Some(Vec::new());
+        detector
+    }
+
+    /// The changes journaled since the seed (or the last take), oldest first.
+    pub fn take_changes(&mut self) -> Vec<Change> {
+        self.journal
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     /// Pure read: would running (tool, input) repeat an operation at or past the stop threshold?
@@ -188,10 +271,12 @@ impl LoopDetector {
         }
         self.filter.add(key.call);
         let warn = !warned && thresholds.warn_after > 0 && repeats >= thresholds.warn_after;
-        self.window.push_back(Slot {
+        let slot = Slot {
             op: key,
             warned: warned || warn,
-        });
+        };
+        self.window.push_back(slot);
+        self.journal_push(slot);
         warn.then(|| Warning {
             repeats,
             pattern: pattern(op.tool, op.input),
@@ -201,6 +286,16 @@ impl LoopDetector {
     /// Forgets every operation of (tool, input): a stop uses the pattern up.
     pub fn clear(&mut self, tool: &str, input: &str) {
         let call = CallKey::of(tool, input);
+        if let Some(journal) = &mut self.journal {
+            // The store's copy may hold slots this one no longer does, so the clear is always
+            // journaled; earlier changes of the call are undone by it on replay anyway.
+            let bytes = call.encode();
+            journal.retain(|c| match c {
+                Change::Pushed(s) => s[..CALL_BYTES] != bytes,
+                Change::Cleared(c) => *c != bytes,
+            });
+            journal.push(Change::Cleared(call.encode()));
+        }
         if !self.filter.may_hold(call) {
             return;
         }
@@ -220,6 +315,24 @@ impl LoopDetector {
 
     pub fn is_empty(&self) -> bool {
         self.window.is_empty()
+    }
+
+    /// Journals a pushed slot. At most `capacity` pushes are kept: an older one would be
+    /// trimmed from the store's window by the pushes after it.
+    fn journal_push(&mut self, slot: Slot) {
+        let Some(journal) = &mut self.journal else {
+            return;
+        };
+        journal.push(Change::Pushed(slot.encode()));
+        let pushes = journal
+            .iter()
+            .filter(|c| matches!(c, Change::Pushed(_)))
+            .count();
+        if pushes > self.capacity
+            && let Some(first) = journal.iter().position(|c| matches!(c, Change::Pushed(_)))
+        {
+            journal.remove(first);
+        }
     }
 
     /// How many operations in the window are `op`.
@@ -389,21 +502,31 @@ mod tests {
 
     #[test]
     fn the_window_is_all_a_detector_keeps_whatever_it_has_seen() {
-        let mut d = LoopDetector::new(100);
-        for i in 0..10_000u64 {
-            let input = format!("{{\"n\":{}}}", i % 700);
-            d.record(op("t", &input, i % 3), DEFAULT);
-            if i % 97 == 0 {
-                d.clear("t", &input);
+        for mut d in [LoopDetector::new(100), LoopDetector::shared(100, [])] {
+            let mut clears = 0;
+            for i in 0..10_000u64 {
+                let input = format!("{{\"n\":{}}}", i % 700);
+                d.record(op("t", &input, i % 3), DEFAULT);
+                if i % 97 == 0 {
+                    d.clear("t", &input);
+                    clears += 1;
+                }
             }
+            assert!(d.len() <= 100);
+            assert!(d.window.capacity() <= 100, "{} slots", d.window.capacity());
+            // A shared window's journal: the pushes the window can hold, a clear per call.
+            let journal = d.journal.as_ref().map_or(0, Vec::len);
+            assert!(journal <= 100 + clears, "{journal} changes");
         }
-        assert!(d.len() <= 100);
-        assert!(d.window.capacity() <= 100, "{} slots", d.window.capacity());
-        // Nothing beside the window, its size and the fixed filter: a field added here must be
-        // bounded too (maps keyed by operation were not: they settled at twice their entries).
+        // Nothing beside the window, its size, the fixed filter and the journal: a field added
+        // here must be bounded too (maps keyed by operation were not: they settled at twice
+        // their entries).
         assert_eq!(
             std::mem::size_of::<LoopDetector>(),
-            std::mem::size_of::<usize>() + std::mem::size_of::<VecDeque<Slot>>() + 256
+            std::mem::size_of::<usize>()
+                + std::mem::size_of::<VecDeque<Slot>>()
+                + 256
+                + std::mem::size_of::<Option<Vec<Change>>>()
         );
     }
 
@@ -509,5 +632,93 @@ mod tests {
             assert_eq!(d.record(op("t", "{}", 1), off), None);
         }
         assert_eq!(d.check("t", "{}", off), Check::Pass);
+    }
+
+    /// What a store does with the journal: replay it on its copy, trimmed to the window.
+    fn replay(stored: &mut Vec<Vec<u8>>, changes: Vec<Change>, capacity: usize) {
+        for change in changes {
+            match change {
+                Change::Pushed(slot) => stored.push(slot.to_vec()),
+                Change::Cleared(call) => stored.retain(|s| s[..CALL_BYTES] != call),
+            }
+        }
+        let excess = stored.len().saturating_sub(capacity);
+        stored.drain(..excess);
+    }
+
+    #[test]
+    fn two_servers_sharing_a_window_both_count() {
+        let mut stored: Vec<Vec<u8>> = Vec::new();
+        // Two batches at once on two servers, each seeded before the other saved.
+        for _ in 0..5 {
+            let seed = || LoopDetector::shared(100, stored.iter().map(Vec::as_slice));
+            let (mut a, mut b) = (seed(), seed());
+            a.record(op("t", "{}", 1), DEFAULT);
+            b.record(op("t", "{}", 1), DEFAULT);
+            replay(&mut stored, a.take_changes(), 100);
+            replay(&mut stored, b.take_changes(), 100);
+        }
+        let d = LoopDetector::shared(100, stored.iter().map(Vec::as_slice));
+        assert_eq!(d.len(), 10);
+        assert_eq!(
+            d.check("t", "{}", DEFAULT),
+            Check::Stop {
+                repeats: 10,
+                pattern: "t({})".into()
+            }
+        );
+    }
+
+    #[test]
+    fn a_shared_clear_removes_what_the_store_holds_and_the_journal_stays_bounded() {
+        let mut stored: Vec<Vec<u8>> = Vec::new();
+        let mut d = LoopDetector::shared(3, stored.iter().map(Vec::as_slice));
+        for i in 0..10 {
+            d.record(op("u", "{}", i), DEFAULT);
+        }
+        d.record(op("t", "{}", 1), DEFAULT);
+        let changes = d.take_changes();
+        assert_eq!(changes.len(), 3, "only pushes the window can still hold");
+        assert!(d.take_changes().is_empty(), "taken once");
+        replay(&mut stored, changes, 3);
+        let mut e = LoopDetector::shared(3, stored.iter().map(Vec::as_slice));
+        assert_eq!(e.len(), 3);
+        e.clear("t", "{}");
+        e.record(op("t", "{}", 1), DEFAULT);
+        e.clear("t", "{}");
+        let changes = e.take_changes();
+        assert_eq!(
+            changes.len(),
+            1,
+            "changes before a clear of their call are dropped"
+        );
+        replay(&mut stored, changes, 3);
+        assert_eq!(stored.len(), 2);
+        // Malformed slots from a store are skipped, not trusted.
+        stored.push(vec![1, 2, 3]);
+        assert_eq!(
+            LoopDetector::shared(3, stored.iter().map(Vec::as_slice)).len(),
+            2
+        );
+    }
+
+    #[test]
+    fn a_slot_survives_the_store_unchanged() {
+        let mut d = LoopDetector::shared(10, std::iter::empty());
+        for _ in 0..3 {
+            d.record(op("t", "{\"a\":1}", 42), DEFAULT);
+        }
+        let stored: Vec<Vec<u8>> = d
+            .take_changes()
+            .into_iter()
+            .map(|c| match c {
+                Change::Pushed(s) => s.to_vec(),
+                Change::Cleared(_) => unreachable!(),
+            })
+            .collect();
+        let mut e = LoopDetector::shared(10, stored.iter().map(Vec::as_slice));
+        // The warned mark came along: the pattern does not warn again.
+        assert_eq!(e.record(op("t", "{\"a\":1}", 42), DEFAULT), None);
+        assert_eq!(e.len(), 4);
     }
 }

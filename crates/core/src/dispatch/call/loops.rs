@@ -9,11 +9,11 @@ use crate::dispatch::result::CallResult;
 use crate::json;
 use crate::safety::detector::{Check, Operation, Thresholds, Warning};
 use crate::safety::policy::Policy;
-use crate::session::Session;
+use crate::session::Lease;
 
 /// One call's operation as loop detection sees it: the tool and the canonical input.
 pub(super) struct LoopGuard<'a> {
-    session: &'a Session,
+    session: &'a Lease,
     tool: &'a str,
     /// Canonical JSON of the input; memory records it too, and the cache keys on it.
     pub input: Arc<str>,
@@ -43,7 +43,7 @@ impl LoopStop {
 }
 
 impl<'a> LoopGuard<'a> {
-    pub(super) fn new(session: &'a Session, policy: &Policy, tool: &'a str, input: &Value) -> Self {
+    pub(super) fn new(session: &'a Lease, policy: &Policy, tool: &'a str, input: &Value) -> Self {
         LoopGuard {
             session,
             tool,

@@ -70,7 +70,7 @@ impl Step<'_> {
             false => (None, None),
         };
         let ctx = ToolContext {
-            session_id: scope.session.id.clone(),
+            session_id: scope.session.id().to_owned(),
             call_id: self.call.id.clone(),
             index: self.call.index,
             cancel: scope.cancel.token().child_token(),

@@ -80,7 +80,7 @@ impl Step<'_> {
     pub(super) async fn pre_tool_hooks(&self, input: &Value) -> Result<Option<Value>, String> {
         let p = self.scope.pipeline;
         let asked = PreToolUse {
-            session_id: &self.scope.session.id,
+            session_id: self.scope.session.id(),
             call_id: &self.call.id,
             index: self.call.index,
             tool: self.tool,
@@ -297,7 +297,7 @@ impl Step<'_> {
             .pipeline
             .hooks
             .post_tool_use(&PostToolUse {
-                session_id: &self.scope.session.id,
+                session_id: self.scope.session.id(),
                 call_id: &self.call.id,
                 index: self.call.index,
                 tool: self.tool,

@@ -1,0 +1,81 @@
+//! Where a named session's shared state lives when any of several servers may serve its next
+//! batch: the `SessionStore` trait (the server crate implements it on Redis), what a batch loads
+//! from it and what it saves back.
+//! Invariant: a batch saves changes, never a whole state it read earlier, so two batches of one
+//! session running at once on two servers both count.
+
+use std::error::Error;
+
+use crate::safety::detector::Change;
+use crate::tools::BoxFuture;
+
+/// A named session's shared state: its loop window and memory, kept where every server reaches
+/// it. Keyed by tenant and id, which no other tenant can name.
+pub trait SessionStore: Send + Sync + 'static {
+    /// Opens (or creates) the session and refreshes its idle expiry; one round trip.
+    fn load<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Loaded, StoreError>>;
+
+    /// Applies a batch's changes atomically: the window's in order, then the memory entries.
+    /// A session ended meanwhile keeps nothing.
+    fn save<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+        changes: Changes,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// The session's memory entries, oldest first; `None` if it is not live.
+    fn memory<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Vec<String>>, StoreError>>;
+
+    /// Ends the session everywhere; true if it was live.
+    fn end<'a>(&'a self, tenant: &'a str, id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>>;
+
+    /// Whether the last operation reached the store (for metrics).
+    fn reachable(&self) -> bool;
+}
+
+/// What a batch reads at its start.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Loaded {
+    /// The loop window's slots, oldest first (`detector::SLOT_BYTES` each).
+    pub window: Vec<Vec<u8>>,
+}
+
+/// What a batch changed, to be applied on the store's copy.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Changes {
+    pub window: Vec<Change>,
+    /// Memory entries to append, oldest first.
+    pub memory: Vec<String>,
+}
+
+impl Changes {
+    pub fn is_empty(&self) -> bool {
+        self.window.is_empty() && self.memory.is_empty()
+    }
+}
+
+/// The session store could not be reached or did not answer in time. A batch naming a session
+/// is refused rather than run on a blank loop window.
+#[derive(Debug, thiserror::Error)]
+#[error("the session store is unavailable: {source}")]
+pub struct StoreError {
+    #[source]
+    pub source: Box<dyn Error + Send + Sync>,
+}
+
+impl StoreError {
+    pub fn new(source: impl Into<Box<dyn Error + Send + Sync>>) -> Self {
+        StoreError {
+            source: source.into(),
+        }
+    }
+}

@@ -1,0 +1,287 @@
+//! The session store on Redis (or Valkey): each named session's loop window, memory and metadata
+//! under one hash tag, read in one script call when a batch starts and changed in one when it
+//! ends, so any replica serves any batch of a session.
+//! Invariant: every operation is one atomic script (or command) on the session's own keys, and
+//! every key of a session shares its hash tag `{tenant:id}`, so Redis Cluster keeps a session
+//! on one shard and no update is lost to a read-modify-write race.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{IntoConnectionInfo, Script};
+use toolgate_core::safety::detector::Change;
+use toolgate_core::session::{Changes, Loaded, SessionStore, StoreError};
+use toolgate_core::tools::BoxFuture;
+
+/// Opens the session, refreshes the expiry of its keys and returns its loop window.
+/// KEYS: meta, loop, memory. ARGV: idle TTL (ms), now (ms since the epoch), tenant, id.
+const LOAD: &str = r"
+redis.call('HSETNX', KEYS[1], 'created_ms', ARGV[2])
+redis.call('HSET', KEYS[1], 'tenant', ARGV[3], 'id', ARGV[4], 'used_ms', ARGV[2])
+for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ARGV[1]) end
+return redis.call('LRANGE', KEYS[2], 0, -1)
+";
+
+/// Replays a batch's window changes in order ('p' + slot: append; 'c' + call: remove that
+/// call's slots), trims the window, appends the memory entries and trims them, refreshes the
+/// expiry. A session ended meanwhile (no meta) keeps nothing.
+/// KEYS: meta, loop, memory. ARGV: idle TTL (ms), window, memory entries kept, the number of
+/// window changes, the changes, then the memory entries.
+const SAVE: &str = r"
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local n = tonumber(ARGV[4])
+for i = 5, 4 + n do
+  local kind, body = string.sub(ARGV[i], 1, 1), string.sub(ARGV[i], 2)
+  if kind == 'p' then
+    redis.call('RPUSH', KEYS[2], body)
+  else
+    local kept = {}
+    for _, slot in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do
+      if string.sub(slot, 1, 16) ~= body then kept[#kept + 1] = slot end
+    end
+    redis.call('DEL', KEYS[2])
+    for j = 1, #kept, 500 do
+      redis.call('RPUSH', KEYS[2], unpack(kept, j, math.min(j + 499, #kept)))
+    end
+  end
+end
+redis.call('LTRIM', KEYS[2], -tonumber(ARGV[2]), -1)
+if #ARGV >= 5 + n then
+  for j = 5 + n, #ARGV, 500 do
+    redis.call('RPUSH', KEYS[3], unpack(ARGV, j, math.min(j + 499, #ARGV)))
+  end
+  redis.call('LTRIM', KEYS[3], -tonumber(ARGV[3]), -1)
+end
+for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ARGV[1]) end
+return 1
+";
+
+/// The memory entries of a live session, or nil. KEYS: meta, memory.
+const MEMORY: &str = r"
+if redis.call('EXISTS', KEYS[1]) == 0 then return false end
+return redis.call('LRANGE', KEYS[2], 0, -1)
+";
+
+/// How the store is reached and what it keeps per session.
+#[derive(Debug, Clone)]
+pub struct RedisSettings {
+    /// `redis://` or `rediss://` (TLS, the system roots), with the database as its path.
+    pub url: url::Url,
+    /// Replaces the URL's password (read from a file or variable, so it is not in the config).
+    pub password: Option<String>,
+    /// Longest one operation may take, connecting included.
+    pub timeout: Duration,
+    /// Keys of a session unused this long expire.
+    pub idle_ttl: Duration,
+    pub loop_window: usize,
+    /// Memory entries kept per session; 0: none.
+    pub memory_entries: usize,
+}
+
+/// The store could not be set up from its settings.
+#[derive(Debug, thiserror::Error)]
+#[error("sessions.store: {0}")]
+pub struct StoreConfigError(#[source] redis::RedisError);
+
+/// A session store on one Redis (or Valkey) server. Connects lazily and reconnects with
+/// backoff, so a server starts while Redis is down and serves named sessions once it is back.
+pub struct RedisStore {
+    redis: ConnectionManager,
+    settings: RedisSettings,
+    /// Whether the last operation reached the store (`/metrics`).
+    up: AtomicBool,
+    load: Script,
+    save: Script,
+    memory: Script,
+}
+
+impl RedisStore {
+    /// A store for `settings`; nothing is sent until the first batch names a session.
+    pub fn new(settings: RedisSettings) -> Result<Self, StoreConfigError> {
+        let mut info = settings
+            .url
+            .as_str()
+            .into_connection_info()
+            .map_err(StoreConfigError)?;
+        if let Some(password) = &settings.password {
+            let redis = info.redis_settings().clone().set_password(password);
+            info = info.set_redis_settings(redis);
+        }
+        let client = redis::Client::open(info).map_err(StoreConfigError)?;
+        // One quick retry, then fail: the operation's own timeout bounds the wait anyway, and a
+        // batch should hear that the store is down rather than wait out a backoff.
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(settings.timeout))
+            .set_response_timeout(Some(settings.timeout))
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_millis(200));
+        let redis =
+            ConnectionManager::new_lazy_with_config(client, config).map_err(StoreConfigError)?;
+        Ok(RedisStore {
+            redis,
+            settings,
+            up: AtomicBool::new(true),
+            load: Script::new(LOAD),
+            save: Script::new(SAVE),
+            memory: Script::new(MEMORY),
+        })
+    }
+
+    /// The URL without its password, for logs.
+    pub fn describe(&self) -> String {
+        let mut url = self.settings.url.clone();
+        if url.password().is_some() {
+            let _ = url.set_password(Some("***"));
+        }
+        url.to_string()
+    }
+
+    /// Runs `op` within the timeout, noting whether the store answered.
+    async fn within<T>(
+        &self,
+        op: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, StoreError> {
+        let answer = match tokio::time::timeout(self.settings.timeout, op).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(error)) => Err(StoreError::new(error)),
+            Err(_) => Err(StoreError::new(format!(
+                "no answer within {}",
+                toolgate_core::duration::readable(self.settings.timeout)
+            ))),
+        };
+        self.up.store(answer.is_ok(), Ordering::Relaxed);
+        answer
+    }
+}
+
+/// A session's three keys, sharing the hash tag `{tenant:id}` (neither may hold `:`, `{` or
+/// `}`: both are validated to `[A-Za-z0-9._-]`).
+fn keys(tenant: &str, id: &str) -> [String; 3] {
+    let tag = format!("toolgate:{{{tenant}:{id}}}");
+    [
+        format!("{tag}:meta"),
+        format!("{tag}:loop"),
+        format!("{tag}:memory"),
+    ]
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+impl SessionStore for RedisStore {
+    fn load<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Loaded, StoreError>> {
+        Box::pin(async move {
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, millis);
+            let mut redis = self.redis.clone();
+            let mut call = self.load.prepare_invoke();
+            call.key(&keys(tenant, id)[..])
+                .arg(millis(self.settings.idle_ttl))
+                .arg(now)
+                .arg(tenant)
+                .arg(id);
+            let window: Vec<Vec<u8>> = self.within(call.invoke_async(&mut redis)).await?;
+            Ok(Loaded { window })
+        })
+    }
+
+    fn save<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+        changes: Changes,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let mut redis = self.redis.clone();
+            let mut call = self.save.prepare_invoke();
+            call.key(&keys(tenant, id)[..])
+                .arg(millis(self.settings.idle_ttl))
+                .arg(self.settings.loop_window.max(1))
+                .arg(self.settings.memory_entries.max(1))
+                .arg(changes.window.len());
+            for change in &changes.window {
+                let mut arg = Vec::with_capacity(26);
+                match change {
+                    Change::Pushed(slot) => {
+                        arg.push(b'p');
+                        arg.extend_from_slice(slot);
+                    }
+                    Change::Cleared(call) => {
+                        arg.push(b'c');
+                        arg.extend_from_slice(call);
+                    }
+                }
+                call.arg(arg);
+            }
+            for entry in &changes.memory {
+                call.arg(entry);
+            }
+            let _saved: i64 = self.within(call.invoke_async(&mut redis)).await?;
+            Ok(())
+        })
+    }
+
+    fn memory<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Vec<String>>, StoreError>> {
+        Box::pin(async move {
+            let [meta, _, memory] = keys(tenant, id);
+            let mut redis = self.redis.clone();
+            let mut call = self.memory.prepare_invoke();
+            call.key(meta).key(memory);
+            self.within(call.invoke_async(&mut redis)).await
+        })
+    }
+
+    fn end<'a>(&'a self, tenant: &'a str, id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move {
+            let mut redis = self.redis.clone();
+            let mut del = redis::cmd("DEL");
+            del.arg(&keys(tenant, id)[..]);
+            let removed: i64 = self.within(del.query_async(&mut redis)).await?;
+            Ok(removed > 0)
+        })
+    }
+
+    fn reachable(&self) -> bool {
+        self.up.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sessions_keys_share_one_hash_tag() {
+        let keys = keys("acme", "s-1");
+        assert_eq!(keys[0], "toolgate:{acme:s-1}:meta");
+        for key in &keys {
+            assert!(key.contains("{acme:s-1}"), "{key}");
+            assert_eq!(key.matches('{').count(), 1, "{key}");
+        }
+    }
+
+    #[tokio::test]
+    async fn the_password_never_reaches_a_log_line() {
+        let store = RedisStore::new(RedisSettings {
+            url: url::Url::parse("redis://user:hunter2@127.0.0.1:1/0").unwrap(),
+            password: None,
+            timeout: Duration::from_millis(10),
+            idle_ttl: Duration::from_secs(60),
+            loop_window: 100,
+            memory_entries: 100,
+        })
+        .unwrap();
+        assert_eq!(store.describe(), "redis://user:***@127.0.0.1:1/0");
+    }
+}

@@ -1,0 +1,510 @@
+//! Sessions shared through a real Redis (Debian's `redis-server`): three replicas, any of which
+//! serves any batch of a session, called directly and behind a real nginx `grpc_pass` balancer
+//! with plain round robin; and what a batch gets while Redis is down and once it is back.
+
+use std::io::{Read as _, Write as _};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use toolgate::config::Config;
+use toolgate::pb;
+use toolgate::pb::ErrorClass;
+use toolgate::pb::tool_gate_client::ToolGateClient;
+
+use crate::peers::require_peers;
+use crate::support::*;
+
+/// A `redis-server` on a free loopback port, no persistence; killed on drop.
+pub struct Redis {
+    child: Child,
+    pub port: u16,
+    dir: PathBuf,
+}
+
+impl Redis {
+    pub fn start() -> Redis {
+        Redis::start_on(free_port())
+    }
+
+    /// On `port` (a restart keeps the address the replicas were given).
+    pub fn start_on(port: u16) -> Redis {
+        let dir = folder("redis");
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
+            .arg("--dir")
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server starts");
+        let redis = Redis { child, port, dir };
+        redis.wait_ready();
+        redis
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    /// Answers PING within 10 s.
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.port)) {
+                let mut reply = [0u8; 7];
+                if stream.write_all(b"PING\r\n").is_ok()
+                    && stream.read_exact(&mut reply).is_ok()
+                    && &reply == b"+PONG\r\n"
+                {
+                    return;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("redis-server did not answer PING on {}", self.port);
+    }
+
+    /// Kills it at once (SIGKILL), as a crash or a network cut would.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// nginx as a gRPC balancer (`grpc_pass`, plain round robin) in front of `backends`; stopped on
+/// drop.
+pub struct Nginx {
+    child: Child,
+    pub addr: String,
+    dir: PathBuf,
+}
+
+impl Nginx {
+    pub fn start(backends: &[std::net::SocketAddr]) -> Nginx {
+        let dir = folder("nginx");
+        let port = free_port();
+        let servers: String = backends.iter().map(|b| format!("server {b};\n")).collect();
+        let d = dir.display();
+        let conf = format!(
+            "worker_processes 1;\n\
+             pid {d}/nginx.pid;\n\
+             error_log {d}/error.log warn;\n\
+             events {{ worker_connections 256; }}\n\
+             http {{\n\
+               access_log off;\n\
+               client_body_temp_path {d}/body; proxy_temp_path {d}/proxy;\n\
+               fastcgi_temp_path {d}/fastcgi; uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;\n\
+               upstream toolgate {{ {servers} }}\n\
+               server {{\n\
+                 listen 127.0.0.1:{port} http2;\n\
+                 location / {{ grpc_pass grpc://toolgate; }}\n\
+               }}\n\
+             }}\n"
+        );
+        std::fs::write(dir.join("nginx.conf"), conf).unwrap();
+        let child = Command::new(nginx_binary())
+            .arg("-p")
+            .arg(&dir)
+            .arg("-c")
+            .arg(dir.join("nginx.conf"))
+            .args(["-g", "daemon off;"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nginx starts");
+        let addr = format!("127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(&addr).is_err() {
+            assert!(Instant::now() < deadline, "nginx did not listen on {addr}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Nginx { child, addr, dir }
+    }
+}
+
+impl Drop for Nginx {
+    /// A fast shutdown through nginx's own signal (SIGTERM to the master): a SIGKILLed master
+    /// would leave its worker running.
+    fn drop(&mut self) {
+        let stopped = Command::new(nginx_binary())
+            .arg("-p")
+            .arg(&self.dir)
+            .arg("-c")
+            .arg(self.dir.join("nginx.conf"))
+            .args(["-s", "stop"])
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !stopped {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Debian puts nginx in /usr/sbin, which a user's PATH may lack.
+pub fn nginx_binary() -> &'static str {
+    if std::path::Path::new("/usr/sbin/nginx").exists() {
+        "/usr/sbin/nginx"
+    } else {
+        "nginx"
+    }
+}
+
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+/// `n` replicas sharing `redis`; loop detection warns at 2 repeats and stops at 3.
+async fn replicas(redis: &Redis, n: usize, extra: &str) -> Vec<TestServer> {
+    let mut servers = Vec::new();
+    for _ in 0..n {
+        let config = Config::from_toml(&format!(
+            "[sessions]\nstore = \"{}\"\n[loop_detection]\nwarn_after = 2\nstop_after = 3\n{extra}",
+            redis.url()
+        ))
+        .unwrap();
+        servers.push(start_with(config).await);
+    }
+    servers
+}
+
+fn in_session(session: &str, calls: serde_json::Value) -> pb::DispatchBatchRequest {
+    let mut req = request(calls);
+    req.session_id = session.into();
+    req
+}
+
+fn same(id: &str) -> serde_json::Value {
+    json!({"id": id, "name": "echo", "arguments": {"q": "same"}})
+}
+
+async fn memory_of(
+    client: &mut ToolGateClient<tonic::transport::Channel>,
+    session: &str,
+) -> Result<Vec<String>, tonic::Status> {
+    let request = pb::GetSessionMemoryRequest {
+        session_id: session.into(),
+    };
+    Ok(client
+        .get_session_memory(request)
+        .await?
+        .into_inner()
+        .entries)
+}
+
+/// Batches 1, 2, 3 and 4 of one session on replicas A, B, C and A: the second warns, the
+/// fourth is stopped, as on one server.
+async fn a_loop_spread_over_replicas_is_stopped(
+    clients: &mut [ToolGateClient<tonic::transport::Channel>],
+) {
+    let n = clients.len();
+    let mut results = Vec::new();
+    for i in 0..4 {
+        let client = &mut clients[i % n];
+        let id = format!("c{i}");
+        let result = client
+            .dispatch(in_session("spread", json!([same(&id)])))
+            .await
+            .unwrap()
+            .into_inner();
+        results.push(result);
+    }
+    assert!(results[..3].iter().all(|r| r.all_succeeded));
+    assert!(
+        results[1].results[0].content.contains(
+            "[toolgate] warning: echo({\"q\":\"same\"}) has returned the same result 2 times"
+        ),
+        "{}",
+        results[1].results[0].content
+    );
+    assert!(
+        !results[2].results[0].content.contains("warning"),
+        "warned once"
+    );
+    assert_eq!(
+        results[3].outcome,
+        pb::batch_result::Outcome::LoopDetected as i32
+    );
+    assert_eq!(
+        results[3].outcome_reason,
+        "Loop detected: echo({\"q\":\"same\"}) repeated 3 times"
+    );
+    assert_eq!(class(&results[3].results[0]), ErrorClass::LoopStopped);
+    // Every replica reads the whole memory: the three calls that ran.
+    for client in clients.iter_mut() {
+        let memory = memory_of(client, "spread").await.unwrap();
+        assert_eq!(memory.len(), 3, "{memory:?}");
+        assert!(memory[0].starts_with("tool=echo; input={\"q\":\"same\"}"));
+    }
+}
+
+#[tokio::test]
+async fn a_loop_spread_over_three_replicas_is_stopped_and_memory_is_whole_on_each() {
+    require_peers!(Redis);
+    let redis = Redis::start();
+    let servers = replicas(&redis, 3, "").await;
+    let mut clients: Vec<_> = servers.iter().map(|s| s.client.clone()).collect();
+    a_loop_spread_over_replicas_is_stopped(&mut clients).await;
+}
+
+#[tokio::test]
+async fn behind_nginx_round_robin_a_session_is_one_session() {
+    require_peers!(Redis, Nginx);
+    let redis = Redis::start();
+    let servers = replicas(&redis, 3, "").await;
+    let backends: Vec<_> = servers.iter().map(|s| s.server.local_addr()).collect();
+    let nginx = Nginx::start(&backends);
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", nginx.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut through = ToolGateClient::new(channel);
+    let mut clients = vec![through.clone()];
+    a_loop_spread_over_replicas_is_stopped(&mut clients).await;
+    // EndSession through the balancer ends it on every replica.
+    let ended = through
+        .end_session(pb::EndSessionRequest {
+            session_id: "spread".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(ended.ended);
+    for server in &servers {
+        let status = memory_of(&mut server.client.clone(), "spread")
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), tonic::Code::NotFound);
+    }
+    // The next batch starts on a blank window: nothing is stopped.
+    let again = through
+        .dispatch(in_session("spread", json!([same("z")])))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(again.all_succeeded);
+}
+
+#[tokio::test]
+async fn concurrent_batches_of_one_session_on_three_replicas_all_count() {
+    require_peers!(Redis);
+    let redis = Redis::start();
+    let servers = replicas(&redis, 3, "").await;
+    // Rounds of three batches at once, one per replica, each with ten distinct calls and one
+    // call they share: every call lands in memory, and the shared call's three runs count
+    // toward loop detection, so the next one is stopped.
+    for round in 0..8 {
+        let session = format!("busy-{round}");
+        let batches = servers.iter().enumerate().map(|(r, server)| {
+            let mut client = server.client.clone();
+            let mut calls: Vec<serde_json::Value> = (0..10)
+                .map(|i| json!({"id": format!("r{r}-{i}"), "name": "echo", "arguments": {"r": r, "i": i}}))
+                .collect();
+            calls.push(json!({"id": format!("hot-{r}"), "name": "echo", "arguments": {"q": "hot"}}));
+            let mut req = in_session(&session, serde_json::Value::Array(calls));
+            req.options = Some(pb::DispatchOptions {
+                mode: pb::dispatch_options::Mode::Parallel as i32,
+                max_concurrency: 4,
+                ..Default::default()
+            });
+            async move { client.dispatch(req).await.unwrap().into_inner() }
+        });
+        let results = futures::future::join_all(batches).await;
+        assert!(results.iter().all(|r| r.all_succeeded), "round {round}");
+        let memory = memory_of(&mut servers[0].client.clone(), &session)
+            .await
+            .unwrap();
+        assert_eq!(memory.len(), 33, "round {round}: every call of every batch");
+        let hot = servers[round % 3]
+            .client
+            .clone()
+            .dispatch(in_session(
+                &session,
+                json!([{"id": "h", "name": "echo", "arguments": {"q": "hot"}}]),
+            ))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(
+            class(&hot.results[0]),
+            ErrorClass::LoopStopped,
+            "round {round}: the three concurrent runs all counted"
+        );
+    }
+}
+
+#[tokio::test]
+async fn tenants_sharing_a_store_never_see_each_others_sessions() {
+    require_peers!(Redis);
+    let redis = Redis::start();
+    let auth = format!(
+        r#"
+        [auth]
+        anonymous = "none"
+        [[auth.tokens]]
+        id = "acme-agent"
+        tenant = "acme"
+        roles = ["agent"]
+        sha256 = "{}"
+        [[auth.tokens]]
+        id = "globex-agent"
+        tenant = "globex"
+        roles = ["agent"]
+        sha256 = "{}"
+        "#,
+        sha256_hex("acme-secret"),
+        sha256_hex("globex-secret"),
+    );
+    let servers = replicas(&redis, 2, &auth).await;
+    let as_tenant = |server: &TestServer, token: &'static str| {
+        let header: tonic::metadata::MetadataValue<_> = format!("Bearer {token}").parse().unwrap();
+        ToolGateClient::with_interceptor(server.channel.clone(), move |mut r: tonic::Request<()>| {
+            r.metadata_mut().insert("authorization", header.clone());
+            Ok(r)
+        })
+    };
+    let mut acme = as_tenant(&servers[0], "acme-secret");
+    let mut globex = as_tenant(&servers[1], "globex-secret");
+    for i in 0..2 {
+        let id = format!("a{i}");
+        let r = acme
+            .dispatch(in_session("shared-id", json!([same(&id)])))
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(r.all_succeeded);
+    }
+    // The same id in another tenant is another session: no memory, and a blank loop window
+    // (two repeats in acme's would stop a third in acme, not here).
+    let status = globex
+        .get_session_memory(pb::GetSessionMemoryRequest {
+            session_id: "shared-id".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::NotFound);
+    let mut ran = Vec::new();
+    for i in 0..3 {
+        let id = format!("g{i}");
+        let r = globex
+            .dispatch(in_session("shared-id", json!([same(&id)])))
+            .await
+            .unwrap()
+            .into_inner();
+        ran.push(class(&r.results[0]));
+    }
+    assert_eq!(ran, [ErrorClass::None, ErrorClass::None, ErrorClass::None]);
+    let ended = globex
+        .end_session(pb::EndSessionRequest {
+            session_id: "shared-id".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(ended.ended);
+    // Ending globex's left acme's alone.
+    let memory = acme
+        .get_session_memory(pb::GetSessionMemoryRequest {
+            session_id: "shared-id".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .entries;
+    assert_eq!(memory.len(), 2);
+}
+
+#[tokio::test]
+async fn while_redis_is_down_named_sessions_fail_fast_and_work_again_once_it_is_back() {
+    require_peers!(Redis);
+    let mut redis = Redis::start();
+    let port = redis.port;
+    let config = Config::from_toml(&format!(
+        "[sessions]\nstore = \"{}\"\nstore_timeout = \"500ms\"",
+        redis.url()
+    ))
+    .unwrap();
+    let ts = start_with(config).await;
+    let mut client = ts.client.clone();
+    let one = |id: &str| {
+        in_session(
+            "kept",
+            json!([{"id": id, "name": "echo", "arguments": {"n": 1}}]),
+        )
+    };
+    assert!(
+        client
+            .dispatch(one("a"))
+            .await
+            .unwrap()
+            .into_inner()
+            .all_succeeded
+    );
+
+    redis.kill();
+    let started = Instant::now();
+    let status = client.dispatch(one("b")).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    assert_eq!(
+        status.message(),
+        "the session store is down: a named session's state cannot be read or written, so nothing ran; retry later, or send the batch without a session id"
+    );
+    // Fast: within the store timeout and a retry, not a TCP timeout (not a threshold on speed,
+    // a bound on which mechanism answered).
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    // The stream says the same.
+    let streamed = match client.dispatch_batch(one("c")).await {
+        Ok(mut response) => response.get_mut().message().await.unwrap_err(),
+        Err(status) => status,
+    };
+    assert_eq!(streamed.code(), tonic::Code::Unavailable);
+    assert_eq!(
+        memory_of(&mut client, "kept").await.unwrap_err().code(),
+        tonic::Code::Unavailable
+    );
+    // A batch without a session has nothing to lose: it runs.
+    let anonymous = client
+        .dispatch(request(json!([{"id": "x", "name": "echo"}])))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(anonymous.all_succeeded);
+
+    // Back on the same address: named sessions work again without a restart of toolgate.
+    let _redis = Redis::start_on(port);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match client.dispatch(one("d")).await {
+            Ok(r) => {
+                assert!(r.into_inner().all_succeeded);
+                break;
+            }
+            Err(status) => {
+                assert_eq!(status.code(), tonic::Code::Unavailable);
+                assert!(Instant::now() < deadline, "still down: {status:?}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    // This Redis kept nothing (no persistence), so the session starts over: one entry.
+    assert_eq!(memory_of(&mut client, "kept").await.unwrap().len(), 1);
+}
