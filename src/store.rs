@@ -12,22 +12,23 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{IntoConnectionInfo, Script};
 use toolgate_core::safety::detector::Change;
 use toolgate_core::session::{Changes, Loaded, SessionStore, StoreError};
-use toolgate_core::tools::BoxFuture;
+use toolgate_core::tools::{BoxFuture, Entry, FileError, ScratchStore, SharedScratch};
 
 /// Opens the session, refreshes the expiry of its keys and returns its loop window.
-/// KEYS: meta, loop, memory. ARGV: idle TTL (ms), now (ms since the epoch), tenant, id.
+/// KEYS: meta, loop, memory, files, dirs. ARGV: idle TTL (ms), now (ms since the epoch),
+/// tenant, id.
 const LOAD: &str = r"
 redis.call('HSETNX', KEYS[1], 'created_ms', ARGV[2])
 redis.call('HSET', KEYS[1], 'tenant', ARGV[3], 'id', ARGV[4], 'used_ms', ARGV[2])
-for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ARGV[1]) end
+for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[1]) end
 return redis.call('LRANGE', KEYS[2], 0, -1)
 ";
 
 /// Replays a batch's window changes in order ('p' + slot: append; 'c' + call: remove that
 /// call's slots), trims the window, appends the memory entries and trims them, refreshes the
 /// expiry. A session ended meanwhile (no meta) keeps nothing.
-/// KEYS: meta, loop, memory. ARGV: idle TTL (ms), window, memory entries kept, the number of
-/// window changes, the changes, then the memory entries.
+/// KEYS: meta, loop, memory, files, dirs. ARGV: idle TTL (ms), window, memory entries kept, the
+/// number of window changes, the changes, then the memory entries.
 const SAVE: &str = r"
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 local n = tonumber(ARGV[4])
@@ -53,7 +54,7 @@ if #ARGV >= 5 + n then
   end
   redis.call('LTRIM', KEYS[3], -tonumber(ARGV[3]), -1)
 end
-for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ARGV[1]) end
+for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[1]) end
 return 1
 ";
 
@@ -61,6 +62,68 @@ return 1
 const MEMORY: &str = r"
 if redis.call('EXISTS', KEYS[1]) == 0 then return false end
 return redis.call('LRANGE', KEYS[2], 0, -1)
+";
+
+/// Writes a scratch file within the session's quota (content bytes plus one entry's bytes per
+/// file and per directory, as on disk), making its parent directories.
+/// KEYS: meta, files, dirs. ARGV: path, content, quota (0: none), entry bytes, idle TTL (ms).
+const WRITE: &str = r"
+local path, content = ARGV[1], ARGV[2]
+local quota, entry = tonumber(ARGV[3]), tonumber(ARGV[4])
+if redis.call('SISMEMBER', KEYS[3], path) == 1 then return {'isdir'} end
+local new_dirs, at = {}, 0
+while true do
+  at = string.find(path, '/', at + 1, true)
+  if not at then break end
+  local parent = string.sub(path, 1, at - 1)
+  if redis.call('HEXISTS', KEYS[2], parent) == 1 then return {'notdir'} end
+  if redis.call('SISMEMBER', KEYS[3], parent) == 0 then new_dirs[#new_dirs + 1] = parent end
+end
+local used = tonumber(redis.call('HGET', KEYS[1], 'scratch_bytes') or '0')
+local needed = used - redis.call('HSTRLEN', KEYS[2], path) + #content + #new_dirs * entry
+if redis.call('HEXISTS', KEYS[2], path) == 0 then needed = needed + entry end
+-- As on disk, a write that takes no more than it replaces is never refused.
+if quota > 0 and needed > used and needed > quota then return {'quota', tostring(needed)} end
+redis.call('HSET', KEYS[2], path, content)
+if #new_dirs > 0 then redis.call('SADD', KEYS[3], unpack(new_dirs)) end
+redis.call('HSET', KEYS[1], 'scratch_bytes', needed)
+for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ARGV[5]) end
+return {'ok'}
+";
+
+/// Reads a scratch file. KEYS: files, dirs. ARGV: path.
+const READ: &str = r"
+local content = redis.call('HGET', KEYS[1], ARGV[1])
+if content then return {'ok', content} end
+if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then return {'isdir'} end
+return {'missing'}
+";
+
+/// Lists a scratch directory's entries as name, kind pairs, at most ARGV[2] of them.
+/// KEYS: files, dirs. ARGV: the directory ('' for the root), the most entries.
+const LIST: &str = r"
+local dir, max = ARGV[1], tonumber(ARGV[2])
+if dir ~= '' and redis.call('SISMEMBER', KEYS[2], dir) == 0 then
+  if redis.call('HEXISTS', KEYS[1], dir) == 1 then return {'notdir'} end
+  return {'missing'}
+end
+local prefix = dir == '' and '' or dir .. '/'
+local out = {'ok'}
+local function take(names, kind)
+  for _, path in ipairs(names) do
+    if #out > max * 2 then return end
+    if string.sub(path, 1, #prefix) == prefix then
+      local rest = string.sub(path, #prefix + 1)
+      if not string.find(rest, '/', 1, true) then
+        out[#out + 1] = rest
+        out[#out + 1] = kind
+      end
+    end
+  end
+end
+take(redis.call('HKEYS', KEYS[1]), 'file')
+take(redis.call('SMEMBERS', KEYS[2]), 'dir')
+return out
 ";
 
 /// How the store is reached and what it keeps per session.
@@ -94,6 +157,9 @@ pub struct RedisStore {
     load: Script,
     save: Script,
     memory: Script,
+    write: Script,
+    read: Script,
+    list: Script,
 }
 
 impl RedisStore {
@@ -125,6 +191,9 @@ impl RedisStore {
             load: Script::new(LOAD),
             save: Script::new(SAVE),
             memory: Script::new(MEMORY),
+            write: Script::new(WRITE),
+            read: Script::new(READ),
+            list: Script::new(LIST),
         })
     }
 
@@ -155,15 +224,32 @@ impl RedisStore {
     }
 }
 
-/// A session's three keys, sharing the hash tag `{tenant:id}` (neither may hold `:`, `{` or
-/// `}`: both are validated to `[A-Za-z0-9._-]`).
-fn keys(tenant: &str, id: &str) -> [String; 3] {
+/// A session's keys, sharing the hash tag `{tenant:id}` (neither may hold `:`, `{` or `}`:
+/// both are validated to `[A-Za-z0-9._-]`): meta, loop, memory, files, dirs.
+fn keys(tenant: &str, id: &str) -> [String; 5] {
     let tag = format!("toolgate:{{{tenant}:{id}}}");
-    [
-        format!("{tag}:meta"),
-        format!("{tag}:loop"),
-        format!("{tag}:memory"),
-    ]
+    ["meta", "loop", "memory", "files", "dirs"].map(|part| format!("{tag}:{part}"))
+}
+
+/// A scratch script's answer: `ok` and its values, or why not.
+fn answered(reply: Vec<String>) -> Result<Vec<String>, FileError> {
+    let mut reply = reply.into_iter();
+    match reply.next().as_deref() {
+        Some("ok") => Ok(reply.collect()),
+        Some("isdir") => Err(FileError::NotAFile),
+        Some("notdir") => Err(FileError::NotADirectory),
+        Some("missing") => Err(FileError::NotFound),
+        Some("quota") => Err(FileError::OverQuota {
+            needed: reply
+                .next()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(u64::MAX),
+            quota: 0,
+        }),
+        other => Err(FileError::Unavailable(format!(
+            "unexpected answer from the store: {other:?}"
+        ))),
+    }
 }
 
 fn millis(d: Duration) -> u64 {
@@ -234,7 +320,7 @@ impl SessionStore for RedisStore {
         id: &'a str,
     ) -> BoxFuture<'a, Result<Option<Vec<String>>, StoreError>> {
         Box::pin(async move {
-            let [meta, _, memory] = keys(tenant, id);
+            let [meta, _, memory, _, _] = keys(tenant, id);
             let mut redis = self.redis.clone();
             let mut call = self.memory.prepare_invoke();
             call.key(meta).key(memory);
@@ -257,6 +343,82 @@ impl SessionStore for RedisStore {
     }
 }
 
+impl RedisStore {
+    /// Runs a scratch script, the store's own failures as `Unavailable`.
+    async fn scratch(&self, call: redis::ScriptInvocation<'_>) -> Result<Vec<String>, FileError> {
+        let mut redis = self.redis.clone();
+        let reply = self.within(call.invoke_async(&mut redis)).await;
+        answered(reply.map_err(|e| FileError::Unavailable(e.to_string()))?)
+    }
+}
+
+impl ScratchStore for RedisStore {
+    fn write<'a>(
+        &'a self,
+        owner: &'a SharedScratch,
+        path: &'a str,
+        content: &'a str,
+    ) -> BoxFuture<'a, Result<(), FileError>> {
+        Box::pin(async move {
+            let [meta, _, _, files, dirs] = keys(&owner.tenant, &owner.session);
+            let mut call = self.write.prepare_invoke();
+            call.key(meta)
+                .key(files)
+                .key(dirs)
+                .arg(path)
+                .arg(content)
+                .arg(owner.quota)
+                .arg(toolgate_core::tools::entry_bytes())
+                .arg(millis(self.settings.idle_ttl));
+            match self.scratch(call).await {
+                Ok(_) => Ok(()),
+                Err(FileError::OverQuota { needed, .. }) => Err(FileError::OverQuota {
+                    needed,
+                    quota: owner.quota,
+                }),
+                Err(other) => Err(other),
+            }
+        })
+    }
+
+    fn read<'a>(
+        &'a self,
+        owner: &'a SharedScratch,
+        path: &'a str,
+    ) -> BoxFuture<'a, Result<String, FileError>> {
+        Box::pin(async move {
+            let [_, _, _, files, dirs] = keys(&owner.tenant, &owner.session);
+            let mut call = self.read.prepare_invoke();
+            call.key(files).key(dirs).arg(path);
+            let mut values = self.scratch(call).await?;
+            Ok(values.pop().unwrap_or_default())
+        })
+    }
+
+    fn list<'a>(
+        &'a self,
+        owner: &'a SharedScratch,
+        dir: &'a str,
+        max: usize,
+    ) -> BoxFuture<'a, Result<Vec<Entry>, FileError>> {
+        Box::pin(async move {
+            let [_, _, _, files, dirs] = keys(&owner.tenant, &owner.session);
+            let mut call = self.list.prepare_invoke();
+            call.key(files).key(dirs).arg(dir).arg(max);
+            let values = self.scratch(call).await?;
+            let entries = values
+                .chunks_exact(2)
+                .take(max)
+                .map(|pair| Entry {
+                    name: pair[0].clone(),
+                    kind: if pair[1] == "dir" { "dir" } else { "file" },
+                })
+                .collect();
+            Ok(entries)
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -265,6 +427,7 @@ mod tests {
     fn a_sessions_keys_share_one_hash_tag() {
         let keys = keys("acme", "s-1");
         assert_eq!(keys[0], "toolgate:{acme:s-1}:meta");
+        assert_eq!(keys.len(), 5);
         for key in &keys {
             assert!(key.contains("{acme:s-1}"), "{key}");
             assert_eq!(key.matches('{').count(), 1, "{key}");

@@ -508,3 +508,101 @@ async fn while_redis_is_down_named_sessions_fail_fast_and_work_again_once_it_is_
     // This Redis kept nothing (no persistence), so the session starts over: one entry.
     assert_eq!(memory_of(&mut client, "kept").await.unwrap().len(), 1);
 }
+
+#[tokio::test]
+async fn a_scratch_file_written_on_one_replica_is_read_and_listed_on_the_others() {
+    require_peers!(Redis);
+    let redis = Redis::start();
+    let servers = replicas(&redis, 3, "[tools.builtin]\nscratch_quota_bytes = 20000").await;
+    let clients: Vec<_> = servers.iter().map(|s| s.client.clone()).collect();
+    let call = |name: &str, arguments: serde_json::Value| {
+        in_session(
+            "files",
+            json!([{"id": "f", "name": name, "arguments": arguments}]),
+        )
+    };
+    let run = async |replica: usize, req| {
+        let result = (clients[replica].clone())
+            .dispatch(req)
+            .await
+            .unwrap()
+            .into_inner();
+        result.results.into_iter().next().unwrap()
+    };
+    let written = run(
+        0,
+        call(
+            "scratch_write",
+            json!({"path": "notes/plan.md", "content": "step 1"}),
+        ),
+    )
+    .await;
+    assert!(written.success, "{}", written.content);
+    let read = run(1, call("scratch_read", json!({"path": "notes/plan.md"}))).await;
+    assert_eq!((read.success, read.content.as_str()), (true, "step 1"));
+    let root = run(2, call("scratch_list", json!({}))).await;
+    assert!(root.success, "{}", root.content);
+    assert!(
+        root.content
+            .contains("{\"kind\":\"dir\",\"name\":\"notes\"}"),
+        "{}",
+        root.content
+    );
+    let notes = run(0, call("scratch_list", json!({"path": "notes"}))).await;
+    assert!(
+        notes
+            .content
+            .contains("{\"kind\":\"file\",\"name\":\"plan.md\"}"),
+        "{}",
+        notes.content
+    );
+    // The model reads the same answers as on disk.
+    let missing = run(1, call("scratch_read", json!({"path": "nothing.txt"}))).await;
+    assert_eq!(class(&missing), ErrorClass::InvalidArguments);
+    assert_eq!(missing.content, "'nothing.txt' does not exist");
+    let into_file = run(
+        2,
+        call(
+            "scratch_write",
+            json!({"path": "notes/plan.md/x", "content": ""}),
+        ),
+    )
+    .await;
+    assert_eq!(class(&into_file), ErrorClass::InvalidArguments);
+    let dir = run(2, call("scratch_read", json!({"path": "notes"}))).await;
+    assert_eq!(dir.content, "'notes' is not a regular file");
+    // The quota is the session's, across replicas: 2 entries (4096 each) and 6 bytes are used;
+    // a new file of 12000 bytes (and its entry) would take 24294 > 20000.
+    let big = "x".repeat(12_000);
+    let over = run(
+        1,
+        call("scratch_write", json!({"path": "big.txt", "content": big})),
+    )
+    .await;
+    assert_eq!(class(&over), ErrorClass::InvalidArguments);
+    assert_eq!(
+        over.content,
+        "'big.txt' was not written: the session's scratch files would take 24294 bytes, over its quota of 20000 (overwrite files with less to make room)"
+    );
+    // 7000 bytes fit: 19294.
+    let fits = run(
+        1,
+        call(
+            "scratch_write",
+            json!({"path": "big.txt", "content": "x".repeat(7_000)}),
+        ),
+    )
+    .await;
+    assert!(fits.success, "{}", fits.content);
+    // Ending the session removes its files for every replica.
+    let ended = (clients[0].clone())
+        .end_session(pb::EndSessionRequest {
+            session_id: "files".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(ended.ended);
+    let gone = run(2, call("scratch_read", json!({"path": "notes/plan.md"}))).await;
+    assert_eq!(gone.content, "'notes/plan.md' does not exist");
+}

@@ -195,7 +195,8 @@ impl Dispatcher {
             Some(store) if !id.is_empty() => {
                 let loaded = (store.load(tenant, id).await)
                     .inspect_err(|_| self.pipeline.metrics.store_error("load"))?;
-                self.sessions.open_shared(tenant, id, &loaded)
+                self.sessions
+                    .open_shared(tenant, id, &loaded, store.clone())
             }
             _ => Lease::local(self.sessions.open(tenant, id)),
         };

@@ -404,14 +404,27 @@ impl Sessions {
     }
 
     /// Opens `tenant`'s named session for a batch with the state it loaded from the shared
-    /// store. Pair with `release` of `lease.session()`.
-    pub fn open_shared(&self, tenant: &str, id: &str, loaded: &Loaded) -> Lease {
+    /// `store`, which also holds its scratch files. Pair with `release` of `lease.session()`.
+    pub fn open_shared(
+        &self,
+        tenant: &str,
+        id: &str,
+        loaded: &Loaded,
+        store: Arc<dyn SessionStore>,
+    ) -> Lease {
         let session = self.open(tenant, id);
+        let scratch = crate::tools::SharedScratch {
+            store,
+            tenant: tenant.to_owned(),
+            session: id.to_owned(),
+            quota: self.limits.scratch_quota_bytes,
+        };
         Lease::shared(
             session,
             loaded,
             self.limits.loop_window,
             self.limits.memory_entries,
+            scratch,
         )
     }
 

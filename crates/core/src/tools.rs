@@ -22,8 +22,8 @@ pub use function::FnTool;
 pub use outcome::ErrorClass;
 pub(crate) use outcome::content_of;
 pub use registry::{Registered, RegistryError, ToolPin, ToolRegistry, ToolSource};
-pub use scratch::ScratchDir;
 pub use scratch::{DEFAULT_QUOTA_BYTES, remove_tree, unguessable_name};
+pub use scratch::{Entry, FileError, ScratchDir, ScratchStore, SharedScratch, entry_bytes};
 
 /// The boxed future a tool returns; `'a` lets it borrow the tool and its context.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -78,6 +78,9 @@ pub struct ToolContext {
     pub cancel: CancellationToken,
     /// The session's private scratch directory, made the first time a tool calls `create`.
     pub scratch: ScratchDir,
+    /// Where the scratch tools keep a shared session's files instead (a session store), so
+    /// every server reads them; `None` for a session only this server holds.
+    pub shared_scratch: Option<Arc<SharedScratch>>,
     /// The call this execution serves, as the model made it.
     pub metadata: Arc<CallMetadata>,
     /// When the call must be done (remote tools pass it on to the remote side).
@@ -140,6 +143,7 @@ impl ToolContext {
             index,
             cancel: CancellationToken::new(),
             scratch: ScratchDir::new(scratch_dir),
+            shared_scratch: None,
             metadata: Arc::new(CallMetadata {
                 tool_call_id: call_id.to_owned(),
                 tool_call_index: index,

@@ -10,7 +10,7 @@ use parking_lot::{Mutex, MutexGuard};
 use super::store::{Changes, Loaded};
 use super::{Session, memory_entry};
 use crate::safety::detector::LoopDetector;
-use crate::tools::ScratchDir;
+use crate::tools::{ScratchDir, SharedScratch};
 
 /// What the pipeline reads and writes of a batch's session.
 #[derive(Debug)]
@@ -26,6 +26,7 @@ struct Shared {
     /// Entries this batch remembered (the newest `memory_entries`: the store keeps no more).
     memory: Mutex<VecDeque<String>>,
     memory_entries: usize,
+    scratch: Arc<SharedScratch>,
 }
 
 impl Lease {
@@ -43,6 +44,7 @@ impl Lease {
         loaded: &Loaded,
         loop_window: usize,
         memory_entries: usize,
+        scratch: SharedScratch,
     ) -> Self {
         let window = loaded.window.iter().map(Vec::as_slice);
         Lease {
@@ -51,8 +53,14 @@ impl Lease {
                 detector: Mutex::new(LoopDetector::shared(loop_window, window)),
                 memory: Mutex::new(VecDeque::new()),
                 memory_entries,
+                scratch: Arc::new(scratch),
             }),
         }
+    }
+
+    /// Where the scratch tools keep a shared session's files; `None` for a local session.
+    pub fn shared_scratch(&self) -> Option<Arc<SharedScratch>> {
+        self.shared.as_ref().map(|s| s.scratch.clone())
     }
 
     pub fn id(&self) -> &str {

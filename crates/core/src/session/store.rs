@@ -7,11 +7,11 @@
 use std::error::Error;
 
 use crate::safety::detector::Change;
-use crate::tools::BoxFuture;
+use crate::tools::{BoxFuture, ScratchStore};
 
-/// A named session's shared state: its loop window and memory, kept where every server reaches
-/// it. Keyed by tenant and id, which no other tenant can name.
-pub trait SessionStore: Send + Sync + 'static {
+/// A named session's shared state: its loop window, memory and scratch files, kept where every
+/// server reaches it. Keyed by tenant and id, which no other tenant can name.
+pub trait SessionStore: ScratchStore {
     /// Opens (or creates) the session and refreshes its idle expiry; one round trip.
     fn load<'a>(
         &'a self,

@@ -5,6 +5,7 @@
 
 mod beneath;
 mod dir;
+mod shared;
 
 use std::ffi::OsString;
 use std::path::{Component, Path};
@@ -17,6 +18,7 @@ use beneath::{BeneathError, Budget};
 
 pub use dir::ScratchDir;
 pub use dir::{DEFAULT_QUOTA_BYTES, unguessable_name};
+pub use shared::{Entry, FileError, ScratchStore, SharedScratch, entry_bytes};
 
 /// Largest file the scratch tools write or read, in bytes.
 const MAX_FILE_BYTES: usize = 1024 * 1024;
@@ -125,6 +127,13 @@ fn scratch_write<'a>(
             )));
         }
         let parts = confine(path)?;
+        if let Some(shared) = &ctx.shared_scratch {
+            let key = joined(&parts)?;
+            (shared.store.write(shared, &key, content).await).map_err(|e| unwritten(path, e))?;
+            return Ok(ToolOutput::Json(
+                json!({"path": path, "bytes": content.len()}),
+            ));
+        }
         let root = root(ctx).await?;
         let scratch = ctx.scratch.clone();
         let bytes = content.as_bytes().to_vec();
@@ -151,6 +160,11 @@ fn scratch_read<'a>(
     Box::pin(async move {
         let path = required_str(&input, "path")?;
         let parts = confine(path)?;
+        if let Some(shared) = &ctx.shared_scratch {
+            let key = joined(&parts)?;
+            let text = shared.store.read(shared, &key).await;
+            return text.map(ToolOutput::Text).map_err(|e| unwritten(path, e));
+        }
         let root = root(ctx).await?;
         let bytes = blocking(move || beneath::read(&root, &parts, MAX_FILE_BYTES as u64))
             .await
@@ -168,14 +182,23 @@ fn scratch_list<'a>(
     Box::pin(async move {
         let path = input_str(&input, "path")?.unwrap_or("");
         let parts = components(path)?;
-        let root = root(ctx).await?;
-        let mut entries = blocking(move || beneath::list(&root, &parts, MAX_LIST_ENTRIES))
-            .await
-            .map_err(|e| refused(path, e))?;
-        entries.sort_by(|a, b| a.name.cmp(&b.name));
+        let entries: Vec<(String, &str)> = if let Some(shared) = &ctx.shared_scratch {
+            let dir = joined(&parts)?;
+            let listed = shared.store.list(shared, &dir, MAX_LIST_ENTRIES).await;
+            let listed = listed.map_err(|e| unwritten(path, e))?;
+            listed.into_iter().map(|e| (e.name, e.kind)).collect()
+        } else {
+            let root = root(ctx).await?;
+            let listed = blocking(move || beneath::list(&root, &parts, MAX_LIST_ENTRIES))
+                .await
+                .map_err(|e| refused(path, e))?;
+            listed.into_iter().map(|e| (e.name, e.kind)).collect()
+        };
+        let mut entries = entries;
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
         let entries: Vec<Value> = entries
             .into_iter()
-            .map(|e| json!({"name": e.name, "kind": e.kind}))
+            .map(|(name, kind)| json!({"name": name, "kind": kind}))
             .collect();
         Ok(ToolOutput::Json(json!({"path": path, "entries": entries})))
     })
@@ -260,6 +283,46 @@ fn refused(path: &str, error: BeneathError) -> ToolError {
             "'{path}' was not written: the session's scratch files would take {needed} bytes, over its quota of {quota} (overwrite files with less to make room)"
         )),
         BeneathError::Io(error) => io_error(path, &error),
+    }
+}
+
+/// A path's names as a shared store keys them: joined by `/`. A name that is not UTF-8 (or
+/// holds `/`, which no component can) has no key.
+fn joined(parts: &[OsString]) -> Result<String, ToolError> {
+    let mut key = String::new();
+    for part in parts {
+        let Some(name) = part.to_str() else {
+            return Err(ToolError::invalid_input(
+                "scratch paths must be UTF-8 text".to_owned(),
+            ));
+        };
+        if !key.is_empty() {
+            key.push('/');
+        }
+        key.push_str(name);
+    }
+    Ok(key)
+}
+
+/// Why a shared store did not do it, as the call's answer: the same texts and classes as for a
+/// directory on disk (`refused`), and a store that cannot be reached is the tool failing.
+fn unwritten(path: &str, error: FileError) -> ToolError {
+    match error {
+        FileError::NotFound => ToolError::invalid_input(format!("'{path}' does not exist")),
+        FileError::NotAFile => ToolError::invalid_input(format!("'{path}' is not a regular file")),
+        FileError::NotADirectory => ToolError::invalid_input(format!(
+            "'{path}': a name on its way is a file, not a directory"
+        )),
+        FileError::OverQuota { needed, quota } => {
+            refused(path, BeneathError::OverQuota { needed, quota })
+        }
+        FileError::Unavailable(why) => {
+            tracing::warn!(target: "toolgate::session", error = %why, "scratch store unavailable");
+            ToolError::failed(
+                "the session store is unavailable: the scratch files cannot be reached; retry later"
+                    .to_owned(),
+            )
+        }
     }
 }
 

@@ -75,6 +75,7 @@ impl Step<'_> {
             index: self.call.index,
             cancel: scope.cancel.token().child_token(),
             scratch: scope.session.scratch().clone(),
+            shared_scratch: scope.session.shared_scratch(),
             metadata: metadata.clone(),
             deadline: None,
             progress: progress_tx,
