@@ -8,8 +8,10 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{IntoConnectionInfo, Script};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, IntoConnectionInfo, Pipeline, RedisFuture, Script, Value};
 use toolgate_core::safety::detector::Change;
 use toolgate_core::session::{Changes, Loaded, SessionStore, StoreError};
 use toolgate_core::tools::{BoxFuture, Entry, FileError, ScratchStore, SharedScratch};
@@ -133,6 +135,8 @@ pub struct RedisSettings {
     pub url: url::Url,
     /// Replaces the URL's password (read from a file or variable, so it is not in the config).
     pub password: Option<String>,
+    /// The URL names one node of a Redis Cluster, from which the client learns the rest.
+    pub cluster: bool,
     /// Longest one operation may take, connecting included.
     pub timeout: Duration,
     /// Keys of a session unused this long expire.
@@ -150,7 +154,7 @@ pub struct StoreConfigError(#[source] redis::RedisError);
 /// A session store on one Redis (or Valkey) server. Connects lazily and reconnects with
 /// backoff, so a server starts while Redis is down and serves named sessions once it is back.
 pub struct RedisStore {
-    redis: ConnectionManager,
+    redis: Link,
     settings: RedisSettings,
     /// Whether the last operation reached the store (`/metrics`).
     up: AtomicBool,
@@ -174,16 +178,30 @@ impl RedisStore {
             let redis = info.redis_settings().clone().set_password(password);
             info = info.set_redis_settings(redis);
         }
-        let client = redis::Client::open(info).map_err(StoreConfigError)?;
-        // One quick retry, then fail: the operation's own timeout bounds the wait anyway, and a
-        // batch should hear that the store is down rather than wait out a backoff.
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(settings.timeout))
-            .set_response_timeout(Some(settings.timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_millis(200));
-        let redis =
-            ConnectionManager::new_lazy_with_config(client, config).map_err(StoreConfigError)?;
+        let redis = if settings.cluster {
+            let client = ClusterClient::builder(vec![info])
+                .connection_timeout(settings.timeout)
+                .response_timeout(settings.timeout)
+                .retries(1)
+                .build()
+                .map_err(StoreConfigError)?;
+            Link::Cluster(Box::new(ClusterLink {
+                client,
+                connection: tokio::sync::Mutex::new(None),
+            }))
+        } else {
+            let client = redis::Client::open(info).map_err(StoreConfigError)?;
+            // One quick retry, then fail: the operation's own timeout bounds the wait anyway,
+            // and a batch should hear that the store is down rather than wait out a backoff.
+            let config = ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(settings.timeout))
+                .set_response_timeout(Some(settings.timeout))
+                .set_number_of_retries(1)
+                .set_max_delay(Duration::from_millis(200));
+            let manager = ConnectionManager::new_lazy_with_config(client, config)
+                .map_err(StoreConfigError)?;
+            Link::Single(manager)
+        };
         Ok(RedisStore {
             redis,
             settings,
@@ -206,12 +224,17 @@ impl RedisStore {
         url.to_string()
     }
 
-    /// Runs `op` within the timeout, noting whether the store answered.
+    /// Runs `op` on a connection within the timeout (connecting included), noting whether the
+    /// store answered.
     async fn within<T>(
         &self,
-        op: impl Future<Output = redis::RedisResult<T>>,
+        op: impl AsyncFnOnce(&mut Connection) -> redis::RedisResult<T>,
     ) -> Result<T, StoreError> {
-        let answer = match tokio::time::timeout(self.settings.timeout, op).await {
+        let run = async {
+            let mut connection = self.redis.connection().await?;
+            op(&mut connection).await
+        };
+        let answer = match tokio::time::timeout(self.settings.timeout, run).await {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(error)) => Err(StoreError::new(error)),
             Err(_) => Err(StoreError::new(format!(
@@ -221,6 +244,70 @@ impl RedisStore {
         };
         self.up.store(answer.is_ok(), Ordering::Relaxed);
         answer
+    }
+}
+
+/// How the store is reached: one server through a connection manager, or a cluster through a
+/// cluster connection made on first use (and made again after a failure to make it).
+enum Link {
+    Single(ConnectionManager),
+    Cluster(Box<ClusterLink>),
+}
+
+/// A cluster's client and its connection, once made.
+struct ClusterLink {
+    client: ClusterClient,
+    connection: tokio::sync::Mutex<Option<ClusterConnection>>,
+}
+
+/// A connection of either kind; both are cheap clones of a shared multiplexed connection.
+enum Connection {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl Link {
+    async fn connection(&self) -> redis::RedisResult<Connection> {
+        match self {
+            Link::Single(manager) => Ok(Connection::Single(manager.clone())),
+            Link::Cluster(link) => {
+                let mut made = link.connection.lock().await;
+                if let Some(connection) = &*made {
+                    return Ok(Connection::Cluster(connection.clone()));
+                }
+                let connection = link.client.get_async_connection().await?;
+                *made = Some(connection.clone());
+                Ok(Connection::Cluster(connection))
+            }
+        }
+    }
+}
+
+impl ConnectionLike for Connection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Connection::Single(c) => c.req_packed_command(cmd),
+            Connection::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Connection::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Connection::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Connection::Single(c) => c.get_db(),
+            Connection::Cluster(c) => c.get_db(),
+        }
     }
 }
 
@@ -266,14 +353,13 @@ impl SessionStore for RedisStore {
             let now = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, millis);
-            let mut redis = self.redis.clone();
             let mut call = self.load.prepare_invoke();
             call.key(&keys(tenant, id)[..])
                 .arg(millis(self.settings.idle_ttl))
                 .arg(now)
                 .arg(tenant)
                 .arg(id);
-            let window: Vec<Vec<u8>> = self.within(call.invoke_async(&mut redis)).await?;
+            let window: Vec<Vec<u8>> = self.within(async |c| call.invoke_async(c).await).await?;
             Ok(Loaded { window })
         })
     }
@@ -285,7 +371,6 @@ impl SessionStore for RedisStore {
         changes: Changes,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
-            let mut redis = self.redis.clone();
             let mut call = self.save.prepare_invoke();
             call.key(&keys(tenant, id)[..])
                 .arg(millis(self.settings.idle_ttl))
@@ -309,7 +394,7 @@ impl SessionStore for RedisStore {
             for entry in &changes.memory {
                 call.arg(entry);
             }
-            let _saved: i64 = self.within(call.invoke_async(&mut redis)).await?;
+            let _saved: i64 = self.within(async |c| call.invoke_async(c).await).await?;
             Ok(())
         })
     }
@@ -321,19 +406,17 @@ impl SessionStore for RedisStore {
     ) -> BoxFuture<'a, Result<Option<Vec<String>>, StoreError>> {
         Box::pin(async move {
             let [meta, _, memory, _, _] = keys(tenant, id);
-            let mut redis = self.redis.clone();
             let mut call = self.memory.prepare_invoke();
             call.key(meta).key(memory);
-            self.within(call.invoke_async(&mut redis)).await
+            self.within(async |c| call.invoke_async(c).await).await
         })
     }
 
     fn end<'a>(&'a self, tenant: &'a str, id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
         Box::pin(async move {
-            let mut redis = self.redis.clone();
             let mut del = redis::cmd("DEL");
             del.arg(&keys(tenant, id)[..]);
-            let removed: i64 = self.within(del.query_async(&mut redis)).await?;
+            let removed: i64 = self.within(async |c| del.query_async(c).await).await?;
             Ok(removed > 0)
         })
     }
@@ -346,8 +429,7 @@ impl SessionStore for RedisStore {
 impl RedisStore {
     /// Runs a scratch script, the store's own failures as `Unavailable`.
     async fn scratch(&self, call: redis::ScriptInvocation<'_>) -> Result<Vec<String>, FileError> {
-        let mut redis = self.redis.clone();
-        let reply = self.within(call.invoke_async(&mut redis)).await;
+        let reply = self.within(async |c| call.invoke_async(c).await).await;
         answered(reply.map_err(|e| FileError::Unavailable(e.to_string()))?)
     }
 }
@@ -439,6 +521,7 @@ mod tests {
         let store = RedisStore::new(RedisSettings {
             url: url::Url::parse("redis://user:hunter2@127.0.0.1:1/0").unwrap(),
             password: None,
+            cluster: false,
             timeout: Duration::from_millis(10),
             idle_ttl: Duration::from_secs(60),
             loop_window: 100,

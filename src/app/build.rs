@@ -261,6 +261,7 @@ pub(super) fn session_store(
     let store = crate::store::RedisStore::new(crate::store::RedisSettings {
         url: url.clone(),
         password,
+        cluster: s.store_cluster,
         timeout: s.store_timeout,
         idle_ttl: s.idle_ttl,
         loop_window: config.loop_detection.window,

@@ -31,10 +31,15 @@ impl Redis {
 
     /// On `port` (a restart keeps the address the replicas were given).
     pub fn start_on(port: u16) -> Redis {
-        let dir = folder("redis");
+        Redis::spawn(port, &[])
+    }
+
+    fn spawn(port: u16, extra: &[&str]) -> Redis {
+        let dir = folder(&format!("redis-{port}"));
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
+            .args(extra)
             .arg("--dir")
             .arg(&dir)
             .stdout(Stdio::null())
@@ -92,8 +97,8 @@ pub struct Nginx {
 
 impl Nginx {
     pub fn start(backends: &[std::net::SocketAddr]) -> Nginx {
-        let dir = folder("nginx");
         let port = free_port();
+        let dir = folder(&format!("nginx-{port}"));
         let servers: String = backends.iter().map(|b| format!("server {b};\n")).collect();
         let d = dir.display();
         let conf = format!(
@@ -163,6 +168,66 @@ pub fn nginx_binary() -> &'static str {
     }
 }
 
+/// Three `redis-server`s as a Redis Cluster of three masters (`redis-cli --cluster create`).
+pub struct Cluster {
+    pub nodes: Vec<Redis>,
+}
+
+impl Cluster {
+    pub fn start() -> Cluster {
+        // A node also listens on its port + 10000 (the cluster bus).
+        let nodes: Vec<Redis> = (0..3)
+            .map(|_| {
+                let port = loop {
+                    let port = free_port();
+                    if port < 55_000
+                        && std::net::TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok()
+                    {
+                        break port;
+                    }
+                };
+                Redis::spawn(
+                    port,
+                    &["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"],
+                )
+            })
+            .collect();
+        let mut create = Command::new("redis-cli");
+        create.arg("--cluster").arg("create");
+        for node in &nodes {
+            create.arg(format!("127.0.0.1:{}", node.port));
+        }
+        let made = create
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("redis-cli runs");
+        assert!(
+            made.status.success(),
+            "{}",
+            String::from_utf8_lossy(&made.stdout)
+        );
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while nodes
+            .iter()
+            .any(|n| !redis_cli(n.port, &["CLUSTER", "INFO"]).contains("cluster_state:ok"))
+        {
+            assert!(Instant::now() < deadline, "the cluster did not become ok");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Cluster { nodes }
+    }
+}
+
+/// What `redis-cli -p PORT ARGS...` prints.
+fn redis_cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli runs");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.local_addr().unwrap().port()
@@ -170,11 +235,14 @@ fn free_port() -> u16 {
 
 /// `n` replicas sharing `redis`; loop detection warns at 2 repeats and stops at 3.
 async fn replicas(redis: &Redis, n: usize, extra: &str) -> Vec<TestServer> {
+    replicas_of(&redis.url(), n, extra).await
+}
+
+async fn replicas_of(url: &str, n: usize, extra: &str) -> Vec<TestServer> {
     let mut servers = Vec::new();
     for _ in 0..n {
         let config = Config::from_toml(&format!(
-            "[sessions]\nstore = \"{}\"\n[loop_detection]\nwarn_after = 2\nstop_after = 3\n{extra}",
-            redis.url()
+            "[sessions]\nstore = \"{url}\"\n{extra}\n[loop_detection]\nwarn_after = 2\nstop_after = 3\n"
         ))
         .unwrap();
         servers.push(start_with(config).await);
@@ -605,4 +673,53 @@ async fn a_scratch_file_written_on_one_replica_is_read_and_listed_on_the_others(
     assert!(ended.ended);
     let gone = run(2, call("scratch_read", json!({"path": "notes/plan.md"}))).await;
     assert_eq!(gone.content, "'notes/plan.md' does not exist");
+}
+
+#[tokio::test]
+async fn on_a_redis_cluster_each_session_lives_on_one_shard_and_sessions_spread() {
+    require_peers!(Redis);
+    let cluster = Cluster::start();
+    let seed = format!("redis://127.0.0.1:{}/", cluster.nodes[0].port);
+    let servers = replicas_of(&seed, 2, "store_cluster = true").await;
+    let mut clients: Vec<_> = servers.iter().map(|s| s.client.clone()).collect();
+    // Every script touches several keys of one session: a cluster refuses that (CROSSSLOT)
+    // unless they share a slot, which the hash tag gives them.
+    a_loop_spread_over_replicas_is_stopped(&mut clients).await;
+    for i in 0..12 {
+        let session = format!("spread-{i}");
+        let write = json!([{"id": "w", "name": "scratch_write", "arguments": {"path": "a/b.txt", "content": "x"}}]);
+        let r = clients[i % 2]
+            .dispatch(in_session(&session, write))
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(r.all_succeeded, "{:?}", r.results[0].content);
+        let read = json!([{"id": "r", "name": "scratch_read", "arguments": {"path": "a/b.txt"}}]);
+        let r = clients[(i + 1) % 2]
+            .dispatch(in_session(&session, read))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(r.results[0].content, "x");
+    }
+    // Which shard holds each session's keys: all of one session's on one, the sessions on more
+    // than one.
+    let mut shards_of =
+        std::collections::BTreeMap::<String, std::collections::BTreeSet<u16>>::new();
+    for node in &cluster.nodes {
+        for key in redis_cli(node.port, &["--scan", "--pattern", "toolgate:*"]).lines() {
+            let tag = key.split(['{', '}']).nth(1).unwrap().to_owned();
+            shards_of.entry(tag).or_default().insert(node.port);
+        }
+    }
+    assert_eq!(shards_of.len(), 13, "{shards_of:?}");
+    assert!(
+        shards_of.values().all(|shards| shards.len() == 1),
+        "{shards_of:?}"
+    );
+    let used: std::collections::BTreeSet<u16> = shards_of.values().flatten().copied().collect();
+    assert!(
+        used.len() > 1,
+        "sessions spread over the shards: {shards_of:?}"
+    );
 }
