@@ -14,7 +14,7 @@ use toolgate::pb;
 use toolgate::pb::ErrorClass;
 use toolgate::pb::tool_gate_client::ToolGateClient;
 
-use crate::peers::require_peers;
+use crate::peers::{Binary, require_peers};
 use crate::support::*;
 
 /// A `redis-server` on a free loopback port, no persistence; killed on drop.
@@ -721,5 +721,117 @@ async fn on_a_redis_cluster_each_session_lives_on_one_shard_and_sessions_spread(
     assert!(
         used.len() > 1,
         "sessions spread over the shards: {shards_of:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_replica_killed_mid_batch_loses_only_its_running_batches_and_another_continues() {
+    require_peers!(Redis);
+    let redis = Redis::start();
+    let url = redis.url();
+    let env = [
+        ("TOOLGATE_SESSIONS__STORE", url.as_str()),
+        ("TOOLGATE_LOOP_DETECTION__STOP_AFTER", "0"),
+    ];
+    let doomed = Binary::start_with(&[], &env);
+    let survivor = Binary::start_with(&[], &env);
+    let connect = async |addr: &str| {
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        ToolGateClient::new(channel)
+    };
+    let mut a = connect(&doomed.addr).await;
+    let mut b = connect(&survivor.addr).await;
+    let echo = |n: u32| {
+        in_session(
+            "long",
+            json!([{"id": format!("e{n}"), "name": "echo", "arguments": {"n": n}}]),
+        )
+    };
+    assert!(
+        a.dispatch(echo(0))
+            .await
+            .unwrap()
+            .into_inner()
+            .all_succeeded
+    );
+
+    // Load on both: batches of the session that echo and then sleep, four on each replica.
+    let slow = |n: u32| {
+        in_session(
+            "long",
+            json!([
+                {"id": format!("s{n}"), "name": "echo", "arguments": {"slow": n}},
+                {"id": format!("z{n}"), "name": "sleep", "arguments": {"ms": 1500}}
+            ]),
+        )
+    };
+    let on_a: Vec<_> = (1..=4)
+        .map(|n| {
+            let mut a = a.clone();
+            let req = slow(n);
+            tokio::spawn(async move { a.dispatch_batch(req).await.map(|r| r.into_inner()) })
+        })
+        .collect();
+    let on_b: Vec<_> = (5..=8)
+        .map(|n| {
+            let mut b = b.clone();
+            let req = slow(n);
+            tokio::spawn(async move { b.dispatch(req).await.map(|r| r.into_inner()) })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // SIGKILL, as an OOM kill or a lost node: no drain.
+    let mut doomed = doomed;
+    doomed.child.kill().unwrap();
+    doomed.child.wait().unwrap();
+
+    // Every batch A was running ends with an error status at its client, none with a result
+    // (a partial one or any other).
+    for running in on_a {
+        let outcome = match running.await.unwrap() {
+            Err(status) => Err(status),
+            Ok(mut stream) => loop {
+                match stream.message().await {
+                    Ok(Some(pb::DispatchEvent {
+                        event: Some(pb::dispatch_event::Event::Result(r)),
+                    })) => {
+                        break Ok(r);
+                    }
+                    Ok(Some(_)) => continue,
+                    Ok(None) => {
+                        break Err(tonic::Status::unknown("the stream ended without a result"));
+                    }
+                    Err(status) => break Err(status),
+                }
+            },
+        };
+        let status = outcome.expect_err("a batch on the killed replica ends with an error status");
+        assert_ne!(status.code(), tonic::Code::Ok);
+    }
+    // B's batches were untouched.
+    for running in on_b {
+        assert!(running.await.unwrap().unwrap().all_succeeded);
+    }
+    // B continues the session: it has what the batch before the kill and B's own batches saved,
+    // and nothing of A's unfinished batches.
+    assert!(
+        b.dispatch(echo(9))
+            .await
+            .unwrap()
+            .into_inner()
+            .all_succeeded
+    );
+    let memory = memory_of(&mut b, "long").await.unwrap();
+    assert_eq!(memory.len(), 1 + 4 * 2 + 1, "{memory:?}");
+    assert!(memory.iter().any(|m| m.contains("input={\"n\":0}")));
+    assert!(
+        !memory
+            .iter()
+            .any(|m| m.contains("\"slow\":1}") || m.contains("\"slow\":4}")),
+        "{memory:?}"
     );
 }
