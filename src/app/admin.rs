@@ -112,12 +112,20 @@ async fn prometheus(State(admin): State<Admin>) -> impl IntoResponse {
     )
 }
 
-/// Ready while the server accepts batches: not draining, and not at capacity.
+/// Ready while the server accepts batches: not draining, and not at capacity. An unreachable
+/// session store is said but does not fail readiness: every replica shares the store, so
+/// failing would take the whole fleet out of its Service at once (batches without a session
+/// too) for what each batch naming a session is already told, `UNAVAILABLE`, and retries.
 async fn ready(State(admin): State<Admin>) -> (StatusCode, &'static str) {
     if admin.state.tracker.is_closed() {
         (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
     } else if *admin.state.admission.overloaded().borrow() {
         (StatusCode::SERVICE_UNAVAILABLE, "overloaded\n")
+    } else if admin.state.dispatcher.store_reachable() == Some(false) {
+        (
+            StatusCode::OK,
+            "ready; the session store is unreachable, so batches naming a session are refused\n",
+        )
     } else {
         (StatusCode::OK, "ready\n")
     }

@@ -835,3 +835,79 @@ async fn a_replica_killed_mid_batch_loses_only_its_running_batches_and_another_c
         "{memory:?}"
     );
 }
+
+#[tokio::test]
+async fn metrics_and_readyz_show_the_store_down_and_back_and_readiness_holds() {
+    require_peers!(Redis);
+    let mut redis = Redis::start();
+    let port = redis.port;
+    let url = redis.url();
+    let server = Binary::start_with(
+        &[],
+        &[
+            ("TOOLGATE_SESSIONS__STORE", url.as_str()),
+            ("TOOLGATE_SESSIONS__STORE_TIMEOUT", "300ms"),
+        ],
+    );
+    let get = async |path: &str| {
+        let response = reqwest::get(format!("http://{}{path}", server.admin))
+            .await
+            .unwrap();
+        (response.status().as_u16(), response.text().await.unwrap())
+    };
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", server.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut client = ToolGateClient::new(channel);
+    let named = || in_session("watched", json!([{"id": "a", "name": "echo"}]));
+    assert!(
+        client
+            .dispatch(named())
+            .await
+            .unwrap()
+            .into_inner()
+            .all_succeeded
+    );
+    assert!(
+        get("/metrics")
+            .await
+            .1
+            .contains("toolgate_session_store_up 1")
+    );
+    assert_eq!(get("/readyz").await, (200, "ready\n".to_owned()));
+
+    redis.kill();
+    let status = client.dispatch(named()).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unavailable);
+    let metrics = get("/metrics").await.1;
+    assert!(metrics.contains("toolgate_session_store_up 0"), "{metrics}");
+    assert!(
+        metrics.contains("toolgate_session_store_errors_total{toolgate_operation=\"load\"} 1"),
+        "{metrics}"
+    );
+    // Still ready: the fleet shares the store, and batches without a session still run.
+    assert_eq!(
+        get("/readyz").await,
+        (
+            200,
+            "ready; the session store is unreachable, so batches naming a session are refused\n"
+                .to_owned()
+        )
+    );
+
+    let _back = Redis::start_on(port);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while client.dispatch(named()).await.is_err() {
+        assert!(Instant::now() < deadline, "the store never came back");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        get("/metrics")
+            .await
+            .1
+            .contains("toolgate_session_store_up 1")
+    );
+    assert_eq!(get("/readyz").await.1, "ready\n");
+}
