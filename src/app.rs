@@ -298,7 +298,10 @@ impl Server {
         if store.is_some() {
             sessions = sessions.sharing();
         }
-        let pipeline = self.pipeline(registry.clone())?;
+        let shared_cache = store
+            .clone()
+            .map(|s| s as Arc<dyn toolgate_core::middleware::SharedCache>);
+        let pipeline = self.pipeline(registry.clone(), shared_cache)?;
         let bindings = self
             .config
             .bindings
@@ -324,7 +327,11 @@ impl Server {
         })
     }
 
-    fn pipeline(&self, registry: Arc<Catalog>) -> Result<Pipeline, StartError> {
+    fn pipeline(
+        &self,
+        registry: Arc<Catalog>,
+        shared_cache: Option<Arc<dyn toolgate_core::middleware::SharedCache>>,
+    ) -> Result<Pipeline, StartError> {
         let c = &self.config;
         let health = Arc::new(Health::new(BreakerConfig {
             failure_threshold: c.breaker.failure_threshold,
@@ -333,7 +340,8 @@ impl Server {
         }));
         let mut hooks = configured_hooks(c)?;
         hooks.extend(self.hooks.iter().cloned());
-        let middleware = middleware_config(c, self.metrics.metrics())?;
+        let mut middleware = middleware_config(c, self.metrics.metrics())?;
+        middleware.shared_cache = shared_cache;
         let mut pipeline = Pipeline::new(registry, health, c.policy(), &middleware);
         pipeline.hooks = Hooks::new(hooks);
         pipeline.reflector = self.reflector.clone();

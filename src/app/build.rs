@@ -235,10 +235,11 @@ pub enum SessionStoreError {
     PasswordEnv(String),
 }
 
-/// The shared session store `sessions.store` names; `None` for `memory`.
+/// The shared session store `sessions.store` names (which also holds the result cache);
+/// `None` for `memory`.
 pub(super) fn session_store(
     config: &Config,
-) -> Result<Option<Arc<dyn toolgate_core::session::SessionStore>>, SessionStoreError> {
+) -> Result<Option<Arc<crate::store::RedisStore>>, SessionStoreError> {
     let s = &config.sessions;
     let SessionStoreUrl::Redis(url) = &s.store else {
         return Ok(None);

@@ -911,3 +911,58 @@ async fn metrics_and_readyz_show_the_store_down_and_back_and_readiness_holds() {
     );
     assert_eq!(get("/readyz").await.1, "ready\n");
 }
+
+#[tokio::test]
+async fn a_cached_result_is_shared_and_a_write_on_one_replica_invalidates_it_on_all() {
+    require_peers!(Redis);
+    let redis = Redis::start();
+    let servers = replicas(
+        &redis,
+        2,
+        "[per_tool.scratch_read.cache]\nenabled = true\nttl = \"60s\"\npath = \"/path\"\n\
+         [per_tool.scratch_read.loop_detection]\nexempt = true\n\
+         [per_tool.scratch_write]\ninvalidates_path = \"/path\"",
+    )
+    .await;
+    let write = |text: &str| {
+        in_session(
+            "cached",
+            json!([{"id": "w", "name": "scratch_write", "arguments": {"path": "n.txt", "content": text}}]),
+        )
+    };
+    let read = || {
+        in_session(
+            "cached",
+            json!([{"id": "r", "name": "scratch_read", "arguments": {"path": "n.txt"}}]),
+        )
+    };
+    let run = async |replica: usize, req| {
+        let result = (servers[replica].client.clone())
+            .dispatch(req)
+            .await
+            .unwrap()
+            .into_inner();
+        let r = result.results.into_iter().next().unwrap();
+        assert!(r.success, "{}", r.content);
+        (r.cached, r.content)
+    };
+    run(0, write("first")).await;
+    assert_eq!(run(0, read()).await, (false, "first".to_owned()));
+    // B answers from what A cached.
+    assert_eq!(run(1, read()).await, (true, "first".to_owned()));
+    // A write on B invalidates the entry for A too.
+    run(1, write("second")).await;
+    assert_eq!(run(0, read()).await, (false, "second".to_owned()));
+    assert_eq!(run(1, read()).await, (true, "second".to_owned()));
+    // Entries stay in their session (the default scope): another session misses.
+    let other = in_session(
+        "elsewhere",
+        json!([{"id": "r", "name": "scratch_read", "arguments": {"path": "n.txt"}}]),
+    );
+    let result = (servers[0].client.clone())
+        .dispatch(other)
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!result.results[0].cached);
+}

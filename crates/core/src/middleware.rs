@@ -26,7 +26,7 @@ use crate::safety::hooks::GateRecord;
 use crate::tools::ErrorClass;
 use crate::tools::{Catalog, ToolContext, ToolOutput};
 
-pub use cache::{Cache, CacheRule, CacheScope};
+pub use cache::{Cache, CacheKey, CacheRule, CacheScope, Cached, Lookup, SharedCache};
 pub(crate) use cache::{CacheLayer, ResultCache};
 pub(crate) use core::Core;
 pub use output_cap::CharBudget;
@@ -159,6 +159,8 @@ pub struct MiddlewareConfig {
     pub cache_max_bytes: usize,
     /// Where the cache counts its evictions.
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// A cache every server shares (a session store's); `None`: this server's own.
+    pub shared_cache: Option<Arc<dyn SharedCache>>,
     pub suggestion_threshold: f64,
     /// Tools whose JSON objects pass through whole (no result selection).
     pub select_pass_through: BTreeSet<String>,
@@ -199,6 +201,7 @@ pub fn stack(config: &MiddlewareConfig, catalog: Arc<Catalog>) -> ToolService {
         // (a hit needs no deadline).
         .layer(CacheLayer::new(
             cache,
+            config.shared_cache.clone(),
             config.cache_rules.clone(),
             config.cache_invalidators.clone(),
         ))

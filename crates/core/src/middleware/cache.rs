@@ -3,6 +3,8 @@
 //! of turns and/or seconds; the cache is bounded (least recently used evicted). A configured write
 //! tool's success evicts entries whose path matches the path in its input. A hit skips the inner
 //! layers and comes back `cached = true`; the driver never counts it as tool health.
+//! With a shared cache (`cache/shared.rs`, a session store's) the entries and invalidations live
+//! there instead, so every server sees them.
 
 use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
@@ -21,6 +23,10 @@ use super::{Invocation, Invoked, LayerFuture, Reply, answered};
 use crate::json;
 use crate::metrics::Metrics;
 use crate::tools::ToolOutput;
+
+mod shared;
+
+pub use shared::{CacheKey, Cached, Lookup, SharedCache};
 
 /// What an entry costs beyond its texts and output: the key and entry structs, the map's and
 /// the recency order's slots.
@@ -283,6 +289,7 @@ impl ResultCache {
 #[derive(Debug, Clone)]
 pub(crate) struct CacheLayer {
     cache: Arc<ResultCache>,
+    shared: Option<Arc<dyn SharedCache>>,
     rules: Arc<BTreeMap<String, CacheRule>>,
     invalidators: Arc<BTreeMap<String, String>>,
 }
@@ -292,6 +299,8 @@ pub(crate) struct CacheLayer {
 pub struct Cache<S> {
     inner: S,
     cache: Arc<ResultCache>,
+    /// When set, entries live there, not in `cache`.
+    shared: Option<Arc<dyn SharedCache>>,
     rules: Arc<BTreeMap<String, CacheRule>>,
     invalidators: Arc<BTreeMap<String, String>>,
 }
@@ -299,11 +308,13 @@ pub struct Cache<S> {
 impl CacheLayer {
     pub(crate) fn new(
         cache: Arc<ResultCache>,
+        shared: Option<Arc<dyn SharedCache>>,
         rules: BTreeMap<String, CacheRule>,
         invalidators: BTreeMap<String, String>,
     ) -> Self {
         CacheLayer {
             cache,
+            shared,
             rules: Arc::new(rules),
             invalidators: Arc::new(invalidators),
         }
@@ -316,6 +327,7 @@ impl<S> Layer<S> for CacheLayer {
         Cache {
             inner,
             cache: self.cache.clone(),
+            shared: self.shared.clone(),
             rules: self.rules.clone(),
             invalidators: self.invalidators.clone(),
         }
@@ -347,6 +359,9 @@ where
             .invalidators
             .get(&inv.tool)
             .and_then(|p| pointer_str(&inv.input, p));
+        if let Some(shared) = &self.shared {
+            return self.call_shared(shared.clone(), inv, invalidates);
+        }
         let rules = self.rules.clone();
         let Some(rule) = rules.get(&inv.tool) else {
             // Neither cached nor invalidating: nothing to do with the answer.
@@ -363,13 +378,8 @@ where
                 Ok(invoked)
             }));
         };
-        // Entries never cross tenants: "global" means every session of the caller's tenant.
-        let tenant = &inv.ctx.caller.tenant;
         let key = Key::new(
-            match rule.scope {
-                CacheScope::Session => format!("{tenant}/{}", inv.ctx.session_id),
-                CacheScope::Global => tenant.clone(),
-            },
+            scope_of(rule, &inv),
             inv.tool.clone(),
             inv.canonical
                 .clone()
@@ -399,6 +409,102 @@ where
             }
             if let (Some(path), Reply::Output(_)) = (&invalidates, &invoked.reply) {
                 cache.invalidate(path);
+            }
+            Ok(invoked)
+        }))
+    }
+}
+
+/// Whose entries a call shares. Entries never cross tenants: "global" means every session of
+/// the caller's tenant.
+fn scope_of(rule: &CacheRule, inv: &Invocation) -> String {
+    let tenant = &inv.ctx.caller.tenant;
+    match rule.scope {
+        CacheScope::Session => format!("{tenant}/{}", inv.ctx.session_id),
+        CacheScope::Global => tenant.clone(),
+    }
+}
+
+impl<S> Cache<S>
+where
+    S: Service<Invocation, Response = Invoked, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
+    /// The same decisions against the shared cache: a lookup before the call, the result
+    /// stored after it unless an invalidation came between (on any server), and a write's
+    /// invalidation everywhere. A store that cannot be reached is a miss, never a failed call.
+    fn call_shared(
+        &mut self,
+        shared: Arc<dyn SharedCache>,
+        inv: Invocation,
+        invalidates: Option<String>,
+    ) -> LayerFuture<S::Future> {
+        let rule = self.rules.get(&inv.tool).cloned();
+        if rule.is_none() && invalidates.is_none() {
+            return Either::Left(self.inner.call(inv));
+        }
+        let mut inner = self.inner.clone();
+        let metrics = self.cache.metrics.clone();
+        Either::Right(Box::pin(async move {
+            let keyed = rule.map(|rule| {
+                let input = inv
+                    .canonical
+                    .clone()
+                    .unwrap_or_else(|| json::canonical(&inv.input).into());
+                let path = rule
+                    .path
+                    .as_deref()
+                    .and_then(|p| pointer_str(&inv.input, p));
+                (
+                    rule.clone(),
+                    scope_of(&rule, &inv),
+                    inv.tool.clone(),
+                    input,
+                    path,
+                )
+            });
+            let turn = inv.turn;
+            let mut epoch = None;
+            if let Some((rule, scope, tool, input, _)) = &keyed {
+                let key = CacheKey { scope, tool, input };
+                match shared.get(&key).await {
+                    Ok(Lookup { entry, epoch: now }) => {
+                        let fresh = entry.filter(|e| {
+                            rule.ttl_turns
+                                .is_none_or(|t| turn.saturating_sub(e.turn) <= t)
+                        });
+                        if let Some(hit) = fresh {
+                            let mut invoked = Invoked::reply(Reply::Output(hit.output));
+                            invoked.cached = true;
+                            return Ok(invoked);
+                        }
+                        epoch = Some(now);
+                    }
+                    Err(error) => {
+                        metrics.store_error("cache_get");
+                        tracing::debug!(target: "toolgate::middleware", %error, "shared cache lookup failed: a miss");
+                    }
+                }
+            }
+            let Ok(invoked) = inner.call(inv).await;
+            if let Reply::Output(output) = &invoked.reply {
+                if let (Some((rule, scope, tool, input, path)), Some(epoch)) = (&keyed, epoch) {
+                    let key = CacheKey { scope, tool, input };
+                    let entry = Cached {
+                        output: output.clone(),
+                        turn,
+                        path: path.clone(),
+                    };
+                    if shared.put(&key, entry, epoch, rule.ttl).await.is_err() {
+                        metrics.store_error("cache_put");
+                    }
+                }
+                if let Some(path) = &invalidates
+                    && let Err(error) = shared.invalidate(path).await
+                {
+                    metrics.store_error("cache_invalidate");
+                    tracing::warn!(target: "toolgate::middleware", %error, "shared cache invalidation failed: entries of the path may be stale until they expire");
+                }
             }
             Ok(invoked)
         }))

@@ -265,7 +265,7 @@ async fn cache_hits_skip_the_tool_expire_and_are_invalidated_by_writes() {
     .into();
     let invalidators: BTreeMap<String, String> = [("write".to_owned(), "/path".to_owned())].into();
     let svc = ServiceBuilder::new()
-        .layer(CacheLayer::new(store.clone(), rules, invalidators))
+        .layer(CacheLayer::new(store.clone(), None, rules, invalidators))
         .service(fake(calls.clone()));
     let read = |p: &str| invocation("read", json!({"path": p}));
     assert!(!svc.clone().oneshot(read("a")).await.unwrap().cached);
@@ -306,7 +306,7 @@ async fn the_least_recently_used_entry_is_evicted() {
     let store = Arc::new(ResultCache::new(2, 0, Arc::default()));
     let rules: BTreeMap<String, CacheRule> = [("read".to_owned(), CacheRule::default())].into();
     let svc = ServiceBuilder::new()
-        .layer(CacheLayer::new(store.clone(), rules, BTreeMap::new()))
+        .layer(CacheLayer::new(store.clone(), None, rules, BTreeMap::new()))
         .service(fake(calls.clone()));
     let read = |p: &str| invocation("read", json!({"path": p}));
     for p in ["a", "b", "a", "c"] {
@@ -398,7 +398,7 @@ async fn the_cache_is_bounded_by_bytes_and_keeps_no_giant() {
     let store = Arc::new(ResultCache::new(1000, 64 * 1024, Arc::default()));
     let rules: BTreeMap<String, CacheRule> = [("read".to_owned(), CacheRule::default())].into();
     let svc = ServiceBuilder::new()
-        .layer(CacheLayer::new(store.clone(), rules, BTreeMap::new()))
+        .layer(CacheLayer::new(store.clone(), None, rules, BTreeMap::new()))
         .service(fake(calls.clone()));
     // The fake tool echoes its input: each output is about as large as the input.
     let read = |n: usize, size: usize| invocation("read", json!({"n": n, "pad": "x".repeat(size)}));
