@@ -293,7 +293,7 @@ impl Server {
     /// The dispatcher from a config already validated.
     fn build(&self) -> Result<Dispatcher, StartError> {
         let registry = Arc::new(Catalog::new(self.registry()?));
-        let store = build::session_store(&self.config)?;
+        let store = build::session_store(&self.config, self.metrics.metrics())?;
         let mut sessions = sessions(&self.config, self.metrics.metrics())?;
         if store.is_some() {
             sessions = sessions.sharing();

@@ -5,6 +5,7 @@
 //! every key of a session shares its hash tag `{tenant:id}`, so Redis Cluster keeps a session
 //! on one shard and no update is lost to a read-modify-write race.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -12,6 +13,7 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, IntoConnectionInfo, Pipeline, RedisFuture, Script, Value};
+use toolgate_core::metrics::Metrics;
 use toolgate_core::middleware::{CacheKey, Cached, Lookup, SharedCache};
 use toolgate_core::safety::detector::Change;
 use toolgate_core::session::{Changes, Loaded, SessionStore, StoreError};
@@ -19,15 +21,19 @@ use toolgate_core::tools::{
     BoxFuture, ContentPart, Entry, FileError, ScratchStore, SharedScratch, ToolOutput,
 };
 
-/// Opens the session, refreshes the expiry of its keys and returns its loop window.
-/// KEYS: meta, loop, memory, files, dirs. ARGV: idle TTL (ms), now (ms since the epoch),
-/// tenant, id.
+/// Opens the session, refreshes the expiry of its keys and returns whether it was made now and
+/// its loop window. KEYS: meta, loop, memory, files, dirs. ARGV: idle TTL (ms), now (ms since
+/// the epoch), tenant, id.
 const LOAD: &str = r"
-redis.call('HSETNX', KEYS[1], 'created_ms', ARGV[2])
+local created = redis.call('HSETNX', KEYS[1], 'created_ms', ARGV[2])
 redis.call('HSET', KEYS[1], 'tenant', ARGV[3], 'id', ARGV[4], 'used_ms', ARGV[2])
 for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[1]) end
-return redis.call('LRANGE', KEYS[2], 0, -1)
+return {created, redis.call('LRANGE', KEYS[2], 0, -1)}
 ";
+
+/// Sessions of a tenant the cap's eviction looks at, oldest made first: the least recently
+/// used among them goes (sampled, as Redis's own LRU eviction is).
+const EVICTION_SAMPLE: isize = 16;
 
 /// Replays a batch's window changes in order ('p' + slot: append; 'c' + call: remove that
 /// call's slots), trims the window, appends the memory entries and trims them, refreshes the
@@ -176,6 +182,9 @@ pub struct RedisSettings {
     pub loop_window: usize,
     /// Memory entries kept per session; 0: none.
     pub memory_entries: usize,
+    /// Live sessions per tenant, across every replica; one more evicts one of the tenant's
+    /// least recently used.
+    pub max_sessions: usize,
 }
 
 /// The store could not be set up from its settings.
@@ -188,6 +197,8 @@ pub struct StoreConfigError(#[source] redis::RedisError);
 pub struct RedisStore {
     redis: Link,
     settings: RedisSettings,
+    /// Where evictions for the session cap are counted.
+    metrics: Arc<Metrics>,
     /// Whether the last operation reached the store (`/metrics`).
     up: AtomicBool,
     load: Script,
@@ -203,7 +214,7 @@ pub struct RedisStore {
 
 impl RedisStore {
     /// A store for `settings`; nothing is sent until the first batch names a session.
-    pub fn new(settings: RedisSettings) -> Result<Self, StoreConfigError> {
+    pub fn new(settings: RedisSettings, metrics: Arc<Metrics>) -> Result<Self, StoreConfigError> {
         let mut info = settings
             .url
             .as_str()
@@ -240,6 +251,7 @@ impl RedisStore {
         Ok(RedisStore {
             redis,
             settings,
+            metrics,
             up: AtomicBool::new(true),
             load: Script::new(LOAD),
             save: Script::new(SAVE),
@@ -356,6 +368,11 @@ fn keys(tenant: &str, id: &str) -> [String; 5] {
     ["meta", "loop", "memory", "files", "dirs"].map(|part| format!("{tag}:{part}"))
 }
 
+/// A tenant's index of its live sessions (id → when made), for the cap; its own hash tag.
+fn tenant_index(tenant: &str) -> String {
+    format!("toolgate:{{tenant:{tenant}}}:sessions")
+}
+
 /// A scratch script's answer: `ok` and its values, or why not.
 fn answered(reply: Vec<String>) -> Result<Vec<String>, FileError> {
     let mut reply = reply.into_iter();
@@ -397,7 +414,15 @@ impl SessionStore for RedisStore {
                 .arg(now)
                 .arg(tenant)
                 .arg(id);
-            let window: Vec<Vec<u8>> = self.within(async |c| call.invoke_async(c).await).await?;
+            let (created, window): (i64, Vec<Vec<u8>>) =
+                self.within(async |c| call.invoke_async(c).await).await?;
+            // Only a session made now counts toward its tenant's cap: one more round trip once
+            // per session, none per batch.
+            if created == 1
+                && let Err(error) = self.admit(tenant, id, now).await
+            {
+                tracing::warn!(target: "toolgate::session", %error, "the tenant's session cap was not applied");
+            }
             Ok(Loaded { window })
         })
     }
@@ -455,6 +480,9 @@ impl SessionStore for RedisStore {
             let mut del = redis::cmd("DEL");
             del.arg(&keys(tenant, id)[..]);
             let removed: i64 = self.within(async |c| del.query_async(c).await).await?;
+            let mut forget = redis::cmd("ZREM");
+            forget.arg(tenant_index(tenant)).arg(id);
+            let _: i64 = self.within(async |c| forget.query_async(c).await).await?;
             Ok(removed > 0)
         })
     }
@@ -465,6 +493,58 @@ impl SessionStore for RedisStore {
 }
 
 impl RedisStore {
+    /// Counts a session made now in its tenant's index; past the cap, forgets the sampled
+    /// sessions that expired or ended and evicts the least recently used of the rest.
+    async fn admit(&self, tenant: &str, id: &str, now: u64) -> Result<(), StoreError> {
+        let index = tenant_index(tenant);
+        let mut add = redis::pipe();
+        add.zadd(&index, id, now).ignore().zcard(&index);
+        let (live,): (usize,) = self.within(async |c| add.query_async(c).await).await?;
+        if live <= self.settings.max_sessions {
+            return Ok(());
+        }
+        let mut sample = redis::cmd("ZRANGE");
+        sample.arg(&index).arg(0).arg(EVICTION_SAMPLE - 1);
+        let oldest: Vec<String> = self.within(async |c| sample.query_async(c).await).await?;
+        let mut idle: Option<(u64, String)> = None;
+        let mut freed = 0;
+        for other in oldest.into_iter().filter(|o| o != id) {
+            let mut used = redis::cmd("HGET");
+            used.arg(&keys(tenant, &other)[0]).arg("used_ms");
+            let used: Option<u64> = self.within(async |c| used.query_async(c).await).await?;
+            match used {
+                // Expired or ended elsewhere: it no longer counts.
+                None => {
+                    self.forget(&index, &other).await?;
+                    freed += 1;
+                }
+                Some(used) if idle.as_ref().is_none_or(|(u, _)| used < *u) => {
+                    idle = Some((used, other));
+                }
+                Some(_) => {}
+            }
+        }
+        if live - freed <= self.settings.max_sessions {
+            return Ok(());
+        }
+        if let Some((_, evicted)) = idle {
+            let mut del = redis::cmd("DEL");
+            del.arg(&keys(tenant, &evicted)[..]);
+            let _: i64 = self.within(async |c| del.query_async(c).await).await?;
+            self.forget(&index, &evicted).await?;
+            self.metrics.evicted("sessions", "capacity", 1);
+            tracing::debug!(target: "toolgate::session", session = %evicted, %tenant, "session evicted: max_sessions reached");
+        }
+        Ok(())
+    }
+
+    async fn forget(&self, index: &str, id: &str) -> Result<(), StoreError> {
+        let mut forget = redis::cmd("ZREM");
+        forget.arg(index).arg(id);
+        let _: i64 = self.within(async |c| forget.query_async(c).await).await?;
+        Ok(())
+    }
+
     /// Runs a scratch script, the store's own failures as `Unavailable`.
     async fn scratch(&self, call: redis::ScriptInvocation<'_>) -> Result<Vec<String>, FileError> {
         let reply = self.within(async |c| call.invoke_async(c).await).await;
@@ -721,15 +801,19 @@ mod tests {
 
     #[tokio::test]
     async fn the_password_never_reaches_a_log_line() {
-        let store = RedisStore::new(RedisSettings {
-            url: url::Url::parse("redis://user:hunter2@127.0.0.1:1/0").unwrap(),
-            password: None,
-            cluster: false,
-            timeout: Duration::from_millis(10),
-            idle_ttl: Duration::from_secs(60),
-            loop_window: 100,
-            memory_entries: 100,
-        })
+        let store = RedisStore::new(
+            RedisSettings {
+                url: url::Url::parse("redis://user:hunter2@127.0.0.1:1/0").unwrap(),
+                password: None,
+                cluster: false,
+                timeout: Duration::from_millis(10),
+                idle_ttl: Duration::from_secs(60),
+                loop_window: 100,
+                memory_entries: 100,
+                max_sessions: 10,
+            },
+            Arc::default(),
+        )
         .unwrap();
         assert_eq!(store.describe(), "redis://user:***@127.0.0.1:1/0");
     }

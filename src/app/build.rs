@@ -239,6 +239,7 @@ pub enum SessionStoreError {
 /// `None` for `memory`.
 pub(super) fn session_store(
     config: &Config,
+    metrics: Arc<Metrics>,
 ) -> Result<Option<Arc<crate::store::RedisStore>>, SessionStoreError> {
     let s = &config.sessions;
     let SessionStoreUrl::Redis(url) = &s.store else {
@@ -259,19 +260,23 @@ pub(super) fn session_store(
         }
         (None, None) => None,
     };
-    let store = crate::store::RedisStore::new(crate::store::RedisSettings {
-        url: url.clone(),
-        password,
-        cluster: s.store_cluster,
-        timeout: s.store_timeout,
-        idle_ttl: s.idle_ttl,
-        loop_window: config.loop_detection.window,
-        memory_entries: if config.memory.enabled {
-            config.memory.max_entries
-        } else {
-            0
+    let store = crate::store::RedisStore::new(
+        crate::store::RedisSettings {
+            url: url.clone(),
+            password,
+            cluster: s.store_cluster,
+            timeout: s.store_timeout,
+            idle_ttl: s.idle_ttl,
+            loop_window: config.loop_detection.window,
+            memory_entries: if config.memory.enabled {
+                config.memory.max_entries
+            } else {
+                0
+            },
+            max_sessions: s.max_sessions,
         },
-    })?;
+        metrics,
+    )?;
     tracing::info!(store = %store.describe(), "named sessions shared through redis");
     Ok(Some(Arc::new(store)))
 }
