@@ -445,6 +445,7 @@ where
         }
         let mut inner = self.inner.clone();
         let metrics = self.cache.metrics.clone();
+        let max_entry_bytes = self.cache.max_bytes / 8;
         Either::Right(Box::pin(async move {
             let keyed = rule.map(|rule| {
                 let input = inv
@@ -488,7 +489,14 @@ where
             }
             let Ok(invoked) = inner.call(inv).await;
             if let Reply::Output(output) = &invoked.reply {
-                if let (Some((rule, scope, tool, input, path)), Some(epoch)) = (&keyed, epoch) {
+                // The local cache's bound on one entry holds for the shared one too.
+                let fits = output.heap_bytes() <= max_entry_bytes;
+                if !fits {
+                    metrics.evicted("cache", "entry_too_large", 1);
+                }
+                if let (Some((rule, scope, tool, input, path)), Some(epoch), true) =
+                    (&keyed, epoch, fits)
+                {
                     let key = CacheKey { scope, tool, input };
                     let entry = Cached {
                         output: output.clone(),
