@@ -175,6 +175,8 @@ pub struct RedisSettings {
     pub password: Option<String>,
     /// The URL names one node of a Redis Cluster, from which the client learns the rest.
     pub cluster: bool,
+    /// PEM certificates that verify a `rediss://` server instead of the system roots.
+    pub ca: Option<Vec<u8>>,
     /// Longest one operation may take, connecting included.
     pub timeout: Duration,
     /// Keys of a session unused this long expire.
@@ -225,18 +227,24 @@ impl RedisStore {
             info = info.set_redis_settings(redis);
         }
         let redis = if settings.cluster {
-            let client = ClusterClient::builder(vec![info])
+            let mut builder = ClusterClient::builder(vec![info])
                 .connection_timeout(settings.timeout)
                 .response_timeout(settings.timeout)
-                .retries(1)
-                .build()
-                .map_err(StoreConfigError)?;
+                .retries(1);
+            if let Some(ca) = &settings.ca {
+                builder = builder.certs(trusting(ca));
+            }
+            let client = builder.build().map_err(StoreConfigError)?;
             Link::Cluster(Box::new(ClusterLink {
                 client,
                 connection: tokio::sync::Mutex::new(None),
             }))
         } else {
-            let client = redis::Client::open(info).map_err(StoreConfigError)?;
+            let client = match &settings.ca {
+                Some(ca) => redis::Client::build_with_tls(info, trusting(ca)),
+                None => redis::Client::open(info),
+            }
+            .map_err(StoreConfigError)?;
             // One quick retry, then fail: the operation's own timeout bounds the wait anyway,
             // and a batch should hear that the store is down rather than wait out a backoff.
             let config = ConnectionManagerConfig::new()
@@ -366,6 +374,14 @@ impl ConnectionLike for Connection {
 fn keys(tenant: &str, id: &str) -> [String; 5] {
     let tag = format!("toolgate:{{{tenant}:{id}}}");
     ["meta", "loop", "memory", "files", "dirs"].map(|part| format!("{tag}:{part}"))
+}
+
+/// TLS that verifies the server against `ca` (PEM) rather than the system roots.
+fn trusting(ca: &[u8]) -> redis::TlsCertificates {
+    redis::TlsCertificates {
+        client_tls: None,
+        root_cert: Some(ca.to_vec()),
+    }
 }
 
 /// A tenant's index of its live sessions (id → when made), for the cap; its own hash tag.

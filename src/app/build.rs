@@ -233,6 +233,11 @@ pub enum SessionStoreError {
     },
     #[error("sessions.store_password_env: the variable {0} is not set (or not UTF-8)")]
     PasswordEnv(String),
+    #[error("sessions.store_ca_file: cannot read {path}: {source}")]
+    CaFile {
+        path: String,
+        source: std::io::Error,
+    },
 }
 
 /// The shared session store `sessions.store` names (which also holds the result cache);
@@ -260,11 +265,21 @@ pub(super) fn session_store(
         }
         (None, None) => None,
     };
+    let ca = match &s.store_ca_file {
+        Some(path) => Some(
+            std::fs::read(path).map_err(|source| SessionStoreError::CaFile {
+                path: path.display().to_string(),
+                source,
+            })?,
+        ),
+        None => None,
+    };
     let store = crate::store::RedisStore::new(
         crate::store::RedisSettings {
             url: url.clone(),
             password,
             cluster: s.store_cluster,
+            ca,
             timeout: s.store_timeout,
             idle_ttl: s.idle_ttl,
             loop_window: config.loop_detection.window,

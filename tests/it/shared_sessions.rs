@@ -34,8 +34,45 @@ impl Redis {
         Redis::spawn(port, &[])
     }
 
+    /// With TLS only (on `port`, verified against `ca`'s certificate `cert`/`key`) and a
+    /// password; ready once it accepts connections.
+    pub fn start_tls(port: u16, files: &[&std::path::Path; 3], password: &str) -> Redis {
+        let [cert, key, ca] = files.map(|f| f.to_str().unwrap().to_owned());
+        let args = [
+            "--tls-port",
+            &port.to_string(),
+            "--tls-cert-file",
+            &cert,
+            "--tls-key-file",
+            &key,
+            "--tls-ca-cert-file",
+            &ca,
+            "--tls-auth-clients",
+            "no",
+            "--requirepass",
+            password,
+        ];
+        let mut redis = Redis::spawn_without_wait(0, &args);
+        redis.port = port;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "redis-server did not listen on {port}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        redis
+    }
+
     fn spawn(port: u16, extra: &[&str]) -> Redis {
-        let dir = folder(&format!("redis-{port}"));
+        let redis = Redis::spawn_without_wait(port, extra);
+        redis.wait_ready();
+        redis
+    }
+
+    fn spawn_without_wait(port: u16, extra: &[&str]) -> Redis {
+        let dir = folder(&format!("redis-{port}-{}", extra.len()));
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
@@ -46,9 +83,7 @@ impl Redis {
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server starts");
-        let redis = Redis { child, port, dir };
-        redis.wait_ready();
-        redis
+        Redis { child, port, dir }
     }
 
     pub fn url(&self) -> String {
@@ -366,6 +401,29 @@ async fn behind_nginx_round_robin_a_session_is_one_session() {
         .unwrap()
         .into_inner();
     assert!(again.all_succeeded);
+    // A file written through the balancer is read back through it, whichever replicas serve
+    // the two batches (three reads: round robin reaches all three).
+    let write = json!([{"id": "w", "name": "scratch_write", "arguments": {"path": "plan.md", "content": "v1"}}]);
+    let written = through
+        .dispatch(in_session("files", write))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(written.all_succeeded, "{}", written.results[0].content);
+    for _ in 0..3 {
+        let read = json!([{"id": "r", "name": "scratch_read", "arguments": {"path": "plan.md"}}]);
+        let read = through
+            .dispatch(in_session("files", read))
+            .await
+            .unwrap()
+            .into_inner();
+        // (Repeats warn from the second on: the window is shared too.)
+        assert!(
+            read.results[0].content.starts_with("v1"),
+            "{}",
+            read.results[0].content
+        );
+    }
 }
 
 #[tokio::test]
@@ -1012,4 +1070,127 @@ async fn the_session_cap_holds_across_replicas_and_evicts_the_least_recently_use
     for live in ["s1", "s4", "s5"] {
         assert!(memory_of(&mut client, live).await.is_ok(), "{live} is live");
     }
+}
+
+/// A CA, and a certificate it signed for 127.0.0.1 and localhost, as PEM files in `dir`:
+/// [certificate, key, CA].
+fn test_ca(dir: &std::path::Path) -> [std::path::PathBuf; 3] {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
+        .unwrap()
+        .signed_by(&key, &issuer)
+        .unwrap();
+    let files = [
+        dir.join("redis.pem"),
+        dir.join("redis.key"),
+        dir.join("ca.pem"),
+    ];
+    std::fs::write(&files[0], cert.pem()).unwrap();
+    std::fs::write(&files[1], key.serialize_pem()).unwrap();
+    std::fs::write(&files[2], ca.pem()).unwrap();
+    files
+}
+
+#[tokio::test]
+async fn a_tls_store_behind_a_password_is_reached_with_a_private_ca_and_refused_without() {
+    require_peers!(Redis);
+    let dir = folder("redis-tls");
+    let [cert, key, ca] = test_ca(&dir);
+    let port = free_port();
+    let _redis = Redis::start_tls(port, &[&cert, &key, &ca], "s3cret-pass");
+    let password_file = write(&dir, "password", "s3cret-pass\n");
+    let url = format!("rediss://127.0.0.1:{port}/0");
+    let config = |ca_file: &std::path::Path| {
+        Config::from_toml(&format!(
+            "[sessions]\nstore = \"{url}\"\nstore_ca_file = {:?}\nstore_password_file = {password_file:?}\nstore_timeout = \"2s\"",
+            ca_file.display().to_string()
+        ))
+        .unwrap()
+    };
+    let named = || in_session("secure", json!([{"id": "a", "name": "echo"}]));
+    let ts = start_with(config(&ca)).await;
+    let mut client = ts.client.clone();
+    assert!(
+        client
+            .dispatch(named())
+            .await
+            .unwrap()
+            .into_inner()
+            .all_succeeded
+    );
+    assert_eq!(memory_of(&mut client, "secure").await.unwrap().len(), 1);
+
+    // Another CA's certificate: the store is not trusted, so named sessions are refused.
+    let other = folder("redis-tls-other");
+    let [_, _, other_ca] = test_ca(&other);
+    let untrusting = start_with(config(&other_ca)).await;
+    let status = untrusting
+        .client
+        .clone()
+        .dispatch(named())
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unavailable);
+
+    // The binary with a wrong password from a variable: refused, and the password it was
+    // given is in no log line.
+    let ca_text = ca.display().to_string();
+    let binary = Binary::start_with(
+        &[],
+        &[
+            ("TOOLGATE_SESSIONS__STORE", url.as_str()),
+            ("TOOLGATE_SESSIONS__STORE_CA_FILE", ca_text.as_str()),
+            ("TOOLGATE_SESSIONS__STORE_PASSWORD_ENV", "TG_REDIS_PASSWORD"),
+            ("TG_REDIS_PASSWORD", "wrong-pass-4711"),
+        ],
+    );
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", binary.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let status = ToolGateClient::new(channel)
+        .dispatch(named())
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unavailable);
+    let (_, log) = binary.terminate();
+    assert!(log.contains("session store unavailable"), "{log}");
+    assert!(!log.contains("wrong-pass-4711"), "{log}");
+}
+
+#[tokio::test]
+async fn batches_whose_clients_leave_mid_run_still_count_toward_loop_detection() {
+    require_peers!(Redis);
+    let redis = Redis::start();
+    let servers = replicas(&redis, 2, "").await;
+    // Three batches, each a repeated echo then a long sleep, each dropped by its client while
+    // it sleeps: the echoes ran, so they count, as they would on one server.
+    for i in 0..3 {
+        let mut client = servers[i % 2].client.clone();
+        let req = in_session(
+            "leaver",
+            json!([same(&format!("e{i}")), {"id": format!("z{i}"), "name": "sleep", "arguments": {"ms": 5000}}]),
+        );
+        let left = tokio::time::timeout(Duration::from_millis(400), client.dispatch(req)).await;
+        assert!(left.is_err(), "the client left before the batch ended");
+    }
+    // The background saves land (the echoes' three records; the cancelled sleeps record
+    // nothing), and the next repeat is stopped at once.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while redis_cli(redis.port, &["LLEN", "toolgate:{default:leaver}:loop"]).trim() != "3" {
+        assert!(Instant::now() < deadline, "the left batches never saved");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let r = (servers[1].client.clone())
+        .dispatch(in_session("leaver", json!([same("last")])))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(class(&r.results[0]), ErrorClass::LoopStopped);
 }

@@ -200,39 +200,41 @@ impl Dispatcher {
             }
             _ => Lease::local(self.sessions.open(tenant, id)),
         };
-        // Released on every exit, including when the caller drops this future mid-batch.
+        // Released (and a shared session's changes saved) on every exit, including when the
+        // caller drops this future mid-batch.
         let _release = Release {
-            sessions: &self.sessions,
-            session: session.session(),
+            dispatcher: self,
+            session: &session,
+            tenant,
         };
         let report = self
             .run_in(&session, batch, observer, cancel, started)
             .await;
-        self.save(&session, &caller.tenant).await;
+        // Saved before the batch is answered, so the agent's next batch sees it on any server.
+        // As its own task: a client leaving meanwhile does not cut the save short.
+        if let Some(saving) = self.saving(&session, tenant) {
+            let _ = tokio::spawn(saving).await;
+        }
         Ok(report)
     }
 
-    /// Saves a shared session's changes before the batch is answered, so the agent's next batch
-    /// sees them on any server. The save runs as its own task: a client leaving meanwhile does
-    /// not lose what the batch did. A failed save loses this batch's changes, not its results
-    /// (the tools ran): it is logged and counted.
-    async fn save(&self, session: &Lease, tenant: &str) {
-        let (Some(store), Some(changes)) = (&self.store, session.take_changes()) else {
-            return;
-        };
-        if changes.is_empty() {
-            return;
-        }
-        let store = store.clone();
+    /// The save of a shared session's changes, if it has any (taken once). A failed save
+    /// loses this batch's changes, not its results (the tools ran): it is logged and counted.
+    fn saving(
+        &self,
+        session: &Lease,
+        tenant: &str,
+    ) -> Option<impl Future<Output = ()> + Send + 'static> {
+        let store = self.store.clone()?;
+        let changes = session.take_changes().filter(|c| !c.is_empty())?;
         let (tenant, id) = (tenant.to_owned(), session.id().to_owned());
-        let saving = tokio::spawn(async move { store.save(&tenant, &id, changes).await });
-        let failed = match saving.await {
-            Ok(Ok(())) => return,
-            Ok(Err(error)) => error.to_string(),
-            Err(error) => error.to_string(),
-        };
-        self.pipeline.metrics.store_error("save");
-        tracing::warn!(target: "toolgate::session", session = %session.id(), error = %failed, "session state not saved: this batch's loop records and memory are lost");
+        let metrics = self.pipeline.metrics.clone();
+        Some(async move {
+            if let Err(error) = store.save(&tenant, &id, changes).await {
+                metrics.store_error("save");
+                tracing::warn!(target: "toolgate::session", session = %id, %error, "session state not saved: this batch's loop records and memory are lost");
+            }
+        })
     }
 
     async fn run_in(
@@ -577,13 +579,22 @@ fn slots(prepared: &[Prepared<'_>]) -> Vec<plan::Slot> {
 
 /// Ends a batch's use of its session when dropped.
 struct Release<'a> {
-    sessions: &'a Sessions,
-    session: &'a crate::session::Session,
+    dispatcher: &'a Dispatcher,
+    session: &'a Lease,
+    tenant: &'a str,
 }
 
 impl Drop for Release<'_> {
     fn drop(&mut self) {
-        self.sessions.release(self.session);
+        self.dispatcher.sessions.release(self.session.session());
+        // A batch dropped mid-run (its client left) still saves what it did, in the
+        // background, as the memory store keeps it: a loop cannot hide behind cancelled
+        // batches.
+        if let Some(saving) = self.dispatcher.saving(self.session, self.tenant)
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(saving);
+        }
     }
 }
 

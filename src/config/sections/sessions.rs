@@ -31,6 +31,9 @@ pub struct SessionsConfig {
     /// An environment variable holding the store's password (replacing the URL's).
     #[serde(deserialize_with = "parse::empty_as_none")]
     pub store_password_env: Option<String>,
+    /// PEM certificates that verify a `rediss://` store instead of the system roots.
+    #[serde(deserialize_with = "parse::empty_as_none")]
+    pub store_ca_file: Option<PathBuf>,
     /// `store` names one node of a Redis Cluster; the client learns the others from it.
     pub store_cluster: bool,
     /// Longest one store operation may take before the batch is refused `UNAVAILABLE`.
@@ -47,6 +50,7 @@ impl Default for SessionsConfig {
             store: SessionStoreUrl::Memory,
             store_password_file: None,
             store_password_env: None,
+            store_ca_file: None,
             store_cluster: false,
             store_timeout: Duration::from_secs(1),
         }
