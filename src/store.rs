@@ -822,6 +822,7 @@ mod tests {
                 url: url::Url::parse("redis://user:hunter2@127.0.0.1:1/0").unwrap(),
                 password: None,
                 cluster: false,
+                ca: None,
                 timeout: Duration::from_millis(10),
                 idle_ttl: Duration::from_secs(60),
                 loop_window: 100,
