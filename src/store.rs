@@ -496,9 +496,7 @@ impl SessionStore for RedisStore {
             let mut del = redis::cmd("DEL");
             del.arg(&keys(tenant, id)[..]);
             let removed: i64 = self.within(async |c| del.query_async(c).await).await?;
-            let mut forget = redis::cmd("ZREM");
-            forget.arg(tenant_index(tenant)).arg(id);
-            let _: i64 = self.within(async |c| forget.query_async(c).await).await?;
+            self.forget(&tenant_index(tenant), id).await?;
             Ok(removed > 0)
         })
     }
@@ -554,6 +552,7 @@ impl RedisStore {
         Ok(())
     }
 
+    /// Takes session `id` out of its tenant's `index`.
     async fn forget(&self, index: &str, id: &str) -> Result<(), StoreError> {
         let mut forget = redis::cmd("ZREM");
         forget.arg(index).arg(id);

@@ -263,6 +263,15 @@ fn redis_cli(port: u16, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// A channel to a server (or the balancer) at `addr`.
+async fn channel_to(addr: &str) -> tonic::transport::Channel {
+    tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap()
+}
+
 fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.local_addr().unwrap().port()
@@ -371,11 +380,7 @@ async fn behind_nginx_round_robin_a_session_is_one_session() {
     let servers = replicas(&redis, 3, "").await;
     let backends: Vec<_> = servers.iter().map(|s| s.server.local_addr()).collect();
     let nginx = Nginx::start(&backends);
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", nginx.addr))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let channel = channel_to(&nginx.addr).await;
     let mut through = ToolGateClient::new(channel);
     let mut clients = vec![through.clone()];
     a_loop_spread_over_replicas_is_stopped(&mut clients).await;
@@ -797,11 +802,7 @@ async fn a_replica_killed_mid_batch_loses_only_its_running_batches_and_another_c
     let doomed = Binary::start_with(&[], &env);
     let survivor = Binary::start_with(&[], &env);
     let connect = async |addr: &str| {
-        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-            .unwrap()
-            .connect()
-            .await
-            .unwrap();
+        let channel = channel_to(addr).await;
         ToolGateClient::new(channel)
     };
     let mut a = connect(&doomed.addr).await;
@@ -916,11 +917,7 @@ async fn metrics_and_readyz_show_the_store_down_and_back_and_readiness_holds() {
             .unwrap();
         (response.status().as_u16(), response.text().await.unwrap())
     };
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", server.addr))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let channel = channel_to(&server.addr).await;
     let mut client = ToolGateClient::new(channel);
     let named = || in_session("watched", json!([{"id": "a", "name": "echo"}]));
     assert!(
@@ -1149,11 +1146,7 @@ async fn a_tls_store_behind_a_password_is_reached_with_a_private_ca_and_refused_
             ("TG_REDIS_PASSWORD", "wrong-pass-4711"),
         ],
     );
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", binary.addr))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let channel = channel_to(&binary.addr).await;
     let status = ToolGateClient::new(channel)
         .dispatch(named())
         .await
