@@ -1187,3 +1187,55 @@ async fn batches_whose_clients_leave_mid_run_still_count_toward_loop_detection()
         .into_inner();
     assert_eq!(class(&r.results[0]), ErrorClass::LoopStopped);
 }
+
+#[tokio::test]
+async fn random_interleavings_of_batches_on_three_replicas_lose_no_update() {
+    require_peers!(Redis);
+    let redis = Redis::start();
+    // Loop detection records every call without stopping any (distinct inputs), memory keeps
+    // every entry: the store must end with exactly one window slot and one memory entry per
+    // call, whatever ran at once where.
+    let servers = replicas(&redis, 3, "").await;
+    let mut state = 0x2545_f491_4f6c_dd1d_u64;
+    let mut next = move |n: u64| {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        (z ^ (z >> 31)) % n
+    };
+    for round in 0..4 {
+        let session = format!("mixed-{round}");
+        let mut calls_sent = 0;
+        // Waves of 1 to 6 batches at once, each on a random replica with 1 to 4 calls.
+        for wave in 0..4 {
+            let batches: Vec<_> = (0..1 + next(6))
+                .map(|b| {
+                    let calls: Vec<serde_json::Value> = (0..1 + next(4))
+                        .map(|c| json!({"id": format!("w{wave}b{b}c{c}"), "name": "echo", "arguments": {"w": wave, "b": b, "c": c}}))
+                        .collect();
+                    calls_sent += calls.len();
+                    let mut client = servers[next(3) as usize].client.clone();
+                    let req = in_session(&session, serde_json::Value::Array(calls));
+                    async move { client.dispatch(req).await.unwrap().into_inner() }
+                })
+                .collect();
+            for result in futures::future::join_all(batches).await {
+                assert!(result.all_succeeded, "round {round} wave {wave}");
+            }
+        }
+        let key = |part: &str| format!("toolgate:{{default:{session}}}:{part}");
+        let window = redis_cli(redis.port, &["LLEN", &key("loop")]);
+        let memory = redis_cli(redis.port, &["LLEN", &key("memory")]);
+        assert_eq!(
+            window.trim(),
+            calls_sent.to_string(),
+            "round {round}: window slots"
+        );
+        assert_eq!(
+            memory.trim(),
+            calls_sent.to_string(),
+            "round {round}: memory entries"
+        );
+    }
+}
