@@ -7,7 +7,8 @@
 //! to whatever call comes next), and the warning is reported once per pattern.
 //! A window shared through a session store is seeded from the store's slots and journals its
 //! changes (pushes and clears, in order), which the store replays atomically on its copy, so two
-//! batches of one session on two servers both count.
+//! batches of one session on two servers both count. That journal lives for one batch and is
+//! the one other state a shared detector has (bounded: `journal_change`).
 
 use std::collections::VecDeque;
 
@@ -96,6 +97,9 @@ pub const SLOT_BYTES: usize = 25;
 
 /// Bytes of a call's identity: a stored slot's first 16.
 pub const CALL_BYTES: usize = 16;
+
+/// Most changes a shared window journals (see `journal_change`).
+const JOURNAL_MAX: usize = 4096;
 
 /// A change to a shared window, for the store to replay on its copy in this order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -286,16 +290,9 @@ impl LoopDetector {
     /// Forgets every operation of (tool, input): a stop uses the pattern up.
     pub fn clear(&mut self, tool: &str, input: &str) {
         let call = CallKey::of(tool, input);
-        if let Some(journal) = &mut self.journal {
-            // The store's copy may hold slots this one no longer does, so the clear is always
-            // journaled; earlier changes of the call are undone by it on replay anyway.
-            let bytes = call.encode();
-            journal.retain(|c| match c {
-                Change::Pushed(s) => s[..CALL_BYTES] != bytes,
-                Change::Cleared(c) => *c != bytes,
-            });
-            journal.push(Change::Cleared(call.encode()));
-        }
+        // The store's copy may hold slots this one no longer does, so the clear is always
+        // journaled. Earlier pushes of the call stay: each also trimmed the window.
+        self.journal_change(Change::Cleared(call.encode()));
         if !self.filter.may_hold(call) {
             return;
         }
@@ -317,22 +314,36 @@ impl LoopDetector {
         self.window.is_empty()
     }
 
-    /// Journals a pushed slot. At most `capacity` pushes are kept: an older one would be
-    /// trimmed from the store's window by the pushes after it.
+    /// Journals a pushed slot. Once the journal ends in `capacity` pushes in a row, those
+    /// alone make the window whatever came before (each push trims it), so everything
+    /// before them is dropped: exact, and it keeps a batch's journal near the window's size.
     fn journal_push(&mut self, slot: Slot) {
+        self.journal_change(Change::Pushed(slot.encode()));
         let Some(journal) = &mut self.journal else {
             return;
         };
-        journal.push(Change::Pushed(slot.encode()));
-        let pushes = journal
+        let run = journal
             .iter()
-            .filter(|c| matches!(c, Change::Pushed(_)))
+            .rev()
+            .take(self.capacity)
+            .take_while(|c| matches!(c, Change::Pushed(_)))
             .count();
-        if pushes > self.capacity
-            && let Some(first) = journal.iter().position(|c| matches!(c, Change::Pushed(_)))
-        {
-            journal.remove(first);
+        if run == self.capacity && journal.len() > run {
+            journal.drain(..journal.len() - run);
         }
+    }
+
+    /// Journals a change. A journal lives for one batch, so its pushes and clears are bounded
+    /// by the batch's attempts; `JOURNAL_MAX` bounds it whatever the batch (past it the oldest
+    /// change goes, which only a batch of thousands of attempts with stops among them meets).
+    fn journal_change(&mut self, change: Change) {
+        let Some(journal) = &mut self.journal else {
+            return;
+        };
+        if journal.len() >= JOURNAL_MAX {
+            journal.remove(0);
+        }
+        journal.push(change);
     }
 
     /// How many operations in the window are `op`.
@@ -514,9 +525,12 @@ mod tests {
             }
             assert!(d.len() <= 100);
             assert!(d.window.capacity() <= 100, "{} slots", d.window.capacity());
-            // A shared window's journal: the pushes the window can hold, a clear per call.
+            // A shared window's journal stays bounded, however many changes it saw.
             let journal = d.journal.as_ref().map_or(0, Vec::len);
-            assert!(journal <= 100 + clears, "{journal} changes");
+            assert!(
+                journal <= JOURNAL_MAX,
+                "{journal} changes after {clears} clears"
+            );
         }
         // Nothing beside the window, its size, the fixed filter and the journal: a field added
         // here must be bounded too (maps keyed by operation were not: they settled at twice
@@ -634,16 +648,43 @@ mod tests {
         assert_eq!(d.check("t", "{}", off), Check::Pass);
     }
 
-    /// What a store does with the journal: replay it on its copy, trimmed to the window.
+    /// What a store does with the journal: replay it on its copy, trimmed to the window at
+    /// every push as the window is.
     fn replay(stored: &mut Vec<Vec<u8>>, changes: Vec<Change>, capacity: usize) {
         for change in changes {
             match change {
-                Change::Pushed(slot) => stored.push(slot.to_vec()),
+                Change::Pushed(slot) => {
+                    stored.push(slot.to_vec());
+                    let excess = stored.len().saturating_sub(capacity);
+                    stored.drain(..excess);
+                }
                 Change::Cleared(call) => stored.retain(|s| s[..CALL_BYTES] != call),
             }
         }
-        let excess = stored.len().saturating_sub(capacity);
-        stored.drain(..excess);
+    }
+
+    #[test]
+    fn a_replayed_journal_leaves_the_store_as_the_window() {
+        // The store holds three X; the batch pushes Y three times (the window lets every X go),
+        // then a stop clears Y: the window is empty, and so must the store be.
+        let mut stored: Vec<Vec<u8>> = Vec::new();
+        let mut d = LoopDetector::shared(3, stored.iter().map(Vec::as_slice));
+        for _ in 0..3 {
+            d.record(op("x", "{}", 1), DEFAULT);
+        }
+        replay(&mut stored, d.take_changes(), 3);
+        let mut e = LoopDetector::shared(3, stored.iter().map(Vec::as_slice));
+        for _ in 0..3 {
+            e.record(op("y", "{}", 1), DEFAULT);
+        }
+        e.clear("y", "{}");
+        assert!(e.is_empty());
+        replay(&mut stored, e.take_changes(), 3);
+        assert!(
+            stored.is_empty(),
+            "{} slots the window had let go",
+            stored.len()
+        );
     }
 
     #[test]
@@ -678,7 +719,11 @@ mod tests {
         }
         d.record(op("t", "{}", 1), DEFAULT);
         let changes = d.take_changes();
-        assert_eq!(changes.len(), 3, "only pushes the window can still hold");
+        assert_eq!(
+            changes.len(),
+            3,
+            "the last pushes that fill the window decide it"
+        );
         assert!(d.take_changes().is_empty(), "taken once");
         replay(&mut stored, changes, 3);
         let mut e = LoopDetector::shared(3, stored.iter().map(Vec::as_slice));
@@ -689,8 +734,8 @@ mod tests {
         let changes = e.take_changes();
         assert_eq!(
             changes.len(),
-            1,
-            "changes before a clear of their call are dropped"
+            3,
+            "every change short of a full window is kept"
         );
         replay(&mut stored, changes, 3);
         assert_eq!(stored.len(), 2);

@@ -1,0 +1,145 @@
+//! The store's Lua scripts, each one atomic operation on one session's keys (or the cache's).
+//! KEYS and ARGV are listed above each; the Rust side that calls it is named there too.
+
+/// Opens the session, refreshes the expiry of its keys and returns whether it was made now and
+/// its loop window. KEYS: meta, loop, memory, files, dirs. ARGV: idle TTL (ms), now (ms since
+/// the epoch), tenant, id.
+pub(super) const LOAD: &str = r"
+local created = redis.call('HSETNX', KEYS[1], 'created_ms', ARGV[2])
+redis.call('HSET', KEYS[1], 'tenant', ARGV[3], 'id', ARGV[4], 'used_ms', ARGV[2])
+for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[1]) end
+return {created, redis.call('LRANGE', KEYS[2], 0, -1)}
+";
+
+/// Replays a batch's window changes in order ('p' + slot: append; 'c' + call: remove that
+/// call's slots), trims the window, appends the memory entries and trims them, refreshes the
+/// expiry. A session ended meanwhile (no meta) keeps nothing.
+/// KEYS: meta, loop, memory, files, dirs. ARGV: idle TTL (ms), window, memory entries kept, the
+/// number of window changes, the changes, then the memory entries.
+pub(super) const SAVE: &str = r"
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local n = tonumber(ARGV[4])
+for i = 5, 4 + n do
+  local kind, body = string.sub(ARGV[i], 1, 1), string.sub(ARGV[i], 2)
+  if kind == 'p' then
+    -- Trimmed at every push, as the window drops its oldest slot at every push: a clear later
+    -- in the batch must not bring back slots the window had already let go.
+    redis.call('RPUSH', KEYS[2], body)
+    redis.call('LTRIM', KEYS[2], -tonumber(ARGV[2]), -1)
+  else
+    local kept = {}
+    for _, slot in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do
+      if string.sub(slot, 1, 16) ~= body then kept[#kept + 1] = slot end
+    end
+    redis.call('DEL', KEYS[2])
+    for j = 1, #kept, 500 do
+      redis.call('RPUSH', KEYS[2], unpack(kept, j, math.min(j + 499, #kept)))
+    end
+  end
+end
+if #ARGV >= 5 + n then
+  for j = 5 + n, #ARGV, 500 do
+    redis.call('RPUSH', KEYS[3], unpack(ARGV, j, math.min(j + 499, #ARGV)))
+  end
+  redis.call('LTRIM', KEYS[3], -tonumber(ARGV[3]), -1)
+end
+for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[1]) end
+return 1
+";
+
+/// The memory entries of a live session, or nil. KEYS: meta, memory.
+pub(super) const MEMORY: &str = r"
+if redis.call('EXISTS', KEYS[1]) == 0 then return false end
+return redis.call('LRANGE', KEYS[2], 0, -1)
+";
+
+/// Writes a scratch file within the session's quota (content bytes plus one entry's bytes per
+/// file and per directory, as on disk), making its parent directories.
+/// KEYS: meta, files, dirs. ARGV: path, content, quota (0: none), entry bytes, idle TTL (ms).
+pub(super) const WRITE: &str = r"
+local path, content = ARGV[1], ARGV[2]
+local quota, entry = tonumber(ARGV[3]), tonumber(ARGV[4])
+if redis.call('SISMEMBER', KEYS[3], path) == 1 then return {'isdir'} end
+local new_dirs, at = {}, 0
+while true do
+  at = string.find(path, '/', at + 1, true)
+  if not at then break end
+  local parent = string.sub(path, 1, at - 1)
+  if redis.call('HEXISTS', KEYS[2], parent) == 1 then return {'notdir'} end
+  if redis.call('SISMEMBER', KEYS[3], parent) == 0 then new_dirs[#new_dirs + 1] = parent end
+end
+local used = tonumber(redis.call('HGET', KEYS[1], 'scratch_bytes') or '0')
+local needed = used - redis.call('HSTRLEN', KEYS[2], path) + #content + #new_dirs * entry
+if redis.call('HEXISTS', KEYS[2], path) == 0 then needed = needed + entry end
+-- As on disk, a write that takes no more than it replaces is never refused.
+if quota > 0 and needed > used and needed > quota then return {'quota', tostring(needed)} end
+redis.call('HSET', KEYS[2], path, content)
+if #new_dirs > 0 then redis.call('SADD', KEYS[3], unpack(new_dirs)) end
+redis.call('HSET', KEYS[1], 'scratch_bytes', needed)
+for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ARGV[5]) end
+return {'ok'}
+";
+
+/// Reads a scratch file. KEYS: files, dirs. ARGV: path.
+pub(super) const READ: &str = r"
+local content = redis.call('HGET', KEYS[1], ARGV[1])
+if content then return {'ok', content} end
+if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then return {'isdir'} end
+return {'missing'}
+";
+
+/// Lists a scratch directory's entries as name, kind pairs, at most ARGV[2] of them.
+/// KEYS: files, dirs. ARGV: the directory ('' for the root), the most entries.
+pub(super) const LIST: &str = r"
+local dir, max = ARGV[1], tonumber(ARGV[2])
+if dir ~= '' and redis.call('SISMEMBER', KEYS[2], dir) == 0 then
+  if redis.call('HEXISTS', KEYS[1], dir) == 1 then return {'notdir'} end
+  return {'missing'}
+end
+local prefix = dir == '' and '' or dir .. '/'
+local out = {'ok'}
+local function take(names, kind)
+  for _, path in ipairs(names) do
+    if #out > max * 2 then return end
+    if string.sub(path, 1, #prefix) == prefix then
+      local rest = string.sub(path, #prefix + 1)
+      if not string.find(rest, '/', 1, true) then
+        out[#out + 1] = rest
+        out[#out + 1] = kind
+      end
+    end
+  end
+end
+take(redis.call('HKEYS', KEYS[1]), 'file')
+take(redis.call('SMEMBERS', KEYS[2]), 'dir')
+return out
+";
+
+/// A cache entry and the invalidation epoch. KEYS: entry, epoch.
+pub(super) const CACHE_GET: &str = r"
+return {redis.call('GET', KEYS[1]) or '', redis.call('GET', KEYS[2]) or '0'}
+";
+
+/// Stores a cache entry unless the epoch moved, and indexes it under its path.
+/// KEYS: entry, epoch, [path index]. ARGV: the entry, the epoch it was looked up at, TTL (ms).
+pub(super) const CACHE_PUT: &str = r"
+if (redis.call('GET', KEYS[2]) or '0') ~= ARGV[2] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3])
+if KEYS[3] then
+  redis.call('SADD', KEYS[3], KEYS[1])
+  if redis.call('PTTL', KEYS[3]) < tonumber(ARGV[3]) then redis.call('PEXPIRE', KEYS[3], ARGV[3]) end
+end
+return 1
+";
+
+/// Drops every entry indexed under a path and moves the epoch, so a result computed across
+/// this on any server is not stored. KEYS: path index, epoch. (The entries share their tag.)
+pub(super) const CACHE_INVALIDATE: &str = r"
+redis.call('INCR', KEYS[2])
+local entries = redis.call('SMEMBERS', KEYS[1])
+for i = 1, #entries, 500 do
+  redis.call('DEL', unpack(entries, i, math.min(i + 499, #entries)))
+end
+redis.call('DEL', KEYS[1])
+return #entries
+";

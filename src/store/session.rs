@@ -1,0 +1,162 @@
+//! The engine's `SessionStore` on Redis: a batch's load and save, memory, the end of a session,
+//! and each tenant's session cap.
+
+use std::sync::atomic::Ordering;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use toolgate_core::safety::detector::Change;
+use toolgate_core::session::{Changes, Loaded, SessionStore, StoreError};
+use toolgate_core::tools::BoxFuture;
+
+use super::{RedisStore, keys, millis, tenant_index};
+
+/// Sessions of a tenant the cap's eviction looks at, oldest made first: the least recently
+/// used among them goes (sampled, as Redis's own LRU eviction is).
+const EVICTION_SAMPLE: isize = 16;
+
+impl SessionStore for RedisStore {
+    fn load<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Loaded, StoreError>> {
+        Box::pin(async move {
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, millis);
+            let mut call = self.load.prepare_invoke();
+            call.key(&keys(tenant, id)[..])
+                .arg(millis(self.settings.idle_ttl))
+                .arg(now)
+                .arg(tenant)
+                .arg(id);
+            let (created, window): (i64, Vec<Vec<u8>>) =
+                self.within(async |c| call.invoke_async(c).await).await?;
+            // Only a session made now counts toward its tenant's cap: one more round trip once
+            // per session, none per batch.
+            if created == 1
+                && let Err(error) = self.admit(tenant, id, now).await
+            {
+                tracing::warn!(target: "toolgate::session", %error, "the tenant's session cap was not applied");
+            }
+            Ok(Loaded { window })
+        })
+    }
+
+    fn save<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+        changes: Changes,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let mut call = self.save.prepare_invoke();
+            call.key(&keys(tenant, id)[..])
+                .arg(millis(self.settings.idle_ttl))
+                .arg(self.settings.loop_window.max(1))
+                .arg(self.settings.memory_entries.max(1))
+                .arg(changes.window.len());
+            for change in &changes.window {
+                let mut arg = Vec::with_capacity(26);
+                match change {
+                    Change::Pushed(slot) => {
+                        arg.push(b'p');
+                        arg.extend_from_slice(slot);
+                    }
+                    Change::Cleared(call) => {
+                        arg.push(b'c');
+                        arg.extend_from_slice(call);
+                    }
+                }
+                call.arg(arg);
+            }
+            for entry in &changes.memory {
+                call.arg(entry);
+            }
+            let _saved: i64 = self.within(async |c| call.invoke_async(c).await).await?;
+            Ok(())
+        })
+    }
+
+    fn memory<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Vec<String>>, StoreError>> {
+        Box::pin(async move {
+            let [meta, _, memory, _, _] = keys(tenant, id);
+            let mut call = self.memory.prepare_invoke();
+            call.key(meta).key(memory);
+            self.within(async |c| call.invoke_async(c).await).await
+        })
+    }
+
+    fn end<'a>(&'a self, tenant: &'a str, id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move {
+            let mut del = redis::cmd("DEL");
+            del.arg(&keys(tenant, id)[..]);
+            let removed: i64 = self.within(async |c| del.query_async(c).await).await?;
+            self.forget(&tenant_index(tenant), id).await?;
+            Ok(removed > 0)
+        })
+    }
+
+    fn reachable(&self) -> bool {
+        self.up.load(Ordering::Relaxed)
+    }
+}
+
+impl RedisStore {
+    /// Counts a session made now in its tenant's index; past the cap, forgets the sampled
+    /// sessions that expired or ended and evicts the least recently used of the rest.
+    async fn admit(&self, tenant: &str, id: &str, now: u64) -> Result<(), StoreError> {
+        let index = tenant_index(tenant);
+        let mut add = redis::pipe();
+        add.zadd(&index, id, now).ignore().zcard(&index);
+        let (live,): (usize,) = self.within(async |c| add.query_async(c).await).await?;
+        if live <= self.settings.max_sessions {
+            return Ok(());
+        }
+        let mut sample = redis::cmd("ZRANGE");
+        sample.arg(&index).arg(0).arg(EVICTION_SAMPLE - 1);
+        let oldest: Vec<String> = self.within(async |c| sample.query_async(c).await).await?;
+        let mut idle: Option<(u64, String)> = None;
+        let mut freed = 0;
+        for other in oldest.into_iter().filter(|o| o != id) {
+            let mut used = redis::cmd("HGET");
+            used.arg(&keys(tenant, &other)[0]).arg("used_ms");
+            let used: Option<u64> = self.within(async |c| used.query_async(c).await).await?;
+            match used {
+                // Expired or ended elsewhere: it no longer counts.
+                None => {
+                    self.forget(&index, &other).await?;
+                    freed += 1;
+                }
+                Some(used) if idle.as_ref().is_none_or(|(u, _)| used < *u) => {
+                    idle = Some((used, other));
+                }
+                Some(_) => {}
+            }
+        }
+        if live - freed <= self.settings.max_sessions {
+            return Ok(());
+        }
+        if let Some((_, evicted)) = idle {
+            let mut del = redis::cmd("DEL");
+            del.arg(&keys(tenant, &evicted)[..]);
+            let _: i64 = self.within(async |c| del.query_async(c).await).await?;
+            self.forget(&index, &evicted).await?;
+            self.metrics.evicted("sessions", "capacity", 1);
+            tracing::debug!(target: "toolgate::session", session = %evicted, %tenant, "session evicted: max_sessions reached");
+        }
+        Ok(())
+    }
+
+    /// Takes session `id` out of its tenant's `index`.
+    async fn forget(&self, index: &str, id: &str) -> Result<(), StoreError> {
+        let mut forget = redis::cmd("ZREM");
+        forget.arg(index).arg(id);
+        let _: i64 = self.within(async |c| forget.query_async(c).await).await?;
+        Ok(())
+    }
+}
