@@ -30,7 +30,8 @@ impl ScratchStore for RedisStore {
                 .arg(content)
                 .arg(owner.quota)
                 .arg(toolgate_core::tools::entry_bytes())
-                .arg(millis(self.settings.idle_ttl));
+                .arg(millis(self.settings.idle_ttl))
+                .arg(&owner.generation);
             match self.scratch(call).await {
                 Ok(_) => Ok(()),
                 Err(FileError::OverQuota { needed, .. }) => Err(FileError::OverQuota {
@@ -88,6 +89,7 @@ fn answered(reply: Vec<String>) -> Result<Vec<String>, FileError> {
         Some("isdir") => Err(FileError::NotAFile),
         Some("notdir") => Err(FileError::NotADirectory),
         Some("missing") => Err(FileError::NotFound),
+        Some("gone") => Err(FileError::Ended),
         Some("quota") => Err(FileError::OverQuota {
             needed: reply
                 .next()

@@ -1,31 +1,36 @@
 //! The store's Lua scripts, each one atomic operation on one session's keys (or the cache's).
 //! KEYS and ARGV are listed above each; the Rust side that calls it is named there too.
 
-/// Opens the session, refreshes the expiry of its keys and returns whether it was made now and
-/// its loop window. KEYS: meta, loop, memory, files, dirs. ARGV: idle TTL (ms), now (ms since
-/// the epoch), tenant, id.
+/// Opens the session, refreshes the expiry of its keys and returns whether it was made now, its
+/// generation (random, drawn when it was made: a batch's later writes name it, so none lands in
+/// a session ended, evicted or expired meanwhile, or in another made under the same id since)
+/// and its loop window. `store/session.rs` `load`.
+/// KEYS: meta, loop, memory, files, dirs. ARGV: idle TTL (ms), now (ms since the epoch), tenant,
+/// id, a fresh generation.
 pub(super) const LOAD: &str = r"
-local created = redis.call('HSETNX', KEYS[1], 'created_ms', ARGV[2])
+local created = redis.call('HSETNX', KEYS[1], 'generation', ARGV[5])
+if created == 1 then redis.call('HSET', KEYS[1], 'created_ms', ARGV[2]) end
 redis.call('HSET', KEYS[1], 'tenant', ARGV[3], 'id', ARGV[4], 'used_ms', ARGV[2])
 for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[1]) end
-return {created, redis.call('LRANGE', KEYS[2], 0, -1)}
+return {created, redis.call('HGET', KEYS[1], 'generation'), redis.call('LRANGE', KEYS[2], 0, -1)}
 ";
 
 /// Replays a batch's window changes in order ('p' + slot: append; 'c' + call: remove that
 /// call's slots), trims the window, appends the memory entries and trims them, refreshes the
-/// expiry. A session ended meanwhile (no meta) keeps nothing.
-/// KEYS: meta, loop, memory, files, dirs. ARGV: idle TTL (ms), window, memory entries kept, the
-/// number of window changes, the changes, then the memory entries.
+/// expiry; 1. A session that is not the generation the batch loaded keeps nothing: 0.
+/// `store/session.rs` `save`.
+/// KEYS: meta, loop, memory, files, dirs. ARGV: the generation, idle TTL (ms), window, memory
+/// entries kept, the number of window changes, the changes, then the memory entries.
 pub(super) const SAVE: &str = r"
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-local n = tonumber(ARGV[4])
-for i = 5, 4 + n do
+if redis.call('HGET', KEYS[1], 'generation') ~= ARGV[1] then return 0 end
+local n = tonumber(ARGV[5])
+for i = 6, 5 + n do
   local kind, body = string.sub(ARGV[i], 1, 1), string.sub(ARGV[i], 2)
   if kind == 'p' then
     -- Trimmed at every push, as the window drops its oldest slot at every push: a clear later
     -- in the batch must not bring back slots the window had already let go.
     redis.call('RPUSH', KEYS[2], body)
-    redis.call('LTRIM', KEYS[2], -tonumber(ARGV[2]), -1)
+    redis.call('LTRIM', KEYS[2], -tonumber(ARGV[3]), -1)
   else
     local kept = {}
     for _, slot in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do
@@ -37,13 +42,13 @@ for i = 5, 4 + n do
     end
   end
 end
-if #ARGV >= 5 + n then
-  for j = 5 + n, #ARGV, 500 do
+if #ARGV >= 6 + n then
+  for j = 6 + n, #ARGV, 500 do
     redis.call('RPUSH', KEYS[3], unpack(ARGV, j, math.min(j + 499, #ARGV)))
   end
-  redis.call('LTRIM', KEYS[3], -tonumber(ARGV[3]), -1)
+  redis.call('LTRIM', KEYS[3], -tonumber(ARGV[4]), -1)
 end
-for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[1]) end
+for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[2]) end
 return 1
 ";
 
@@ -55,8 +60,12 @@ return redis.call('LRANGE', KEYS[2], 0, -1)
 
 /// Writes a scratch file within the session's quota (content bytes plus one entry's bytes per
 /// file and per directory, as on disk), making its parent directories.
-/// KEYS: meta, files, dirs. ARGV: path, content, quota (0: none), entry bytes, idle TTL (ms).
+/// A session that is not the generation the batch loaded is not written: `gone`.
+/// `store/scratch.rs` `write`.
+/// KEYS: meta, files, dirs. ARGV: path, content, quota (0: none), entry bytes, idle TTL (ms),
+/// the generation.
 pub(super) const WRITE: &str = r"
+if redis.call('HGET', KEYS[1], 'generation') ~= ARGV[6] then return {'gone'} end
 local path, content = ARGV[1], ARGV[2]
 local quota, entry = tonumber(ARGV[3]), tonumber(ARGV[4])
 if redis.call('SISMEMBER', KEYS[3], path) == 1 then return {'isdir'} end

@@ -10,6 +10,11 @@ use toolgate_core::tools::BoxFuture;
 
 use super::{RedisStore, keys, millis, tenant_index};
 
+/// 128 random bits as hex: a session's generation.
+fn fresh_generation() -> Result<String, StoreError> {
+    toolgate_core::tools::unguessable_name("").map_err(StoreError::new)
+}
+
 /// Sessions of a tenant the cap's eviction looks at, oldest made first: the least recently
 /// used among them goes (sampled, as Redis's own LRU eviction is).
 const EVICTION_SAMPLE: isize = 16;
@@ -29,8 +34,9 @@ impl SessionStore for RedisStore {
                 .arg(millis(self.settings.idle_ttl))
                 .arg(now)
                 .arg(tenant)
-                .arg(id);
-            let (created, window): (i64, Vec<Vec<u8>>) =
+                .arg(id)
+                .arg(fresh_generation()?);
+            let (created, generation, window): (i64, String, Vec<Vec<u8>>) =
                 self.within(async |c| call.invoke_async(c).await).await?;
             // Only a session made now counts toward its tenant's cap: one more round trip once
             // per session, none per batch.
@@ -39,7 +45,7 @@ impl SessionStore for RedisStore {
             {
                 tracing::warn!(target: "toolgate::session", %error, "the tenant's session cap was not applied");
             }
-            Ok(Loaded { window })
+            Ok(Loaded { window, generation })
         })
     }
 
@@ -48,10 +54,11 @@ impl SessionStore for RedisStore {
         tenant: &'a str,
         id: &'a str,
         changes: Changes,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
         Box::pin(async move {
             let mut call = self.save.prepare_invoke();
             call.key(&keys(tenant, id)[..])
+                .arg(&changes.generation)
                 .arg(millis(self.settings.idle_ttl))
                 .arg(self.settings.loop_window.max(1))
                 .arg(self.settings.memory_entries.max(1))
@@ -73,8 +80,8 @@ impl SessionStore for RedisStore {
             for entry in &changes.memory {
                 call.arg(entry);
             }
-            let _saved: i64 = self.within(async |c| call.invoke_async(c).await).await?;
-            Ok(())
+            let saved: i64 = self.within(async |c| call.invoke_async(c).await).await?;
+            Ok(saved == 1)
         })
     }
 

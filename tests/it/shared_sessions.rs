@@ -1239,3 +1239,53 @@ async fn random_interleavings_of_batches_on_three_replicas_lose_no_update() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_session_ended_while_a_batch_runs_stays_ended_and_a_new_one_starts_blank() {
+    require_peers!(Redis);
+    let redis = Redis::start();
+    let servers = replicas(&redis, 2, "").await;
+    let mut a = servers[0].client.clone();
+    let mut b = servers[1].client.clone();
+    let slow = in_session(
+        "ending",
+        json!([
+            same("e1"),
+            {"id": "z", "name": "sleep", "arguments": {"ms": 800}},
+            {"id": "w", "name": "scratch_write", "arguments": {"path": "late.txt", "content": "x"}}
+        ]),
+    );
+    let running = tokio::spawn(async move { a.dispatch(slow).await.unwrap().into_inner() });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let ended = b
+        .end_session(pb::EndSessionRequest {
+            session_id: "ending".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(ended.ended);
+    let result = running.await.unwrap();
+    // The write after the end is refused, not made into a new session's file.
+    assert_eq!(class(&result.results[2]), ErrorClass::ToolError);
+    assert_eq!(
+        result.results[2].content,
+        "'late.txt' was not written: the session ended while the call ran"
+    );
+    // The batch's save found another generation (none): the session stays ended.
+    assert_eq!(
+        memory_of(&mut b, "ending").await.unwrap_err().code(),
+        tonic::Code::NotFound
+    );
+    // Made again, it starts blank: one entry, and its window holds only the new call.
+    assert!(
+        b.dispatch(in_session("ending", json!([same("e2")])))
+            .await
+            .unwrap()
+            .into_inner()
+            .all_succeeded
+    );
+    assert_eq!(memory_of(&mut b, "ending").await.unwrap().len(), 1);
+    let window = redis_cli(redis.port, &["LLEN", "toolgate:{default:ending}:loop"]);
+    assert_eq!(window.trim(), "1");
+}

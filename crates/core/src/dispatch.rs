@@ -230,9 +230,15 @@ impl Dispatcher {
         let (tenant, id) = (tenant.to_owned(), session.id().to_owned());
         let metrics = self.pipeline.metrics.clone();
         Some(async move {
-            if let Err(error) = store.save(&tenant, &id, changes).await {
-                metrics.store_error("save");
-                tracing::warn!(target: "toolgate::session", session = %id, %error, "session state not saved: this batch's loop records and memory are lost");
+            match store.save(&tenant, &id, changes).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    tracing::info!(target: "toolgate::session", session = %id, "the session ended or expired while a batch ran: the batch's loop records and memory were dropped");
+                }
+                Err(error) => {
+                    metrics.store_error("save");
+                    tracing::warn!(target: "toolgate::session", session = %id, %error, "session state perhaps not saved (a save that timed out may still have been applied)");
+                }
             }
         })
     }

@@ -418,6 +418,7 @@ impl Sessions {
             tenant: tenant.to_owned(),
             session: id.to_owned(),
             quota: self.limits.scratch_quota_bytes,
+            generation: loaded.generation.clone(),
         };
         Lease::shared(
             session,

@@ -112,6 +112,7 @@ impl Lease {
     pub fn take_changes(&self) -> Option<Changes> {
         let shared = self.shared.as_ref()?;
         Some(Changes {
+            generation: shared.scratch.generation.clone(),
             window: shared.detector.lock().take_changes(),
             memory: std::mem::take(&mut *shared.memory.lock()).into(),
         })

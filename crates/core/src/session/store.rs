@@ -19,14 +19,15 @@ pub trait SessionStore: ScratchStore {
         id: &'a str,
     ) -> BoxFuture<'a, Result<Loaded, StoreError>>;
 
-    /// Applies a batch's changes atomically: the window's in order, then the memory entries.
-    /// A session ended meanwhile keeps nothing.
+    /// Applies a batch's changes atomically: the window's in order, then the memory entries;
+    /// true. A session that is no longer the one the batch loaded (ended, evicted or expired
+    /// meanwhile, perhaps made again) keeps nothing: false.
     fn save<'a>(
         &'a self,
         tenant: &'a str,
         id: &'a str,
         changes: Changes,
-    ) -> BoxFuture<'a, Result<(), StoreError>>;
+    ) -> BoxFuture<'a, Result<bool, StoreError>>;
 
     /// The session's memory entries, oldest first; `None` if it is not live.
     fn memory<'a>(
@@ -47,17 +48,24 @@ pub trait SessionStore: ScratchStore {
 pub struct Loaded {
     /// The loop window's slots, oldest first (`detector::SLOT_BYTES` each).
     pub window: Vec<Vec<u8>>,
+    /// Which instance of the session this is: drawn when it was made, named by every write
+    /// the batch makes.
+    pub generation: String,
 }
 
 /// What a batch changed, to be applied on the store's copy.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Changes {
+    /// The session's generation as the batch loaded it.
+    pub generation: String,
+    /// The loop window's changes, oldest first.
     pub window: Vec<Change>,
     /// Memory entries to append, oldest first.
     pub memory: Vec<String>,
 }
 
 impl Changes {
+    /// Nothing to save.
     pub fn is_empty(&self) -> bool {
         self.window.is_empty() && self.memory.is_empty()
     }

@@ -316,6 +316,9 @@ fn unwritten(path: &str, error: FileError) -> ToolError {
         FileError::OverQuota { needed, quota } => {
             refused(path, BeneathError::OverQuota { needed, quota })
         }
+        FileError::Ended => ToolError::failed(format!(
+            "'{path}' was not written: the session ended while the call ran"
+        )),
         FileError::Unavailable(why) => {
             tracing::warn!(target: "toolgate::session", error = %why, "scratch store unavailable");
             ToolError::failed(

@@ -40,6 +40,8 @@ pub struct SharedScratch {
     pub session: String,
     /// Bytes the files may take; 0: no quota.
     pub quota: u64,
+    /// Which instance of the session the batch holds (the store refuses a write to another).
+    pub generation: String,
 }
 
 impl std::fmt::Debug for SharedScratch {
@@ -71,6 +73,9 @@ pub enum FileError {
     NotADirectory,
     #[error("over quota: {needed} bytes needed, {quota} allowed")]
     OverQuota { needed: u64, quota: u64 },
+    /// The session ended (or expired, or was evicted) while the call ran.
+    #[error("the session ended while the call ran")]
+    Ended,
     /// The store could not be reached; the text is for the log, not the model.
     #[error("the session store is unavailable: {0}")]
     Unavailable(String),
