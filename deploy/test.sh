@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# deploy/compose.yaml end to end on a real container engine: builds the three images, starts the
+# deploy/compose.yaml end to end on a real container engine: builds the five images, starts the
 # stack, waits for `toolgate health` inside the container, checks that toolgate runs as a
 # non-root user, runs the grpcurl tour and a batch through the worker's and the MCP server's
 # tools, reads /readyz and /metrics, checks that stopping the container (SIGTERM, as `docker
-# stop`) lets a running batch finish, then tears everything down, also on failure. Prints the
-# image sizes and the wall time.
+# stop`) lets a running batch finish. Then the `scale` profile: three toolgate replicas sharing
+# their sessions through Redis behind nginx, where one session's batches, sent round robin
+# through the balancer, still add up to one loop that is stopped, one memory and one EndSession.
+# Tears everything down, also on failure. Prints the image sizes and the wall time.
 #
 # Needs a Docker-compatible engine (DOCKER_HOST, or a local Docker daemon) and docker-compose or
 # `docker compose`. On a machine without Docker (see docs/deploy.md):
@@ -45,10 +47,14 @@ fi
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 TOOLGATE_PORT=$(free_port)
 TOOLGATE_ADMIN_PORT=$(free_port)
-export TOOLGATE_PORT TOOLGATE_ADMIN_PORT
+TOOLGATE_SCALE_PORT=$(free_port)
+export TOOLGATE_PORT TOOLGATE_ADMIN_PORT TOOLGATE_SCALE_PORT
 addr=127.0.0.1:$TOOLGATE_PORT
+scale_addr=127.0.0.1:$TOOLGATE_SCALE_PORT
 project=toolgate-test-$$
 dc() { "${compose[@]}" -f deploy/compose.yaml -p "$project" "$@"; }
+# The same project with the scale profile's services (replicas, Redis, the balancer) as well.
+dcs() { dc --profile scale "$@"; }
 g() { "$grpcurl" -plaintext -max-time 60 "$@"; }
 work=$(mktemp -d)
 
@@ -56,10 +62,10 @@ cleanup() {
     local status=$?
     if [ "$status" -ne 0 ]; then
         echo "deploy test failed; the services' last log lines:" >&2
-        dc logs --no-color --tail=60 >&2 || true
+        dcs logs --no-color --tail=60 >&2 || true
     fi
     step "tearing down"
-    dc down --volumes --remove-orphans -t 5 || true
+    dcs down --volumes --remove-orphans -t 5 || true
     rm -rf "$work"
     echo "deploy/test.sh: $([ "$status" -eq 0 ] && echo passed || echo FAILED) in $((SECONDS - started)) s"
     exit "$status"
@@ -117,9 +123,13 @@ repair_python_standin() {
 }
 repair_python_standin
 
-step "building the images (${compose[*]} build)"
+# Each image once: the scale profile's replicas run toolgate:local, the toolgate service's image
+# (building them as well would at best hit the cache, at worst build it again for sources edited
+# meanwhile).
+images=(worker mcp toolgate redis balancer)
+step "building the images (${compose[*]} --profile scale build ${images[*]})"
 built=$SECONDS
-dc build >"$work/build.log" 2>&1 || {
+dcs build "${images[@]}" >"$work/build.log" 2>&1 || {
     tail -60 "$work/build.log" >&2
     fail "the images did not build"
 }
@@ -246,8 +256,84 @@ dc logs --no-color toolgate >"$work/toolgate.log"
 grep -q 'shutdown started running=1' "$work/toolgate.log" || fail "toolgate did not log a drain of the batch"
 echo "toolgate drained and exited 0, ${stop_seconds}s after SIGTERM (grace period 30s)"
 
+step "the scale profile: three replicas, Redis and nginx on $scale_addr"
+scaling=$SECONDS
+dcs up -d
+replicas=(toolgate-1 toolgate-2 toolgate-3)
+for replica in "${replicas[@]}"; do
+    wait_for 60 dcs exec -T "$replica" toolgate health || fail "$replica never reported SERVING"
+done
+wait_for 30 dcs exec -T redis redis-cli ping || fail "redis never answered PING"
+# Through nginx: it answers once a replica behind it does.
+wait_for 30 g "$scale_addr" grpc.health.v1.Health/Check || fail "the balancer never answered a health check"
+for service in redis balancer; do
+    uid=$(dcs exec -T "$service" id -u | tr -d '\r')
+    [ "$uid" != 0 ] || fail "$service runs as root"
+    echo "$service runs as uid $uid"
+done
+echo "up in $((SECONDS - scaling))s: ${replicas[*]} SERVING, redis answers PING, the balancer answers"
+
+step "one session through the balancer: three identical batches, then a fourth (warn at 2, stop at 3)"
+session=scale-$$
+for i in 1 2 3 4; do
+    g -emit-defaults -d @ "$scale_addr" toolgate.v1.ToolGate/Dispatch >"$work/scale-$i.json" <<JSON
+{"session_id": "$session", "calls": [{"id": "c$i", "name": "echo", "arguments": {"q": "same"}}]}
+JSON
+done
+python3 - "$work" <<'PY'
+import json, sys
+batches = [json.load(open(f"{sys.argv[1]}/scale-{i}.json")) for i in range(1, 5)]
+for i, batch in enumerate(batches, 1):
+    call = batch["results"][0]
+    print(f'batch {i}: {batch["outcome"]}, {call["id"]} {"ok" if call["success"] else call["errorClass"]}'
+          + ("; warned" if "[toolgate] warning" in call.get("content", "") else ""))
+assert all(b["allSucceeded"] for b in batches[:3]), "the first three batches did not all succeed"
+assert "[toolgate] warning" in batches[1]["results"][0]["content"], "the second batch was not warned about"
+fourth = batches[3]
+assert fourth["outcome"] == "LOOP_DETECTED", f'the fourth batch ended {fourth["outcome"]}'
+assert fourth["results"][0]["errorClass"] == "LOOP_STOPPED", fourth["results"][0]
+print(f'batch 4: {fourth["outcomeReason"]}')
+PY
+
+step "the session's memory and its end, through the balancer"
+# The session named only in the x-toolgate-session metadata, as a balancer hashing on it sees it.
+g -H "x-toolgate-session: $session" -d '{}' "$scale_addr" toolgate.v1.ToolGate/GetSessionMemory >"$work/memory.json"
+python3 - "$work/memory.json" <<'PY'
+import json, sys
+entries = json.load(open(sys.argv[1])).get("entries", [])
+for entry in entries:
+    print(f"  {entry[:100]!r}")
+assert len(entries) == 3 and all(e.startswith("tool=echo; ") for e in entries), f"{len(entries)} entries"
+print("GetSessionMemory: the 3 calls that ran")
+PY
+g -d "{\"session_id\": \"$session\"}" "$scale_addr" toolgate.v1.ToolGate/EndSession >"$work/end.json"
+grep -q '"ended": true' "$work/end.json" || fail "EndSession did not end the session: $(cat "$work/end.json")"
+if g -d "{\"session_id\": \"$session\"}" "$scale_addr" toolgate.v1.ToolGate/GetSessionMemory >"$work/after.txt" 2>&1; then
+    fail "the session still has a memory after EndSession: $(cat "$work/after.txt")"
+fi
+grep -q NotFound "$work/after.txt" || fail "GetSessionMemory after EndSession: $(cat "$work/after.txt")"
+echo "EndSession: ended; GetSessionMemory afterwards: NotFound"
+
+step "the batches reached more than one replica (toolgate_batches_total on each admin port)"
+# Read from inside the compose network (the replicas publish no port), with bash's /dev/tcp in
+# the balancer's container, which has no HTTP client; HTTP/1.0, so the answer is never chunked.
+batches_on() {
+    dcs exec -T balancer bash -c "exec 3<>/dev/tcp/$1/9464 &&
+        printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3 && cat <&3" |
+        awk '/^toolgate_batches_total[{ ]/ {n += $NF} END {print n + 0}'
+}
+served=0
+for replica in "${replicas[@]}"; do
+    count=$(batches_on "$replica")
+    echo "$replica: toolgate_batches_total $count"
+    [ "$count" -eq 0 ] || served=$((served + 1))
+done
+[ "$served" -ge 2 ] || fail "every batch went to one replica: the session's sharing was not tested"
+echo "the scale profile passed in $((SECONDS - scaling))s"
+
 step "image sizes"
-for image in toolgate:local toolgate-example-worker:local toolgate-example-mcp:local; do
+for image in toolgate:local toolgate-example-worker:local toolgate-example-mcp:local \
+    toolgate-redis:local toolgate-balancer:local; do
     size=$(engine_api "/images/$image/json" | json_field '["Size"]')
     echo "$image: $((size / 1000000)) MB"
 done
