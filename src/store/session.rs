@@ -15,8 +15,7 @@ fn fresh_generation() -> Result<String, StoreError> {
     toolgate_core::tools::unguessable_name("").map_err(StoreError::new)
 }
 
-/// Sessions of a tenant the cap's eviction looks at, oldest made first: the least recently
-/// used among them goes (sampled, as Redis's own LRU eviction is).
+/// Sessions of a tenant the cap's eviction samples: the least recently used among them goes.
 const EVICTION_SAMPLE: isize = 16;
 
 impl SessionStore for RedisStore {
@@ -114,8 +113,10 @@ impl SessionStore for RedisStore {
 }
 
 impl RedisStore {
-    /// Counts a session made now in its tenant's index; past the cap, forgets the sampled
-    /// sessions that expired or ended and evicts the least recently used of the rest.
+    /// Counts a session made now in its tenant's index; past the cap, samples the tenant's
+    /// sessions at random (as Redis's own LRU eviction does), forgets those that expired or
+    /// ended, and evicts the least recently used of the rest. Three more round trips, only
+    /// for a session made past the cap.
     async fn admit(&self, tenant: &str, id: &str, now: u64) -> Result<(), StoreError> {
         let index = tenant_index(tenant);
         let mut add = redis::pipe();
@@ -124,37 +125,41 @@ impl RedisStore {
         if live <= self.settings.max_sessions {
             return Ok(());
         }
-        let mut sample = redis::cmd("ZRANGE");
-        sample.arg(&index).arg(0).arg(EVICTION_SAMPLE - 1);
-        let oldest: Vec<String> = self.within(async |c| sample.query_async(c).await).await?;
-        let mut idle: Option<(u64, String)> = None;
-        let mut freed = 0;
-        for other in oldest.into_iter().filter(|o| o != id) {
+        let mut sample = redis::cmd("ZRANDMEMBER");
+        sample.arg(&index).arg(EVICTION_SAMPLE);
+        let sampled: Vec<String> = self.within(async |c| sample.query_async(c).await).await?;
+        // Their last use, asked all at once (each key of its own session, so its own slot).
+        let last_used = sampled.iter().filter(|o| *o != id).map(|other| async move {
             let mut used = redis::cmd("HGET");
-            used.arg(&keys(tenant, &other)[0]).arg("used_ms");
+            used.arg(&keys(tenant, other)[0]).arg("used_ms");
             let used: Option<u64> = self.within(async |c| used.query_async(c).await).await?;
-            match used {
+            Ok::<_, StoreError>((other, used))
+        });
+        let mut gone = Vec::new();
+        let mut idle: Option<(u64, &String)> = None;
+        for answer in futures::future::join_all(last_used).await {
+            match answer? {
                 // Expired or ended elsewhere: it no longer counts.
-                None => {
-                    self.forget(&index, &other).await?;
-                    freed += 1;
-                }
-                Some(used) if idle.as_ref().is_none_or(|(u, _)| used < *u) => {
+                (other, None) => gone.push(other),
+                (other, Some(used)) if idle.is_none_or(|(u, _)| used < u) => {
                     idle = Some((used, other));
                 }
-                Some(_) => {}
+                _ => {}
             }
         }
-        if live - freed <= self.settings.max_sessions {
-            return Ok(());
-        }
-        if let Some((_, evicted)) = idle {
+        let evict = idle.filter(|_| live - gone.len() > self.settings.max_sessions);
+        let mut forget = redis::cmd("ZREM");
+        forget.arg(&index).arg(&gone);
+        if let Some((_, evicted)) = evict {
             let mut del = redis::cmd("DEL");
-            del.arg(&keys(tenant, &evicted)[..]);
+            del.arg(&keys(tenant, evicted)[..]);
             let _: i64 = self.within(async |c| del.query_async(c).await).await?;
-            self.forget(&index, &evicted).await?;
+            forget.arg(evicted);
             self.metrics.evicted("sessions", "capacity", 1);
             tracing::debug!(target: "toolgate::session", session = %evicted, %tenant, "session evicted: max_sessions reached");
+        }
+        if !gone.is_empty() || evict.is_some() {
+            let _: i64 = self.within(async |c| forget.query_async(c).await).await?;
         }
         Ok(())
     }

@@ -1289,3 +1289,45 @@ async fn a_session_ended_while_a_batch_runs_stays_ended_and_a_new_one_starts_bla
     let window = redis_cli(redis.port, &["LLEN", "toolgate:{default:ending}:loop"]);
     assert_eq!(window.trim(), "1");
 }
+
+#[tokio::test]
+async fn expired_sessions_stop_counting_toward_the_cap() {
+    require_peers!(Redis);
+    let redis = Redis::start();
+    let servers = replicas(&redis, 2, "max_sessions = 3\nidle_ttl = \"1s\"").await;
+    let touch = async |replica: usize, session: &str| {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let req = in_session(
+            session,
+            json!([{"id": "a", "name": "echo", "arguments": {"s": session}}]),
+        );
+        let r = (servers[replica].client.clone())
+            .dispatch(req)
+            .await
+            .unwrap();
+        assert!(r.into_inner().all_succeeded);
+    };
+    for (i, s) in ["old1", "old2", "old3"].iter().enumerate() {
+        touch(i % 2, s).await;
+    }
+    // Their keys expire; the tenant's index still names them until a sample finds them gone.
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    for (i, s) in ["new1", "new2", "new3"].iter().enumerate() {
+        touch(i % 2, s).await;
+    }
+    let mut client = servers[0].client.clone();
+    for live in ["new1", "new2", "new3"] {
+        assert!(
+            memory_of(&mut client, live).await.is_ok(),
+            "{live}: not evicted for an expired one"
+        );
+    }
+    let index = redis_cli(redis.port, &["ZCARD", "toolgate:{tenant:default}:sessions"]);
+    assert_eq!(index.trim(), "3", "the expired ones were forgotten");
+    // One more evicts the least recently used live one.
+    touch(1, "new4").await;
+    assert_eq!(
+        memory_of(&mut client, "new1").await.unwrap_err().code(),
+        tonic::Code::NotFound
+    );
+}
