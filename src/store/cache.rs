@@ -13,6 +13,11 @@ use super::{RedisStore, millis};
 /// script (on a cluster, the cache is one shard's).
 const CACHE_TAG: &str = "toolgate:{cache}";
 
+/// A key about `path` (its index `p`, its `epoch`), under the cache's tag.
+fn path_key(kind: &str, path: &str) -> String {
+    format!("{CACHE_TAG}:{kind}:{path}")
+}
+
 /// An entry's key: a digest of its identity (the entry holds the identity itself, compared
 /// exactly on every hit).
 fn cache_entry_key(key: &CacheKey<'_>) -> String {
@@ -86,11 +91,17 @@ fn decode_cached(key: &CacheKey<'_>, text: &str) -> Option<Cached> {
 }
 
 impl SharedCache for RedisStore {
-    fn get<'a>(&'a self, key: &'a CacheKey<'a>) -> BoxFuture<'a, Result<Lookup, StoreError>> {
+    fn get<'a>(
+        &'a self,
+        key: &'a CacheKey<'a>,
+        path: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Lookup, StoreError>> {
         Box::pin(async move {
             let mut call = self.cache_get.prepare_invoke();
-            call.key(cache_entry_key(key))
-                .key(format!("{CACHE_TAG}:epoch"));
+            call.key(cache_entry_key(key));
+            if let Some(path) = path {
+                call.key(path_key("epoch", path));
+            }
             let (text, epoch): (String, String) =
                 self.within(async |c| call.invoke_async(c).await).await?;
             Ok(Lookup {
@@ -109,10 +120,9 @@ impl SharedCache for RedisStore {
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             let mut call = self.cache_put.prepare_invoke();
-            call.key(cache_entry_key(key))
-                .key(format!("{CACHE_TAG}:epoch"));
+            call.key(cache_entry_key(key));
             if let Some(path) = &entry.path {
-                call.key(format!("{CACHE_TAG}:p:{path}"));
+                call.key(path_key("p", path)).key(path_key("epoch", path));
             }
             // Without a TTL of its own an entry lives as long as an idle session would.
             call.arg(encode_cached(key, &entry))
@@ -126,8 +136,12 @@ impl SharedCache for RedisStore {
     fn invalidate<'a>(&'a self, path: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             let mut call = self.cache_invalidate.prepare_invoke();
-            call.key(format!("{CACHE_TAG}:p:{path}"))
-                .key(format!("{CACHE_TAG}:epoch"));
+            call.key(path_key("p", path))
+                .key(path_key("epoch", path))
+                // Longer than any entry that looked the path up before it can live.
+                .arg(millis(
+                    self.settings.idle_ttl.max(Duration::from_secs(3600)),
+                ));
             let _dropped: i64 = self.within(async |c| call.invoke_async(c).await).await?;
             Ok(())
         })

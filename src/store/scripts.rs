@@ -124,27 +124,42 @@ take(redis.call('SMEMBERS', KEYS[2]), 'dir')
 return out
 ";
 
-/// A cache entry and the invalidation epoch. KEYS: entry, epoch.
+/// A cache entry and the epoch of the path it reads. `store/cache.rs` `get`.
+/// KEYS: entry, [the path's epoch].
 pub(super) const CACHE_GET: &str = r"
-return {redis.call('GET', KEYS[1]) or '', redis.call('GET', KEYS[2]) or '0'}
+local epoch = '0'
+if KEYS[2] then epoch = redis.call('GET', KEYS[2]) or '0' end
+return {redis.call('GET', KEYS[1]) or '', epoch}
 ";
 
-/// Stores a cache entry unless the epoch moved, and indexes it under its path.
-/// KEYS: entry, epoch, [path index]. ARGV: the entry, the epoch it was looked up at, TTL (ms).
+/// Stores a cache entry, and with a path, unless the path's epoch moved since the lookup,
+/// indexed under it. The index forgets entries that expired once it holds over 1024, so it is
+/// bounded by the path's live entries. `store/cache.rs` `put`.
+/// KEYS: entry, [path index, the path's epoch]. ARGV: the entry, the epoch at the lookup,
+/// TTL (ms).
 pub(super) const CACHE_PUT: &str = r"
-if (redis.call('GET', KEYS[2]) or '0') ~= ARGV[2] then return 0 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3])
-if KEYS[3] then
-  redis.call('SADD', KEYS[3], KEYS[1])
-  if redis.call('PTTL', KEYS[3]) < tonumber(ARGV[3]) then redis.call('PEXPIRE', KEYS[3], ARGV[3]) end
+if KEYS[2] then
+  if (redis.call('GET', KEYS[3]) or '0') ~= ARGV[2] then return 0 end
+  if redis.call('SCARD', KEYS[2]) > 1024 then
+    for _, entry in ipairs(redis.call('SMEMBERS', KEYS[2])) do
+      if redis.call('EXISTS', entry) == 0 then redis.call('SREM', KEYS[2], entry) end
+    end
+  end
+  redis.call('SADD', KEYS[2], KEYS[1])
+  if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[3]) then redis.call('PEXPIRE', KEYS[2], ARGV[3]) end
 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3])
 return 1
 ";
 
-/// Drops every entry indexed under a path and moves the epoch, so a result computed across
-/// this on any server is not stored. KEYS: path index, epoch. (The entries share their tag.)
+/// Drops every entry indexed under a path and moves the path's epoch, so a result of it
+/// computed across this on any server is not stored. The epoch outlives the entries it
+/// guards: ARGV[1]. `store/cache.rs` `invalidate`.
+/// KEYS: path index, the path's epoch. ARGV: how long the epoch is kept (ms). (The entries
+/// share the index's tag.)
 pub(super) const CACHE_INVALIDATE: &str = r"
 redis.call('INCR', KEYS[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[1])
 local entries = redis.call('SMEMBERS', KEYS[1])
 for i = 1, #entries, 500 do
   redis.call('DEL', unpack(entries, i, math.min(i + 499, #entries)))

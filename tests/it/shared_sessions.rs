@@ -1023,6 +1023,24 @@ async fn a_cached_result_is_shared_and_a_write_on_one_replica_invalidates_it_on_
         .unwrap()
         .into_inner();
     assert!(!result.results[0].cached);
+    // A batch without a session id keeps no session-scoped entry in Redis: nobody could hit it.
+    let entries = || {
+        redis_cli(redis.port, &["--scan", "--pattern", "toolgate:{cache}:e:*"])
+            .lines()
+            .count()
+    };
+    let before = entries();
+    let anonymous = request(json!([
+        {"id": "w", "name": "scratch_write", "arguments": {"path": "mine.txt", "content": "mine"}},
+        {"id": "r", "name": "scratch_read", "arguments": {"path": "mine.txt"}}
+    ]));
+    let result = (servers[1].client.clone())
+        .dispatch(anonymous)
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(result.results[1].content, "mine", "the read succeeded");
+    assert_eq!(entries(), before);
 }
 
 #[tokio::test]

@@ -58,6 +58,11 @@ pub enum InvalidSessionId {
     Malformed(String),
 }
 
+/// Whether `id` names a session made for one batch (sent without a session id).
+pub fn is_ephemeral(id: &str) -> bool {
+    id.starts_with(EPHEMERAL_PREFIX)
+}
+
 /// Checks a client-supplied session id; the error says what is allowed.
 pub fn validate_session_id(id: &str) -> Result<(), InvalidSessionId> {
     if id.starts_with(EPHEMERAL_PREFIX) {

@@ -431,50 +431,39 @@ where
     S::Future: Send + 'static,
 {
     /// The same decisions against the shared cache: a lookup before the call, the result
-    /// stored after it unless an invalidation came between (on any server), and a write's
-    /// invalidation everywhere. A store that cannot be reached is a miss, never a failed call.
+    /// stored after it unless its path was invalidated in between (on any server), and a
+    /// write's invalidation everywhere. A store that cannot be reached is a miss, never a
+    /// failed call.
     fn call_shared(
         &mut self,
         shared: Arc<dyn SharedCache>,
         inv: Invocation,
         invalidates: Option<String>,
     ) -> LayerFuture<S::Future> {
-        let rule = self.rules.get(&inv.tool).cloned();
-        if rule.is_none() && invalidates.is_none() {
+        // A batch without a session id has a session nobody can name again: its session-scoped
+        // entries could never be hit, so they are not kept; and max_entries = 0 is caching off.
+        let rule = self.rules.get(&inv.tool).filter(|rule| {
+            self.cache.max_entries > 0
+                && !(rule.scope == CacheScope::Session
+                    && crate::session::is_ephemeral(&inv.ctx.session_id))
+        });
+        let entry = rule.map(|rule| SharedEntry::of(rule, &inv));
+        if entry.is_none() && invalidates.is_none() {
             return Either::Left(self.inner.call(inv));
         }
         let mut inner = self.inner.clone();
         let metrics = self.cache.metrics.clone();
         let max_entry_bytes = self.cache.max_bytes / 8;
         Either::Right(Box::pin(async move {
-            let keyed = rule.map(|rule| {
-                let input = inv
-                    .canonical
-                    .clone()
-                    .unwrap_or_else(|| json::canonical(&inv.input).into());
-                let path = rule
-                    .path
-                    .as_deref()
-                    .and_then(|p| pointer_str(&inv.input, p));
-                (
-                    rule.clone(),
-                    scope_of(&rule, &inv),
-                    inv.tool.clone(),
-                    input,
-                    path,
-                )
-            });
             let turn = inv.turn;
             let mut epoch = None;
-            if let Some((rule, scope, tool, input, _)) = &keyed {
-                let key = CacheKey { scope, tool, input };
-                match shared.get(&key).await {
-                    Ok(Lookup { entry, epoch: now }) => {
-                        let fresh = entry.filter(|e| {
-                            rule.ttl_turns
-                                .is_none_or(|t| turn.saturating_sub(e.turn) <= t)
-                        });
-                        if let Some(hit) = fresh {
+            if let Some(entry) = &entry {
+                match shared.get(&entry.key(), entry.path.as_deref()).await {
+                    Ok(Lookup {
+                        entry: found,
+                        epoch: now,
+                    }) => {
+                        if let Some(hit) = found.filter(|e| entry.fresh(e, turn)) {
                             let mut invoked = Invoked::reply(Reply::Output(hit.output));
                             invoked.cached = true;
                             return Ok(invoked);
@@ -488,33 +477,78 @@ where
                 }
             }
             let Ok(invoked) = inner.call(inv).await;
-            if let Reply::Output(output) = &invoked.reply {
+            let Reply::Output(output) = &invoked.reply else {
+                return Ok(invoked);
+            };
+            if let (Some(entry), Some(epoch)) = (&entry, epoch) {
                 // The local cache's bound on one entry holds for the shared one too.
-                let fits = output.heap_bytes() <= max_entry_bytes;
-                if !fits {
+                if output.heap_bytes() > max_entry_bytes {
                     metrics.evicted("cache", "entry_too_large", 1);
-                }
-                if let (Some((rule, scope, tool, input, path)), Some(epoch), true) =
-                    (&keyed, epoch, fits)
-                {
-                    let key = CacheKey { scope, tool, input };
-                    let entry = Cached {
+                } else {
+                    let cached = Cached {
                         output: output.clone(),
                         turn,
-                        path: path.clone(),
+                        path: entry.path.clone(),
                     };
-                    if shared.put(&key, entry, epoch, rule.ttl).await.is_err() {
+                    let key = entry.key();
+                    if shared
+                        .put(&key, cached, epoch, entry.rule.ttl)
+                        .await
+                        .is_err()
+                    {
                         metrics.store_error("cache_put");
                     }
                 }
-                if let Some(path) = &invalidates
-                    && let Err(error) = shared.invalidate(path).await
-                {
-                    metrics.store_error("cache_invalidate");
-                    tracing::warn!(target: "toolgate::middleware", %error, "shared cache invalidation failed: entries of the path may be stale until they expire");
-                }
+            }
+            if let Some(path) = &invalidates
+                && let Err(error) = shared.invalidate(path).await
+            {
+                metrics.store_error("cache_invalidate");
+                tracing::warn!(target: "toolgate::middleware", %error, "shared cache invalidation failed: entries of the path may be stale until they expire");
             }
             Ok(invoked)
         }))
+    }
+}
+
+/// What a cached call's shared entry is: its rule, identity and the path it reads.
+struct SharedEntry {
+    rule: CacheRule,
+    scope: String,
+    tool: String,
+    input: Arc<str>,
+    path: Option<String>,
+}
+
+impl SharedEntry {
+    fn of(rule: &CacheRule, inv: &Invocation) -> Self {
+        SharedEntry {
+            rule: rule.clone(),
+            scope: scope_of(rule, inv),
+            tool: inv.tool.clone(),
+            input: inv
+                .canonical
+                .clone()
+                .unwrap_or_else(|| json::canonical(&inv.input).into()),
+            path: rule
+                .path
+                .as_deref()
+                .and_then(|p| pointer_str(&inv.input, p)),
+        }
+    }
+
+    fn key(&self) -> CacheKey<'_> {
+        CacheKey {
+            scope: &self.scope,
+            tool: &self.tool,
+            input: &self.input,
+        }
+    }
+
+    /// Within the rule's turns (its time the store's expiry keeps).
+    fn fresh(&self, cached: &Cached, turn: u32) -> bool {
+        self.rule
+            .ttl_turns
+            .is_none_or(|t| turn.saturating_sub(cached.turn) <= t)
     }
 }

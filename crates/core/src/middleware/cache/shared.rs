@@ -1,7 +1,7 @@
 //! The result cache shared by every server through a store (Redis): entries and their
 //! invalidations seen by all, so a write on one server invalidates what another cached.
-//! Invariant: a result is stored only if no invalidation happened since its lookup, on any
-//! server (the store's epoch), as the local cache does with its own.
+//! Invariant: a result is stored only if its path was not invalidated since its lookup, on any
+//! server (the path's epoch in the store); the local cache does the same with one epoch.
 
 use std::time::Duration;
 
@@ -10,11 +10,16 @@ use crate::tools::{BoxFuture, ToolOutput};
 
 /// A store of cache entries every server reads.
 pub trait SharedCache: Send + Sync + 'static {
-    /// The entry for `key`, if one is live, and the epoch to store a result under.
-    fn get<'a>(&'a self, key: &'a CacheKey<'a>) -> BoxFuture<'a, Result<Lookup, StoreError>>;
+    /// The entry for `key`, if one is live, and the invalidation epoch of the `path` it reads
+    /// (0 without one), to store a result under.
+    fn get<'a>(
+        &'a self,
+        key: &'a CacheKey<'a>,
+        path: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Lookup, StoreError>>;
 
-    /// Stores `entry` for `ttl` (or the store's default), unless an invalidation happened since
-    /// `epoch`.
+    /// Stores `entry` for `ttl` (or the store's default), unless its path was invalidated
+    /// since `epoch` (an entry without a path is never invalidated, so always stored).
     fn put<'a>(
         &'a self,
         key: &'a CacheKey<'a>,
