@@ -34,6 +34,9 @@ use toolgate_core::trace::Tracer;
 use toolgate_remotes::{RemoteError, Remotes};
 
 /// How long stopping waits for the last span and metrics exports.
+/// How often the shared session store is asked whether it is up.
+const STORE_PROBE: std::time::Duration = std::time::Duration::from_secs(5);
+
 const METRICS_FLUSH: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// A toolgate server to be started: its config plus in-process tools, hooks and reflector.
@@ -250,6 +253,11 @@ impl Server {
             }
             None => None,
         };
+        let dispatcher = state.dispatcher.clone();
+        // The store's gauge follows it between batches (every 5 s).
+        let prober = tokio::spawn(async move {
+            dispatcher.probe_store(STORE_PROBE).await;
+        });
         let serve = crate::grpc::serve(listener, tls, state, settings, trigger.clone());
         let sweeper = tokio::spawn(sweep_sessions(
             sessions.clone(),
@@ -261,6 +269,7 @@ impl Server {
             let result = serve.await;
             stop_admin.cancel();
             sweeper.abort();
+            prober.abort();
             sessions.remove_all();
             remotes.close();
             // The last figures go to the collector. The SDK's shutdown blocks (up to the export

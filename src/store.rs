@@ -25,7 +25,7 @@ mod scripts;
 mod session;
 
 /// How the store is reached and what it keeps per session.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct RedisSettings {
     /// `redis://` or `rediss://` (TLS, the system roots), with the database as its path.
     pub url: url::Url,
@@ -45,6 +45,29 @@ pub struct RedisSettings {
     /// Live sessions per tenant, across every replica; one more evicts one of the tenant's
     /// least recently used.
     pub max_sessions: usize,
+}
+
+/// The settings without the password, in the URL or beside it.
+impl std::fmt::Debug for RedisSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisSettings")
+            .field("url", &without_password(&self.url))
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .field("cluster", &self.cluster)
+            .field("ca", &self.ca.is_some())
+            .field("timeout", &self.timeout)
+            .field("idle_ttl", &self.idle_ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `url` with its password (if any) shown as `***`.
+fn without_password(url: &url::Url) -> String {
+    let mut url = url.clone();
+    if url.password().is_some() {
+        let _ = url.set_password(Some("***"));
+    }
+    url.to_string()
 }
 
 /// The store could not be set up from its settings.
@@ -118,7 +141,8 @@ impl RedisStore {
             redis,
             settings,
             metrics,
-            up: AtomicBool::new(true),
+            // Unknown until asked: the first ping or batch says.
+            up: AtomicBool::new(false),
             load: Script::new(scripts::LOAD),
             save: Script::new(scripts::SAVE),
             memory: Script::new(scripts::MEMORY),
@@ -133,11 +157,7 @@ impl RedisStore {
 
     /// The URL without its password, for logs.
     pub fn describe(&self) -> String {
-        let mut url = self.settings.url.clone();
-        if url.password().is_some() {
-            let _ = url.set_password(Some("***"));
-        }
-        url.to_string()
+        without_password(&self.settings.url)
     }
 
     /// Runs `op` on a connection within the timeout (connecting included), noting whether the
@@ -150,16 +170,36 @@ impl RedisStore {
             let mut connection = self.redis.connection().await?;
             op(&mut connection).await
         };
-        let answer = match tokio::time::timeout(self.settings.timeout, run).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(error)) => Err(StoreError::new(error)),
-            Err(_) => Err(StoreError::new(format!(
-                "no answer within {}",
-                toolgate_core::duration::readable(self.settings.timeout)
-            ))),
+        let (answer, reached) = match tokio::time::timeout(self.settings.timeout, run).await {
+            Ok(Ok(value)) => (Ok(value), true),
+            // An error the server answered (a script's, a wrong type) says it is up.
+            Ok(Err(error)) => {
+                let reached = !(error.is_io_error()
+                    || error.is_connection_dropped()
+                    || error.is_connection_refusal()
+                    || error.is_timeout()
+                    || error.is_unrecoverable_error());
+                (Err(StoreError::new(error)), reached)
+            }
+            Err(_) => (
+                Err(StoreError::new(format!(
+                    "no answer within {}",
+                    toolgate_core::duration::readable(self.settings.timeout)
+                ))),
+                false,
+            ),
         };
-        self.up.store(answer.is_ok(), Ordering::Relaxed);
+        self.up.store(reached, Ordering::Relaxed);
         answer
+    }
+
+    /// Asks the store whether it is up (`PING`), so `toolgate_session_store_up` follows it
+    /// between batches too.
+    pub async fn ping(&self) {
+        let ping = redis::cmd("PING");
+        let _ = self
+            .within(async |c| ping.query_async::<String>(c).await)
+            .await;
     }
 }
 
@@ -284,5 +324,12 @@ mod tests {
         )
         .unwrap();
         assert_eq!(store.describe(), "redis://user:***@127.0.0.1:1/0");
+        let mut settings = store.settings.clone();
+        settings.password = Some("hunter3".into());
+        let shown = format!("{settings:?}");
+        assert!(
+            !shown.contains("hunter2") && !shown.contains("hunter3"),
+            "{shown}"
+        );
     }
 }

@@ -478,3 +478,30 @@ fn urls_set_in_code_are_held_to_http() {
         "{text}"
     );
 }
+
+#[test]
+fn the_session_store_is_memory_or_a_redis_url_and_never_shows_its_password() {
+    let config =
+        Config::from_toml("[sessions]\nstore = \"rediss://u:pw-1@redis.internal:6380/2\"").unwrap();
+    let SessionStoreUrl::Redis(url) = &config.sessions.store else {
+        panic!("a Redis store: {:?}", config.sessions.store);
+    };
+    assert_eq!((url.scheme(), url.port()), ("rediss", Some(6380)));
+    assert!(!format!("{config:?}").contains("pw-1"));
+    for bad in ["redis", "http://x", "redis://", "rediss://:pw-2@"] {
+        let error = Config::from_toml(&format!("[sessions]\nstore = \"{bad}\"")).unwrap_err();
+        let text = error.to_string();
+        assert!(
+            text.contains("sessions.store: not `memory` or a URL"),
+            "{bad}: {text}"
+        );
+        assert!(!text.contains("pw-2"), "{text}");
+    }
+    // No scratch quota is refused with a shared store: every file would be in its memory.
+    let error = Config::from_toml(
+        "[sessions]\nstore = \"redis://127.0.0.1:6379/0\"\n[tools.builtin]\nscratch_quota_bytes = 0",
+    )
+    .unwrap_err();
+    assert!(error.to_string().contains("tools.builtin.scratch_quota_bytes: 0 (no quota) cannot be used with a Redis sessions.store"), "{error}");
+    assert!(Config::from_toml("[tools.builtin]\nscratch_quota_bytes = 0").is_ok());
+}

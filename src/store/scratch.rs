@@ -9,7 +9,11 @@ impl RedisStore {
     /// Runs a scratch script, the store's own failures as `Unavailable`.
     async fn scratch(&self, call: redis::ScriptInvocation<'_>) -> Result<Vec<String>, FileError> {
         let reply = self.within(async |c| call.invoke_async(c).await).await;
-        answered(reply.map_err(|e| FileError::Unavailable(e.to_string()))?)
+        let reply = reply.map_err(|e| {
+            self.metrics.store_error("scratch");
+            FileError::Unavailable(e.to_string())
+        })?;
+        answered(reply)
     }
 }
 

@@ -42,6 +42,7 @@ impl SessionStore for RedisStore {
             if created == 1
                 && let Err(error) = self.admit(tenant, id, now).await
             {
+                self.metrics.store_error("cap");
                 tracing::warn!(target: "toolgate::session", %error, "the tenant's session cap was not applied");
             }
             Ok(Loaded { window, generation })
@@ -109,6 +110,10 @@ impl SessionStore for RedisStore {
 
     fn reachable(&self) -> bool {
         self.up.load(Ordering::Relaxed)
+    }
+
+    fn probe(&self) -> BoxFuture<'_, ()> {
+        Box::pin(self.ping())
     }
 }
 

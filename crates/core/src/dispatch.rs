@@ -155,6 +155,20 @@ impl Dispatcher {
         self.store.as_ref().map(|store| store.reachable())
     }
 
+    /// Asks the shared session store whether it is up, every `every`, for ever (a task of the
+    /// server's); returns at once without one.
+    pub async fn probe_store(&self, every: std::time::Duration) {
+        let Some(store) = &self.store else {
+            return;
+        };
+        let mut ticks = tokio::time::interval(every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            store.probe().await;
+        }
+    }
+
     /// `tenant`'s session `id`'s memory entries, oldest first; `None` if it is not live.
     pub async fn session_memory(
         &self,

@@ -169,7 +169,7 @@ impl Metrics {
             ),
             store_errors: counter(
                 "toolgate.session_store.errors",
-                "Session store operations that failed, by operation (load, save, memory, end, cache_get, cache_put, cache_invalidate)",
+                "Session store operations that failed, by operation (load, save, memory, end, scratch, cap, cache_get, cache_put, cache_invalidate)",
                 None,
                 Some("toolgate.operation"),
             ),

@@ -161,6 +161,12 @@ pub(super) fn sessions(c: &Config, p: &mut Problems) {
     p.at_least_one("sessions.max_sessions", c.sessions.max_sessions);
     p.longer_than_zero("sessions.idle_ttl", c.sessions.idle_ttl);
     p.longer_than_zero("sessions.store_timeout", c.sessions.store_timeout);
+    // A Redis store keeps every session's files in its memory, shared by the fleet.
+    let shared = c.sessions.store != crate::config::SessionStoreUrl::Memory;
+    p.check(
+        !(shared && c.tools.builtin.scratch_quota_bytes == 0),
+        "tools.builtin.scratch_quota_bytes: 0 (no quota) cannot be used with a Redis sessions.store: every session's scratch files live in its memory",
+    );
 }
 
 pub(super) fn loop_window(c: &Config, p: &mut Problems) {

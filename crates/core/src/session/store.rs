@@ -41,6 +41,9 @@ pub trait SessionStore: ScratchStore {
 
     /// Whether the last operation reached the store (for metrics).
     fn reachable(&self) -> bool;
+
+    /// Asks the store whether it is up, so `reachable` follows it between batches too.
+    fn probe(&self) -> BoxFuture<'_, ()>;
 }
 
 /// What a batch reads at its start.

@@ -304,8 +304,9 @@ fn joined(parts: &[OsString]) -> Result<String, ToolError> {
     Ok(key)
 }
 
-/// Why a shared store did not do it, as the call's answer: the same texts and classes as for a
-/// directory on disk (`refused`), and a store that cannot be reached is the tool failing.
+/// Why a shared store did not do it, as the call's answer: the classes of a directory on disk
+/// (`refused`), and its texts where the store has the same case (a missing file, a directory,
+/// the quota); a store that cannot be reached, or a session that ended, is the tool failing.
 fn unwritten(path: &str, error: FileError) -> ToolError {
     match error {
         FileError::NotFound => ToolError::invalid_input(format!("'{path}' does not exist")),
