@@ -194,5 +194,8 @@ async fn drain(
         state.shutdown.cancel("the server is shutting down");
         let _ = tokio::time::timeout(CANCEL_SETTLE, state.tracker.wait()).await;
     }
+    // Batches that were dropped (their clients left, or cancelled above) save their shared
+    // sessions' changes in the background: give them a moment too.
+    state.dispatcher.finish_saves(CANCEL_SETTLE).await;
     stop_transport.cancel();
 }

@@ -692,6 +692,10 @@ async fn a_scratch_file_written_on_one_replica_is_read_and_listed_on_the_others(
     )
     .await;
     assert_eq!(class(&into_file), ErrorClass::InvalidArguments);
+    assert_eq!(
+        into_file.content,
+        "'notes/plan.md/x': a name on its way is a file, not a directory"
+    );
     let dir = run(2, call("scratch_read", json!({"path": "notes"}))).await;
     assert_eq!(dir.content, "'notes' is not a regular file");
     // The quota is the session's, across replicas: 2 entries (4096 each) and 6 bytes are used;
@@ -1217,6 +1221,7 @@ async fn random_interleavings_of_batches_on_three_replicas_lose_no_update() {
     for round in 0..4 {
         let session = format!("mixed-{round}");
         let mut calls_sent = 0;
+        let mut inputs = std::collections::BTreeSet::new();
         // Waves of 1 to 6 batches at once, each on a random replica with 1 to 4 calls.
         for wave in 0..4 {
             let batches: Vec<_> = (0..1 + next(6))
@@ -1225,6 +1230,9 @@ async fn random_interleavings_of_batches_on_three_replicas_lose_no_update() {
                         .map(|c| json!({"id": format!("w{wave}b{b}c{c}"), "name": "echo", "arguments": {"w": wave, "b": b, "c": c}}))
                         .collect();
                     calls_sent += calls.len();
+                    for call in &calls {
+                        inputs.insert(call["arguments"].to_string());
+                    }
                     let mut client = servers[next(3) as usize].client.clone();
                     let req = in_session(&session, serde_json::Value::Array(calls));
                     async move { client.dispatch(req).await.unwrap().into_inner() }
@@ -1247,6 +1255,18 @@ async fn random_interleavings_of_batches_on_three_replicas_lose_no_update() {
             calls_sent.to_string(),
             "round {round}: memory entries"
         );
+        // And they are the calls sent, each once.
+        let remembered: std::collections::BTreeSet<String> =
+            memory_of(&mut servers[0].client.clone(), &session)
+                .await
+                .unwrap()
+                .iter()
+                .map(|m| {
+                    let input = m.split("; input=").nth(1).unwrap();
+                    input.split("; result=").next().unwrap().to_owned()
+                })
+                .collect();
+        assert_eq!(remembered, inputs, "round {round}");
     }
 }
 
@@ -1340,4 +1360,42 @@ async fn expired_sessions_stop_counting_toward_the_cap() {
         memory_of(&mut client, "new1").await.unwrap_err().code(),
         tonic::Code::NotFound
     );
+}
+
+#[tokio::test]
+async fn a_batch_whose_save_fails_still_answers_its_results_and_the_failure_is_counted() {
+    require_peers!(Redis);
+    let mut redis = Redis::start();
+    let url = redis.url();
+    let server = Binary::start_with(
+        &[],
+        &[
+            ("TOOLGATE_SESSIONS__STORE", url.as_str()),
+            ("TOOLGATE_SESSIONS__STORE_TIMEOUT", "300ms"),
+        ],
+    );
+    let mut client = ToolGateClient::new(channel_to(&server.addr).await);
+    let slow = in_session(
+        "unsaved",
+        json!([same("e"), {"id": "z", "name": "sleep", "arguments": {"ms": 1000}}]),
+    );
+    let running = tokio::spawn(async move { client.dispatch(slow).await });
+    // Loaded, then the store goes while the batch sleeps: the tools ran, so their results are
+    // the client's; what the batch would have saved is lost, and said so.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    redis.kill();
+    let result = running.await.unwrap().unwrap().into_inner();
+    assert!(result.all_succeeded);
+    let metrics = reqwest::get(format!("http://{}/metrics", server.admin))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("toolgate_session_store_errors_total{toolgate_operation=\"save\"} 1"),
+        "{metrics}"
+    );
+    let (_, log) = server.terminate();
+    assert!(log.contains("session state perhaps not saved"), "{log}");
 }

@@ -52,6 +52,8 @@ pub struct Dispatcher {
     /// Where named sessions' loop windows and memory live when several servers share them;
     /// `None`: in `sessions`, this server's alone.
     store: Option<Arc<dyn SessionStore>>,
+    /// Saves of batches dropped mid-run, so shutdown can wait for them.
+    saves: tokio_util::task::TaskTracker,
     pipeline: Pipeline,
     /// The server's bindings (from the config), already checked.
     bindings: Arc<BTreeMap<String, Binding>>,
@@ -70,6 +72,7 @@ impl Dispatcher {
             catalog,
             sessions,
             store: None,
+            saves: tokio_util::task::TaskTracker::new(),
             pipeline,
             bindings: Arc::default(),
         }
@@ -148,6 +151,12 @@ impl Dispatcher {
 
     pub fn health(&self) -> &Health {
         &self.pipeline.health
+    }
+
+    /// Waits up to `limit` for the saves of batches dropped mid-run (server stop).
+    pub async fn finish_saves(&self, limit: std::time::Duration) {
+        self.saves.close();
+        let _ = tokio::time::timeout(limit, self.saves.wait()).await;
     }
 
     /// Whether the shared session store answered its last operation; `None` without one.
@@ -613,7 +622,7 @@ impl Drop for Release<'_> {
         if let Some(saving) = self.dispatcher.saving(self.session, self.tenant)
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
-            runtime.spawn(saving);
+            self.dispatcher.saves.spawn_on(saving, &runtime);
         }
     }
 }
