@@ -23,6 +23,16 @@ With --toolgate-traced and --toolgate-sampled (toolgate exporting every trace, a
 hundred, to an OTLP collector), the 1-call and 8-call cases also run against those and a second
 table gives the cost of tracing against the same cases untraced, from the same run.
 
+With --toolgate-redis (a toolgate like --toolgate-named whose sessions live in a Redis store) and
+--redis (that redis-server, ADDR@PID), the named-session cases (and an 8-call named
+`DispatchBatch`) also run against it, each cell in slices interleaved with the same case on the
+memory store, and a third table gives Redis against memory: throughput ratio (median of the
+slices'), p50 added (median of the slices' differences), and around every measured Redis slice
+the commands Redis served (INFO commandstats) and its CPU time, per batch. Before the matrix
+the store's round-trip time is measured (redis-benchmark, one connection, PING); after it, the
+throughput of the store's own LOAD and SAVE scripts (read from src/store.rs) under
+redis-benchmark, the ceiling of one Redis shard.
+
 Needs grpcio, grpcio-tools and protobuf (the test venv). Settings come from the environment:
 BENCH_SECONDS (measured seconds per cell, default 5), BENCH_WARMUP (seconds, default 1),
 BENCH_PAIRS (slices a cell is measured in, each beside an echo slice; default 6, keep it even),
@@ -31,16 +41,19 @@ BENCH_CONCURRENCY (default "1,16,64"), BENCH_SLEEP_CONCURRENCY (default "1,16"),
 """
 
 import argparse
+import csv
 import datetime
 import json
 import math
 import os
 import pathlib
 import re
+import socket
 import statistics
 import struct
 import subprocess
 import sys
+import threading
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -84,14 +97,117 @@ class Server:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+class Redis(Server):
+    """The redis-server behind the Redis-store toolgate: its counters, CPU time, and redis-cli."""
+
+    def __init__(self, spec):
+        super().__init__(spec)
+        self.host, _, self.port = self.addr.rpartition(":")
+
+    def cli(self, *args):
+        out = subprocess.run(["redis-cli", "-h", self.host, "-p", self.port, *args],
+                             capture_output=True, text=True, check=True).stdout
+        return out.strip()
+
+    def snapshot(self):
+        """Calls and µs per command (INFO commandstats) and the server's CPU seconds."""
+        commands = {}
+        for line in self.cli("INFO", "commandstats").splitlines():
+            name, _, stats = line.strip().partition(":")
+            if not name.startswith("cmdstat_"):
+                continue
+            fields = dict(f.split("=", 1) for f in stats.split(","))
+            commands[name[len("cmdstat_"):]] = (int(fields["calls"]), int(fields["usec"]))
+        return {"commands": commands, "cpu_s": self.cpu_seconds()}
+
+    def benchmark(self, *args):
+        """redis-benchmark's CSV rows as {test: {column: value}}."""
+        out = subprocess.run(["redis-benchmark", "-h", self.host, "-p", self.port, "--csv",
+                              *args], capture_output=True, text=True, check=True).stdout
+        rows = list(csv.reader(out.splitlines()))
+        header = rows[0]
+        return {row[0]: dict(zip(header[1:], map(float, row[1:]))) for row in rows[1:] if row}
+
+
+SCRIPT_CALLS = ("evalsha", "eval", "evalsha_ro", "eval_ro", "fcall", "fcall_ro")
+
+
+def store_used(before, after):
+    """What Redis did between two snapshots: script calls and their µs inside Redis, the other
+    commands (INFO itself excluded; commandstats also counts the commands a script runs), CPU
+    seconds."""
+    delta = {}
+    for name, (calls, usec) in after["commands"].items():
+        was = before["commands"].get(name, (0, 0))
+        if name != "info" and calls > was[0]:
+            delta[name] = (calls - was[0], usec - was[1])
+    scripts = [delta.get(n, (0, 0)) for n in SCRIPT_CALLS]
+    return {"scripts": sum(c for c, _ in scripts), "script_usec": sum(u for _, u in scripts),
+            "others": sum(c for n, (c, _) in delta.items() if n not in SCRIPT_CALLS),
+            "cpu_s": after["cpu_s"] - before["cpu_s"],
+            "by_command": {n: c for n, (c, _) in delta.items()}}
+
+
+def store_monitor(case, redis, checker, workdir, requests=1000, concurrency=16):
+    """Which commands toolgate sends Redis per batch, from MONITOR (which marks a script's own
+    commands `[0 lua]`) around `requests` batches of `case`: commandstats cannot tell a command
+    sent from one a script ran. MONITOR is read on a socket of its own, line by line, so no
+    line is lost in a client's buffer when it stops."""
+    lines, stop = [], threading.Event()
+    with socket.create_connection((redis.host, int(redis.port)), timeout=10) as conn:
+        conn.sendall(b"MONITOR\r\n")
+        stream = conn.makefile("rb")
+        if stream.readline().strip() != b"+OK":
+            return None
+
+        def read():
+            try:
+                for line in stream:
+                    lines.append(line.decode(errors="replace").strip())
+                    if stop.is_set():
+                        return
+            except OSError:  # a quiet spell past the timeout: what was read is kept
+                return
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        before = settled_counters(checker, case)
+        h2load(case, concurrency, workdir / f"{case.key}.body", "-n", str(requests))
+        after = settled_counters(checker, case)
+        stop.set()
+        # A PING from elsewhere ends the reader's wait for a next line.
+        redis.cli("PING")
+        reader.join(timeout=10)
+    sent, in_scripts = {}, 0
+    for line in lines:
+        # +1700000000.123456 [0 127.0.0.1:54321] "evalsha" "..." ..., or [0 lua] "hset" ...
+        fields = line.split(" ", 3)
+        if len(fields) < 4:
+            continue
+        if fields[2] == "lua]":
+            in_scripts += 1
+            continue
+        command = fields[3].split(" ", 1)[0].strip('"').lower()
+        sent[command] = sent.get(command, 0) + 1
+    # The PING that woke the reader is redis-cli's, not toolgate's.
+    sent["ping"] = sent.get("ping", 0) - 1
+    sent = {name: count for name, count in sent.items() if count > 0}
+    batches = (after[0] - before[0]) // case.calls
+    return {"case": case.label, "concurrency": concurrency, "batches": batches,
+            "sent": sent, "in_scripts": in_scripts}
+
+
 class Case:
     """One request driven by h2load: its body, where it goes, how to check it."""
 
     def __init__(self, key, label, server, path, message, calls, tool=None, streaming=False,
-                 expect_session=None, expect_results=None, base=None):
+                 expect_session=None, expect_results=None, base=None, against=None, probe=None):
         self.key, self.label, self.server, self.path = key, label, server, path
         # For a traced case: the untraced case it is compared with.
         self.base = base
+        # For a case on the Redis store: the memory-store case its slices are interleaved with,
+        # and what reads the store's counters around each measured slice.
+        self.against, self.probe = against, probe
         self.message, self.calls, self.tool, self.streaming = message, calls, tool, streaming
         self.expect_session, self.expect_results = expect_session, expect_results
         payload = message.SerializeToString()
@@ -141,7 +257,22 @@ def build_cases(pb, servers):
                  request(eight), 8, "echo", expect_results=echo_results(eight),
                  base="dispatch_8"),
         ]
-    return traced + [
+    stored = []
+    if "toolgate_redis" in servers:
+        on_redis, probe = servers["toolgate_redis"], servers["redis"].snapshot
+        named_eight = Case("batch_8_named", "`DispatchBatch`, 8 echo calls, session `bench` \\*",
+                           named, batch, request(eight, SESSION), 8, "echo", streaming=True,
+                           expect_session=SESSION, expect_results=echo_results(eight))
+        stored = [named_eight] + [
+            Case(f"{key}_redis", label, on_redis, path, request(calls, SESSION),
+                 len(calls), "echo", streaming=path == batch, expect_session=SESSION,
+                 expect_results=echo_results(calls), against=key, probe=probe)
+            for key, label, path, calls in [
+                ("dispatch_1_named", "`Dispatch`, 1 echo call, named", dispatch, one),
+                ("batch_1_named", "`DispatchBatch`, 1 echo call, named", batch, one),
+                ("batch_8_named", "`DispatchBatch`, 8 echo calls, named", batch, eight),
+            ]]
+    return traced + stored + [
         Case("echo", "bare tonic echo (baseline)", servers["echo"], ECHO_METHOD,
              value(one[0]), 1),
         Case("dispatch_1", "`Dispatch`, 1 echo call, fresh session", tg, dispatch,
@@ -295,12 +426,15 @@ def run_cell(case, concurrency, checker, workdir, seconds, warmup, rate=None, pa
     requests = max(MIN_REQUESTS, round(rate * seconds))
 
     before = settled_counters(checker, case)
+    store0 = case.probe() if case.probe else None
     cpu0, children0, busy0 = case.server.cpu_seconds(), os.times(), machine_busy_seconds()
     t0 = time.monotonic()
     proc = h2load(case, concurrency, body, "-n", str(requests), "--log-file", str(log))
     wall = time.monotonic() - t0
     cpu1, children1, busy1 = case.server.cpu_seconds(), os.times(), machine_busy_seconds()
     after = checker.counters(case)
+    # Every batch has saved before it is answered, so the store's counters are final here.
+    store = store_used(store0, case.probe()) if case.probe else None
     (workdir / f"{tag}.h2load.txt").write_text(proc.stdout + proc.stderr)
 
     req, codes = H2LOAD_SUMMARY.search(proc.stdout), H2LOAD_CODES.search(proc.stdout)
@@ -352,7 +486,7 @@ def run_cell(case, concurrency, checker, workdir, seconds, warmup, rate=None, pa
         "other_cpu_pct": 100 * other_cpu / wall,
         "server_successes": grew, "h2load_summary": req.group(0),
         "times_us": times_us, "server_cpu_s": server_cpu, "client_cpu_s": client_cpu,
-        "other_cpu_s": other_cpu, "wall_s": wall,
+        "other_cpu_s": other_cpu, "wall_s": wall, "store": store,
     }, problems
 
 
@@ -376,7 +510,21 @@ def merged(slices):
         "server_successes": sum(s["server_successes"] for s in slices),
         "h2load_summary": "; ".join(s["h2load_summary"] for s in slices),
         "slices": len(slices),
+        "server_cpu_s": sum(s["server_cpu_s"] for s in slices),
+        "store": merged_store([s.get("store") for s in slices]),
     }
+
+
+def merged_store(stores):
+    """The store's figures summed over slices; None when the slices had none."""
+    if not stores or None in stores:
+        return None
+    by_command = {}
+    for s in stores:
+        for name, calls in s["by_command"].items():
+            by_command[name] = by_command.get(name, 0) + calls
+    return {key: sum(s[key] for s in stores) for key in ("scripts", "script_usec", "others",
+                                                         "cpu_s")} | {"by_command": by_command}
 
 
 def run_paired(case, echo, concurrency, checker, workdir, seconds, warmup, pairs):
@@ -389,7 +537,7 @@ def run_paired(case, echo, concurrency, checker, workdir, seconds, warmup, pairs
         problems += found
         if rates[c.key] is None:
             return None, [], problems
-    case_slices, echo_slices, ratios, p50_ratios = [], [], [], []
+    case_slices, echo_slices, ratios, p50_ratios, p50_added = [], [], [], [], []
     for i in range(pairs):
         order = (echo, case) if i % 2 == 0 else (case, echo)
         got = {}
@@ -404,11 +552,13 @@ def run_paired(case, echo, concurrency, checker, workdir, seconds, warmup, pairs
         echo_slices.append(got[echo.key])
         ratios.append(got[case.key]["calls_per_s"] / got[echo.key]["calls_per_s"])
         p50_ratios.append(got[case.key]["p50_us"] / got[echo.key]["p50_us"])
+        p50_added.append(got[case.key]["p50_us"] - got[echo.key]["p50_us"])
     if not case_slices:
         return None, echo_slices, problems
     cell = merged(case_slices)
     cell["ratio"] = statistics.median(ratios)
     cell["p50_ratio"] = statistics.median(p50_ratios)
+    cell["p50_added_us"] = statistics.median(p50_added)
     cell["slice_ratios"] = [round(r, 3) for r in ratios]
     cell["slice_p50_ratios"] = [round(r, 3) for r in p50_ratios]
     return cell, echo_slices, problems
@@ -442,7 +592,7 @@ def render(results, cases, seconds, warmup, meta):
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for case in cases:
-        if case.key == "parallel_sleep" or case.base:
+        if case.key == "parallel_sleep" or case.base or case.against:
             continue
         for (key, conc), r in sorted(by.items(), key=lambda kv: kv[0][1]):
             if key != case.key:
@@ -482,6 +632,9 @@ def render(results, cases, seconds, warmup, meta):
                     f"| {case.label} | {conc} | {fmt_rate(r['calls_per_s'])} "
                     f"| {fmt_us(r['p50_us'])} | {fmt_us(r['p99_us'])} "
                     f"| {r['server_cpu_pct']:.0f}% | {ratio} | {p50_ratio} |")
+    stored = [c for c in cases if c.against]
+    if stored and "redis" in meta:
+        lines += [""] + render_store(by, stored, meta["redis"])
     sleep = [r for r in results if r["case"] == "parallel_sleep"]
     if sleep:
         lines += [
@@ -503,6 +656,111 @@ def render(results, cases, seconds, warmup, meta):
     return "\n".join(lines) + "\n"
 
 
+def render_store(by, cases, redis):
+    """The Redis-store table: each case against the same case on the memory store, then the
+    store's round trip and one shard's ceiling."""
+    rtt = redis["rtt"]
+    lines = [
+        f"Named sessions on a Redis store (redis-server {redis['version']} on loopback, "
+        f"`--save \"\" --appendonly no`; a toolgate like the \\* one plus "
+        f"`TOOLGATE_SESSIONS__STORE`) against the same case on the memory store, each cell in "
+        f"slices interleaved with the memory store's: the ratio is the median of the slices' "
+        f"ratios, \"p50 added\" the median of the slices' differences. Commands and Redis CPU "
+        f"are counted around every measured Redis slice (INFO commandstats, /proc), per batch; "
+        f"µs per script is Redis's own time in EVALSHA (commandstats usec). Round trip: "
+        f"redis-benchmark, one connection, PING, p50 {rtt['p50_us']:.0f} µs (mean "
+        f"{rtt['mean_us']:.0f} µs).",
+        "",
+        "| Case | Conc. | memory batches/s | Redis batches/s | Redis ÷ memory | memory p50 "
+        "| Redis p50 | p50 added | added ÷ RTT | Redis p99 | EVALSHA / batch "
+        "| run by scripts / batch | µs per script | Redis CPU / batch "
+        "| toolgate CPU / batch, memory → Redis |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+        "| ---: | ---: | ---: |",
+    ]
+    for case in cases:
+        for (key, conc), r in sorted(by.items(), key=lambda kv: kv[0][1]):
+            if key != case.key or "against" not in r or not r["store"]:
+                continue
+            m, store, batches = r["against"], r["store"], r["requests"]
+            per_script = store["script_usec"] / store["scripts"] if store["scripts"] else 0
+            lines.append(
+                f"| {case.label} | {conc} | {fmt_rate(m['rps'])} | {fmt_rate(r['rps'])} "
+                f"| {r['ratio']:.2f} | {fmt_us(m['p50_us'])} | {fmt_us(r['p50_us'])} "
+                f"| {r['p50_added_us']:+.0f} µs | {r['p50_added_us'] / rtt['p50_us']:.1f} "
+                f"| {fmt_us(r['p99_us'])} | {store['scripts'] / batches:.2f} "
+                f"| {store['others'] / batches:.1f} | {per_script:.1f} µs "
+                f"| {store['cpu_s'] * 1e6 / batches:.1f} µs "
+                f"| {m['server_cpu_s'] * 1e6 / m['requests']:.0f} → "
+                f"{r['server_cpu_s'] * 1e6 / batches:.0f} µs |")
+    monitor = redis.get("monitor")
+    if monitor:
+        sent = ", ".join(f"{n} {c}" for n, c in sorted(monitor["sent"].items()))
+        per_batch = sum(monitor["sent"].values()) / max(1, monitor["batches"])
+        lines += [
+            "",
+            f"Commands toolgate sent Redis (MONITOR, {monitor['batches']} batches of "
+            f"{monitor['case']} at concurrency {monitor['concurrency']}): {sent or 'none'}, "
+            f"{per_batch:.2f} a batch; the scripts ran {monitor['in_scripts']} commands inside "
+            f"Redis.",
+        ]
+    shard = redis.get("shard")
+    if shard:
+        lines += [
+            "",
+            f"One Redis shard's ceiling on this machine: redis-benchmark running the store's "
+            f"own scripts (src/store.rs) on one session's keys, {shard['requests']} each, "
+            f"window full (100 slots), a 1-call batch's save (one slot, one memory entry):",
+            "",
+            "| redis-benchmark | LOAD scripts/s | SAVE scripts/s | batches/s (one LOAD + one SAVE) "
+            "| p50 LOAD | p50 SAVE |",
+            "| --- | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for run in shard["runs"]:
+            load, save = run["load"], run["save"]
+            batches = 1 / (1 / load["rps"] + 1 / save["rps"])
+            lines.append(
+                f"| `{run['args']}` | {fmt_rate(load['rps'])} | {fmt_rate(save['rps'])} "
+                f"| {fmt_rate(batches)} | {fmt_us(load['p50_latency_ms'] * 1000)} "
+                f"| {fmt_us(save['p50_latency_ms'] * 1000)} |")
+    return lines
+
+
+SCRIPT = re.compile(r'const (LOAD|SAVE): &str = r"(.*?)";', re.S)
+
+
+def store_rtt(redis):
+    """The store's round trip: PING on one connection, no pipelining."""
+    ping = redis.benchmark("-c", "1", "-n", "20000", "-t", "ping")["PING_MBULK"]
+    return {"p50_us": ping["p50_latency_ms"] * 1000, "mean_us": ping["avg_latency_ms"] * 1000,
+            "rps": ping["rps"]}
+
+
+def store_ceiling(redis, requests=100000):
+    """The store's own LOAD and SAVE scripts under redis-benchmark, on one session's keys."""
+    scripts = dict(SCRIPT.findall((ROOT / "src" / "store.rs").read_text()))
+    if set(scripts) != {"LOAD", "SAVE"}:
+        print("src/store.rs: LOAD and SAVE scripts not found; no shard ceiling", file=sys.stderr)
+        return None
+    sha = {name: redis.cli("SCRIPT", "LOAD", text) for name, text in scripts.items()}
+    keys = [f"toolgate:{{bench:redis-benchmark}}:{part}"
+            for part in ("meta", "loop", "memory", "files", "dirs")]
+    ttl, now = "1800000", str(int(time.time() * 1000))
+    load = ["EVALSHA", sha["LOAD"], "5", *keys, ttl, now, "bench", "redis-benchmark"]
+    entry = 'tool=echo; input={"text":"hello from h2load"}; result={"text":"hello from h2load"}'
+    save = ["EVALSHA", sha["SAVE"], "5", *keys, ttl, "100", "100", "1", "p" + "s" * 25, entry]
+    redis.cli(*load)
+    runs = []
+    for args in (["-c", "50"], ["-c", "50", "-P", "16"]):
+        # SAVE first: it fills the window, so every LOAD reads a full one.
+        got = {}
+        for name, command in (("save", save), ("load", load)):
+            got[name] = next(iter(redis.benchmark(*args, "-n", str(requests), *command).values()))
+        runs.append({"args": "redis-benchmark " + " ".join(args), **got})
+    redis.cli("DEL", *keys)
+    return {"requests": requests, "runs": runs}
+
+
 def machine():
     model = "unknown CPU"
     for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
@@ -520,6 +778,9 @@ def main():
     parser.add_argument("--echo", required=True, help="ADDR@PID of grpc_echo")
     parser.add_argument("--toolgate-traced", help="ADDR@PID, exporting every trace")
     parser.add_argument("--toolgate-sampled", help="ADDR@PID, exporting one trace in 100")
+    parser.add_argument("--toolgate-redis",
+                        help="ADDR@PID, like --toolgate-named with its sessions in Redis")
+    parser.add_argument("--redis", help="ADDR@PID of the redis-server behind --toolgate-redis")
     parser.add_argument("--toolgate-label", required=True)
     parser.add_argument("--out", required=True, type=pathlib.Path)
     args = parser.parse_args()
@@ -535,10 +796,18 @@ def main():
         servers["traced"] = Server(args.toolgate_traced)
     if args.toolgate_sampled:
         servers["sampled"] = Server(args.toolgate_sampled)
+    if args.toolgate_redis and args.redis:
+        servers["toolgate_redis"] = Server(args.toolgate_redis)
+        servers["redis"] = Redis(args.redis)
     cases = build_cases(pb, servers)
-    wanted = [k for k in os.environ.get("BENCH_CASES", "").split(",") if k.strip()]
+    by_key = {c.key: c for c in cases}
+    wanted = {k.strip() for k in os.environ.get("BENCH_CASES", "").split(",") if k.strip()}
     if wanted:
-        cases = [c for c in cases if c.key in wanted or (c.base and c.base in wanted)]
+        # A Redis-store case is measured against its memory-store case, which must run too.
+        wanted |= {c.against for c in cases if c.against and c.key in wanted}
+        cases = [c for c in cases
+                 if c.key in wanted or (c.base and c.base in wanted)
+                 or (c.against and c.against in wanted)]
     checker = Checker(pb, pb_grpc)
     workdir = args.out / "raw"
     workdir.mkdir(parents=True, exist_ok=True)
@@ -558,6 +827,13 @@ def main():
     pairs = max(1, env_int("BENCH_PAIRS", 6))
     echo = next((c for c in cases if c.key == "echo"), None)
     results = []
+    redis_meta = None
+    if "redis" in servers and any(c.against for c in cases):
+        redis = servers["redis"]
+        version = re.search(r"redis_version:(\S+)", redis.cli("INFO", "server"))
+        redis_meta = {"version": version.group(1) if version else "?", "rtt": store_rtt(redis)}
+        print(f"redis round trip: p50 {redis_meta['rtt']['p50_us']:.0f} µs, "
+              f"mean {redis_meta['rtt']['mean_us']:.0f} µs", flush=True)
 
     def report(case, conc, cell, cell_problems):
         for p in cell_problems:
@@ -566,7 +842,8 @@ def main():
         if cell:
             cell.pop("times_us", None)
             results.append(cell)
-            ratio = f"  ÷ echo {cell['ratio']:.2f} {cell['slice_ratios']}" if "ratio" in cell else ""
+            ratio = (f"  ÷ {case.against or 'echo'} {cell['ratio']:.2f} {cell['slice_ratios']}"
+                     if "ratio" in cell else "")
             print(f"{case.key:>18} c={conc:<3} {cell['rps']:>9.0f} req/s  "
                   f"p50 {fmt_us(cell['p50_us']):>9}  p99 {fmt_us(cell['p99_us']):>9}  "
                   f"server CPU {cell['server_cpu_pct']:.0f}%  other {cell['other_cpu_pct']:.0f}%"
@@ -576,6 +853,16 @@ def main():
         echo_slices = []
         for case in cases:
             if case.key in ("echo", "parallel_sleep"):
+                continue
+            if case.against:
+                # Redis against the memory store, slice by slice: not against the echo.
+                cell, slices, cell_problems = run_paired(case, by_key[case.against], conc,
+                                                         checker, workdir, seconds, warmup, pairs)
+                if cell and slices:
+                    cell["against"] = {k: v for k, v in merged(slices).items()
+                                       if k in ("rps", "p50_us", "p99_us", "requests",
+                                                "server_cpu_s", "server_cpu_pct")}
+                report(case, conc, cell, cell_problems)
                 continue
             if case.base or echo is None:
                 # The traced rows compare with their untraced case, not the echo.
@@ -599,6 +886,12 @@ def main():
                                     check=False).stdout.strip()
     meta = {"date": datetime.date.today().isoformat(), "machine": machine(),
             "toolgate": args.toolgate_label, "h2load": h2load_version, "pairs": pairs}
+    if redis_meta:
+        sample = next((c for c in cases if c.against == "batch_1_named"),
+                      next(c for c in cases if c.against))
+        redis_meta["monitor"] = store_monitor(sample, servers["redis"], checker, workdir)
+        redis_meta["shard"] = store_ceiling(servers["redis"])
+        meta["redis"] = redis_meta
     table = render(results, cases, seconds, warmup, meta)
     (args.out / "results.md").write_text(table)
     (args.out / "results.json").write_text(json.dumps({"meta": meta, "results": results},
