@@ -12,7 +12,9 @@ local created = redis.call('HSETNX', KEYS[1], 'generation', ARGV[5])
 if created == 1 then redis.call('HSET', KEYS[1], 'created_ms', ARGV[2]) end
 redis.call('HSET', KEYS[1], 'tenant', ARGV[3], 'id', ARGV[4], 'used_ms', ARGV[2])
 for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[1]) end
-return {created, redis.call('HGET', KEYS[1], 'generation'), redis.call('LRANGE', KEYS[2], 0, -1)}
+-- The window as one string of its slots: one bulk reply, not one per slot.
+local window = table.concat(redis.call('LRANGE', KEYS[2], 0, -1))
+return {created, redis.call('HGET', KEYS[1], 'generation'), window}
 ";
 
 /// Replays a batch's window changes in order ('p' + slot: append; 'c' + call: remove that

@@ -1,7 +1,8 @@
 //! The engine's `SessionStore` on Redis: a batch's load and save, memory, the end of a session,
 //! and each tenant's session cap.
 
-use std::sync::atomic::Ordering;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use toolgate_core::safety::detector::Change;
@@ -10,9 +11,23 @@ use toolgate_core::tools::BoxFuture;
 
 use super::{RedisStore, keys, millis, tenant_index};
 
-/// 128 random bits as hex: a session's generation.
+/// A value no other session made anywhere has: 128 random bits drawn once per process, and a
+/// counter (a generation needs to be unique, not secret, and a draw per batch was a system
+/// call per batch).
 fn fresh_generation() -> Result<String, StoreError> {
-    toolgate_core::tools::unguessable_name("").map_err(StoreError::new)
+    static PROCESS: OnceLock<String> = OnceLock::new();
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let process = match PROCESS.get() {
+        Some(drawn) => drawn,
+        None => {
+            let drawn = toolgate_core::tools::unguessable_name("").map_err(StoreError::new)?;
+            PROCESS.get_or_init(|| drawn)
+        }
+    };
+    Ok(format!(
+        "{process}-{}",
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ))
 }
 
 /// Sessions of a tenant the cap's eviction samples: the least recently used among them goes.
@@ -35,7 +50,7 @@ impl SessionStore for RedisStore {
                 .arg(tenant)
                 .arg(id)
                 .arg(fresh_generation()?);
-            let (created, generation, window): (i64, String, Vec<Vec<u8>>) =
+            let (created, generation, window): (i64, String, Vec<u8>) =
                 self.within(async |c| call.invoke_async(c).await).await?;
             // Only a session made now counts toward its tenant's cap: one more round trip once
             // per session, none per batch.

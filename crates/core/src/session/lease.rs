@@ -9,7 +9,7 @@ use parking_lot::{Mutex, MutexGuard};
 
 use super::store::{Changes, Loaded};
 use super::{Session, memory_entry};
-use crate::safety::detector::LoopDetector;
+use crate::safety::detector::{LoopDetector, SLOT_BYTES};
 use crate::tools::{ScratchDir, SharedScratch};
 
 /// What the pipeline reads and writes of a batch's session.
@@ -46,7 +46,7 @@ impl Lease {
         memory_entries: usize,
         scratch: SharedScratch,
     ) -> Self {
-        let window = loaded.window.iter().map(Vec::as_slice);
+        let window = loaded.window.chunks(SLOT_BYTES);
         Lease {
             session,
             shared: Some(Shared {

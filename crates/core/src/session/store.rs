@@ -49,8 +49,9 @@ pub trait SessionStore: ScratchStore {
 /// What a batch reads at its start.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Loaded {
-    /// The loop window's slots, oldest first (`detector::SLOT_BYTES` each).
-    pub window: Vec<Vec<u8>>,
+    /// The loop window's slots, oldest first, one after another (`detector::SLOT_BYTES`
+    /// each).
+    pub window: Vec<u8>,
     /// Which instance of the session this is: drawn when it was made, named by every write
     /// the batch makes.
     pub generation: String,
