@@ -1039,23 +1039,24 @@ async fn a_cached_result_is_shared_and_a_write_on_one_replica_invalidates_it_on_
     assert_eq!(entries(), before);
 }
 
+/// Runs one echo in `session` on `server`, a few milliseconds after the last (so each use has a
+/// later time).
+async fn touch(server: &TestServer, session: &str) {
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let req = in_session(
+        session,
+        json!([{"id": "a", "name": "echo", "arguments": {"s": session}}]),
+    );
+    let r = server.client.clone().dispatch(req).await.unwrap();
+    assert!(r.into_inner().all_succeeded);
+}
+
 #[tokio::test]
 async fn the_session_cap_holds_across_replicas_and_evicts_the_least_recently_used() {
     require_peers!(Redis);
     let redis = Redis::start();
     let servers = replicas(&redis, 2, "max_sessions = 3").await;
-    let touch = async |replica: usize, session: &str| {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-        let req = in_session(
-            session,
-            json!([{"id": "a", "name": "echo", "arguments": {"s": session}}]),
-        );
-        let r = (servers[replica].client.clone())
-            .dispatch(req)
-            .await
-            .unwrap();
-        assert!(r.into_inner().all_succeeded);
-    };
+    let touch = async |replica: usize, session: &str| touch(&servers[replica], session).await;
     touch(0, "s1").await;
     touch(1, "s2").await;
     touch(0, "s3").await;
@@ -1325,18 +1326,7 @@ async fn expired_sessions_stop_counting_toward_the_cap() {
     require_peers!(Redis);
     let redis = Redis::start();
     let servers = replicas(&redis, 2, "max_sessions = 3\nidle_ttl = \"1s\"").await;
-    let touch = async |replica: usize, session: &str| {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-        let req = in_session(
-            session,
-            json!([{"id": "a", "name": "echo", "arguments": {"s": session}}]),
-        );
-        let r = (servers[replica].client.clone())
-            .dispatch(req)
-            .await
-            .unwrap();
-        assert!(r.into_inner().all_succeeded);
-    };
+    let touch = async |replica: usize, session: &str| touch(&servers[replica], session).await;
     for (i, s) in ["old1", "old2", "old3"].iter().enumerate() {
         touch(i % 2, s).await;
     }
