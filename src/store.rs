@@ -291,6 +291,14 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
+impl RedisStore {
+    /// How long a session's data keys are kept: twice its meta's, renewed once per idle TTL
+    /// (`scripts.rs` `keep_data`), so they never expire before the meta of a live session.
+    fn data_ttl(&self) -> u64 {
+        millis(self.settings.idle_ttl.saturating_mul(2))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,7 +3,7 @@
 
 use toolgate_core::tools::{BoxFuture, Entry, FileError, ScratchStore, SharedScratch};
 
-use super::{RedisStore, keys, millis};
+use super::{RedisStore, keys};
 
 impl RedisStore {
     /// Runs a scratch script, the store's own failures as `Unavailable`.
@@ -34,7 +34,7 @@ impl ScratchStore for RedisStore {
                 .arg(content)
                 .arg(owner.quota)
                 .arg(toolgate_core::tools::entry_bytes())
-                .arg(millis(self.settings.idle_ttl))
+                .arg(self.data_ttl())
                 .arg(&owner.generation);
             match self.scratch(call).await {
                 Ok(_) => Ok(()),

@@ -1,58 +1,108 @@
 //! The store's Lua scripts, each one atomic operation on one session's keys (or the cache's).
 //! KEYS and ARGV are listed above each; the Rust side that calls it is named there too.
 
-/// Opens the session, refreshes the expiry of its keys and returns whether it was made now, its
-/// generation (random, drawn when it was made: a batch's later writes name it, so none lands in
-/// a session ended, evicted or expired meanwhile, or in another made under the same id since)
-/// and its loop window. `store/session.rs` `load`.
+/// The Lua that keeps a session's data keys (KEYS 2 to 5) alive past its meta (KEYS[1]): their
+/// expiry is set to twice the idle TTL and recorded in the meta's `data_until`, and renewed only
+/// when that is less than one TTL away, so a batch does not refresh five expiries, but a live
+/// session's data never expires before its meta does. Every data key made later is given the
+/// same expiry as it is made. Expects locals `now`, `ttl`, `data_ttl` and `data_until`.
+macro_rules! keep_data {
+    () => {
+        r"
+local function keep_data()
+  if data_until - now >= ttl then return end
+  for i = 2, #KEYS do redis.call('PEXPIRE', KEYS[i], data_ttl) end
+  redis.call('HSET', KEYS[1], 'data_until', string.format('%.0f', now + data_ttl))
+end
+"
+    };
+}
+
+/// Opens the session, refreshes its expiry and returns whether it was made now, its generation
+/// (random, drawn when it was made: a batch's later writes name it, so none lands in a session
+/// ended, evicted or expired meanwhile, or in another made under the same id since) and its loop
+/// window. A session is alive while its meta is; one made now drops whatever data keys an
+/// expired one of the same id left behind. `store/session.rs` `load`.
 /// KEYS: meta, loop, memory, files, dirs. ARGV: idle TTL (ms), now (ms since the epoch), tenant,
-/// id, a fresh generation.
-pub(super) const LOAD: &str = r"
-local created = redis.call('HSETNX', KEYS[1], 'generation', ARGV[5])
-if created == 1 then redis.call('HSET', KEYS[1], 'created_ms', ARGV[2]) end
-redis.call('HSET', KEYS[1], 'tenant', ARGV[3], 'id', ARGV[4], 'used_ms', ARGV[2])
-for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[1]) end
--- The window as one string of its slots: one bulk reply, not one per slot.
-local window = table.concat(redis.call('LRANGE', KEYS[2], 0, -1))
-return {created, redis.call('HGET', KEYS[1], 'generation'), window}
-";
+/// id, a fresh generation, the data keys' TTL (ms).
+pub(super) const LOAD: &str = concat!(
+    r"
+local ttl, now, data_ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[6])
+local meta = redis.call('HMGET', KEYS[1], 'generation', 'data_until')
+local generation, data_until = meta[1], tonumber(meta[2] or '0')
+",
+    keep_data!(),
+    r"
+local created, window = 0, ''
+if not generation then
+  created, generation = 1, ARGV[5]
+  redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+  redis.call('HSET', KEYS[1], 'generation', generation, 'created_ms', ARGV[2], 'used_ms', ARGV[2],
+    'tenant', ARGV[3], 'id', ARGV[4], 'data_until', string.format('%.0f', now + data_ttl))
+else
+  redis.call('HSET', KEYS[1], 'used_ms', ARGV[2])
+  keep_data()
+  -- The window as one string of its slots: one bulk reply, not one per slot.
+  window = table.concat(redis.call('LRANGE', KEYS[2], 0, -1))
+end
+redis.call('PEXPIRE', KEYS[1], ttl)
+return {created, generation, window}
+"
+);
 
 /// Replays a batch's window changes in order ('p' + slot: append; 'c' + call: remove that
-/// call's slots), trims the window, appends the memory entries and trims them, refreshes the
-/// expiry; 1. A session that is not the generation the batch loaded keeps nothing: 0.
-/// `store/session.rs` `save`.
-/// KEYS: meta, loop, memory, files, dirs. ARGV: the generation, idle TTL (ms), window, memory
-/// entries kept, the number of window changes, the changes, then the memory entries.
-pub(super) const SAVE: &str = r"
-if redis.call('HGET', KEYS[1], 'generation') ~= ARGV[1] then return 0 end
-local n = tonumber(ARGV[5])
-for i = 6, 5 + n do
+/// call's slots), keeping the newest slots of the window, appends the memory entries and keeps
+/// the newest, refreshes the expiry; 1. A session that is not the generation the batch loaded
+/// keeps nothing: 0. `store/session.rs` `save`.
+/// KEYS: meta, loop, memory, files, dirs. ARGV: the generation, idle TTL (ms), now (ms since the
+/// epoch), the data keys' TTL (ms), window, memory entries kept, the number of window changes,
+/// the changes, then the memory entries.
+pub(super) const SAVE: &str = concat!(
+    r"
+local meta = redis.call('HMGET', KEYS[1], 'generation', 'data_until')
+if meta[1] ~= ARGV[1] then return 0 end
+local ttl, now, data_ttl = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local data_until = tonumber(meta[2] or '0')
+",
+    keep_data!(),
+    r"
+-- Appends values[from..to] to the list at key and keeps its newest `keep`. Trimming once after
+-- a run of pushes leaves what trimming at every push would. A list made now gets its expiry.
+local function append(key, values, from, to, keep)
+  if to < from then return end
+  local len = 0
+  for j = from, to, 500 do
+    len = redis.call('RPUSH', key, unpack(values, j, math.min(j + 499, to)))
+  end
+  if len == to - from + 1 then redis.call('PEXPIRE', key, data_ttl) end
+  if len > keep then redis.call('LTRIM', key, -keep, -1) end
+end
+local window, n = tonumber(ARGV[5]), tonumber(ARGV[7])
+local pushed = {}
+for i = 8, 7 + n do
   local kind, body = string.sub(ARGV[i], 1, 1), string.sub(ARGV[i], 2)
   if kind == 'p' then
-    -- Trimmed at every push, as the window drops its oldest slot at every push: a clear later
-    -- in the batch must not bring back slots the window had already let go.
-    redis.call('RPUSH', KEYS[2], body)
-    redis.call('LTRIM', KEYS[2], -tonumber(ARGV[3]), -1)
+    pushed[#pushed + 1] = body
   else
+    -- The pushes before a clear are trimmed first: it must not bring back slots the window
+    -- had already let go.
+    append(KEYS[2], pushed, 1, #pushed, window)
+    pushed = {}
     local kept = {}
     for _, slot in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do
       if string.sub(slot, 1, 16) ~= body then kept[#kept + 1] = slot end
     end
     redis.call('DEL', KEYS[2])
-    for j = 1, #kept, 500 do
-      redis.call('RPUSH', KEYS[2], unpack(kept, j, math.min(j + 499, #kept)))
-    end
+    append(KEYS[2], kept, 1, #kept, window)
   end
 end
-if #ARGV >= 6 + n then
-  for j = 6 + n, #ARGV, 500 do
-    redis.call('RPUSH', KEYS[3], unpack(ARGV, j, math.min(j + 499, #ARGV)))
-  end
-  redis.call('LTRIM', KEYS[3], -tonumber(ARGV[4]), -1)
-end
-for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[2]) end
+append(KEYS[2], pushed, 1, #pushed, window)
+append(KEYS[3], ARGV, 8 + n, #ARGV, tonumber(ARGV[6]))
+keep_data()
+redis.call('PEXPIRE', KEYS[1], ttl)
 return 1
-";
+"
+);
 
 /// The memory entries of a live session, or nil. KEYS: meta, memory.
 pub(super) const MEMORY: &str = r"
@@ -64,8 +114,10 @@ return redis.call('LRANGE', KEYS[2], 0, -1)
 /// file and per directory, as on disk), making its parent directories.
 /// A session that is not the generation the batch loaded is not written: `gone`.
 /// `store/scratch.rs` `write`.
-/// KEYS: meta, files, dirs. ARGV: path, content, quota (0: none), entry bytes, idle TTL (ms),
-/// the generation.
+/// The files and directories keys get the data keys' expiry (see `keep_data`); the meta's is
+/// renewed by the batch's save.
+/// KEYS: meta, files, dirs. ARGV: path, content, quota (0: none), entry bytes, the data keys'
+/// TTL (ms), the generation.
 pub(super) const WRITE: &str = r"
 if redis.call('HGET', KEYS[1], 'generation') ~= ARGV[6] then return {'gone'} end
 local path, content = ARGV[1], ARGV[2]
@@ -87,7 +139,7 @@ if quota > 0 and needed > used and needed > quota then return {'quota', tostring
 redis.call('HSET', KEYS[2], path, content)
 if #new_dirs > 0 then redis.call('SADD', KEYS[3], unpack(new_dirs)) end
 redis.call('HSET', KEYS[1], 'scratch_bytes', needed)
-for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ARGV[5]) end
+for i = 2, 3 do redis.call('PEXPIRE', KEYS[i], ARGV[5]) end
 return {'ok'}
 ";
 

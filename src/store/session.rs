@@ -49,7 +49,8 @@ impl SessionStore for RedisStore {
                 .arg(now)
                 .arg(tenant)
                 .arg(id)
-                .arg(fresh_generation()?);
+                .arg(fresh_generation()?)
+                .arg(self.data_ttl());
             let (created, generation, window): (i64, String, Vec<u8>) =
                 self.within(async |c| call.invoke_async(c).await).await?;
             // Only a session made now counts toward its tenant's cap: one more round trip once
@@ -71,10 +72,15 @@ impl SessionStore for RedisStore {
         changes: Changes,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
         Box::pin(async move {
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, millis);
             let mut call = self.save.prepare_invoke();
             call.key(&keys(tenant, id)[..])
                 .arg(&changes.generation)
                 .arg(millis(self.settings.idle_ttl))
+                .arg(now)
+                .arg(self.data_ttl())
                 .arg(self.settings.loop_window.max(1))
                 .arg(self.settings.memory_entries.max(1))
                 .arg(changes.window.len());

@@ -1389,3 +1389,83 @@ async fn a_batch_whose_save_fails_still_answers_its_results_and_the_failure_is_c
     let (_, log) = server.terminate();
     assert!(log.contains("session state perhaps not saved"), "{log}");
 }
+
+#[tokio::test]
+async fn a_live_sessions_data_outlives_its_meta_and_a_session_made_again_starts_blank() {
+    require_peers!(Redis);
+    let redis = Redis::start();
+    let servers = replicas(
+        &redis,
+        2,
+        "idle_ttl = \"2s\"\n[tools.builtin]\nscratch_quota_bytes = 20000",
+    )
+    .await;
+    let pttl = |part: &str| -> i64 {
+        let key = format!("toolgate:{{default:kept}}:{part}");
+        redis_cli(redis.port, &["PTTL", &key])
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let write = in_session(
+        "kept",
+        json!([{"id": "w", "name": "scratch_write", "arguments": {"path": "a.txt", "content": "x"}}]),
+    );
+    let written = servers[0].client.clone().dispatch(write).await.unwrap();
+    assert!(written.into_inner().all_succeeded);
+    // Distinct calls, so loop detection stays out of it.
+    let use_it = async |replica: usize, n: usize| {
+        let req = in_session(
+            "kept",
+            json!([{"id": "e", "name": "echo", "arguments": {"n": n}}]),
+        );
+        let r = servers[replica].client.clone().dispatch(req).await.unwrap();
+        assert!(r.into_inner().all_succeeded);
+    };
+    use_it(1, 0).await;
+    // Every data key a batch made expires after the meta, which expires after the idle TTL.
+    let meta = pttl("meta");
+    assert!((1..=2000).contains(&meta), "meta {meta}");
+    for part in ["loop", "memory", "files"] {
+        let data = pttl(part);
+        assert!(data > meta + 1000, "{part} {data} against meta {meta}");
+    }
+    // Batches keep the meta alive well past the data keys' first expiry: they are renewed.
+    for n in 1..=5 {
+        tokio::time::sleep(Duration::from_millis(900)).await;
+        use_it(n % 2, n).await;
+        let meta = pttl("meta");
+        for part in ["loop", "memory", "files"] {
+            let data = pttl(part);
+            assert!(data > meta, "{part} {data} against meta {meta}");
+        }
+    }
+    let mut client = servers[0].client.clone();
+    assert_eq!(memory_of(&mut client, "kept").await.unwrap().len(), 7);
+    // Its meta expires (here at once) while its data keys have time left: the session is gone,
+    // and one made again under the same id starts blank.
+    redis_cli(redis.port, &["PEXPIRE", "toolgate:{default:kept}:meta", "1"]);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(pttl("meta"), -2);
+    assert!(pttl("loop") > 0);
+    assert_eq!(
+        memory_of(&mut client, "kept").await.unwrap_err().code(),
+        tonic::Code::NotFound
+    );
+    let read = in_session(
+        "kept",
+        json!([{"id": "r", "name": "scratch_read", "arguments": {"path": "a.txt"}}]),
+    );
+    let read = servers[1]
+        .client
+        .clone()
+        .dispatch(read)
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(read.results[0].content, "'a.txt' does not exist");
+    // (Memory records successful calls: the failed read left none.)
+    assert_eq!(memory_of(&mut client, "kept").await.unwrap().len(), 0);
+    let window = redis_cli(redis.port, &["LLEN", "toolgate:{default:kept}:loop"]);
+    assert_eq!(window.trim(), "1");
+}
