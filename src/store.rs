@@ -268,10 +268,10 @@ impl ConnectionLike for Connection {
 }
 
 /// A session's keys, sharing the hash tag `{tenant:id}` (neither may hold `:`, `{` or `}`:
-/// both are validated to `[A-Za-z0-9._-]`): meta, loop, memory, files, dirs.
+/// both are validated to `[A-Za-z0-9._-]`): meta, window, memory, files, dirs.
 fn keys(tenant: &str, id: &str) -> [String; 5] {
     let tag = format!("toolgate:{{{tenant}:{id}}}");
-    ["meta", "loop", "memory", "files", "dirs"].map(|part| format!("{tag}:{part}"))
+    ["meta", "window", "memory", "files", "dirs"].map(|part| format!("{tag}:{part}"))
 }
 
 /// TLS that verifies the server against `ca` (PEM) rather than the system roots.

@@ -21,10 +21,11 @@ end
 /// Opens the session, refreshes its expiry and returns whether it was made now, its generation
 /// (random, drawn when it was made: a batch's later writes name it, so none lands in a session
 /// ended, evicted or expired meanwhile, or in another made under the same id since) and its loop
-/// window. A session is alive while its meta is; one made now drops whatever data keys an
-/// expired one of the same id left behind. `store/session.rs` `load`.
-/// KEYS: meta, loop, memory, files, dirs. ARGV: idle TTL (ms), now (ms since the epoch), tenant,
-/// id, a fresh generation, the data keys' TTL (ms).
+/// window: a string of slots, oldest first, of which the newest `loop_window` are the window
+/// (the save trims it lazily). A session is alive while its meta is; one made now drops whatever
+/// data keys an expired one of the same id left behind. `store/session.rs` `load`.
+/// KEYS: meta, window, memory, files, dirs. ARGV: idle TTL (ms), now (ms since the epoch),
+/// tenant, id, a fresh generation, the data keys' TTL (ms).
 pub(super) const LOAD: &str = concat!(
     r"
 local ttl, now, data_ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[6])
@@ -42,8 +43,7 @@ if not generation then
 else
   redis.call('HSET', KEYS[1], 'used_ms', ARGV[2])
   keep_data()
-  -- The window as one string of its slots: one bulk reply, not one per slot.
-  window = table.concat(redis.call('LRANGE', KEYS[2], 0, -1))
+  window = redis.call('GET', KEYS[2]) or ''
 end
 redis.call('PEXPIRE', KEYS[1], ttl)
 return {created, generation, window}
@@ -51,12 +51,15 @@ return {created, generation, window}
 );
 
 /// Replays a batch's window changes in order ('p' + slot: append; 'c' + call: remove that
-/// call's slots), keeping the newest slots of the window, appends the memory entries and keeps
-/// the newest, refreshes the expiry; 1. A session that is not the generation the batch loaded
-/// keeps nothing: 0. `store/session.rs` `save`.
-/// KEYS: meta, loop, memory, files, dirs. ARGV: the generation, idle TTL (ms), now (ms since the
-/// epoch), the data keys' TTL (ms), window, memory entries kept, the number of window changes,
-/// the changes, then the memory entries.
+/// call's slots), appends the memory entries and keeps the newest, refreshes the expiry; 1. A
+/// session that is not the generation the batch loaded keeps nothing: 0.
+/// The window is one string of fixed-size slots, appended to (one APPEND for a run of pushes, no
+/// read) and cut to its newest `window` slots once it holds twice that: what a batch loads ends
+/// with the same window as trimming at every push would leave. A clear trims first, so it never
+/// brings back slots the window had let go. `store/session.rs` `save`.
+/// KEYS: meta, window, memory, files, dirs. ARGV: the generation, idle TTL (ms), now (ms since
+/// the epoch), the data keys' TTL (ms), window (slots), memory entries kept, slot bytes, the
+/// number of window changes, the changes, then the memory entries.
 pub(super) const SAVE: &str = concat!(
     r"
 local meta = redis.call('HMGET', KEYS[1], 'generation', 'data_until')
@@ -66,38 +69,49 @@ local data_until = tonumber(meta[2] or '0')
 ",
     keep_data!(),
     r"
--- Appends values[from..to] to the list at key and keeps its newest `keep`. Trimming once after
--- a run of pushes leaves what trimming at every push would. A list made now gets its expiry.
-local function append(key, values, from, to, keep)
-  if to < from then return end
-  local len = 0
-  for j = from, to, 500 do
-    len = redis.call('RPUSH', key, unpack(values, j, math.min(j + 499, to)))
-  end
-  if len == to - from + 1 then redis.call('PEXPIRE', key, data_ttl) end
-  if len > keep then redis.call('LTRIM', key, -keep, -1) end
-end
-local window, n = tonumber(ARGV[5]), tonumber(ARGV[7])
+local slot, n = tonumber(ARGV[7]), tonumber(ARGV[8])
+local keep = tonumber(ARGV[5]) * slot
 local pushed = {}
-for i = 8, 7 + n do
+local function flush()
+  if #pushed == 0 then return end
+  local added = table.concat(pushed)
+  pushed = {}
+  local len = redis.call('APPEND', KEYS[2], added)
+  if len == #added then redis.call('PEXPIRE', KEYS[2], data_ttl) end
+  if len >= 2 * keep then
+    redis.call('SET', KEYS[2], redis.call('GETRANGE', KEYS[2], -keep, -1), 'KEEPTTL')
+  end
+end
+for i = 9, 8 + n do
   local kind, body = string.sub(ARGV[i], 1, 1), string.sub(ARGV[i], 2)
   if kind == 'p' then
     pushed[#pushed + 1] = body
   else
-    -- The pushes before a clear are trimmed first: it must not bring back slots the window
-    -- had already let go.
-    append(KEYS[2], pushed, 1, #pushed, window)
-    pushed = {}
+    flush()
+    local window = redis.call('GET', KEYS[2]) or ''
+    if #window > keep then window = string.sub(window, -keep) end
     local kept = {}
-    for _, slot in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do
-      if string.sub(slot, 1, 16) ~= body then kept[#kept + 1] = slot end
+    for at = 1, #window, slot do
+      local one = string.sub(window, at, at + slot - 1)
+      if string.sub(one, 1, 16) ~= body then kept[#kept + 1] = one end
     end
-    redis.call('DEL', KEYS[2])
-    append(KEYS[2], kept, 1, #kept, window)
+    if #kept == 0 then
+      redis.call('DEL', KEYS[2])
+    else
+      redis.call('SET', KEYS[2], table.concat(kept), 'KEEPTTL')
+    end
   end
 end
-append(KEYS[2], pushed, 1, #pushed, window)
-append(KEYS[3], ARGV, 8 + n, #ARGV, tonumber(ARGV[6]))
+flush()
+if #ARGV >= 9 + n then
+  local len = 0
+  for j = 9 + n, #ARGV, 500 do
+    len = redis.call('RPUSH', KEYS[3], unpack(ARGV, j, math.min(j + 499, #ARGV)))
+  end
+  if len == #ARGV - 8 - n then redis.call('PEXPIRE', KEYS[3], data_ttl) end
+  local entries = tonumber(ARGV[6])
+  if len > entries then redis.call('LTRIM', KEYS[3], -entries, -1) end
+end
 keep_data()
 redis.call('PEXPIRE', KEYS[1], ttl)
 return 1

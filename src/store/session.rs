@@ -5,7 +5,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use toolgate_core::safety::detector::Change;
+use toolgate_core::safety::detector::{Change, SLOT_BYTES};
 use toolgate_core::session::{Changes, Loaded, SessionStore, StoreError};
 use toolgate_core::tools::BoxFuture;
 
@@ -51,8 +51,13 @@ impl SessionStore for RedisStore {
                 .arg(id)
                 .arg(fresh_generation()?)
                 .arg(self.data_ttl());
-            let (created, generation, window): (i64, String, Vec<u8>) =
+            let (created, generation, mut window): (i64, String, Vec<u8>) =
                 self.within(async |c| call.invoke_async(c).await).await?;
+            // The store keeps up to twice the window (it trims lazily): only the newest count.
+            let keep = self.settings.loop_window.max(1) * SLOT_BYTES;
+            if window.len() > keep {
+                window.drain(..window.len() - keep);
+            }
             // Only a session made now counts toward its tenant's cap: one more round trip once
             // per session, none per batch.
             if created == 1
@@ -83,6 +88,7 @@ impl SessionStore for RedisStore {
                 .arg(self.data_ttl())
                 .arg(self.settings.loop_window.max(1))
                 .arg(self.settings.memory_entries.max(1))
+                .arg(SLOT_BYTES)
                 .arg(changes.window.len());
             for change in &changes.window {
                 let mut arg = Vec::with_capacity(26);

@@ -264,6 +264,12 @@ fn redis_cli(port: u16, args: &[&str]) -> String {
 }
 
 /// A channel to a server (or the balancer) at `addr`.
+fn window_slots(port: u16, session: &str) -> usize {
+    let key = format!("toolgate:{{default:{session}}}:window");
+    let bytes: usize = redis_cli(port, &["STRLEN", &key]).trim().parse().unwrap();
+    bytes / toolgate_core::safety::detector::SLOT_BYTES
+}
+
 async fn channel_to(addr: &str) -> tonic::transport::Channel {
     tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
         .unwrap()
@@ -1191,7 +1197,7 @@ async fn batches_whose_clients_leave_mid_run_still_count_toward_loop_detection()
     // The background saves land (the echoes' three records; the cancelled sleeps record
     // nothing), and the next repeat is stopped at once.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while redis_cli(redis.port, &["LLEN", "toolgate:{default:leaver}:loop"]).trim() != "3" {
+    while window_slots(redis.port, "leaver") != 3 {
         assert!(Instant::now() < deadline, "the left batches never saved");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -1244,11 +1250,10 @@ async fn random_interleavings_of_batches_on_three_replicas_lose_no_update() {
             }
         }
         let key = |part: &str| format!("toolgate:{{default:{session}}}:{part}");
-        let window = redis_cli(redis.port, &["LLEN", &key("loop")]);
         let memory = redis_cli(redis.port, &["LLEN", &key("memory")]);
         assert_eq!(
-            window.trim(),
-            calls_sent.to_string(),
+            window_slots(redis.port, &session),
+            calls_sent,
             "round {round}: window slots"
         );
         assert_eq!(
@@ -1317,8 +1322,7 @@ async fn a_session_ended_while_a_batch_runs_stays_ended_and_a_new_one_starts_bla
             .all_succeeded
     );
     assert_eq!(memory_of(&mut b, "ending").await.unwrap().len(), 1);
-    let window = redis_cli(redis.port, &["LLEN", "toolgate:{default:ending}:loop"]);
-    assert_eq!(window.trim(), "1");
+    assert_eq!(window_slots(redis.port, "ending"), 1);
 }
 
 #[tokio::test]
@@ -1426,7 +1430,7 @@ async fn a_live_sessions_data_outlives_its_meta_and_a_session_made_again_starts_
     // Every data key a batch made expires after the meta, which expires after the idle TTL.
     let meta = pttl("meta");
     assert!((1..=2000).contains(&meta), "meta {meta}");
-    for part in ["loop", "memory", "files"] {
+    for part in ["window", "memory", "files"] {
         let data = pttl(part);
         assert!(data > meta + 1000, "{part} {data} against meta {meta}");
     }
@@ -1435,7 +1439,7 @@ async fn a_live_sessions_data_outlives_its_meta_and_a_session_made_again_starts_
         tokio::time::sleep(Duration::from_millis(900)).await;
         use_it(n % 2, n).await;
         let meta = pttl("meta");
-        for part in ["loop", "memory", "files"] {
+        for part in ["window", "memory", "files"] {
             let data = pttl(part);
             assert!(data > meta, "{part} {data} against meta {meta}");
         }
@@ -1444,10 +1448,13 @@ async fn a_live_sessions_data_outlives_its_meta_and_a_session_made_again_starts_
     assert_eq!(memory_of(&mut client, "kept").await.unwrap().len(), 7);
     // Its meta expires (here at once) while its data keys have time left: the session is gone,
     // and one made again under the same id starts blank.
-    redis_cli(redis.port, &["PEXPIRE", "toolgate:{default:kept}:meta", "1"]);
+    redis_cli(
+        redis.port,
+        &["PEXPIRE", "toolgate:{default:kept}:meta", "1"],
+    );
     tokio::time::sleep(Duration::from_millis(20)).await;
     assert_eq!(pttl("meta"), -2);
-    assert!(pttl("loop") > 0);
+    assert!(pttl("window") > 0);
     assert_eq!(
         memory_of(&mut client, "kept").await.unwrap_err().code(),
         tonic::Code::NotFound
@@ -1466,6 +1473,44 @@ async fn a_live_sessions_data_outlives_its_meta_and_a_session_made_again_starts_
     assert_eq!(read.results[0].content, "'a.txt' does not exist");
     // (Memory records successful calls: the failed read left none.)
     assert_eq!(memory_of(&mut client, "kept").await.unwrap().len(), 0);
-    let window = redis_cli(redis.port, &["LLEN", "toolgate:{default:kept}:loop"]);
-    assert_eq!(window.trim(), "1");
+    assert_eq!(window_slots(redis.port, "kept"), 1);
+}
+
+#[tokio::test]
+async fn the_stored_window_is_trimmed_lazily_yet_only_the_newest_operations_count() {
+    require_peers!(Redis);
+    let redis = Redis::start();
+    let mut servers = Vec::new();
+    for _ in 0..2 {
+        let config = Config::from_toml(&format!(
+            "[sessions]\nstore = \"{}\"\n[loop_detection]\nwindow = 4\nwarn_after = 2\nstop_after = 0\n",
+            redis.url()
+        ))
+        .unwrap();
+        servers.push(start_with(config).await);
+    }
+    let run = async |replica: usize, q: &str| {
+        let req = in_session(
+            "lazy",
+            json!([{"id": "c", "name": "echo", "arguments": {"q": q}}]),
+        );
+        let result = servers[replica].client.clone().dispatch(req).await.unwrap();
+        result.into_inner().results.remove(0).content
+    };
+    // A, then four others push it out of a window of 4: the store still holds it (six slots,
+    // under twice the window), but a second A is its first repeat in the window, no warning.
+    let first = run(0, "a").await;
+    for (i, q) in ["b", "c", "d", "e"].iter().enumerate() {
+        run(i % 2, q).await;
+    }
+    assert_eq!(window_slots(redis.port, "lazy"), 5);
+    assert_eq!(run(1, "a").await, first, "A aged out of the window");
+    // Within the window a repeat warns as on one server.
+    let warned = run(0, "a").await;
+    assert!(warned.contains("[toolgate] warning"), "{warned}");
+    // At twice the window (the eighth slot) the store cuts it back to the window.
+    run(1, "f").await;
+    assert_eq!(window_slots(redis.port, "lazy"), 4);
+    run(0, "g").await;
+    assert_eq!(window_slots(redis.port, "lazy"), 5);
 }
