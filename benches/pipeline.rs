@@ -83,6 +83,7 @@ fn batch(elements: Vec<Value>, session: &str, mode: Mode) -> Batch {
             deadline: None,
             mode,
             fail_fast: false,
+            interactive_approvals: false,
         },
         turn: 1,
         caller: std::sync::Arc::new(toolgate_core::identity::Caller::local()),

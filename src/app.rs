@@ -359,6 +359,7 @@ impl Server {
         pipeline.max_error_chars = c.output.max_error_chars;
         pipeline.metrics = self.metrics.metrics();
         pipeline.tracer = self.tracer();
+        pipeline.approvals = toolgate_core::approvals::Approvals::new(c.approvals.timeout);
         Ok(pipeline)
     }
 

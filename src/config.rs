@@ -76,6 +76,8 @@ sections! {
     cache: CacheConfig,
     unknown_tool: UnknownToolConfig,
     permissions: PermissionsConfig,
+    /// How long a call waits for a person's approval.
+    approvals: ApprovalsConfig,
     /// Model-facing names bound to registered tools (`[bindings.<name>]`).
     bindings: BTreeMap<String, Binding>,
     /// Remote tool sources connected at start (`[[remotes]]`).

@@ -73,6 +73,8 @@ impl Recorder {
                     )
                 }
                 Event::Progress { id, progress, .. } => format!("progress:{id}:{progress}"),
+                Event::ApprovalRequested(approval) => format!("asked:{}", approval.call_id),
+                Event::ApprovalResolved(ended) => format!("answered:{}", ended.call_id),
                 Event::BreakerChanged { tool, from, to, .. } => {
                     format!("breaker:{tool}:{from:?}->{to:?}")
                 }
@@ -257,6 +259,7 @@ fn named_batch(session: &str, calls: Value) -> Batch {
             deadline: None,
             mode: Mode::Sequential,
             fail_fast: false,
+            interactive_approvals: false,
         },
         turn: 0,
         caller: std::sync::Arc::new(toolgate_core::identity::Caller::local()),

@@ -3,6 +3,7 @@
 
 pub mod access;
 pub(crate) mod admission;
+mod approvals;
 pub mod auth;
 mod batch_stream;
 mod bodies;

@@ -45,6 +45,7 @@ const RULES: &[Rule] = &[
     rules::permission_identities,
     rules::byte_budgets,
     rules::call_deadlines,
+    rules::approvals,
     rules::sessions,
     rules::loop_window,
     rules::retry_backoff,

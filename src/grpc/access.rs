@@ -24,6 +24,8 @@ pub enum Access {
     Open,
     /// A caller with this role (an admin may do everything an agent may).
     Role(Role),
+    /// A caller with either role (or an admin).
+    Either(Role, Role),
 }
 
 /// The rule for one method path.
@@ -62,6 +64,9 @@ const fn traced(path: &'static str) -> Rule {
 }
 
 const AGENT: Access = Access::Role(Role::Agent);
+/// An agent (for its own batches' approvals) or an approver; the registry decides which
+/// approvals each may see and answer.
+const APPROVALS: Access = Access::Either(Role::Agent, Role::Approver);
 const ADMIN: Access = Access::Role(Role::Admin);
 
 /// Every method toolgate serves, and who may call it. The one place access is decided.
@@ -76,6 +81,9 @@ pub(crate) const RULES: &[Rule] = &[
     rule("/toolgate.v1.ToolGate/UnregisterRemote", ADMIN, true),
     rule("/toolgate.v1.ToolGate/RefreshRemote", ADMIN, true),
     rule("/toolgate.v1.ToolGate/AcceptToolChange", ADMIN, true),
+    rule("/toolgate.v1.ToolGate/ResolveApproval", APPROVALS, false),
+    rule("/toolgate.v1.ToolGate/ListApprovals", APPROVALS, false),
+    rule("/toolgate.v1.ToolGate/WatchApprovals", APPROVALS, false),
     rule("/grpc.health.v1.Health/Check", Access::Open, false),
     rule("/grpc.health.v1.Health/Watch", Access::Open, false),
     rule(
@@ -141,8 +149,10 @@ where
         let Some(rule) = rule_for(request.uri().path()) else {
             return Either::Right(ready(Ok(Status::unimplemented("").into_http())));
         };
-        let Access::Role(needs) = rule.access else {
-            return Either::Left(self.inner.call(request));
+        let needs: &[Role] = match &rule.access {
+            Access::Open => return Either::Left(self.inner.call(request)),
+            Access::Role(role) => std::slice::from_ref(role),
+            Access::Either(one, other) => &[*one, *other],
         };
         let credentials = Credentials::of(&request);
         match self

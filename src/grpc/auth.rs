@@ -176,7 +176,7 @@ impl Authenticator {
         &self,
         credentials: &Credentials<'_>,
         rpc: &str,
-        needs: Role,
+        needs: &[Role],
         audited: bool,
     ) -> Result<Arc<Caller>, RequestError> {
         let caller = match self.authenticate(credentials) {
@@ -203,7 +203,7 @@ impl Authenticator {
                 return Err(RequestError::Unauthenticated(told.to_owned()));
             }
         };
-        if !(caller.has(needs) || caller.has(Role::Admin)) {
+        if !(needs.iter().any(|role| caller.has(*role)) || caller.has(Role::Admin)) {
             tracing::warn!(
                 target: "toolgate::audit",
                 rpc = rpc,
@@ -217,7 +217,11 @@ impl Authenticator {
             return Err(RequestError::PermissionDenied(format!(
                 "{} needs the {} role; {} has {}",
                 rpc,
-                needs.name(),
+                needs
+                    .iter()
+                    .map(|r| r.name())
+                    .collect::<Vec<_>>()
+                    .join(" or "),
                 caller.id,
                 if caller.roles.is_empty() {
                     "none".to_owned()

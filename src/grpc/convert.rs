@@ -238,6 +238,7 @@ fn options_from(
             call_timeout,
             deadline: None,
             fail_fast,
+            interactive_approvals: options.interactive_approvals,
         },
         max_calls,
     ))
@@ -286,6 +287,60 @@ pub fn error_class(class: ErrorClass) -> pb::ErrorClass {
         ErrorClass::LoopStopped => pb::ErrorClass::LoopStopped,
         ErrorClass::Skipped => pb::ErrorClass::Skipped,
         ErrorClass::Quarantined => pb::ErrorClass::Quarantined,
+        ErrorClass::ApprovalDenied => pb::ErrorClass::ApprovalDenied,
+        ErrorClass::ApprovalTimeout => pb::ErrorClass::ApprovalTimeout,
+    }
+}
+
+/// A pending approval as the API shows it.
+pub fn approval(approval: toolgate_core::approvals::Approval) -> pb::Approval {
+    pb::Approval {
+        approval_id: approval.id,
+        session_id: approval.session_id,
+        index: index(approval.index),
+        id: approval.call_id,
+        tool: approval.tool,
+        arguments: Some(protojson::Value::from(approval.arguments)),
+        reason: approval.reason,
+        source: approval.source,
+        expires_at: Some(prost_types::Timestamp::from(approval.expires_at)),
+        requested_by: approval.requested_by,
+    }
+}
+
+/// An approval's end as the API shows it.
+pub fn approval_ended(ended: toolgate_core::approvals::Ended) -> pb::ApprovalResolved {
+    use pb::approval_resolved::How as PbHow;
+    use pb::resolve_approval_request::{Decision, Remember};
+    use toolgate_core::approvals::{How, Remember as Kept};
+    let decision = match ended.approved {
+        Some(true) => Decision::Approve,
+        Some(false) => Decision::Deny,
+        None => Decision::Unspecified,
+    };
+    let how = match ended.how {
+        How::Answered => PbHow::Answered,
+        How::Remembered => PbHow::Remembered,
+        How::Expired => PbHow::Expired,
+        How::Withdrawn => PbHow::Withdrawn,
+    };
+    let remember = match ended.remember {
+        Kept::Once => Remember::Once,
+        Kept::Session => Remember::Session,
+    };
+    pb::ApprovalResolved {
+        approval_id: ended.approval_id,
+        index: index(ended.index),
+        id: ended.call_id,
+        tool: ended.tool,
+        decision: decision.into(),
+        resolved_by: ended.by,
+        reason: ended.reason,
+        how: how.into(),
+        arguments_updated: ended.arguments_updated,
+        remember: remember.into(),
+        source: ended.source,
+        session_id: ended.session_id,
     }
 }
 
@@ -480,6 +535,8 @@ pub fn event(event: Event) -> pb::DispatchEvent {
             message,
             index: index(i),
         }),
+        Event::ApprovalRequested(approval) => E::ApprovalRequested(self::approval(approval)),
+        Event::ApprovalResolved(ended) => E::ApprovalResolved(approval_ended(ended)),
         Event::BreakerChanged { id, tool, from, to } => E::BreakerChanged(pb::BreakerChanged {
             tool,
             from: breaker_state(from).into(),

@@ -13,6 +13,7 @@ use tonic::{Request, Response, Status};
 
 use super::access;
 use super::admission::{Admission, Holder, Refusal, Ticket};
+use super::approvals;
 use super::auth::Authenticator;
 use super::batch_stream::{BatchStream, Events, StallWatch};
 use super::convert::{self, RequestRules};
@@ -330,6 +331,40 @@ impl ToolGate for ToolGateService {
         let ended = self.state.dispatcher.end_session(&caller.tenant, &id);
         let ended = ended.await.map_err(store_down)?;
         Ok(Response::new(pb::EndSessionResponse { ended }))
+    }
+
+    async fn resolve_approval(
+        &self,
+        request: Request<pb::ResolveApprovalRequest>,
+    ) -> Result<Response<pb::ResolveApprovalResponse>, Status> {
+        let caller = access::caller(&request)?;
+        let depth = self.state.rules.limits.max_json_depth;
+        let approvals = self.state.dispatcher.approvals();
+        let resolved = approvals::resolve(approvals, &caller, request.into_inner(), depth)?;
+        Ok(Response::new(resolved))
+    }
+
+    async fn list_approvals(
+        &self,
+        request: Request<pb::ListApprovalsRequest>,
+    ) -> Result<Response<pb::ListApprovalsResponse>, Status> {
+        let caller = access::caller(&request)?;
+        let approvals = self.state.dispatcher.approvals();
+        let listed = approvals::list(approvals, &caller, request.into_inner());
+        Ok(Response::new(listed))
+    }
+
+    type WatchApprovalsStream = approvals::WatchStream;
+
+    async fn watch_approvals(
+        &self,
+        request: Request<pb::WatchApprovalsRequest>,
+    ) -> Result<Response<Self::WatchApprovalsStream>, Status> {
+        let caller = access::caller(&request)?;
+        let approvals = self.state.dispatcher.approvals();
+        let shutdown = self.state.shutdown.clone();
+        let stream = approvals::watch(approvals, caller, request.into_inner(), shutdown);
+        Ok(Response::new(stream))
     }
 
     async fn register_remote(

@@ -77,6 +77,8 @@ pub enum RequestError {
     Unauthenticated(String),
     #[error(transparent)]
     Remote(#[from] toolgate_remotes::RemoteError),
+    #[error(transparent)]
+    Approval(#[from] toolgate_core::approvals::ResolveError),
 }
 
 impl From<RequestError> for Status {
@@ -100,6 +102,14 @@ impl From<RequestError> for Status {
             RequestError::UnknownSession(_) => Code::NotFound,
             RequestError::PermissionDenied(_) | RequestError::Refused(_) => Code::PermissionDenied,
             RequestError::Unauthenticated(_) => Code::Unauthenticated,
+            RequestError::Approval(refused) => {
+                use toolgate_core::approvals::ResolveError;
+                match refused {
+                    ResolveError::NotFound(_) => Code::NotFound,
+                    ResolveError::AlreadyAnswered(_) => Code::FailedPrecondition,
+                    ResolveError::NotAllowed(_) => Code::PermissionDenied,
+                }
+            }
             RequestError::Remote(remote) => {
                 use toolgate_remotes::RemoteError;
                 match remote {

@@ -5,6 +5,7 @@
 // One crate of test modules: `pub` in them says "shared with the other tests", not an API.
 #![allow(unreachable_pub)]
 
+mod approvals;
 mod bindings;
 mod connections;
 mod dispatch;

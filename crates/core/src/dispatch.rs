@@ -135,6 +135,11 @@ impl Dispatcher {
         self.catalog.snapshot()
     }
 
+    /// The pending approvals of this server's batches.
+    pub fn approvals(&self) -> &crate::approvals::Approvals {
+        &self.pipeline.approvals
+    }
+
     /// The shared catalog, for registering and removing tools at run time.
     pub fn catalog(&self) -> &Arc<Catalog> {
         &self.catalog

@@ -11,14 +11,17 @@ pub enum Role {
     Agent,
     /// Everything: registration RPCs, accepting changed tools, tool health.
     Admin,
+    /// Answers, lists and watches the pending approvals of its tenant's batches.
+    Approver,
 }
 
 impl Role {
-    /// The role a config or token names (`agent`, `admin`).
+    /// The role a config or token names (`agent`, `admin`, `approver`).
     pub fn parse(name: &str) -> Option<Role> {
         match name {
             "agent" => Some(Role::Agent),
             "admin" => Some(Role::Admin),
+            "approver" => Some(Role::Approver),
             _ => None,
         }
     }
@@ -27,6 +30,7 @@ impl Role {
         match self {
             Role::Agent => "agent",
             Role::Admin => "admin",
+            Role::Approver => "approver",
         }
     }
 }

@@ -7,6 +7,7 @@
 //! tools (`tools`). Nothing here speaks gRPC or reads the configuration file: the server crate
 //! (`toolgate`) translates both into these types.
 
+pub mod approvals;
 pub mod calls;
 pub mod child;
 pub mod dispatch;

@@ -50,6 +50,7 @@ pub struct Metrics {
     evictions: Tally,
     store_errors: Tally,
     spans_dropped: Tally,
+    approvals: Tally,
 }
 
 impl Default for Metrics {
@@ -173,6 +174,12 @@ impl Metrics {
                 None,
                 Some("toolgate.operation"),
             ),
+            approvals: counter(
+                "toolgate.approvals",
+                "Approvals that ended, by tool and how (approved, denied, remembered_approved, remembered_denied, expired, withdrawn)",
+                Some(TOOL),
+                Some("toolgate.approval"),
+            ),
             spans_dropped: counter(
                 "toolgate.telemetry.spans.dropped",
                 "Finished spans not exported, by reason (queue_full, export_failed)",
@@ -258,6 +265,12 @@ impl Metrics {
     /// The server closed a connection, for `reason`.
     pub fn connection_closed(&self, reason: &'static str) {
         self.connections_closed.add("", reason, 1);
+    }
+
+    /// An approval of a call of `tool` ended `how` (`approved`, `denied`, `remembered_approved`,
+    /// `remembered_denied`, `expired`, `withdrawn`).
+    pub fn approval(&self, tool: &str, how: &'static str) {
+        self.approvals.add(tool, how, 1);
     }
 
     /// A request was refused because `capacity` was full.

@@ -63,6 +63,9 @@ pub struct Invocation {
     pub deadline: Option<Instant>,
     /// What is left of the batch-wide output budget, if one is set.
     pub budget: Option<Arc<CharBudget>>,
+    /// The permission rule (its gate source, `permissions[<id>]`) whose ask a person approved
+    /// for this run: it lets the call through instead of asking.
+    pub approved: Option<Arc<str>>,
 }
 
 /// What a tool invocation produced.
@@ -97,6 +100,9 @@ pub struct Invoked {
     /// The output's content text, when the output cap (the outermost layer, so nothing changes
     /// the output after it) already wrote it to measure it.
     pub content: Option<String>,
+    /// A permission rule asked (its gate source and reason): refused for now, and put to a
+    /// person by the driver when the batch is interactive.
+    pub asked: Option<(Arc<str>, String)>,
 }
 
 impl Invoked {
@@ -109,6 +115,7 @@ impl Invoked {
             refused: false,
             client_deadline: false,
             content: None,
+            asked: None,
         }
     }
 

@@ -132,9 +132,31 @@ pub struct Session {
     stamp: AtomicU64,
     /// Ended or evicted while in use: the directory goes when the last batch releases it.
     ended: AtomicBool,
+    /// Approval answers given with `remember = SESSION`, by (tool, the hook or rule that
+    /// asked): `true` approved. At most `MAX_REMEMBERED_ANSWERS`.
+    answers: Mutex<HashMap<(String, String), bool>>,
 }
 
+/// Remembered approval answers per session (one per tool and asking rule: a handful).
+const MAX_REMEMBERED_ANSWERS: usize = 256;
+
 impl Session {
+    /// The remembered answer for asks by `source` about `tool`, if one was given.
+    pub fn remembered_answer(&self, tool: &str, source: &str) -> Option<bool> {
+        let answers = self.answers.lock();
+        answers.get(&(tool.to_owned(), source.to_owned())).copied()
+    }
+
+    /// Remembers an answer for later asks by `source` about `tool` in this session; past the
+    /// bound the new one replaces nothing and is not kept (the next ask asks again).
+    pub fn remember_answer(&self, tool: &str, source: &str, approve: bool) {
+        let mut answers = self.answers.lock();
+        let key = (tool.to_owned(), source.to_owned());
+        if answers.len() < MAX_REMEMBERED_ANSWERS || answers.contains_key(&key) {
+            answers.insert(key, approve);
+        }
+    }
+
     /// The scratch directory; a scratch tool makes it on first use, nothing else touches disk.
     pub fn scratch(&self) -> &ScratchDir {
         &self.scratch
@@ -613,6 +635,7 @@ impl Sessions {
             in_use: AtomicUsize::new(0),
             stamp: AtomicU64::new(0),
             ended: AtomicBool::new(false),
+            answers: Mutex::new(HashMap::new()),
         }
     }
 }

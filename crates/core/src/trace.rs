@@ -51,12 +51,17 @@ pub mod attr {
     pub(crate) const REMOTE: &str = "toolgate.remote.name";
     pub(crate) const TARGET: &str = "toolgate.tool.target";
 
-    /// Span events: hook verdicts, retries, loop warnings and stops, breaker changes.
+    /// Span events: hook verdicts, retries, loop warnings and stops, breaker changes, approvals.
     pub(crate) const EVENT_HOOK: &str = "toolgate.hook";
     pub(crate) const EVENT_RETRY: &str = "toolgate.retry";
     pub(crate) const EVENT_LOOP_WARNING: &str = "toolgate.loop.warning";
     pub(crate) const EVENT_LOOP_STOP: &str = "toolgate.loop.stop";
     pub(crate) const EVENT_BREAKER: &str = "toolgate.breaker";
+    pub(crate) const EVENT_APPROVAL: &str = "toolgate.approval";
+    pub(crate) const APPROVAL_ID: &str = "toolgate.approval.id";
+    pub(crate) const APPROVAL_DECISION: &str = "toolgate.approval.decision";
+    pub(crate) const APPROVAL_HOW: &str = "toolgate.approval.how";
+    pub(crate) const APPROVAL_BY: &str = "toolgate.approval.by";
     pub(crate) const HOOK: &str = "toolgate.hook.name";
     pub(crate) const VERDICT: &str = "toolgate.hook.verdict";
     pub(crate) const REASON: &str = "toolgate.reason";

@@ -181,6 +181,24 @@ impl Default for UnknownToolConfig {
     }
 }
 
+/// `[approvals]`: how long a call an ask paused (in a batch with interactive approvals) waits
+/// for a person.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ApprovalsConfig {
+    /// Unanswered this long, the call ends APPROVAL_TIMEOUT (never past the request's deadline).
+    #[serde(with = "duration")]
+    pub timeout: Duration,
+}
+
+impl Default for ApprovalsConfig {
+    fn default() -> Self {
+        ApprovalsConfig {
+            timeout: Duration::from_secs(300),
+        }
+    }
+}
+
 /// `[permissions]`: rules on who may run which tool; none by default.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]

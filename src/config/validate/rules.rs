@@ -157,6 +157,10 @@ pub(super) fn call_deadlines(c: &Config, p: &mut Problems) {
     );
 }
 
+pub(super) fn approvals(c: &Config, p: &mut Problems) {
+    p.longer_than_zero("approvals.timeout", c.approvals.timeout);
+}
+
 pub(super) fn sessions(c: &Config, p: &mut Problems) {
     p.at_least_one("sessions.max_sessions", c.sessions.max_sessions);
     p.longer_than_zero("sessions.idle_ttl", c.sessions.idle_ttl);

@@ -53,6 +53,9 @@ pub struct BatchOptions {
     /// Stop at the first failed call: the calls that ran keep their results, the rest are
     /// SKIPPED, and the batch ends FAILED_FAST.
     pub fail_fast: bool,
+    /// A call a hook or permission rule asks about waits for a person's answer
+    /// (`approvals.rs`) instead of being refused.
+    pub interactive_approvals: bool,
 }
 
 /// How the calls of a batch are scheduled.

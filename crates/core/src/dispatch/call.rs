@@ -5,6 +5,7 @@
 //! Invariant: every `tool_pre` is followed by exactly one `tool_post`, and the result carries the
 //! model's call id whatever the tool returned.
 
+mod approval;
 mod loops;
 mod run;
 mod steps;
@@ -27,7 +28,7 @@ use crate::session::Lease;
 use crate::tools::registry::Registered;
 use crate::tools::{CallMetadata, ErrorClass, ToolRegistry};
 use loops::LoopGuard;
-use steps::{Recovery, Step};
+use steps::{Recovery, Refusal, Step};
 
 /// What a call needs from its batch.
 pub(super) struct CallScope<'a> {
@@ -124,13 +125,18 @@ async fn attempt_once(
 
     // 2. Pre-tool hooks before anything else decides: a policy refusal must not touch the
     //    breaker, and a modified input is what detection and the tool see.
+    //    An ask waits here for a person (interactive batches), so what follows sees the input
+    //    as approved.
     let refusal = match step.pre_tool_hooks(input).await {
         Ok(Some(modified)) => {
             *input = Arc::new(modified);
             None
         }
         Ok(None) => None,
-        Err(message) => Some(message),
+        Err(Refusal::Refused(class, message)) => Some((class, message)),
+        Err(Refusal::Cancelled(message)) => {
+            return ControlFlow::Break(step.cancelled(message).await);
+        }
     };
 
     // 3. Loop pre-check, also for a refused call so hammering a blocked tool stops: refuses
@@ -139,8 +145,8 @@ async fn attempt_once(
     if let Some(stop) = guard.stop() {
         return ControlFlow::Break(step.loop_stopped(stop).await);
     }
-    if let Some(message) = refusal {
-        return ControlFlow::Break(step.refused(ErrorClass::Blocked, message, &guard).await);
+    if let Some((class, message)) = refusal {
+        return ControlFlow::Break(step.refused(class, message, &guard).await);
     }
 
     // 4. Breaker gate, keyed by the tool that runs (the same key health records under).
@@ -152,7 +158,10 @@ async fn attempt_once(
     // 5. Cancel-or-run, biased to cancel, through the middleware stack (deadline,
     //    permissions, validation, cache, redaction, output cap) around the tool itself;
     //    6. the result is stamped with the model's id, whatever the tool or a layer put there.
-    let (mut result, retryable) = step.run(input, &guard.input, metadata).await;
+    let (mut result, retryable, edited) = step.run(input, &guard.input, metadata).await;
+    if let Some(edited) = edited {
+        *input = edited;
+    }
     if let Some(cancelled) = step.settle_cancelled(&mut result, &mut admitted).await {
         return ControlFlow::Break(cancelled);
     }

@@ -78,6 +78,10 @@ pub enum Event {
         total: Option<f64>,
         message: String,
     },
+    /// A call waits for a person's answer (interactive approvals).
+    ApprovalRequested(crate::approvals::Approval),
+    /// A call's approval ended: answered, answered by a remembered decision, or expired.
+    ApprovalResolved(crate::approvals::Ended),
     /// A tool's breaker changed state because of this call's attempt.
     BreakerChanged {
         id: String,

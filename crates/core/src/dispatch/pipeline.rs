@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use crate::approvals::Approvals;
 use crate::metrics::Metrics;
 use crate::middleware::{self, MiddlewareConfig, Redactor, ToolService};
 use crate::safety::health::Health;
@@ -33,6 +34,8 @@ pub struct Pipeline {
     pub metrics: Arc<Metrics>,
     /// Where batches and attempts are traced (ids only when tracing is off).
     pub tracer: Tracer,
+    /// Where a call an ask paused waits for a person, in a batch with interactive approvals.
+    pub approvals: Approvals,
 }
 
 impl Pipeline {
@@ -56,6 +59,7 @@ impl Pipeline {
             max_error_chars: 2000,
             metrics: Arc::default(),
             tracer: Tracer::off(),
+            approvals: Approvals::default(),
         }
     }
 }

@@ -162,6 +162,25 @@ pub(super) fn retry(span: &Span, delay: std::time::Duration, reason: &str) {
     });
 }
 
+/// An approval of this call ended (answered, remembered, expired or withdrawn).
+pub(super) fn approval(
+    span: &Span,
+    ended: &crate::approvals::Ended,
+    decision: &'static str,
+    how: &'static str,
+) {
+    span.event(attr::EVENT_APPROVAL, || {
+        vec![
+            KeyValue::new(attr::APPROVAL_ID, ended.approval_id.clone()),
+            KeyValue::new(attr::HOOK, ended.source.clone()),
+            KeyValue::new(attr::APPROVAL_DECISION, decision),
+            KeyValue::new(attr::APPROVAL_HOW, how),
+            KeyValue::new(attr::APPROVAL_BY, ended.by.clone()),
+            KeyValue::new(attr::REASON, ended.reason.clone()),
+        ]
+    });
+}
+
 /// A loop warning (`stop` false) or the stop that refused this call.
 pub(super) fn loop_detected(span: &Span, stop: bool, pattern: &str, repeats: u32) {
     let name = if stop {

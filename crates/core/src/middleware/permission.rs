@@ -1,6 +1,8 @@
 //! Permissions: allow / deny / ask rules by tool pattern and, optionally, by the caller's
 //! identity, tenant or role; the first matching rule decides and its decision becomes a
-//! `gate_decision` naming the rule. Requests cannot be asked, so `ask` denies with the prompt.
+//! `gate_decision` naming the rule. An `ask` refuses the call and says so (`Invoked::asked`): the
+//! driver puts it to a person in an interactive batch and runs the call again with the rule
+//! approved (`Invocation::approved`), or refuses it for good.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -64,7 +66,7 @@ impl PermissionRule {
 
 /// Each rule with the gate-decision source it is recorded under (`permissions[<id>]`), written
 /// once rather than per call.
-type Rules = Vec<(PermissionRule, String)>;
+type Rules = Vec<(PermissionRule, Arc<str>)>;
 
 /// Applies `Permission`.
 #[derive(Debug, Clone)]
@@ -84,7 +86,7 @@ impl PermissionLayer {
         let rules = rules
             .into_iter()
             .map(|rule| {
-                let source = format!("permissions[{}]", rule.id);
+                let source: Arc<str> = format!("permissions[{}]", rule.id).into();
                 (rule, source)
             })
             .collect();
@@ -129,7 +131,7 @@ where
         let refuse = |decision: Decision, text: String| {
             let mut invoked = Invoked::refused(ErrorClass::PermissionDenied, text);
             invoked.gates.push(GateRecord {
-                source: source.clone(),
+                source: source.to_string(),
                 decision,
                 reason: rule.reason.clone(),
             });
@@ -141,20 +143,26 @@ where
                 let invoked = refuse(Decision::Block(rule.reason.clone()), text);
                 answered(invoked)
             }
-            PermissionVerdict::Ask => {
+            PermissionVerdict::Ask if inv.approved.as_deref() != Some(&**source) => {
                 let text = format!(
                     "Permission denied for tool '{}': approval required ({}) but the request cannot ask anyone",
                     inv.tool, rule.reason
                 );
-                let invoked = refuse(Decision::Ask(rule.reason.clone()), text);
+                let mut invoked = refuse(Decision::Ask(rule.reason.clone()), text);
+                invoked.asked = Some((source.clone(), rule.reason.clone()));
                 answered(invoked)
             }
-            PermissionVerdict::Allow => {
+            // Allowed, or asked and approved by a person for this run.
+            PermissionVerdict::Allow | PermissionVerdict::Ask => {
                 let running = self.inner.call(inv);
+                let reason = match rule.verdict {
+                    PermissionVerdict::Ask => format!("approved: {}", rule.reason),
+                    _ => rule.reason.clone(),
+                };
                 let record = GateRecord {
-                    source: source.clone(),
+                    source: source.to_string(),
                     decision: Decision::Allow,
-                    reason: rule.reason.clone(),
+                    reason,
                 };
                 Either::Right(Box::pin(async move {
                     let Ok(mut invoked) = running.await;

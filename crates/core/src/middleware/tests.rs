@@ -19,6 +19,7 @@ fn invocation(tool: &str, input: Value) -> Invocation {
         requested_timeout: None,
         deadline: None,
         budget: None,
+        approved: None,
     }
 }
 

@@ -1,6 +1,8 @@
 //! Pre- and post-tool hooks: an ordered set, each hook limited to tools matching its glob.
 //! Pre-tool: hooks are asked in order; Allow continues, Modify replaces the input and continues,
-//! and the first Block or Ask ends the evaluation (the call does not run). Every decision is
+//! the first Block ends the evaluation (the call does not run), and the first Ask pauses it: the
+//! driver asks a person (or refuses, when the batch is not interactive) and resumes after the
+//! asking hook. Every decision is
 //! kept so the driver can emit one `gate_decision` per hook. Post-tool hooks are notified after
 //! every executed attempt.
 
@@ -84,6 +86,19 @@ pub enum Gate {
     Proceed(Option<Value>),
     /// Do not run; the text is the soft error the model reads.
     Refuse(String),
+    /// A hook wants a person to confirm: `source` asked with `message`, about the input as
+    /// modified so far (`None`: as given). Evaluation resumes at hook `resume`.
+    Ask {
+        source: String,
+        message: String,
+        modified: Option<Value>,
+        resume: usize,
+    },
+}
+
+/// What the model reads when a hook or rule asks and the batch cannot ask anyone.
+pub fn not_interactive(message: &str) -> String {
+    format!("Hook requested confirmation ({message}) but the session is not interactive")
 }
 
 /// A hook. Implementations bound their own time (they have a timeout) and never panic.
@@ -115,9 +130,19 @@ impl Hooks {
 
     /// Asks the applicable hooks in order; the first Block or Ask wins.
     pub async fn pre_tool_use(&self, call: &PreToolUse<'_>) -> (Gate, Vec<GateRecord>) {
+        self.pre_tool_use_from(call, 0).await
+    }
+
+    /// `pre_tool_use` from hook `start` on (after an approved Ask, `Gate::Ask::resume`).
+    pub async fn pre_tool_use_from(
+        &self,
+        call: &PreToolUse<'_>,
+        start: usize,
+    ) -> (Gate, Vec<GateRecord>) {
         let mut modified: Option<Value> = None;
         let mut records = Vec::new();
-        for hook in self.hooks.iter().filter(|h| h.applies_to(call.tool)) {
+        let remaining = self.hooks.iter().enumerate().skip(start);
+        for (at, hook) in remaining.filter(|(_, h)| h.applies_to(call.tool)) {
             let asked = PreToolUse {
                 input: modified.as_ref().unwrap_or(call.input),
                 ..call.clone()
@@ -133,10 +158,13 @@ impl Hooks {
                 Decision::Modify(next) => modified = Some(next),
                 Decision::Block(reason) => return (Gate::Refuse(reason), records),
                 Decision::Ask(message) => {
-                    let text = format!(
-                        "Hook requested confirmation ({message}) but the session is not interactive"
-                    );
-                    return (Gate::Refuse(text), records);
+                    let ask = Gate::Ask {
+                        source: hook.name().to_owned(),
+                        message,
+                        modified,
+                        resume: at + 1,
+                    };
+                    return (ask, records);
                 }
             }
         }
@@ -205,16 +233,25 @@ mod tests {
         let sources: Vec<&str> = records.iter().map(|r| r.source.as_str()).collect();
         assert_eq!(sources, ["a", "b"]);
         let set = hooks(vec![
+            Fixed("m", Decision::Modify(json!({"a": 2}))),
             Fixed("c", Decision::Ask("sure?".into())),
             Fixed("b", Decision::Block("no".into())),
         ]);
         let (gate, _) = set.pre_tool_use(&call("t")).await;
+        let ask = Gate::Ask {
+            source: "c".into(),
+            message: "sure?".into(),
+            modified: Some(json!({"a": 2})),
+            resume: 2,
+        };
         assert_eq!(
-            gate,
-            Gate::Refuse(
-                "Hook requested confirmation (sure?) but the session is not interactive".into()
-            )
+            gate, ask,
+            "paused at the asking hook, with the input as modified so far"
         );
+        // Resumed after it (once a person approved), the later hooks still decide.
+        let (gate, records) = set.pre_tool_use_from(&call("t"), 2).await;
+        assert_eq!(gate, Gate::Refuse("no".into()));
+        assert_eq!(records.len(), 1);
     }
 
     #[tokio::test]

@@ -25,6 +25,10 @@ pub enum ErrorClass {
     LoopStopped,
     Skipped,
     Quarantined,
+    /// A person denied the call when asked.
+    ApprovalDenied,
+    /// Nobody answered the call's approval in time.
+    ApprovalTimeout,
 }
 
 impl ErrorClass {
@@ -47,6 +51,8 @@ impl ErrorClass {
             ErrorClass::LoopStopped => "LOOP_STOPPED",
             ErrorClass::Skipped => "SKIPPED",
             ErrorClass::Quarantined => "QUARANTINED",
+            ErrorClass::ApprovalDenied => "APPROVAL_DENIED",
+            ErrorClass::ApprovalTimeout => "APPROVAL_TIMEOUT",
         }
     }
 }

@@ -7,7 +7,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 use tower::ServiceExt;
 
-use super::steps::Step;
+use super::steps::{Refusal, Step};
 use crate::dispatch::events::Event;
 use crate::dispatch::result::CallResult;
 use crate::middleware::{Invocation, Invoked, Reply};
@@ -15,23 +15,54 @@ use crate::tools::{CallMetadata, ErrorClass, Progress, ToolContext};
 
 impl Step<'_> {
     /// Steps 5 and 6: runs the middleware stack raced against the batch's cancel, and stamps the
-    /// result with the model's id. Also says whether the failure is one the tool called
-    /// retryable.
+    /// result with the model's id. A permission rule's ask is put to a person (interactive
+    /// batches) and, approved, the stack runs again with the rule approved, and with the
+    /// arguments as the person edited them (returned, so the later steps see them). Also says
+    /// whether the failure is one the tool called retryable.
     pub(super) async fn run(
         &self,
         input: &Arc<Value>,
         canonical: &Arc<str>,
         metadata: &Arc<CallMetadata>,
-    ) -> (CallResult, bool) {
+    ) -> (CallResult, bool, Option<Arc<Value>>) {
         let p = self.scope.pipeline;
         crate::dispatch::spans::arguments(&self.span, &p.tracer, &p.redactor, canonical);
-        let started = Instant::now();
-        let invoked = self.run_once(input, canonical, metadata).await;
-        let duration = started.elapsed();
-        if let Some(invoked) = &invoked {
+        let mut edited: Option<Arc<Value>> = None;
+        let mut approved: Option<Arc<str>> = None;
+        let (invoked, duration) = loop {
+            let running = edited.as_ref().unwrap_or(input);
+            // The cache keys on the canonical input: an edited one has none built yet.
+            let canonical = edited.is_none().then_some(canonical);
+            let started = Instant::now();
+            let invoked = self
+                .run_once(running, canonical, metadata, approved.clone())
+                .await;
+            let duration = started.elapsed();
+            let Some(invoked) = invoked else {
+                break (None, duration);
+            };
             self.count_gates(&invoked.gates);
-            self.gate_events(&invoked.gates, input).await;
-        }
+            self.gate_events(&invoked.gates, running).await;
+            let ask = match &invoked.asked {
+                Some(ask) if approved.is_none() && self.scope.options.interactive_approvals => {
+                    ask.clone()
+                }
+                _ => break (Some(invoked), duration),
+            };
+            let (source, reason) = ask;
+            match self.ask_person(&source, &reason, running).await {
+                Ok(change) => {
+                    if let Some(change) = change {
+                        edited = Some(Arc::new(change));
+                    }
+                    approved = Some(source);
+                }
+                Err(Refusal::Refused(class, message)) => {
+                    break (Some(Invoked::refused(class, message)), duration);
+                }
+                Err(Refusal::Cancelled(_)) => break (None, duration),
+            }
+        };
         let retryable = matches!(
             &invoked,
             Some(Invoked {
@@ -48,7 +79,7 @@ impl Step<'_> {
         // A layer's refusal is not an execution of the tool.
         result.set_executions(self.attempt - u32::from(refused));
         result.duration = duration;
-        (result, retryable)
+        (result, retryable, edited)
     }
 
     /// The middleware stack, raced against the batch's cancel (checked first). `None` means
@@ -56,8 +87,9 @@ impl Step<'_> {
     async fn run_once(
         &self,
         input: &Arc<Value>,
-        canonical: &Arc<str>,
+        canonical: Option<&Arc<str>>,
         metadata: &Arc<CallMetadata>,
+        approved: Option<Arc<str>>,
     ) -> Option<Invoked> {
         let scope = self.scope;
         // Progress reports travel to the observer while the tool runs; no channel when nobody
@@ -86,12 +118,13 @@ impl Step<'_> {
         let invocation = Invocation {
             tool: self.tool.to_owned(),
             input: input.clone(),
-            canonical: Some(canonical.clone()),
+            canonical: canonical.cloned(),
             ctx,
             turn: scope.turn,
             requested_timeout: scope.options.call_timeout,
             deadline: scope.options.deadline,
             budget: scope.budget.clone(),
+            approved,
         };
         let running = scope.pipeline.service.clone().oneshot(invocation);
         tokio::pin!(running);

@@ -43,6 +43,14 @@ pub(super) struct Admitted<'a> {
     probe: bool,
 }
 
+/// Why a call does not run, found before it would (a hook's block, an ask refused or denied).
+pub(super) enum Refusal {
+    /// Answered with this class and the text the model reads.
+    Refused(ErrorClass, String),
+    /// The batch was cancelled while the call waited for approval: it ends the batch.
+    Cancelled(String),
+}
+
 /// What recovery decided after a failed attempt.
 pub(super) enum Recovery {
     /// The call is answered (and maybe the batch ends).
@@ -75,29 +83,49 @@ impl Step<'_> {
         }
     }
 
-    /// Step 2: asks the pre-tool hooks. `Ok(Some)` is a modified input, `Ok(None)` the input
-    /// as given, `Err` the refusal the model reads.
-    pub(super) async fn pre_tool_hooks(&self, input: &Value) -> Result<Option<Value>, String> {
+    /// Step 2: asks the pre-tool hooks; a hook's ask is put to a person (interactive batches)
+    /// and, approved, the hooks after it go on with the input as approved. `Ok(Some)` is a
+    /// modified input, `Ok(None)` the input as given, `Err` the refusal.
+    pub(super) async fn pre_tool_hooks(&self, input: &Value) -> Result<Option<Value>, Refusal> {
         let p = self.scope.pipeline;
-        let asked = PreToolUse {
-            session_id: self.scope.session.id(),
-            call_id: &self.call.id,
-            index: self.call.index,
-            tool: self.tool,
-            input,
-            attempt: self.attempt,
-        };
-        let (gate, mut records) = p.hooks.pre_tool_use(&asked).await;
-        self.count_gates(&records);
-        if self.wants_events() {
-            for record in &mut records {
-                record.reason = p.redactor.redact(&record.reason).into_owned();
+        let mut current: Option<Value> = None;
+        let mut start = 0;
+        loop {
+            let seen = current.as_ref().unwrap_or(input);
+            let asked = PreToolUse {
+                session_id: self.scope.session.id(),
+                call_id: &self.call.id,
+                index: self.call.index,
+                tool: self.tool,
+                input: seen,
+                attempt: self.attempt,
+            };
+            let (gate, mut records) = p.hooks.pre_tool_use_from(&asked, start).await;
+            self.count_gates(&records);
+            if self.wants_events() {
+                for record in &mut records {
+                    record.reason = p.redactor.redact(&record.reason).into_owned();
+                }
+                self.gate_events(&records, seen).await;
             }
-            self.gate_events(&records, input).await;
-        }
-        match gate {
-            Gate::Proceed(modified) => Ok(modified),
-            Gate::Refuse(message) => Err(message),
+            match gate {
+                Gate::Proceed(modified) => return Ok(modified.or(current)),
+                Gate::Refuse(message) => {
+                    return Err(Refusal::Refused(ErrorClass::Blocked, message));
+                }
+                Gate::Ask {
+                    source,
+                    message,
+                    modified,
+                    resume,
+                } => {
+                    let asked_about = modified.or(current);
+                    let about = asked_about.as_ref().unwrap_or(input);
+                    let approved = self.ask_person(&source, &message, about).await?;
+                    current = approved.or(asked_about);
+                    start = resume;
+                }
+            }
         }
     }
 
@@ -164,6 +192,19 @@ impl Step<'_> {
         Answered {
             result,
             hard: Some((Outcome::LoopDetected, stop.reason())),
+        }
+    }
+
+    /// The batch was cancelled before the call ran (while it waited for approval): it ends
+    /// the batch, as a cancel while running does.
+    pub(super) async fn cancelled(&self, message: String) -> Answered {
+        let mut result =
+            CallResult::failed(self.call, self.tool, ErrorClass::Cancelled, message, None);
+        result.set_executions(self.attempt - 1);
+        self.post(&result).await;
+        Answered {
+            result,
+            hard: Some((Outcome::Cancelled, self.scope.cancel.reason())),
         }
     }
 

@@ -1,0 +1,163 @@
+//! The registry's rules: who sees and answers an approval, once; expiry and withdrawal.
+
+use super::*;
+use crate::identity::Caller;
+use serde_json::json;
+
+fn caller(id: &str, tenant: &str, roles: &[Role]) -> Arc<Caller> {
+    Arc::new(Caller {
+        id: id.to_owned(),
+        tenant: tenant.to_owned(),
+        roles: roles.to_vec(),
+        method: Method::Token,
+    })
+}
+
+fn request(from: &Arc<Caller>, session: &str, wait: Duration) -> Request {
+    Request {
+        caller: from.clone(),
+        session_id: session.to_owned(),
+        index: 0,
+        call_id: "c1".to_owned(),
+        tool: "write_file".to_owned(),
+        arguments: json!({"path": "/etc/x"}),
+        reason: "writes outside the workspace".to_owned(),
+        source: "rules[0]".to_owned(),
+        until: Instant::now() + wait,
+    }
+}
+
+fn answer(approve: bool, by: &str) -> Answer {
+    Answer {
+        approve,
+        by: by.to_owned(),
+        reason: "ok".to_owned(),
+        updated_arguments: None,
+        remember: Remember::Once,
+    }
+}
+
+#[tokio::test]
+async fn the_sender_answers_once_and_the_waiter_gets_the_answer() {
+    let approvals = Approvals::default();
+    let agent = caller("bot", "acme", &[Role::Agent]);
+    let mut updates = approvals.subscribe();
+    let mut ticket = approvals
+        .open(&request(&agent, "s1", Duration::from_secs(60)))
+        .unwrap();
+    let id = ticket.approval().id.clone();
+    assert_eq!(id.len(), 32);
+    assert!(matches!(updates.recv().await.unwrap(), Update::Requested(a) if a.id == id));
+    assert_eq!(approvals.list(&agent, None).len(), 1);
+    assert_eq!(approvals.list(&agent, Some("other")).len(), 0);
+
+    let answered = approvals.resolve(&agent, &id, answer(true, "bot")).unwrap();
+    assert_eq!(answered.tool, "write_file");
+    assert!(matches!(ticket.wait().await, Waited::Answered(a) if a.approve));
+    assert_eq!(
+        approvals.resolve(&agent, &id, answer(false, "bot")),
+        Err(ResolveError::AlreadyAnswered(id.clone()))
+    );
+    let Update::Ended(ended) = updates.recv().await.unwrap() else {
+        panic!("an end")
+    };
+    assert_eq!((ended.how, ended.approved), (How::Answered, Some(true)));
+    assert!(approvals.list(&agent, None).is_empty());
+}
+
+#[tokio::test]
+async fn who_may_see_and_answer() {
+    let approvals = Approvals::default();
+    let agent = caller("bot", "acme", &[Role::Agent]);
+    let ticket = approvals
+        .open(&request(&agent, "s1", Duration::from_secs(60)))
+        .unwrap();
+    let id = ticket.approval().id.clone();
+    let peer = caller("other-bot", "acme", &[Role::Agent]);
+    let approver = caller("alice", "acme", &[Role::Approver]);
+    let admin = caller("root", "acme", &[Role::Admin]);
+    let stranger = caller("eve", "globex", &[Role::Approver, Role::Admin]);
+    // The same name through another kind of credential is another identity.
+    let mut jwt = (*agent).clone();
+    jwt.method = Method::Jwt;
+
+    for nobody in [&peer, &Arc::new(jwt)] {
+        assert!(approvals.list(nobody, None).is_empty());
+        assert_eq!(
+            approvals.resolve(nobody, &id, answer(true, "x")),
+            Err(ResolveError::NotAllowed(id.clone()))
+        );
+    }
+    assert!(approvals.list(&stranger, None).is_empty());
+    assert_eq!(
+        approvals.resolve(&stranger, &id, answer(true, "eve")),
+        Err(ResolveError::NotFound(id.clone()))
+    );
+    assert!(!Update::Requested(ticket.approval().clone()).visible_to(&stranger));
+    for allowed in [&approver, &admin] {
+        assert_eq!(approvals.list(allowed, None).len(), 1);
+        assert!(Update::Requested(ticket.approval().clone()).visible_to(allowed));
+    }
+    assert!(
+        approvals
+            .resolve(&approver, &id, answer(false, "alice"))
+            .is_ok()
+    );
+    assert_eq!(
+        approvals.resolve(&admin, "0123", answer(true, "root")),
+        Err(ResolveError::NotFound("0123".to_owned()))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unanswered_approval_expires_and_is_then_not_found() {
+    let approvals = Approvals::default();
+    let agent = caller("bot", "acme", &[Role::Agent]);
+    let mut ticket = approvals
+        .open(&request(&agent, "s1", Duration::from_secs(5)))
+        .unwrap();
+    let id = ticket.approval().id.clone();
+    let mut updates = approvals.subscribe();
+    assert!(matches!(ticket.wait().await, Waited::Expired));
+    assert_eq!(
+        approvals.resolve(&agent, &id, answer(true, "bot")),
+        Err(ResolveError::NotFound(id.clone()))
+    );
+    assert!(matches!(updates.recv().await.unwrap(), Update::Ended(e) if e.how == How::Expired));
+    drop(ticket);
+    assert!(updates.try_recv().is_err(), "announced once");
+}
+
+#[tokio::test]
+async fn a_dropped_ticket_withdraws_its_approval() {
+    let approvals = Approvals::default();
+    let agent = caller("bot", "acme", &[Role::Agent]);
+    let ticket = approvals
+        .open(&request(&agent, "s1", Duration::from_secs(60)))
+        .unwrap();
+    let id = ticket.approval().id.clone();
+    let mut updates = approvals.subscribe();
+    drop(ticket);
+    assert_eq!(approvals.pending(), 0);
+    assert!(matches!(updates.recv().await.unwrap(), Update::Ended(e) if e.how == How::Withdrawn));
+    assert_eq!(
+        approvals.resolve(&agent, &id, answer(true, "bot")),
+        Err(ResolveError::NotFound(id))
+    );
+}
+
+#[test]
+fn answered_ids_are_bounded() {
+    let mut state = State::default();
+    let start = Instant::now();
+    for i in 0..MAX_ANSWERED + 10 {
+        state.note_answered(i.to_string(), start);
+    }
+    assert_eq!(state.answered.len(), MAX_ANSWERED);
+    assert_eq!(state.answered_ids.len(), MAX_ANSWERED);
+    state.note_answered(
+        "late".to_owned(),
+        start + ANSWERED_KEPT + Duration::from_secs(1),
+    );
+    assert_eq!(state.answered.len(), 1);
+}

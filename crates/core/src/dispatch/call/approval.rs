@@ -1,0 +1,192 @@
+//! An ask, answered: in a batch with interactive approvals, a call that a hook (step 2) or a
+//! permission rule (step 5) asked about waits here for a person's answer, or a remembered one;
+//! each outcome is an event, an audit line, a span event and a metric.
+
+use serde_json::Value;
+use tokio::time::Instant;
+
+use super::steps::{Refusal, Step};
+use crate::approvals::{Answer, Ended, How, Remember, Request, Waited};
+use crate::dispatch::events::Event;
+use crate::dispatch::spans;
+use crate::json;
+use crate::tools::ErrorClass;
+
+impl Step<'_> {
+    /// Asks a person whether the call may run, as `source` wanted (`reason`), about `input`.
+    /// `Ok(Some)`: approved with edited arguments; `Ok(None)`: approved as is; `Err`: the
+    /// refusal (denied, expired, or the batch was cancelled while it waited).
+    pub(super) async fn ask_person(
+        &self,
+        source: &str,
+        reason: &str,
+        input: &Value,
+    ) -> Result<Option<Value>, Refusal> {
+        let (scope, tool) = (self.scope, self.tool);
+        let p = scope.pipeline;
+        if !scope.options.interactive_approvals {
+            return Err(Refusal::Refused(
+                ErrorClass::Blocked,
+                crate::safety::hooks::not_interactive(reason),
+            ));
+        }
+        let mut arguments = input.clone();
+        p.redactor.redact_value(&mut arguments);
+        let request = Request {
+            caller: scope.caller.clone(),
+            session_id: scope.session.id().to_owned(),
+            index: self.call.index,
+            call_id: self.call.id.clone(),
+            tool: tool.to_owned(),
+            arguments,
+            reason: json::truncate_chars(reason, p.preview_chars),
+            source: source.to_owned(),
+            until: self.approval_deadline(),
+        };
+        if let Some(approve) = scope.session.session().remembered_answer(tool, source) {
+            let ended = Ended::remembered(&request, approve);
+            self.approval_ended(&ended).await;
+            p.approvals.announce(ended);
+            return match approve {
+                true => Ok(None),
+                false => Err(denied(tool, "an earlier answer for this session")),
+            };
+        }
+        let mut ticket = p.approvals.open(&request).map_err(|e| {
+            Refusal::Refused(
+                ErrorClass::Blocked,
+                format!("tool '{tool}' needs approval, and none could be asked for: {e}"),
+            )
+        })?;
+        self.emit(Event::ApprovalRequested(ticket.approval().clone()))
+            .await;
+        tracing::info!(target: "toolgate::approvals", approval = %ticket.approval().id, session = %request.session_id, call = %self.call.id, tool, source, "a call waits for approval");
+        let waited = tokio::select! {
+            biased;
+            () = scope.cancel.cancelled() => None,
+            waited = ticket.wait() => Some(waited),
+        };
+        let approval = ticket.approval().clone();
+        // Dropped unanswered (the batch was cancelled): withdrawn, and announced as such.
+        drop(ticket);
+        match waited {
+            None => {
+                let ended = Ended::of_pending(&approval, How::Withdrawn, None);
+                self.approval_ended(&ended).await;
+                Err(Refusal::Cancelled(format!(
+                    "tool '{tool}' was cancelled while it waited for approval: {}",
+                    scope.cancel.reason()
+                )))
+            }
+            Some(Waited::Expired) => {
+                let ended = Ended::of_pending(&approval, How::Expired, None);
+                self.approval_ended(&ended).await;
+                let waited = crate::duration::readable(p.approvals.timeout());
+                let text = match scope.options.deadline {
+                    Some(deadline) if deadline <= Instant::now() => format!(
+                        "Nobody approved the call to tool '{tool}' before the request's deadline; it did not run"
+                    ),
+                    _ => format!(
+                        "Nobody approved the call to tool '{tool}' within {waited}; it did not run"
+                    ),
+                };
+                Err(Refusal::Refused(ErrorClass::ApprovalTimeout, text))
+            }
+            Some(Waited::Answered(answer)) => {
+                let ended = Ended::of_pending(&approval, How::Answered, Some(&answer));
+                self.approval_ended(&ended).await;
+                let Answer {
+                    approve,
+                    reason,
+                    updated_arguments,
+                    remember,
+                    ..
+                } = answer;
+                if remember == Remember::Session {
+                    let session = scope.session.session();
+                    session.remember_answer(tool, source, approve);
+                }
+                if approve {
+                    Ok(updated_arguments.filter(Value::is_object))
+                } else {
+                    let why = if reason.is_empty() {
+                        "no reason given".to_owned()
+                    } else {
+                        reason
+                    };
+                    Err(denied(tool, &why))
+                }
+            }
+        }
+    }
+
+    /// When an approval of this call expires: `[approvals] timeout` from now, never past the
+    /// request's deadline.
+    fn approval_deadline(&self) -> Instant {
+        let until = Instant::now() + self.scope.pipeline.approvals.timeout();
+        match self.scope.options.deadline {
+            Some(deadline) => until.min(deadline),
+            None => until,
+        }
+    }
+
+    /// The end of an approval: its event, audit line, span event and metric.
+    async fn approval_ended(&self, ended: &Ended) {
+        let p = self.scope.pipeline;
+        let decision = match ended.approved {
+            Some(true) => "approve",
+            Some(false) => "deny",
+            None => "none",
+        };
+        let how = how_name(ended.how);
+        p.metrics.approval(self.tool, outcome_name(ended));
+        spans::approval(&self.span, ended, decision, how);
+        tracing::info!(
+            target: "toolgate::audit",
+            action = "approval",
+            approval = ended.approval_id.as_str(),
+            tenant = ended.tenant.as_str(),
+            session = ended.session_id.as_str(),
+            call = ended.call_id.as_str(),
+            tool = ended.tool.as_str(),
+            source = ended.source.as_str(),
+            decision,
+            how,
+            by = ended.by.as_str(),
+            reason = ended.reason.as_str(),
+            arguments_updated = ended.arguments_updated,
+            "approval ended"
+        );
+        self.emit(Event::ApprovalResolved(ended.clone())).await;
+    }
+}
+
+/// What the model reads when a person denied the call.
+fn denied(tool: &str, why: &str) -> Refusal {
+    Refusal::Refused(
+        ErrorClass::ApprovalDenied,
+        format!("A person denied the call to tool '{tool}': {why}"),
+    )
+}
+
+/// How an approval ended, as its metric names it.
+fn outcome_name(ended: &Ended) -> &'static str {
+    match (ended.how, ended.approved) {
+        (How::Answered, Some(true)) => "approved",
+        (How::Answered, _) => "denied",
+        (How::Remembered, Some(true)) => "remembered_approved",
+        (How::Remembered, _) => "remembered_denied",
+        (How::Expired, _) => "expired",
+        (How::Withdrawn, _) => "withdrawn",
+    }
+}
+
+/// `How` as logs name it.
+pub(crate) fn how_name(how: How) -> &'static str {
+    match how {
+        How::Answered => "answered",
+        How::Remembered => "remembered",
+        How::Expired => "expired",
+        How::Withdrawn => "withdrawn",
+    }
+}

@@ -1,0 +1,335 @@
+//! Interactive approvals through the port: a call a hook or permission rule asks about waits for
+//! a second client's ResolveApproval; approve, edit, deny, expire, remember, and the client
+//! leaving. (The Python and CLI end-to-end runs are `tests/approvals/`, from `peers.rs`.)
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::json;
+use toolgate::config::Config;
+use toolgate_proto::pb;
+use toolgate_proto::pb::dispatch_event::Event;
+use toolgate_proto::pb::resolve_approval_request::{Decision, Remember};
+
+use crate::support::*;
+
+const CONFIG: &str = r#"
+[approvals]
+timeout = "3s"
+[[hooks.rules]]
+id = "risky"
+tools = "echo"
+action = "ask"
+reason = "risky echo"
+[[hooks.rules.when]]
+pointer = "/q"
+regex = "^risky"
+[[permissions.rules]]
+id = "clock"
+tools = "now"
+decision = "ask"
+reason = "reading the clock needs a human"
+"#;
+
+async fn server() -> TestServer {
+    start_with(Config::from_toml(CONFIG).unwrap()).await
+}
+
+fn interactive(
+    session: &str,
+    calls: serde_json::Value,
+    parallel: bool,
+) -> pb::DispatchBatchRequest {
+    let mut req = request(calls);
+    req.session_id = session.into();
+    let mut options = pb::DispatchOptions {
+        interactive_approvals: true,
+        ..Default::default()
+    };
+    if parallel {
+        options.mode = pb::dispatch_options::Mode::Parallel as i32;
+    }
+    req.options = Some(options);
+    req
+}
+
+/// Runs `req` as a stream; returns the receiver of its events and the task's result.
+fn spawn_batch(
+    ts: &TestServer,
+    req: pb::DispatchBatchRequest,
+) -> (
+    tokio::sync::mpsc::UnboundedReceiver<Event>,
+    tokio::task::JoinHandle<pb::BatchResult>,
+) {
+    let mut client = ts.client.clone();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let task = tokio::spawn(async move {
+        let mut stream = client.dispatch_batch(req).await.unwrap().into_inner();
+        while let Some(message) = stream.next().await {
+            match message.unwrap().event.unwrap() {
+                Event::Result(result) => return result,
+                other => {
+                    let _ = tx.send(other);
+                }
+            }
+        }
+        panic!("no result")
+    });
+    (rx, task)
+}
+
+async fn next_request(events: &mut tokio::sync::mpsc::UnboundedReceiver<Event>) -> pb::Approval {
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), events.recv()).await {
+            Ok(Some(Event::ApprovalRequested(approval))) => return approval,
+            Ok(Some(_)) => continue,
+            other => panic!("no approval requested: {other:?}"),
+        }
+    }
+}
+
+async fn resolve(
+    ts: &TestServer,
+    id: &str,
+    decision: Decision,
+    reason: &str,
+) -> Result<pb::ResolveApprovalResponse, tonic::Status> {
+    let req = pb::ResolveApprovalRequest {
+        approval_id: id.into(),
+        decision: decision as i32,
+        reason: reason.into(),
+        ..Default::default()
+    };
+    Ok(ts.client.clone().resolve_approval(req).await?.into_inner())
+}
+
+#[tokio::test]
+async fn a_hook_ask_waits_for_an_approval_and_then_runs() {
+    let ts = server().await;
+    let calls = json!([{"id": "c1", "name": "echo", "arguments": {"q": "risky stuff"}}]);
+    let (mut events, task) = spawn_batch(&ts, interactive("s1", calls, false));
+    let approval = next_request(&mut events).await;
+    assert_eq!(approval.approval_id.len(), 32);
+    assert_eq!(
+        (approval.id.as_str(), approval.tool.as_str()),
+        ("c1", "echo")
+    );
+    assert_eq!(
+        approval.source, "risky",
+        "the hook, as gate decisions name it"
+    );
+    assert_eq!(approval.reason, "risky echo");
+    assert_eq!(json_of(&approval.arguments), json!({"q": "risky stuff"}));
+    assert!(approval.expires_at.is_some());
+    let listed = ts
+        .client
+        .clone()
+        .list_approvals(pb::ListApprovalsRequest::default())
+        .await;
+    assert_eq!(
+        listed.unwrap().into_inner().approvals,
+        std::slice::from_ref(&approval)
+    );
+
+    resolve(&ts, &approval.approval_id, Decision::Approve, "fine")
+        .await
+        .unwrap();
+    let result = task.await.unwrap();
+    assert!(result.results[0].success, "{:?}", result.results[0]);
+    assert_eq!(result.results[0].content, r#"{"q":"risky stuff"}"#);
+    // Answered once: a second answer is refused, and nothing is pending.
+    let twice = resolve(&ts, &approval.approval_id, Decision::Deny, "").await;
+    assert_eq!(twice.unwrap_err().code(), tonic::Code::FailedPrecondition);
+    let unknown = resolve(&ts, "00000000000000000000000000000000", Decision::Deny, "").await;
+    assert_eq!(unknown.unwrap_err().code(), tonic::Code::NotFound);
+    let resolved = std::iter::from_fn(|| events.try_recv().ok()).find_map(|e| match e {
+        Event::ApprovalResolved(r) => Some(r),
+        _ => None,
+    });
+    let resolved = resolved.expect("approval_resolved");
+    assert_eq!(resolved.decision, Decision::Approve as i32);
+    assert_eq!(resolved.resolved_by, "anonymous");
+    assert_eq!(resolved.reason, "fine");
+}
+
+#[tokio::test]
+async fn edited_arguments_run_and_a_denial_says_why() {
+    let ts = server().await;
+    let calls = json!([
+        {"id": "a", "name": "echo", "arguments": {"q": "risky one"}},
+        {"id": "b", "name": "echo", "arguments": {"q": "risky two"}},
+    ]);
+    let (mut events, task) = spawn_batch(&ts, interactive("s2", calls, false));
+    let first = next_request(&mut events).await;
+    let mut edited = pb::ResolveApprovalRequest {
+        approval_id: first.approval_id.clone(),
+        decision: Decision::Approve as i32,
+        ..Default::default()
+    };
+    let updated = json!({"q": "safe one"});
+    edited.updated_arguments = Some(toolgate_proto::protojson::Struct::from(
+        updated.as_object().unwrap().clone(),
+    ));
+    ts.client.clone().resolve_approval(edited).await.unwrap();
+    // SEQUENTIAL: the second call asks only after the first ran.
+    let second = next_request(&mut events).await;
+    assert_eq!(second.id, "b");
+    resolve(&ts, &second.approval_id, Decision::Deny, "not today")
+        .await
+        .unwrap();
+    let result = task.await.unwrap();
+    assert_eq!(result.results[0].content, r#"{"q":"safe one"}"#);
+    let denied = &result.results[1];
+    assert_eq!(class(denied), pb::ErrorClass::ApprovalDenied);
+    assert_eq!(
+        denied.content,
+        "A person denied the call to tool 'echo': not today"
+    );
+    assert_eq!((denied.tool.as_str(), denied.attempts), ("", 0));
+}
+
+#[tokio::test]
+async fn a_permission_ask_waits_and_an_unanswered_one_times_out() {
+    let ts = server().await;
+    // PARALLEL: the clock call waits; the echo beside it is not held up.
+    let calls = json!([
+        {"id": "n", "name": "now"},
+        {"id": "e", "name": "echo", "arguments": {"q": "plain"}},
+    ]);
+    let (mut events, task) = spawn_batch(&ts, interactive("s3", calls, true));
+    let approval = next_request(&mut events).await;
+    assert_eq!(approval.source, "permissions[clock]");
+    let echo_done = loop {
+        match events.recv().await.unwrap() {
+            Event::ToolPost(post) if post.id == "e" => break post,
+            _ => {}
+        }
+    };
+    assert!(!echo_done.is_error);
+    let result = task.await.unwrap();
+    let timed_out = &result.results[0];
+    assert_eq!(class(timed_out), pb::ErrorClass::ApprovalTimeout);
+    assert_eq!(
+        timed_out.content,
+        "Nobody approved the call to tool 'now' within 3s; it did not run"
+    );
+    assert_eq!((timed_out.tool.as_str(), timed_out.attempts), ("", 0));
+    let expired = resolve(&ts, &approval.approval_id, Decision::Approve, "").await;
+    assert_eq!(expired.unwrap_err().code(), tonic::Code::NotFound);
+
+    // Asked again and approved, the rule lets it run.
+    let (mut events, task) = spawn_batch(
+        &ts,
+        interactive("s3", json!([{"id": "n2", "name": "now"}]), false),
+    );
+    let approval = next_request(&mut events).await;
+    resolve(&ts, &approval.approval_id, Decision::Approve, "")
+        .await
+        .unwrap();
+    let result = task.await.unwrap();
+    assert!(result.results[0].success, "{:?}", result.results[0]);
+    assert_eq!(result.results[0].tool, "now");
+}
+
+#[tokio::test]
+async fn remember_session_answers_later_asks_and_says_so() {
+    let ts = server().await;
+    let calls = json!([{"id": "a", "name": "echo", "arguments": {"q": "risky 1"}}]);
+    let (mut events, task) = spawn_batch(&ts, interactive("s4", calls, false));
+    let approval = next_request(&mut events).await;
+    let req = pb::ResolveApprovalRequest {
+        approval_id: approval.approval_id,
+        decision: Decision::Approve as i32,
+        remember: Remember::Session as i32,
+        ..Default::default()
+    };
+    ts.client.clone().resolve_approval(req).await.unwrap();
+    assert!(task.await.unwrap().all_succeeded);
+    let calls = json!([{"id": "b", "name": "echo", "arguments": {"q": "risky 2"}}]);
+    let (events, result) = dispatch_stream(&ts, interactive("s4", calls.clone(), false)).await;
+    assert!(result.all_succeeded);
+    let remembered: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::ApprovalResolved(r) => Some(r),
+            Event::ApprovalRequested(_) => panic!("nobody is asked again"),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(remembered.len(), 1);
+    assert_eq!(
+        remembered[0].how,
+        pb::approval_resolved::How::Remembered as i32
+    );
+    // Another session asks again.
+    let (mut events, task) = spawn_batch(&ts, interactive("s5", calls, false));
+    let again = next_request(&mut events).await;
+    resolve(&ts, &again.approval_id, Decision::Deny, "")
+        .await
+        .unwrap();
+    assert!(!task.await.unwrap().all_succeeded);
+}
+
+#[tokio::test]
+async fn a_client_that_leaves_takes_its_pending_approvals_with_it() {
+    let ts = server().await;
+    let calls = json!([{"id": "a", "name": "echo", "arguments": {"q": "risky"}}]);
+    let (mut events, task) = spawn_batch(&ts, interactive("s6", calls, false));
+    let approval = next_request(&mut events).await;
+    task.abort();
+    let mut client = ts.client.clone();
+    for _ in 0..100 {
+        let listed = client
+            .list_approvals(pb::ListApprovalsRequest::default())
+            .await;
+        if listed.unwrap().into_inner().approvals.is_empty() {
+            let gone = resolve(&ts, &approval.approval_id, Decision::Approve, "").await;
+            assert_eq!(gone.unwrap_err().code(), tonic::Code::NotFound);
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the approval outlived its client");
+}
+
+#[tokio::test]
+async fn without_the_option_an_ask_refuses_as_before_and_unary_dispatch_waits_too() {
+    let ts = server().await;
+    let calls = json!([{"id": "a", "name": "echo", "arguments": {"q": "risky"}}]);
+    let mut plain = interactive("s7", calls.clone(), false);
+    plain.options = None;
+    let result = ts
+        .client
+        .clone()
+        .dispatch(plain)
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(class(&result.results[0]), pb::ErrorClass::Blocked);
+    assert_eq!(
+        result.results[0].content,
+        "Hook requested confirmation (risky echo) but the session is not interactive"
+    );
+    // Unary: resolved out of band by a watcher.
+    let mut watch = ts
+        .client
+        .clone()
+        .watch_approvals(pb::WatchApprovalsRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let mut client = ts.client.clone();
+    let unary = tokio::spawn(async move { client.dispatch(interactive("s7", calls, false)).await });
+    let update = watch.next().await.unwrap().unwrap().update.unwrap();
+    let pb::watch_approvals_response::Update::Requested(approval) = update else {
+        panic!("a request first")
+    };
+    resolve(&ts, &approval.approval_id, Decision::Approve, "")
+        .await
+        .unwrap();
+    let update = watch.next().await.unwrap().unwrap().update.unwrap();
+    assert!(
+        matches!(update, pb::watch_approvals_response::Update::Resolved(r) if r.approval_id == approval.approval_id)
+    );
+    assert!(unary.await.unwrap().unwrap().into_inner().all_succeeded);
+}
