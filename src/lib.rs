@@ -18,6 +18,7 @@
 //! ```
 
 pub mod app;
+pub mod approvals_cli;
 pub mod config;
 pub mod grpc;
 pub mod store;

@@ -36,6 +36,78 @@ enum Command {
     /// Ask a running server's grpc.health.v1 Check once: exit 0 when SERVING, 1 otherwise
     /// (nothing listening, NOT_SERVING, no answer in time). The container image's health check.
     Health(HealthArgs),
+    /// List, watch, approve or deny the pending approvals of a running server (calls that a hook
+    /// or permission rule asked about, in batches with interactive approvals).
+    Approvals(ApprovalsArgs),
+}
+
+#[derive(clap::Args)]
+struct ApprovalsArgs {
+    #[command(subcommand)]
+    action: ApprovalsAction,
+    /// The server, host:port.
+    #[arg(long, global = true, default_value = "127.0.0.1:50051")]
+    addr: String,
+    /// An environment variable holding the bearer token to send (the identity must have sent
+    /// the batch, or have the approver or admin role in its tenant).
+    #[arg(long, global = true)]
+    token_env: Option<String>,
+    /// PEM CA certificates that verify the server; turns TLS on.
+    #[arg(long, global = true)]
+    tls_ca: Option<PathBuf>,
+    /// A PEM client certificate for mTLS (with --tls-key); turns TLS on.
+    #[arg(long, global = true)]
+    tls_cert: Option<PathBuf>,
+    /// The client certificate's PEM key.
+    #[arg(long, global = true)]
+    tls_key: Option<PathBuf>,
+    /// The name the server's certificate must carry (default: the address's host).
+    #[arg(long, global = true)]
+    tls_server_name: Option<String>,
+    /// How long to wait for the connection, e.g. 3s.
+    #[arg(long, global = true, default_value = "5s", value_parser = toolgate_core::duration::parse)]
+    timeout: std::time::Duration,
+}
+
+#[derive(Subcommand)]
+enum ApprovalsAction {
+    /// The pending approvals this identity may answer.
+    List {
+        /// Only this session's.
+        #[arg(long)]
+        session: Option<String>,
+    },
+    /// The pending approvals, then each new one and each that ends, until interrupted.
+    Watch {
+        /// Only this session's.
+        #[arg(long)]
+        session: Option<String>,
+    },
+    /// Let the call run.
+    Approve {
+        /// The approval id (from list or watch).
+        id: String,
+        /// Why, for the audit log.
+        #[arg(long, default_value = "")]
+        reason: String,
+        /// Run the call with these arguments instead (a JSON object).
+        #[arg(long)]
+        arguments: Option<String>,
+        /// Answer later asks of the same rule about the same tool in this session the same way.
+        #[arg(long)]
+        remember_session: bool,
+    },
+    /// Refuse the call; the model reads the reason.
+    Deny {
+        /// The approval id (from list or watch).
+        id: String,
+        /// Why; the model reads it.
+        #[arg(long, default_value = "")]
+        reason: String,
+        /// Deny later asks of the same rule about the same tool in this session too.
+        #[arg(long)]
+        remember_session: bool,
+    },
 }
 
 #[derive(clap::Args)]
@@ -84,6 +156,7 @@ fn main() -> ExitCode {
     match cli.command {
         Some(Command::CheckConfig { file }) => check_config(&file),
         Some(Command::Health(args)) => health(args),
+        Some(Command::Approvals(args)) => approvals(args),
         Some(Command::Serve(args)) => serve(args),
         None => serve(cli.serve),
     }
@@ -141,6 +214,65 @@ fn health(args: HealthArgs) -> ExitCode {
     } else {
         report_error(&format!("{addr}: {health}"));
         ExitCode::FAILURE
+    }
+}
+
+fn approvals(args: ApprovalsArgs) -> ExitCode {
+    use toolgate::approvals_cli::{Action, Target};
+    let target = Target {
+        addr: args.addr,
+        token_env: args.token_env,
+        tls_ca: args.tls_ca,
+        tls_cert: args.tls_cert,
+        tls_key: args.tls_key,
+        tls_server_name: args.tls_server_name,
+        timeout: args.timeout,
+    };
+    let action = match args.action {
+        ApprovalsAction::List { session } => Action::List { session },
+        ApprovalsAction::Watch { session } => Action::Watch { session },
+        ApprovalsAction::Approve {
+            id,
+            reason,
+            arguments,
+            remember_session,
+        } => Action::Resolve {
+            id,
+            approve: true,
+            reason,
+            arguments,
+            remember_session,
+        },
+        ApprovalsAction::Deny {
+            id,
+            reason,
+            remember_session,
+        } => Action::Resolve {
+            id,
+            approve: false,
+            reason,
+            arguments: None,
+            remember_session,
+        },
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            report_error(&format!("cannot start the async runtime: {e}"));
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(toolgate::approvals_cli::run(&target, action, &mut |line| {
+        report(line)
+    })) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            report_error(&e);
+            ExitCode::FAILURE
+        }
     }
 }
 

@@ -333,3 +333,38 @@ async fn without_the_option_an_ask_refuses_as_before_and_unary_dispatch_waits_to
     );
     assert!(unary.await.unwrap().unwrap().into_inner().all_succeeded);
 }
+
+/// The end-to-end run of `tests/approvals/e2e.py`: a Python grpcio agent streams batches against
+/// the binary while another grpcio client or the `toolgate approvals` CLI answers; a rules hook,
+/// a command hook, a gRPC hook (served by the script) and a permission rule ask.
+#[test]
+fn python_agents_and_the_cli_answer_approvals_end_to_end() {
+    crate::peers::require_peers!(TestEnv);
+    let python = crate::peers::testenv().join("venv/bin/python");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/approvals/e2e.py");
+    let output = crate::peers::run(
+        std::process::Command::new(python)
+            .arg(script)
+            .args(["--toolgate", env!("CARGO_BIN_EXE_toolgate")]),
+    );
+    for scenario in [
+        "approve_by_cli",
+        "edited_arguments",
+        "edited_arguments_are_validated",
+        "deny_by_cli",
+        "timeout",
+        "remember_session",
+        "other_tenant",
+        "client_leaves",
+        "parallel_is_not_held_up",
+        "sequential_waits",
+        "every_kind_of_asker",
+        "watch_and_unary",
+        "not_interactive",
+    ] {
+        assert!(
+            output.lines().any(|line| line == format!("ok {scenario}")),
+            "{scenario}:\n{output}"
+        );
+    }
+}
