@@ -217,7 +217,7 @@ fn the_unknown_section_message_lists_every_section() {
     for name in ["server", "bindings", "remotes", "log"] {
         assert!(SECTIONS.contains(&name));
     }
-    assert_eq!(SECTIONS.len(), 25);
+    assert_eq!(SECTIONS.len(), 26);
 }
 
 #[test]

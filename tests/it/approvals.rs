@@ -368,3 +368,57 @@ fn python_agents_and_the_cli_answer_approvals_end_to_end() {
         );
     }
 }
+
+/// The README's example: the agent asks its user on the terminal (here, a pipe) and answers.
+#[test]
+fn the_readme_example_asks_the_user_on_the_terminal() {
+    use std::io::Write;
+    crate::peers::require_peers!(TestEnv);
+    let dir = std::env::temp_dir().join(format!("toolgate-it-ask-user-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("toolgate.toml");
+    std::fs::write(
+        &config,
+        "[[hooks.rules]]\nid = \"risky\"\ntools = \"echo\"\naction = \"ask\"\nreason = \"it deletes\"\n\
+         [[hooks.rules.when]]\npointer = \"/q\"\nregex = \"^risky\"\n",
+    )
+    .unwrap();
+    let server = crate::peers::Binary::start(&["--config", config.to_str().unwrap()]);
+    let python = crate::peers::testenv().join("venv/bin/python");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/python/ask_user.py");
+    for (answer, expected) in [
+        ("y\n", r#""content": "{\"q\":\"risky: delete the draft\"}""#),
+        (
+            "n\n",
+            r#""content": "A person denied the call to tool 'echo': the user said no""#,
+        ),
+    ] {
+        let mut child = std::process::Command::new(&python)
+            .arg(script)
+            .args(["--addr", &server.addr])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(answer.as_bytes())
+            .unwrap();
+        let output = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "{stdout}{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(
+            stdout.contains("echo {\"q\": \"risky: delete the draft\"}: it deletes. Run it? [y/N]"),
+            "{stdout}"
+        );
+        assert!(stdout.contains(expected), "{stdout}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

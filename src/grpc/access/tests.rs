@@ -159,6 +159,7 @@ fn each_rpc_needs_the_role_it_always_needed() {
         .collect();
     let agent = Access::Role(Role::Agent);
     let admin = Access::Role(Role::Admin);
+    let approvals = Access::Either(Role::Agent, Role::Approver);
     assert_eq!(
         table,
         [
@@ -172,6 +173,9 @@ fn each_rpc_needs_the_role_it_always_needed() {
             ("UnregisterRemote", admin, true),
             ("RefreshRemote", admin, true),
             ("AcceptToolChange", admin, true),
+            ("ResolveApproval", approvals, false),
+            ("ListApprovals", approvals, false),
+            ("WatchApprovals", approvals, false),
             ("Check", Access::Open, false),
             ("Watch", Access::Open, false),
             ("ServerReflectionInfo", Access::Open, false),
