@@ -8,6 +8,7 @@ pub mod auth;
 mod batch_stream;
 mod bodies;
 pub(crate) mod budget;
+pub mod cli;
 pub(crate) mod coalesce;
 pub mod convert;
 pub(crate) mod per_address;

@@ -18,7 +18,6 @@
 //! ```
 
 pub mod app;
-pub mod approvals_cli;
 pub mod config;
 pub mod grpc;
 pub mod store;

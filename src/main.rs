@@ -218,7 +218,7 @@ fn health(args: HealthArgs) -> ExitCode {
 }
 
 fn approvals(args: ApprovalsArgs) -> ExitCode {
-    use toolgate::approvals_cli::{Action, Target};
+    use toolgate::grpc::cli::{Action, Target};
     let target = Target {
         addr: args.addr,
         token_env: args.token_env,
@@ -265,7 +265,7 @@ fn approvals(args: ApprovalsArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(toolgate::approvals_cli::run(&target, action, &mut |line| {
+    match runtime.block_on(toolgate::grpc::cli::run(&target, action, &mut |line| {
         report(line)
     })) {
         Ok(()) => ExitCode::SUCCESS,

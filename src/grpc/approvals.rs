@@ -17,6 +17,9 @@ use toolgate_core::identity::Caller;
 use toolgate_proto::pb;
 use toolgate_proto::pb::resolve_approval_request::{Decision, Remember as PbRemember};
 
+/// The RPC audit lines name.
+const RESOLVE: &str = "ResolveApproval";
+
 /// The `WatchApprovals` stream.
 pub(super) type WatchStream =
     Pin<Box<dyn Stream<Item = Result<pb::WatchApprovalsResponse, Status>> + Send>>;
@@ -87,7 +90,7 @@ pub(super) fn resolve(
     match &outcome {
         Ok(approval) => tracing::info!(
             target: "toolgate::audit",
-            rpc = "ResolveApproval",
+            rpc = RESOLVE,
             outcome = "answered",
             approval = approval.id.as_str(),
             identity = caller.id.as_str(),
@@ -100,7 +103,7 @@ pub(super) fn resolve(
         ),
         Err(refused) => tracing::warn!(
             target: "toolgate::audit",
-            rpc = "ResolveApproval",
+            rpc = RESOLVE,
             outcome = "refused",
             approval = request.approval_id.as_str(),
             identity = caller.id.as_str(),

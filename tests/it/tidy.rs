@@ -157,6 +157,7 @@ const LAYERS: &[(&str, &[&[&str]])] = &[
             &["tools"],
             &["safety"],
             &["session"],
+            &["approvals"],
             &["middleware"],
             &["dispatch"],
         ],

@@ -1,4 +1,4 @@
-//! `toolgate approvals`: list, watch, approve and deny a running server's pending approvals, for
+//! The `toolgate approvals` command (a client, so it lives at the gRPC boundary): list, watch, approve and deny a running server's pending approvals, for
 //! a person at a terminal. A thin client of the public API (`ListApprovals`, `WatchApprovals`,
 //! `ResolveApproval`), over plaintext or TLS (with a client certificate), with a bearer token
 //! read from an environment variable.

@@ -1,0 +1,247 @@
+//! The engine's `ApprovalRelay` on Redis: pending approvals recorded under one hash tag
+//! (`{approvals}`) so any replica lists and answers them, each answer claimed once by a script,
+//! and a pub/sub channel that carries answers and updates to every replica (the one whose batch
+//! waits delivers the answer; the others tell their watchers). A session's remembered answers
+//! live with its other keys.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use futures::StreamExt;
+use toolgate_core::approvals::{Answer, Approval, ApprovalRelay, Approvals, Claim, Relayed};
+use toolgate_core::session::StoreError;
+use toolgate_core::tools::BoxFuture;
+
+use super::{RedisStore, keys, millis};
+
+/// The channel every replica publishes approval updates on and listens to.
+const CHANNEL: &str = "toolgate:{approvals}:updates";
+/// How long an answered id is kept, so answering it again is "already answered".
+const ANSWERED_KEPT: Duration = Duration::from_secs(15 * 60);
+/// How long a tenant's index of pending approvals outlives its last change.
+const INDEX_KEPT: Duration = Duration::from_secs(24 * 3600);
+
+fn pending_key(id: &str) -> String {
+    format!("toolgate:{{approvals}}:pending:{id}")
+}
+
+fn answered_key(id: &str) -> String {
+    format!("toolgate:{{approvals}}:answered:{id}")
+}
+
+fn index_key(tenant: &str) -> String {
+    format!("toolgate:{{approvals}}:tenant:{tenant}")
+}
+
+/// A session's remembered answers, under its hash tag (dropped with its other keys).
+fn answers_key(tenant: &str, session: &str) -> String {
+    keys(tenant, session)[5].clone()
+}
+
+fn encode<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
+    serde_json::to_string(value).map_err(StoreError::new)
+}
+
+fn decode<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, StoreError> {
+    serde_json::from_str(text).map_err(StoreError::new)
+}
+
+impl ApprovalRelay for RedisStore {
+    fn open<'a>(&'a self, approval: &'a Approval) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let left = approval
+                .expires_at
+                .duration_since(SystemTime::now())
+                .unwrap_or_default();
+            let index = index_key(&approval.tenant);
+            let mut open = redis::pipe();
+            open.cmd("SET")
+                .arg(pending_key(&approval.id))
+                .arg(encode(approval)?)
+                .arg("PX")
+                .arg(millis(left + Duration::from_secs(1)))
+                .ignore()
+                .sadd(&index, &approval.id)
+                .ignore()
+                .pexpire(&index, millis(INDEX_KEPT) as i64)
+                .ignore();
+            self.within(async |c| open.query_async::<()>(c).await).await
+        })
+    }
+
+    fn peek<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Approval>, StoreError>> {
+        Box::pin(async move {
+            let mut get = redis::cmd("GET");
+            get.arg(pending_key(id));
+            let text: Option<String> = self.within(async |c| get.query_async(c).await).await?;
+            text.as_deref().map(decode).transpose()
+        })
+    }
+
+    fn claim<'a>(
+        &'a self,
+        approval: &'a Approval,
+        answer: &'a Answer,
+    ) -> BoxFuture<'a, Result<Claim, StoreError>> {
+        Box::pin(async move {
+            let mut call = self.approval_claim.prepare_invoke();
+            call.key(pending_key(&approval.id))
+                .key(answered_key(&approval.id))
+                .key(index_key(&approval.tenant))
+                .arg(encode(answer)?)
+                .arg(millis(ANSWERED_KEPT))
+                .arg(&approval.id);
+            let claimed: i64 = self.within(async |c| call.invoke_async(c).await).await?;
+            Ok(match claimed {
+                1 => Claim::Claimed,
+                2 => Claim::Answered,
+                _ => Claim::Missing,
+            })
+        })
+    }
+
+    fn answered<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Answer>, StoreError>> {
+        Box::pin(async move {
+            let mut get = redis::cmd("GET");
+            get.arg(answered_key(id));
+            let text: Option<String> = self.within(async |c| get.query_async(c).await).await?;
+            text.as_deref().map(decode).transpose()
+        })
+    }
+
+    fn close<'a>(&'a self, approval: &'a Approval) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let mut close = redis::pipe();
+            close
+                .del(pending_key(&approval.id))
+                .ignore()
+                .srem(index_key(&approval.tenant), &approval.id)
+                .ignore();
+            self.within(async |c| close.query_async::<()>(c).await)
+                .await
+        })
+    }
+
+    fn pending<'a>(&'a self, tenant: &'a str) -> BoxFuture<'a, Result<Vec<Approval>, StoreError>> {
+        Box::pin(async move {
+            let index = index_key(tenant);
+            let mut members = redis::cmd("SMEMBERS");
+            members.arg(&index);
+            let ids: Vec<String> = self.within(async |c| members.query_async(c).await).await?;
+            if ids.is_empty() {
+                return Ok(Vec::new());
+            }
+            let mut get = redis::cmd("MGET");
+            get.arg(ids.iter().map(|id| pending_key(id)).collect::<Vec<_>>());
+            let found: Vec<Option<String>> =
+                self.within(async |c| get.query_async(c).await).await?;
+            let mut approvals = Vec::new();
+            let mut gone = Vec::new();
+            for (id, text) in ids.iter().zip(found) {
+                match text {
+                    Some(text) => approvals.push(decode::<Approval>(&text)?),
+                    // Expired, with the server that held it gone: the index forgets it.
+                    None => gone.push(id),
+                }
+            }
+            if !gone.is_empty() {
+                let mut forget = redis::cmd("SREM");
+                forget.arg(&index).arg(gone);
+                let _: i64 = self.within(async |c| forget.query_async(c).await).await?;
+            }
+            Ok(approvals)
+        })
+    }
+
+    fn publish<'a>(&'a self, message: &'a Relayed) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let mut publish = redis::cmd("PUBLISH");
+            publish.arg(CHANNEL).arg(encode(message)?);
+            let _: i64 = self.within(async |c| publish.query_async(c).await).await?;
+            Ok(())
+        })
+    }
+
+    fn remembered<'a>(
+        &'a self,
+        tenant: &'a str,
+        session: &'a str,
+        tool: &'a str,
+        source: &'a str,
+    ) -> BoxFuture<'a, Result<Option<bool>, StoreError>> {
+        Box::pin(async move {
+            let mut get = redis::cmd("HGET");
+            get.arg(answers_key(tenant, session))
+                .arg(format!("{tool}\u{0}{source}"));
+            let kept: Option<String> = self.within(async |c| get.query_async(c).await).await?;
+            Ok(kept.map(|k| k == "approve"))
+        })
+    }
+
+    fn remember<'a>(
+        &'a self,
+        tenant: &'a str,
+        session: &'a str,
+        tool: &'a str,
+        source: &'a str,
+        approve: bool,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let key = answers_key(tenant, session);
+            let mut set = redis::pipe();
+            set.hset(
+                &key,
+                format!("{tool}\u{0}{source}"),
+                if approve { "approve" } else { "deny" },
+            )
+            .ignore()
+            .pexpire(&key, self.data_ttl() as i64)
+            .ignore();
+            self.within(async |c| set.query_async::<()>(c).await).await
+        })
+    }
+}
+
+impl RedisStore {
+    /// Listens to the other replicas' approval updates and hands them to `approvals`, for as
+    /// long as the process runs: reconnecting with backoff after the store goes away (answers
+    /// missed meanwhile still arrive: a waiting call also polls for its answer).
+    pub fn relay_approvals(self: Arc<Self>, approvals: Approvals) {
+        tokio::spawn(async move {
+            let mut backoff = Duration::from_millis(100);
+            loop {
+                match self.listen(&approvals).await {
+                    Ok(()) => backoff = Duration::from_millis(100),
+                    Err(error) => {
+                        tracing::warn!(target: "toolgate::approvals", %error, "approval updates from other replicas are not arriving; reconnecting");
+                    }
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        });
+    }
+
+    /// One subscription, until it breaks.
+    async fn listen(&self, approvals: &Approvals) -> Result<(), StoreError> {
+        let connect = self.pubsub.get_async_pubsub();
+        let mut pubsub = tokio::time::timeout(self.settings.timeout, connect)
+            .await
+            .map_err(|_| StoreError::new("no answer connecting for approval updates"))?
+            .map_err(StoreError::new)?;
+        pubsub.subscribe(CHANNEL).await.map_err(StoreError::new)?;
+        let mut messages = pubsub.on_message();
+        while let Some(message) = messages.next().await {
+            let Ok(text) = message.get_payload::<String>() else {
+                continue;
+            };
+            match decode::<Relayed>(&text) {
+                Ok(relayed) => approvals.receive(relayed),
+                Err(error) => {
+                    tracing::warn!(target: "toolgate::approvals", %error, "an approval update that is not one was ignored");
+                }
+            }
+        }
+        Ok(())
+    }
+}
