@@ -311,6 +311,11 @@ impl Server {
             .clone()
             .map(|s| s as Arc<dyn toolgate_core::middleware::SharedCache>);
         let pipeline = self.pipeline(registry.clone(), shared_cache)?;
+        // Approvals are answered through any server sharing the store.
+        if let Some(store) = &store {
+            pipeline.approvals.attach(store.clone());
+            store.clone().relay_approvals(pipeline.approvals.clone());
+        }
         let bindings = self
             .config
             .bindings

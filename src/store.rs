@@ -19,6 +19,7 @@ use redis::{Cmd, IntoConnectionInfo, Pipeline, RedisFuture, Script, Value};
 use toolgate_core::metrics::Metrics;
 use toolgate_core::session::StoreError;
 
+mod approvals;
 mod cache;
 mod scratch;
 mod scripts;
@@ -93,6 +94,10 @@ pub struct RedisStore {
     cache_get: Script,
     cache_put: Script,
     cache_invalidate: Script,
+    approval_claim: Script,
+    /// Where approval updates are listened to (a connection of its own: a subscribed
+    /// connection serves nothing else).
+    pubsub: redis::Client,
 }
 
 impl RedisStore {
@@ -107,6 +112,12 @@ impl RedisStore {
             let redis = info.redis_settings().clone().set_password(password);
             info = info.set_redis_settings(redis);
         }
+        // A cluster relays PUBLISH to every node, so the node the URL names hears them all.
+        let pubsub = match &settings.ca {
+            Some(ca) => redis::Client::build_with_tls(info.clone(), trusting(ca)),
+            None => redis::Client::open(info.clone()),
+        }
+        .map_err(StoreConfigError)?;
         let redis = if settings.cluster {
             let mut builder = ClusterClient::builder(vec![info])
                 .connection_timeout(settings.timeout)
@@ -152,6 +163,8 @@ impl RedisStore {
             cache_get: Script::new(scripts::CACHE_GET),
             cache_put: Script::new(scripts::CACHE_PUT),
             cache_invalidate: Script::new(scripts::CACHE_INVALIDATE),
+            approval_claim: Script::new(scripts::APPROVAL_CLAIM),
+            pubsub,
         })
     }
 
@@ -268,10 +281,11 @@ impl ConnectionLike for Connection {
 }
 
 /// A session's keys, sharing the hash tag `{tenant:id}` (neither may hold `:`, `{` or `}`:
-/// both are validated to `[A-Za-z0-9._-]`): meta, window, memory, files, dirs.
-fn keys(tenant: &str, id: &str) -> [String; 5] {
+/// both are validated to `[A-Za-z0-9._-]`): meta, window, memory, files, dirs, and the answers to
+/// approvals remembered for the session.
+fn keys(tenant: &str, id: &str) -> [String; 6] {
     let tag = format!("toolgate:{{{tenant}:{id}}}");
-    ["meta", "window", "memory", "files", "dirs"].map(|part| format!("{tag}:{part}"))
+    ["meta", "window", "memory", "files", "dirs", "answers"].map(|part| format!("{tag}:{part}"))
 }
 
 /// TLS that verifies the server against `ca` (PEM) rather than the system roots.
@@ -307,7 +321,7 @@ mod tests {
     fn a_sessions_keys_share_one_hash_tag() {
         let keys = keys("acme", "s-1");
         assert_eq!(keys[0], "toolgate:{acme:s-1}:meta");
-        assert_eq!(keys.len(), 5);
+        assert_eq!(keys.len(), 6);
         for key in &keys {
             assert!(key.contains("{acme:s-1}"), "{key}");
             assert_eq!(key.matches('{').count(), 1, "{key}");

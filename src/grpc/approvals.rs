@@ -25,7 +25,7 @@ pub(super) type WatchStream =
     Pin<Box<dyn Stream<Item = Result<pb::WatchApprovalsResponse, Status>> + Send>>;
 
 /// Answers an approval as `caller`.
-pub(super) fn resolve(
+pub(super) async fn resolve(
     approvals: &Approvals,
     caller: &Caller,
     request: pb::ResolveApprovalRequest,
@@ -85,7 +85,9 @@ pub(super) fn resolve(
         updated_arguments,
         remember,
     };
-    let outcome = approvals.resolve(caller, &request.approval_id, answer);
+    let outcome = approvals
+        .resolve_anywhere(caller, &request.approval_id, answer)
+        .await;
     let decision = if approve { "approve" } else { "deny" };
     match &outcome {
         Ok(approval) => tracing::info!(
@@ -121,16 +123,16 @@ pub(super) fn resolve(
 }
 
 /// The pending approvals `caller` may answer, of one session or all.
-pub(super) fn list(
+pub(super) async fn list(
     approvals: &Approvals,
     caller: &Caller,
     request: pb::ListApprovalsRequest,
-) -> pb::ListApprovalsResponse {
+) -> Result<pb::ListApprovalsResponse, RequestError> {
     let session = Some(request.session_id.as_str()).filter(|s| !s.is_empty());
-    let approvals = approvals.list(caller, session);
-    pb::ListApprovalsResponse {
+    let approvals = approvals.list_anywhere(caller, session).await?;
+    Ok(pb::ListApprovalsResponse {
         approvals: approvals.into_iter().map(convert::approval).collect(),
-    }
+    })
 }
 
 /// What a watcher has seen: the backlog's ids, so an approval requested between subscribing and
@@ -145,16 +147,16 @@ struct Watch {
 
 /// The pending approvals `caller` may answer, then each change, until the client leaves, the
 /// server shuts down, or the watcher falls too far behind (`ABORTED`: watch again).
-pub(super) fn watch(
+pub(super) async fn watch(
     approvals: &Approvals,
     caller: Arc<Caller>,
     request: pb::WatchApprovalsRequest,
     shutdown: Cancel,
-) -> WatchStream {
+) -> Result<WatchStream, RequestError> {
     // Subscribed before listing: nothing requested in between is missed.
     let updates = approvals.subscribe();
     let session = Some(request.session_id).filter(|s| !s.is_empty());
-    let backlog = approvals.list(&caller, session.as_deref());
+    let backlog = approvals.list_anywhere(&caller, session.as_deref()).await?;
     let sent = backlog.iter().map(|a| a.id.clone()).collect();
     let backlog = backlog.into_iter().map(|approval| {
         Ok(pb::WatchApprovalsResponse {
@@ -214,5 +216,5 @@ pub(super) fn watch(
             return Some((Ok(reply), Some(watch)));
         }
     });
-    Box::pin(futures::stream::iter(backlog).chain(live))
+    Ok(Box::pin(futures::stream::iter(backlog).chain(live)))
 }

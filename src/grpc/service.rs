@@ -340,7 +340,7 @@ impl ToolGate for ToolGateService {
         let caller = access::caller(&request)?;
         let depth = self.state.rules.limits.max_json_depth;
         let approvals = self.state.dispatcher.approvals();
-        let resolved = approvals::resolve(approvals, &caller, request.into_inner(), depth)?;
+        let resolved = approvals::resolve(approvals, &caller, request.into_inner(), depth).await?;
         Ok(Response::new(resolved))
     }
 
@@ -350,7 +350,7 @@ impl ToolGate for ToolGateService {
     ) -> Result<Response<pb::ListApprovalsResponse>, Status> {
         let caller = access::caller(&request)?;
         let approvals = self.state.dispatcher.approvals();
-        let listed = approvals::list(approvals, &caller, request.into_inner());
+        let listed = approvals::list(approvals, &caller, request.into_inner()).await?;
         Ok(Response::new(listed))
     }
 
@@ -363,7 +363,7 @@ impl ToolGate for ToolGateService {
         let caller = access::caller(&request)?;
         let approvals = self.state.dispatcher.approvals();
         let shutdown = self.state.shutdown.clone();
-        let stream = approvals::watch(approvals, caller, request.into_inner(), shutdown);
+        let stream = approvals::watch(approvals, caller, request.into_inner(), shutdown).await?;
         Ok(Response::new(stream))
     }
 

@@ -108,6 +108,7 @@ impl From<RequestError> for Status {
                     ResolveError::NotFound(_) => Code::NotFound,
                     ResolveError::AlreadyAnswered(_) => Code::FailedPrecondition,
                     ResolveError::NotAllowed(_) => Code::PermissionDenied,
+                    ResolveError::StoreDown(_) => Code::Unavailable,
                 }
             }
             RequestError::Remote(remote) => {

@@ -81,14 +81,18 @@ impl ApprovalRelay for RedisStore {
     fn claim<'a>(
         &'a self,
         approval: &'a Approval,
-        answer: &'a Answer,
+        answer: Option<&'a Answer>,
     ) -> BoxFuture<'a, Result<Claim, StoreError>> {
         Box::pin(async move {
+            let answer = match answer {
+                Some(answer) => encode(answer)?,
+                None => String::new(),
+            };
             let mut call = self.approval_claim.prepare_invoke();
             call.key(pending_key(&approval.id))
                 .key(answered_key(&approval.id))
                 .key(index_key(&approval.tenant))
-                .arg(encode(answer)?)
+                .arg(answer)
                 .arg(millis(ANSWERED_KEPT))
                 .arg(&approval.id);
             let claimed: i64 = self.within(async |c| call.invoke_async(c).await).await?;
@@ -106,19 +110,6 @@ impl ApprovalRelay for RedisStore {
             get.arg(answered_key(id));
             let text: Option<String> = self.within(async |c| get.query_async(c).await).await?;
             text.as_deref().map(decode).transpose()
-        })
-    }
-
-    fn close<'a>(&'a self, approval: &'a Approval) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move {
-            let mut close = redis::pipe();
-            close
-                .del(pending_key(&approval.id))
-                .ignore()
-                .srem(index_key(&approval.tenant), &approval.id)
-                .ignore();
-            self.within(async |c| close.query_async::<()>(c).await)
-                .await
         })
     }
 
@@ -207,7 +198,11 @@ impl RedisStore {
     /// long as the process runs: reconnecting with backoff after the store goes away (answers
     /// missed meanwhile still arrive: a waiting call also polls for its answer).
     pub fn relay_approvals(self: Arc<Self>, approvals: Approvals) {
-        tokio::spawn(async move {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(target: "toolgate::approvals", "no runtime to listen to other replicas' approval updates on");
+            return;
+        };
+        runtime.spawn(async move {
             let mut backoff = Duration::from_millis(100);
             loop {
                 match self.listen(&approvals).await {

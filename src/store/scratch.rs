@@ -25,7 +25,7 @@ impl ScratchStore for RedisStore {
         content: &'a str,
     ) -> BoxFuture<'a, Result<(), FileError>> {
         Box::pin(async move {
-            let [meta, _, _, files, dirs] = keys(&owner.tenant, &owner.session);
+            let [meta, _, _, files, dirs, _] = keys(&owner.tenant, &owner.session);
             let mut call = self.write.prepare_invoke();
             call.key(meta)
                 .key(files)
@@ -53,7 +53,7 @@ impl ScratchStore for RedisStore {
         path: &'a str,
     ) -> BoxFuture<'a, Result<String, FileError>> {
         Box::pin(async move {
-            let [_, _, _, files, dirs] = keys(&owner.tenant, &owner.session);
+            let [_, _, _, files, dirs, _] = keys(&owner.tenant, &owner.session);
             let mut call = self.read.prepare_invoke();
             call.key(files).key(dirs).arg(path);
             let mut values = self.scratch(call).await?;
@@ -68,7 +68,7 @@ impl ScratchStore for RedisStore {
         max: usize,
     ) -> BoxFuture<'a, Result<Vec<Entry>, FileError>> {
         Box::pin(async move {
-            let [_, _, _, files, dirs] = keys(&owner.tenant, &owner.session);
+            let [_, _, _, files, dirs, _] = keys(&owner.tenant, &owner.session);
             let mut call = self.list.prepare_invoke();
             call.key(files).key(dirs).arg(dir).arg(max);
             let values = self.scratch(call).await?;

@@ -24,8 +24,8 @@ end
 /// window: a string of slots, oldest first, of which the newest `loop_window` are the window
 /// (the save trims it lazily). A session is alive while its meta is; one made now drops whatever
 /// data keys an expired one of the same id left behind. `store/session.rs` `load`.
-/// KEYS: meta, window, memory, files, dirs. ARGV: idle TTL (ms), now (ms since the epoch),
-/// tenant, id, a fresh generation, the data keys' TTL (ms).
+/// KEYS: meta, window, memory, files, dirs, answers. ARGV: idle TTL (ms), now (ms since the
+/// epoch), tenant, id, a fresh generation, the data keys' TTL (ms).
 pub(super) const LOAD: &str = concat!(
     r"
 local ttl, now, data_ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[6])
@@ -37,7 +37,7 @@ local generation, data_until = meta[1], tonumber(meta[2] or '0')
 local created, window = 0, ''
 if not generation then
   created, generation = 1, ARGV[5]
-  redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+  redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
   redis.call('HSET', KEYS[1], 'generation', generation, 'created_ms', ARGV[2], 'used_ms', ARGV[2],
     'tenant', ARGV[3], 'id', ARGV[4], 'data_until', string.format('%.0f', now + data_ttl))
 else
@@ -57,8 +57,8 @@ return {created, generation, window}
 /// read) and cut to its newest `window` slots once it holds twice that: what a batch loads ends
 /// with the same window as trimming at every push would leave. A clear trims first, so it never
 /// brings back slots the window had let go. `store/session.rs` `save`.
-/// KEYS: meta, window, memory, files, dirs. ARGV: the generation, idle TTL (ms), now (ms since
-/// the epoch), the data keys' TTL (ms), window (slots), memory entries kept, slot bytes, the
+/// KEYS: meta, window, memory, files, dirs, answers. ARGV: the generation, idle TTL (ms), now
+/// (ms since the epoch), the data keys' TTL (ms), window (slots), memory entries kept, slot bytes, the
 /// number of window changes, the changes, then the memory entries.
 pub(super) const SAVE: &str = concat!(
     r"
@@ -234,4 +234,19 @@ for i = 1, #entries, 500 do
 end
 redis.call('DEL', KEYS[1])
 return #entries
+";
+
+/// Takes a pending approval, once: with an answer (kept for its server to find) it is claimed
+/// as answered; with '' (expired, withdrawn) it is just taken out. 1: taken now; 2: answered
+/// before; 0: not pending. `store/approvals.rs` `claim`.
+/// KEYS: pending, answered, the tenant's index. ARGV: the answer or '', how long an answer is
+/// kept (ms), the id.
+pub(super) const APPROVAL_CLAIM: &str = r"
+if redis.call('DEL', KEYS[1]) == 1 then
+  if ARGV[1] ~= '' then redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2]) end
+  redis.call('SREM', KEYS[3], ARGV[3])
+  return 1
+end
+if redis.call('EXISTS', KEYS[2]) == 1 then return 2 end
+return 0
 ";

@@ -118,7 +118,7 @@ impl SessionStore for RedisStore {
         id: &'a str,
     ) -> BoxFuture<'a, Result<Option<Vec<String>>, StoreError>> {
         Box::pin(async move {
-            let [meta, _, memory, _, _] = keys(tenant, id);
+            let [meta, _, memory, _, _, _] = keys(tenant, id);
             let mut call = self.memory.prepare_invoke();
             call.key(meta).key(memory);
             self.within(async |c| call.invoke_async(c).await).await

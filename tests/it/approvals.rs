@@ -422,3 +422,99 @@ fn the_readme_example_asks_the_user_on_the_terminal() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// With the Redis store, an approval waiting on one replica is listed, watched and answered
+/// through another; a remembered answer holds on every replica; an expired one is gone on all.
+#[tokio::test]
+async fn an_approval_waiting_on_one_replica_is_answered_through_another() {
+    crate::peers::require_peers!(Redis);
+    let redis = crate::shared_sessions::Redis::start();
+    let extra = r#"
+[approvals]
+timeout = "3s"
+[[hooks.rules]]
+id = "risky"
+tools = "echo"
+action = "ask"
+reason = "risky echo"
+[[hooks.rules.when]]
+pointer = "/q"
+regex = "^risky"
+"#;
+    let servers = crate::shared_sessions::replicas(&redis, 2, extra).await;
+    let (a, b) = (&servers[0], &servers[1]);
+    let mut watch = b
+        .client
+        .clone()
+        .watch_approvals(pb::WatchApprovalsRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let calls = json!([{"id": "c1", "name": "echo", "arguments": {"q": "risky 1"}}]);
+    let (mut events, task) = spawn_batch(a, interactive("shared", calls, false));
+    let approval = next_request(&mut events).await;
+    // B lists it and its watcher saw it arrive.
+    let listed = b
+        .client
+        .clone()
+        .list_approvals(pb::ListApprovalsRequest::default())
+        .await;
+    assert_eq!(
+        listed.unwrap().into_inner().approvals,
+        std::slice::from_ref(&approval)
+    );
+    let seen = tokio::time::timeout(Duration::from_secs(5), watch.next())
+        .await
+        .unwrap();
+    let pb::watch_approvals_response::Update::Requested(seen) =
+        seen.unwrap().unwrap().update.unwrap()
+    else {
+        panic!("a request first")
+    };
+    assert_eq!(seen.approval_id, approval.approval_id);
+    // Answered through B, with remember = SESSION; A's call runs.
+    let req = pb::ResolveApprovalRequest {
+        approval_id: approval.approval_id.clone(),
+        decision: Decision::Approve as i32,
+        remember: Remember::Session as i32,
+        ..Default::default()
+    };
+    b.client.clone().resolve_approval(req).await.unwrap();
+    let result = tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(result.all_succeeded, "{:?}", result.results);
+    let ended = tokio::time::timeout(Duration::from_secs(5), watch.next())
+        .await
+        .unwrap();
+    assert!(matches!(ended.unwrap().unwrap().update.unwrap(),
+        pb::watch_approvals_response::Update::Resolved(r) if r.approval_id == approval.approval_id));
+    // Once, on either replica.
+    for server in [a, b] {
+        let twice = resolve(server, &approval.approval_id, Decision::Deny, "").await;
+        assert_eq!(twice.unwrap_err().code(), tonic::Code::FailedPrecondition);
+    }
+    // The session's remembered answer holds on B.
+    let calls = json!([{"id": "c2", "name": "echo", "arguments": {"q": "risky 2"}}]);
+    let (events, result) = dispatch_stream(b, interactive("shared", calls, false)).await;
+    assert!(result.all_succeeded);
+    assert!(events.iter().any(|e| matches!(e, Event::ApprovalResolved(r)
+        if r.how == pb::approval_resolved::How::Remembered as i32)));
+    // Unanswered, it expires everywhere.
+    let calls = json!([{"id": "c3", "name": "echo", "arguments": {"q": "risky 3"}}]);
+    let (mut events, task) = spawn_batch(b, interactive("other", calls, false));
+    let approval = next_request(&mut events).await;
+    let result = task.await.unwrap();
+    assert_eq!(class(&result.results[0]), pb::ErrorClass::ApprovalTimeout);
+    for server in [a, b] {
+        let gone = resolve(server, &approval.approval_id, Decision::Approve, "").await;
+        assert_eq!(gone.unwrap_err().code(), tonic::Code::NotFound);
+        let listed = server
+            .client
+            .clone()
+            .list_approvals(pb::ListApprovalsRequest::default())
+            .await;
+        assert!(listed.unwrap().into_inner().approvals.is_empty());
+    }
+}

@@ -284,7 +284,7 @@ fn free_port() -> u16 {
 }
 
 /// `n` replicas sharing `redis`; loop detection warns at 2 repeats and stops at 3.
-async fn replicas(redis: &Redis, n: usize, extra: &str) -> Vec<TestServer> {
+pub(crate) async fn replicas(redis: &Redis, n: usize, extra: &str) -> Vec<TestServer> {
     replicas_of(&redis.url(), n, extra).await
 }
 

@@ -3,6 +3,9 @@
 //! server's registry of pending approvals (plain state behind one lock, no I/O): a batch opens
 //! one and waits on its `Ticket`; `ResolveApproval` answers it; `ListApprovals` and
 //! `WatchApprovals` read it. Dropping a ticket (its batch ended or went away) withdraws it.
+//! With servers sharing a session store, an `ApprovalRelay` (the store's) records the pending
+//! approvals for every server to list, claims each answer once wherever it is given, and carries
+//! answers and updates to the other servers; a waiting call also polls it for its answer.
 //! Invariant: an approval is answered at most once, only by a caller of its tenant who sent its
 //! batch, is an approver or is an admin; every approval that stops pending is announced once.
 
@@ -14,11 +17,18 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::{broadcast, oneshot};
 use tokio::time::Instant;
 
 use crate::identity::{Caller, Method, Role};
+use crate::session::StoreError;
+use crate::tools::BoxFuture;
+
+/// How often a call waiting on a relayed approval asks the store for its answer, in case the
+/// message carrying it was missed.
+const POLL: Duration = Duration::from_secs(2);
 
 /// How long an answered id is remembered, so answering it again is "already answered" rather
 /// than "not found".
@@ -29,7 +39,7 @@ const MAX_ANSWERED: usize = 10_000;
 const UPDATE_BUFFER: usize = 1024;
 
 /// A call waiting for a person's answer, as approvers see it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Approval {
     /// Unguessable (128 random bits).
     pub id: String,
@@ -53,7 +63,7 @@ pub struct Approval {
 }
 
 /// A person's answer.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Answer {
     pub approve: bool,
     /// Who answered (their identity).
@@ -65,7 +75,7 @@ pub struct Answer {
 }
 
 /// Whether an answer also answers later asks of the same source about the same tool.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub enum Remember {
     #[default]
     Once,
@@ -74,7 +84,7 @@ pub enum Remember {
 }
 
 /// How an approval stopped pending.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum How {
     Answered,
     /// An earlier `Remember::Session` answer answered it; nobody was asked.
@@ -85,7 +95,7 @@ pub enum How {
 }
 
 /// An approval that stopped pending.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Ended {
     /// Empty when `Remembered`.
     pub approval_id: String,
@@ -185,6 +195,77 @@ pub enum ResolveError {
         "approval {0} may be answered by the identity that sent its batch, an approver or an admin of its tenant"
     )]
     NotAllowed(String),
+    /// The store the servers share approvals through cannot be reached (the cause, which is
+    /// logged, not sent).
+    #[error("the session store is down: approvals of other servers cannot be reached; retry later")]
+    StoreDown(String),
+}
+
+/// Where approvals meet across servers (the shared session store).
+pub trait ApprovalRelay: Send + Sync {
+    /// Records a pending approval, for every server to list, until it expires.
+    fn open<'a>(&'a self, approval: &'a Approval) -> BoxFuture<'a, Result<(), StoreError>>;
+    /// A pending approval, wherever it waits.
+    fn peek<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Approval>, StoreError>>;
+    /// Takes the approval out of the pending ones, once, with `answer` (kept for the waiting
+    /// server to find) or, with `None`, unanswered (expired, withdrawn).
+    fn claim<'a>(
+        &'a self,
+        approval: &'a Approval,
+        answer: Option<&'a Answer>,
+    ) -> BoxFuture<'a, Result<Claim, StoreError>>;
+    /// The answer an approval was given, if it was.
+    fn answered<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Answer>, StoreError>>;
+    /// Every pending approval of `tenant`.
+    fn pending<'a>(&'a self, tenant: &'a str) -> BoxFuture<'a, Result<Vec<Approval>, StoreError>>;
+    /// Tells the other servers.
+    fn publish<'a>(&'a self, message: &'a Relayed) -> BoxFuture<'a, Result<(), StoreError>>;
+    /// A session's remembered answer for asks by `source` about `tool`.
+    fn remembered<'a>(
+        &'a self,
+        tenant: &'a str,
+        session: &'a str,
+        tool: &'a str,
+        source: &'a str,
+    ) -> BoxFuture<'a, Result<Option<bool>, StoreError>>;
+    /// Remembers one, with the session's other state.
+    fn remember<'a>(
+        &'a self,
+        tenant: &'a str,
+        session: &'a str,
+        tool: &'a str,
+        source: &'a str,
+        approve: bool,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+}
+
+/// What claiming an approval found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// It was pending: this claim took it.
+    Claimed,
+    /// It was answered already.
+    Answered,
+    /// It is not pending (expired, withdrawn, or never was).
+    Missing,
+}
+
+/// A message between servers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Relayed {
+    /// The server that sent it (its own come back and are skipped).
+    pub from: String,
+    pub update: RelayedUpdate,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum RelayedUpdate {
+    /// For watchers.
+    Requested(Approval),
+    /// For watchers.
+    Ended(Ended),
+    /// For the server whose batch waits on approval `id`.
+    Answered { id: String, answer: Answer },
 }
 
 /// What a batch asks a person about.
@@ -203,7 +284,7 @@ pub struct Request {
 }
 
 /// Who sent an approval's batch: who may see and answer it besides approvers and admins.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Requester {
     tenant: String,
     method: Method,
@@ -282,6 +363,10 @@ struct Inner {
     timeout: Duration,
     state: Mutex<State>,
     updates: broadcast::Sender<Update>,
+    /// The store approvals are shared through, when servers share sessions.
+    relay: std::sync::OnceLock<Arc<dyn ApprovalRelay>>,
+    /// This server, in relayed messages (random).
+    server: String,
 }
 
 impl std::fmt::Debug for Approvals {
@@ -289,6 +374,7 @@ impl std::fmt::Debug for Approvals {
         f.debug_struct("Approvals")
             .field("timeout", &self.inner.timeout)
             .field("pending", &self.inner.state.lock().pending.len())
+            .field("relayed", &self.inner.relay.get().is_some())
             .finish()
     }
 }
@@ -303,13 +389,27 @@ impl Approvals {
     /// Approvals that expire unanswered after `timeout`.
     pub fn new(timeout: Duration) -> Self {
         let (updates, _) = broadcast::channel(UPDATE_BUFFER);
+        let server = crate::tools::unguessable_name("")
+            .unwrap_or_else(|_| format!("pid-{}-{:?}", std::process::id(), SystemTime::now()));
         Approvals {
             inner: Arc::new(Inner {
                 timeout,
                 state: Mutex::new(State::default()),
                 updates,
+                relay: std::sync::OnceLock::new(),
+                server,
             }),
         }
+    }
+
+    /// Shares approvals with the other servers through `relay` (once, at start).
+    pub fn attach(&self, relay: Arc<dyn ApprovalRelay>) {
+        let _ = self.inner.relay.set(relay);
+    }
+
+    /// The relay, when approvals are shared.
+    pub(crate) fn relay(&self) -> Option<&Arc<dyn ApprovalRelay>> {
+        self.inner.relay.get()
     }
 
     /// How long an approval waits for an answer at most.
@@ -317,9 +417,25 @@ impl Approvals {
         self.inner.timeout
     }
 
+    /// Tells this server's watchers, and the other servers'.
+    fn notify(&self, update: Update) {
+        let _ = self.inner.updates.send(update.clone());
+        if let Some(relay) = self.relay().cloned() {
+            let message = Relayed {
+                from: self.inner.server.clone(),
+                update: match update {
+                    Update::Requested(approval) => RelayedUpdate::Requested(approval),
+                    Update::Ended(ended) => RelayedUpdate::Ended(ended),
+                },
+            };
+            spawn_quietly(async move { relay.publish(&message).await });
+        }
+    }
+
     /// Opens an approval for `request`, announced to watchers; the ticket waits for its answer.
-    pub fn open(&self, request: &Request) -> std::io::Result<Ticket> {
-        let id = crate::tools::unguessable_name("")?;
+    /// Shared, it is recorded in the store before this returns, so any server lists it.
+    pub async fn open(&self, request: &Request) -> Result<Ticket, OpenError> {
+        let id = crate::tools::unguessable_name("").map_err(OpenError::Random)?;
         let left = request.until.saturating_duration_since(Instant::now());
         let approval = Approval {
             id: id.clone(),
@@ -335,6 +451,9 @@ impl Approvals {
             requested_by: request.caller.id.clone(),
             requester: Requester::of(&request.caller),
         };
+        if let Some(relay) = self.relay() {
+            relay.open(&approval).await.map_err(OpenError::Store)?;
+        }
         let (tx, rx) = oneshot::channel();
         {
             let mut state = self.inner.state.lock();
@@ -349,7 +468,7 @@ impl Approvals {
                 },
             );
         }
-        let _ = self.inner.updates.send(Update::Requested(approval.clone()));
+        self.notify(Update::Requested(approval.clone()));
         Ok(Ticket {
             approvals: self.clone(),
             approval,
@@ -359,41 +478,122 @@ impl Approvals {
         })
     }
 
-    /// Answers approval `id` as `resolver`; returns the approval as it was pending.
+    /// Answers approval `id`, pending on this server, as `resolver`; returns the approval as it
+    /// was pending. (`resolve_anywhere` also reaches the other servers'.)
     pub fn resolve(
         &self,
         resolver: &Caller,
         id: &str,
         answer: Answer,
     ) -> Result<Approval, ResolveError> {
-        let mut state = self.inner.state.lock();
-        let Some(pending) = state.pending.get(id) else {
-            return Err(if state.answered_ids.contains(id) {
-                ResolveError::AlreadyAnswered(id.to_owned())
-            } else {
-                ResolveError::NotFound(id.to_owned())
-            });
+        let approval = {
+            let state = self.inner.state.lock();
+            match state.pending.get(id) {
+                Some(pending) => pending.approval.clone(),
+                None if state.answered_ids.contains(id) => {
+                    return Err(ResolveError::AlreadyAnswered(id.to_owned()));
+                }
+                None => return Err(ResolveError::NotFound(id.to_owned())),
+            }
         };
-        match pending.approval.requester.allows(resolver) {
-            Access::Allowed => {}
-            // Another tenant learns nothing, not even that it exists.
-            Access::OtherTenant => return Err(ResolveError::NotFound(id.to_owned())),
-            Access::NotAllowed => return Err(ResolveError::NotAllowed(id.to_owned())),
+        allowed(&approval, resolver)?;
+        match self.deliver(id, answer) {
+            true => Ok(approval),
+            // Answered or withdrawn between the two looks.
+            false => Err(ResolveError::NotFound(id.to_owned())),
         }
-        let Some(pending) = state.pending.remove(id) else {
-            return Err(ResolveError::NotFound(id.to_owned()));
-        };
-        state.note_answered(id.to_owned(), Instant::now());
-        drop(state);
-        let ended = Ended::of_pending(&pending.approval, How::Answered, Some(&answer));
-        // The waiter may have gone between the lookup and now: then the answer is moot, but it
-        // was given, and the call is withdrawn by its batch anyway.
-        let _ = pending.answer.send(answer);
-        let _ = self.inner.updates.send(Update::Ended(ended));
-        Ok(pending.approval)
     }
 
-    /// The pending approvals `viewer` may answer, of one session or all, oldest first.
+    /// Answers approval `id` as `resolver`, wherever its batch waits: claimed once in the
+    /// store, then delivered here or relayed to the server it waits on.
+    pub async fn resolve_anywhere(
+        &self,
+        resolver: &Caller,
+        id: &str,
+        answer: Answer,
+    ) -> Result<Approval, ResolveError> {
+        let Some(relay) = self.relay().cloned() else {
+            return self.resolve(resolver, id, answer);
+        };
+        let local = self.local(id);
+        let approval = match local {
+            Some(approval) => approval,
+            None => match relay.peek(id).await.map_err(down)? {
+                Some(approval) => approval,
+                None => {
+                    let answered = relay.answered(id).await.map_err(down)?;
+                    return Err(match answered {
+                        Some(_) => ResolveError::AlreadyAnswered(id.to_owned()),
+                        None => ResolveError::NotFound(id.to_owned()),
+                    });
+                }
+            },
+        };
+        allowed(&approval, resolver)?;
+        match relay.claim(&approval, Some(&answer)).await.map_err(down)? {
+            Claim::Claimed => {}
+            Claim::Answered => return Err(ResolveError::AlreadyAnswered(id.to_owned())),
+            Claim::Missing => return Err(ResolveError::NotFound(id.to_owned())),
+        }
+        if !self.deliver(id, answer.clone()) {
+            let message = Relayed {
+                from: self.inner.server.clone(),
+                update: RelayedUpdate::Answered {
+                    id: id.to_owned(),
+                    answer,
+                },
+            };
+            // Missed, the waiting server's poll finds the answer in the store.
+            if let Err(error) = relay.publish(&message).await {
+                tracing::warn!(target: "toolgate::approvals", %error, approval = id, "an answer was not relayed; its server finds it in the store");
+            }
+        }
+        Ok(approval)
+    }
+
+    /// A pending approval of this server.
+    fn local(&self, id: &str) -> Option<Approval> {
+        let state = self.inner.state.lock();
+        state.pending.get(id).map(|p| p.approval.clone())
+    }
+
+    /// Gives approval `id`, pending here, its answer; `false` when it is not pending here.
+    fn deliver(&self, id: &str, answer: Answer) -> bool {
+        let pending = {
+            let mut state = self.inner.state.lock();
+            let Some(pending) = state.pending.remove(id) else {
+                return false;
+            };
+            state.note_answered(id.to_owned(), Instant::now());
+            pending
+        };
+        let ended = Ended::of_pending(&pending.approval, How::Answered, Some(&answer));
+        // The waiter may have gone meanwhile: then the answer is moot.
+        let _ = pending.answer.send(answer);
+        self.notify(Update::Ended(ended));
+        true
+    }
+
+    /// A message from another server: an answer for a call waiting here, or news for watchers.
+    pub fn receive(&self, relayed: Relayed) {
+        if relayed.from == self.inner.server {
+            return;
+        }
+        match relayed.update {
+            RelayedUpdate::Answered { id, answer } => {
+                self.deliver(&id, answer);
+            }
+            RelayedUpdate::Requested(approval) => {
+                let _ = self.inner.updates.send(Update::Requested(approval));
+            }
+            RelayedUpdate::Ended(ended) => {
+                let _ = self.inner.updates.send(Update::Ended(ended));
+            }
+        }
+    }
+
+    /// The pending approvals `viewer` may answer on this server, of one session or all, oldest
+    /// first.
     pub fn list(&self, viewer: &Caller, session_id: Option<&str>) -> Vec<Approval> {
         let state = self.inner.state.lock();
         let mut visible: Vec<(u64, Approval)> = state
@@ -407,6 +607,29 @@ impl Approvals {
         visible.into_iter().map(|(_, a)| a).collect()
     }
 
+    /// `list`, with the other servers' too when approvals are shared (soonest to expire first).
+    pub async fn list_anywhere(
+        &self,
+        viewer: &Caller,
+        session_id: Option<&str>,
+    ) -> Result<Vec<Approval>, ResolveError> {
+        let mut listed = self.list(viewer, session_id);
+        let Some(relay) = self.relay() else {
+            return Ok(listed);
+        };
+        let shared = relay.pending(&viewer.tenant).await.map_err(down)?;
+        let seen: HashSet<String> = listed.iter().map(|a| a.id.clone()).collect();
+        listed.extend(
+            shared
+                .into_iter()
+                .filter(|a| !seen.contains(&a.id))
+                .filter(|a| a.requester.allows(viewer) == Access::Allowed)
+                .filter(|a| session_id.is_none_or(|s| a.session_id == s)),
+        );
+        listed.sort_by_key(|a| a.expires_at);
+        Ok(listed)
+    }
+
     /// Every update from now on (a watcher filters with `Update::visible_to`).
     pub fn subscribe(&self) -> broadcast::Receiver<Update> {
         self.inner.updates.subscribe()
@@ -414,24 +637,76 @@ impl Approvals {
 
     /// Announces an ask answered by a remembered decision.
     pub fn announce(&self, ended: Ended) {
-        let _ = self.inner.updates.send(Update::Ended(ended));
+        self.notify(Update::Ended(ended));
     }
 
-    /// How many approvals are pending.
+    /// How many approvals are pending here.
     pub fn pending(&self) -> usize {
         self.inner.state.lock().pending.len()
     }
 
-    /// Takes `id` out of the pending ones (expired or withdrawn), announcing it; `false` when it
-    /// was no longer pending (answered meanwhile).
+    /// Takes `approval` out of the pending ones (expired or withdrawn), announcing it; `false`
+    /// when it was no longer pending (answered meanwhile).
     fn withdraw(&self, approval: &Approval, how: How) -> bool {
         let Some(pending) = self.inner.state.lock().pending.remove(&approval.id) else {
             return false;
         };
         let ended = Ended::of_pending(&pending.approval, how, None);
-        let _ = self.inner.updates.send(Update::Ended(ended));
+        self.notify(Update::Ended(ended));
         true
     }
+
+    /// Takes an answer found in the store (missed as a message) for a call waiting here.
+    fn take_found(&self, approval: &Approval, answer: &Answer) {
+        let removed = {
+            let mut state = self.inner.state.lock();
+            let removed = state.pending.remove(&approval.id).is_some();
+            if removed {
+                state.note_answered(approval.id.clone(), Instant::now());
+            }
+            removed
+        };
+        if removed {
+            let ended = Ended::of_pending(approval, How::Answered, Some(answer));
+            self.notify(Update::Ended(ended));
+        }
+    }
+}
+
+/// The store could not be reached: logged with its cause.
+fn down(error: StoreError) -> ResolveError {
+    tracing::warn!(target: "toolgate::approvals", %error, "the session store did not answer for approvals");
+    ResolveError::StoreDown(error.to_string())
+}
+
+/// Whether `resolver` may answer `approval`.
+fn allowed(approval: &Approval, resolver: &Caller) -> Result<(), ResolveError> {
+    match approval.requester.allows(resolver) {
+        Access::Allowed => Ok(()),
+        // Another tenant learns nothing, not even that it exists.
+        Access::OtherTenant => Err(ResolveError::NotFound(approval.id.clone())),
+        Access::NotAllowed => Err(ResolveError::NotAllowed(approval.id.clone())),
+    }
+}
+
+/// Runs a store operation in the background, logging a failure.
+fn spawn_quietly(op: impl std::future::Future<Output = Result<(), StoreError>> + Send + 'static) {
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(async move {
+            if let Err(error) = op.await {
+                tracing::warn!(target: "toolgate::approvals", %error, "an approval update was not shared with the other servers");
+            }
+        });
+    }
+}
+
+/// Why an approval could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("no randomness for its id: {0}")]
+    Random(#[source] std::io::Error),
+    #[error("the session store is down: {0}")]
+    Store(#[source] StoreError),
 }
 
 /// How waiting for an answer ended.
@@ -459,35 +734,72 @@ impl Ticket {
     }
 
     /// Waits for the answer, or for the approval to expire. (A caller that stops waiting drops
-    /// the ticket: the approval is withdrawn.)
+    /// the ticket: the approval is withdrawn.) Shared, it also asks the store now and then, in
+    /// case the message with its answer was missed, and claims its own expiry there, so an
+    /// answer given at the last moment is never lost.
     pub async fn wait(&mut self) -> Waited {
-        let waited = tokio::select! {
-            answer = &mut self.answer => match answer {
-                Ok(answer) => Waited::Answered(answer),
-                // The registry dropped it without an answer: only an expiry does that.
-                Err(_) => Waited::Expired,
-            },
-            () = tokio::time::sleep_until(self.until) => {
-                if self.approvals.withdraw(&self.approval, How::Expired) {
-                    Waited::Expired
-                } else {
-                    // Answered just as it expired: the answer wins.
-                    match self.answer.try_recv() {
-                        Ok(answer) => Waited::Answered(answer),
-                        Err(_) => Waited::Expired,
+        let relay = self.approvals.relay().cloned();
+        let mut poll = tokio::time::interval_at(Instant::now() + POLL, POLL);
+        let waited = loop {
+            tokio::select! {
+                answer = &mut self.answer => break match answer {
+                    Ok(answer) => Waited::Answered(answer),
+                    // The registry dropped it without an answer: only an expiry does that.
+                    Err(_) => Waited::Expired,
+                },
+                _ = poll.tick(), if relay.is_some() => {
+                    if let Some(relay) = &relay
+                        && let Ok(Some(answer)) = relay.answered(&self.approval.id).await
+                    {
+                        self.approvals.take_found(&self.approval, &answer);
+                        break Waited::Answered(answer);
                     }
                 }
+                () = tokio::time::sleep_until(self.until) => break self.expire(relay.as_ref()).await,
             }
         };
         self.done = true;
         waited
     }
+
+    /// The approval's time is up: unless it was answered meanwhile, here or in the store.
+    async fn expire(&mut self, relay: Option<&Arc<dyn ApprovalRelay>>) -> Waited {
+        if let Some(relay) = relay {
+            match relay.claim(&self.approval, None).await {
+                Ok(Claim::Answered) => {
+                    if let Ok(Some(answer)) = relay.answered(&self.approval.id).await {
+                        self.approvals.take_found(&self.approval, &answer);
+                        return Waited::Answered(answer);
+                    }
+                }
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::warn!(target: "toolgate::approvals", %error, approval = %self.approval.id, "an expired approval could not be taken out of the store; it expires there too");
+                }
+            }
+        }
+        if self.approvals.withdraw(&self.approval, How::Expired) {
+            Waited::Expired
+        } else {
+            // Answered here just as it expired: the answer wins.
+            match self.answer.try_recv() {
+                Ok(answer) => Waited::Answered(answer),
+                Err(_) => Waited::Expired,
+            }
+        }
+    }
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        if !self.done {
-            self.approvals.withdraw(&self.approval, How::Withdrawn);
+        if self.done {
+            return;
+        }
+        if self.approvals.withdraw(&self.approval, How::Withdrawn)
+            && let Some(relay) = self.approvals.relay().cloned()
+        {
+            let approval = self.approval.clone();
+            spawn_quietly(async move { relay.claim(&approval, None).await.map(|_| ()) });
         }
     }
 }

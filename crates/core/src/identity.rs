@@ -36,7 +36,8 @@ impl Role {
 }
 
 /// How the caller proved who it is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Method {
     /// No credentials; allowed only when `[auth] anonymous` is on.
     Anonymous,

@@ -44,6 +44,7 @@ async fn the_sender_answers_once_and_the_waiter_gets_the_answer() {
     let mut updates = approvals.subscribe();
     let mut ticket = approvals
         .open(&request(&agent, "s1", Duration::from_secs(60)))
+        .await
         .unwrap();
     let id = ticket.approval().id.clone();
     assert_eq!(id.len(), 32);
@@ -71,6 +72,7 @@ async fn who_may_see_and_answer() {
     let agent = caller("bot", "acme", &[Role::Agent]);
     let ticket = approvals
         .open(&request(&agent, "s1", Duration::from_secs(60)))
+        .await
         .unwrap();
     let id = ticket.approval().id.clone();
     let peer = caller("other-bot", "acme", &[Role::Agent]);
@@ -115,6 +117,7 @@ async fn an_unanswered_approval_expires_and_is_then_not_found() {
     let agent = caller("bot", "acme", &[Role::Agent]);
     let mut ticket = approvals
         .open(&request(&agent, "s1", Duration::from_secs(5)))
+        .await
         .unwrap();
     let id = ticket.approval().id.clone();
     let mut updates = approvals.subscribe();
@@ -134,6 +137,7 @@ async fn a_dropped_ticket_withdraws_its_approval() {
     let agent = caller("bot", "acme", &[Role::Agent]);
     let ticket = approvals
         .open(&request(&agent, "s1", Duration::from_secs(60)))
+        .await
         .unwrap();
     let id = ticket.approval().id.clone();
     let mut updates = approvals.subscribe();

@@ -67,6 +67,11 @@ impl Lease {
         &self.session.id
     }
 
+    /// Whether the session is shared through a store (its state is not this server's alone).
+    pub fn is_shared(&self) -> bool {
+        self.shared.is_some()
+    }
+
     /// This server's session.
     pub fn session(&self) -> &Session {
         &self.session

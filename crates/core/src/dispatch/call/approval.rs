@@ -43,7 +43,7 @@ impl Step<'_> {
             source: source.to_owned(),
             until: self.approval_deadline(),
         };
-        if let Some(approve) = scope.session.session().remembered_answer(tool, source) {
+        if let Some(approve) = self.remembered_answer(source).await {
             let ended = Ended::remembered(&request, approve);
             self.approval_ended(&ended).await;
             p.approvals.announce(ended);
@@ -52,7 +52,7 @@ impl Step<'_> {
                 false => Err(denied(tool, "an earlier answer for this session")),
             };
         }
-        let mut ticket = p.approvals.open(&request).map_err(|e| {
+        let mut ticket = p.approvals.open(&request).await.map_err(|e| {
             Refusal::Refused(
                 ErrorClass::Blocked,
                 format!("tool '{tool}' needs approval, and none could be asked for: {e}"),
@@ -103,8 +103,7 @@ impl Step<'_> {
                     ..
                 } = answer;
                 if remember == Remember::Session {
-                    let session = scope.session.session();
-                    session.remember_answer(tool, source, approve);
+                    self.remember_answer(source, approve).await;
                 }
                 if approve {
                     Ok(updated_arguments.filter(Value::is_object))
@@ -117,6 +116,42 @@ impl Step<'_> {
                     Err(denied(tool, &why))
                 }
             }
+        }
+    }
+
+    /// An answer given earlier in the session with `remember = SESSION`: this server's, or the
+    /// store's for a shared session (the store unreachable, nothing is remembered: a person is
+    /// asked).
+    async fn remembered_answer(&self, source: &str) -> Option<bool> {
+        let scope = self.scope;
+        match scope.pipeline.approvals.relay() {
+            Some(relay) if scope.session.is_shared() => {
+                let tenant = &scope.caller.tenant;
+                let asked = relay.remembered(tenant, scope.session.id(), self.tool, source);
+                asked.await.unwrap_or_else(|error| {
+                    tracing::warn!(target: "toolgate::approvals", %error, "remembered answers could not be read; asking");
+                    None
+                })
+            }
+            _ => scope.session.session().remembered_answer(self.tool, source),
+        }
+    }
+
+    /// Remembers an answer for the rest of the session, where the session lives.
+    async fn remember_answer(&self, source: &str, approve: bool) {
+        let scope = self.scope;
+        match scope.pipeline.approvals.relay() {
+            Some(relay) if scope.session.is_shared() => {
+                let tenant = &scope.caller.tenant;
+                let kept = relay.remember(tenant, scope.session.id(), self.tool, source, approve);
+                if let Err(error) = kept.await {
+                    tracing::warn!(target: "toolgate::approvals", %error, "an answer to remember was not stored; later asks ask again");
+                }
+            }
+            _ => scope
+                .session
+                .session()
+                .remember_answer(self.tool, source, approve),
         }
     }
 
