@@ -518,3 +518,36 @@ regex = "^risky"
         assert!(listed.unwrap().into_inner().approvals.is_empty());
     }
 }
+
+/// With the Redis store down, the approval RPCs say so (`UNAVAILABLE`) rather than answer from
+/// half the picture, and an interactive batch naming a session fails as every named one does.
+#[tokio::test]
+async fn with_the_store_down_the_approval_rpcs_are_unavailable() {
+    crate::peers::require_peers!(Redis);
+    let mut redis = crate::shared_sessions::Redis::start();
+    let config = Config::from_toml(&format!(
+        "[sessions]\nstore = \"{}\"\nstore_timeout = \"500ms\"",
+        redis.url()
+    ))
+    .unwrap();
+    let ts = start_with(config).await;
+    redis.kill();
+    let mut client = ts.client.clone();
+    let listed = client
+        .list_approvals(pb::ListApprovalsRequest::default())
+        .await;
+    let status = listed.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    assert_eq!(
+        status.message(),
+        "the session store is down: approvals of other servers cannot be reached; retry later"
+    );
+    let answered = resolve(
+        &ts,
+        "00000000000000000000000000000000",
+        Decision::Approve,
+        "",
+    )
+    .await;
+    assert_eq!(answered.unwrap_err().code(), tonic::Code::Unavailable);
+}

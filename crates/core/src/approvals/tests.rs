@@ -165,3 +165,141 @@ fn answered_ids_are_bounded() {
     );
     assert_eq!(state.answered.len(), 1);
 }
+
+/// A relay kept in memory that never delivers a message: what a server sees when the pub/sub
+/// message with its answer was lost.
+#[derive(Default)]
+struct Deaf {
+    pending: Mutex<HashMap<String, Approval>>,
+    answered: Mutex<HashMap<String, Answer>>,
+}
+
+impl ApprovalRelay for Deaf {
+    fn open<'a>(&'a self, approval: &'a Approval) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.pending
+            .lock()
+            .insert(approval.id.clone(), approval.clone());
+        Box::pin(async { Ok(()) })
+    }
+    fn peek<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Approval>, StoreError>> {
+        let found = self.pending.lock().get(id).cloned();
+        Box::pin(async move { Ok(found) })
+    }
+    fn claim<'a>(
+        &'a self,
+        approval: &'a Approval,
+        answer: Option<&'a Answer>,
+    ) -> BoxFuture<'a, Result<Claim, StoreError>> {
+        let claim = if self.pending.lock().remove(&approval.id).is_some() {
+            if let Some(answer) = answer {
+                self.answered
+                    .lock()
+                    .insert(approval.id.clone(), answer.clone());
+            }
+            Claim::Claimed
+        } else if self.answered.lock().contains_key(&approval.id) {
+            Claim::Answered
+        } else {
+            Claim::Missing
+        };
+        Box::pin(async move { Ok(claim) })
+    }
+    fn answered<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Answer>, StoreError>> {
+        let found = self.answered.lock().get(id).cloned();
+        Box::pin(async move { Ok(found) })
+    }
+    fn pending<'a>(&'a self, tenant: &'a str) -> BoxFuture<'a, Result<Vec<Approval>, StoreError>> {
+        let found = self
+            .pending
+            .lock()
+            .values()
+            .filter(|a| a.tenant == tenant)
+            .cloned()
+            .collect();
+        Box::pin(async move { Ok(found) })
+    }
+    fn publish<'a>(&'a self, _message: &'a Relayed) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async { Ok(()) })
+    }
+    fn remembered<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+        _: &'a str,
+        _: &'a str,
+    ) -> BoxFuture<'a, Result<Option<bool>, StoreError>> {
+        Box::pin(async { Ok(None) })
+    }
+    fn remember<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+        _: &'a str,
+        _: &'a str,
+        _: bool,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_whose_message_was_lost_is_found_in_the_store() {
+    let relay = Arc::new(Deaf::default());
+    let (here, there) = (Approvals::default(), Approvals::default());
+    here.attach(relay.clone());
+    there.attach(relay.clone());
+    let agent = caller("bot", "acme", &[Role::Agent]);
+    let mut ticket = here
+        .open(&request(&agent, "s1", Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let id = ticket.approval().id.clone();
+    // The other server lists and answers it; no message reaches this one.
+    assert_eq!(there.list_anywhere(&agent, None).await.unwrap().len(), 1);
+    there
+        .resolve_anywhere(&agent, &id, answer(true, "bot"))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    assert!(matches!(ticket.wait().await, Waited::Answered(a) if a.approve));
+    assert!(started.elapsed() <= POLL, "found at the next poll");
+    assert_eq!(here.pending(), 0);
+    assert_eq!(
+        here.resolve_anywhere(&agent, &id, answer(false, "bot"))
+            .await,
+        Err(ResolveError::AlreadyAnswered(id))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_given_as_it_expires_wins_and_an_expired_one_is_not_answered() {
+    let relay = Arc::new(Deaf::default());
+    let (here, there) = (Approvals::default(), Approvals::default());
+    here.attach(relay.clone());
+    there.attach(relay.clone());
+    let agent = caller("bot", "acme", &[Role::Agent]);
+    let mut ticket = here
+        .open(&request(&agent, "s1", Duration::from_secs(1)))
+        .await
+        .unwrap();
+    let id = ticket.approval().id.clone();
+    there
+        .resolve_anywhere(&agent, &id, answer(false, "bot"))
+        .await
+        .unwrap();
+    // Its expiry comes before the first poll: the claim finds the answer.
+    assert!(matches!(ticket.wait().await, Waited::Answered(a) if !a.approve));
+
+    let mut ticket = here
+        .open(&request(&agent, "s2", Duration::from_secs(1)))
+        .await
+        .unwrap();
+    let id = ticket.approval().id.clone();
+    assert!(matches!(ticket.wait().await, Waited::Expired));
+    assert_eq!(
+        there
+            .resolve_anywhere(&agent, &id, answer(true, "bot"))
+            .await,
+        Err(ResolveError::NotFound(id))
+    );
+}
