@@ -4,7 +4,11 @@ toolgate binary while a second client (another grpcio channel, or the `toolgate 
 answers. Hooks of all three kinds ask (a rules hook, a command hook, a gRPC hook served from
 this script) and so does a permission rule.
 
-usage: e2e.py --toolgate BIN [SCENARIO ...]   (prints "ok <scenario>" for each; exits 1 on failure)
+With --redis-server, also two replicas sharing a real Redis: an approval waiting on one is
+listed and answered through the other with the CLI.
+
+usage: e2e.py --toolgate BIN [--redis-server BIN] [SCENARIO ...]
+       (prints "ok <scenario>" for each; exits 1 on failure)
 """
 
 import argparse
@@ -123,7 +127,7 @@ scratch_quota_bytes = 100000
 class Toolgate:
     """The binary on a free port, with the policy hook served from this process."""
 
-    def __init__(self, binary):
+    def __init__(self, binary, extra=""):
         self.binary = binary
         self.hooks = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         hooks_pb2_grpc.add_ToolHooksServicer_to_server(PolicyHook(), self.hooks)
@@ -140,6 +144,7 @@ class Toolgate:
                 python=sys.executable,
                 guard=REPO / "examples" / "hooks" / "guard.py",
             )
+            + extra
         )
         self.env = dict(os.environ, **TOKENS)
         self.log = open(pathlib.Path(self.dir.name) / "toolgate.log", "w+")
@@ -466,6 +471,53 @@ def not_interactive(tg):
     assert r["content"] == "Hook requested confirmation (risky echo) but the session is not interactive", r
 
 
+class RedisServer:
+    """A real redis-server on a free port, without persistence; stopped by stop()."""
+
+    def __init__(self, binary):
+        self.port = free_port()
+        self.process = subprocess.Popen(
+            [binary, "--port", str(self.port), "--save", "", "--appendonly", "no"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        raise SystemExit("redis-server did not listen")
+
+    def stop(self):
+        self.process.terminate()
+        self.process.wait(timeout=10)
+
+
+def cross_replica(binary, redis_server):
+    """An agent on replica A; an approver's CLI on replica B lists and approves; A's call runs."""
+    redis = RedisServer(redis_server)
+    store = f'\n[sessions]\nstore = "redis://127.0.0.1:{redis.port}/0"\n'
+    a, b = Toolgate(binary, store), Toolgate(binary, store)
+    try:
+        batch = Batch(a, [ECHO_RISKY], session="fleet")
+        approval = batch.next("approval_requested")
+        listed = b.cli("list").stdout
+        assert approval.approval_id in listed, listed
+        b.cli("approve", approval.approval_id, "--remember-session")
+        r = results(batch.finish())[0]
+        assert r["success"], r
+        # The remembered answer holds on B for the same session.
+        second = Batch(b, [{"id": "c2", "name": "echo", "arguments": {"q": "risky again"}}], session="fleet")
+        assert second.next("approval_resolved").how == pb.ApprovalResolved.REMEMBERED
+        assert second.finish().all_succeeded
+        assert "no pending approvals" in a.cli("list").stdout
+    finally:
+        a.stop()
+        b.stop()
+        redis.stop()
+
+
 SCENARIOS = [
     approve_by_cli,
     edited_arguments,
@@ -486,6 +538,7 @@ SCENARIOS = [
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--toolgate", required=True)
+    parser.add_argument("--redis-server", help="run the cross-replica scenario with this redis-server")
     parser.add_argument("scenarios", nargs="*")
     args = parser.parse_args()
     chosen = [s for s in SCENARIOS if not args.scenarios or s.__name__ in args.scenarios]
@@ -501,6 +554,13 @@ def main():
                 print(f"FAILED {scenario.__name__}: {type(e).__name__}: {e}", flush=True)
     finally:
         tg.stop()
+    if args.redis_server and (not args.scenarios or "cross_replica" in args.scenarios):
+        try:
+            cross_replica(args.toolgate, args.redis_server)
+            print("ok cross_replica", flush=True)
+        except Exception as e:  # noqa: BLE001
+            failed = True
+            print(f"FAILED cross_replica: {type(e).__name__}: {e}", flush=True)
     if failed:
         print(tg.logs()[-6000:])
         sys.exit(1)

@@ -336,16 +336,18 @@ async fn without_the_option_an_ask_refuses_as_before_and_unary_dispatch_waits_to
 
 /// The end-to-end run of `tests/approvals/e2e.py`: a Python grpcio agent streams batches against
 /// the binary while another grpcio client or the `toolgate approvals` CLI answers; a rules hook,
-/// a command hook, a gRPC hook (served by the script) and a permission rule ask.
+/// a command hook, a gRPC hook (served by the script) and a permission rule ask; then two
+/// binaries sharing a real Redis, answered across them with the CLI.
 #[test]
 fn python_agents_and_the_cli_answer_approvals_end_to_end() {
-    crate::peers::require_peers!(TestEnv);
+    crate::peers::require_peers!(TestEnv, Redis);
     let python = crate::peers::testenv().join("venv/bin/python");
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/approvals/e2e.py");
     let output = crate::peers::run(
         std::process::Command::new(python)
             .arg(script)
-            .args(["--toolgate", env!("CARGO_BIN_EXE_toolgate")]),
+            .args(["--toolgate", env!("CARGO_BIN_EXE_toolgate")])
+            .args(["--redis-server", "redis-server"]),
     );
     for scenario in [
         "approve_by_cli",
@@ -361,6 +363,7 @@ fn python_agents_and_the_cli_answer_approvals_end_to_end() {
         "every_kind_of_asker",
         "watch_and_unary",
         "not_interactive",
+        "cross_replica",
     ] {
         assert!(
             output.lines().any(|line| line == format!("ok {scenario}")),
