@@ -150,6 +150,18 @@ async fn a_hook_ask_waits_for_an_approval_and_then_runs() {
     assert_eq!(resolved.decision, Decision::Approve as i32);
     assert_eq!(resolved.resolved_by, "anonymous");
     assert_eq!(resolved.reason, "fine");
+    // Counted.
+    let admin = ts
+        .server
+        .admin_addr()
+        .expect("the admin listener is on by default");
+    let metrics = reqwest::get(format!("http://{admin}/metrics"))
+        .await
+        .unwrap();
+    let metrics = metrics.text().await.unwrap();
+    let counted =
+        r#"toolgate_approvals_total{gen_ai_tool_name="echo",toolgate_approval="approved"} 1"#;
+    assert!(metrics.contains(counted), "{metrics}");
 }
 
 #[tokio::test]
