@@ -11,7 +11,7 @@ use tonic::Status;
 
 use super::convert;
 use super::status::RequestError;
-use toolgate_core::approvals::{Answer, Approvals, Remember, Update};
+use toolgate_core::approvals::{Answer, Approvals, MAX_WATCHES, Remember, Update, WatchSlot};
 use toolgate_core::dispatch::Cancel;
 use toolgate_core::identity::Caller;
 use toolgate_proto::pb;
@@ -33,6 +33,13 @@ pub(super) async fn resolve(
 ) -> Result<pb::ResolveApprovalResponse, RequestError> {
     if request.approval_id.is_empty() {
         return Err(RequestError::Invalid("approval_id is required".to_owned()));
+    }
+    // What every approval id is: nothing else reaches the store's keys or the audit log.
+    let id = &request.approval_id;
+    if id.len() != 32 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(RequestError::Invalid(
+            "approval_id: not an approval id (32 hexadecimal digits)".to_owned(),
+        ));
     }
     let approve = match Decision::try_from(request.decision) {
         Ok(Decision::Approve) => true,
@@ -143,6 +150,8 @@ struct Watch {
     session: Option<String>,
     sent: std::collections::HashSet<String>,
     shutdown: Cancel,
+    /// Its place among the server's watchers, freed when the stream goes.
+    _slot: WatchSlot,
 }
 
 /// The pending approvals `caller` may answer, then each change, until the client leaves, the
@@ -153,6 +162,9 @@ pub(super) async fn watch(
     request: pb::WatchApprovalsRequest,
     shutdown: Cancel,
 ) -> Result<WatchStream, RequestError> {
+    let slot = approvals
+        .watch_slot()
+        .ok_or(RequestError::TooManyWatches(MAX_WATCHES))?;
     // Subscribed before listing: nothing requested in between is missed.
     let updates = approvals.subscribe();
     let session = Some(request.session_id).filter(|s| !s.is_empty());
@@ -171,6 +183,7 @@ pub(super) async fn watch(
         session,
         sent,
         shutdown,
+        _slot: slot,
     };
     let live = futures::stream::unfold(Some(watch), |watch| async move {
         let mut watch = watch?;

@@ -79,6 +79,8 @@ pub enum RequestError {
     Remote(#[from] toolgate_remotes::RemoteError),
     #[error(transparent)]
     Approval(#[from] toolgate_core::approvals::ResolveError),
+    #[error("this server already serves {0} WatchApprovals streams; close one, or list instead")]
+    TooManyWatches(usize),
 }
 
 impl From<RequestError> for Status {
@@ -94,7 +96,8 @@ impl From<RequestError> for Status {
             RequestError::Overloaded(_)
             | RequestError::ReplyTooLarge { .. }
             | RequestError::RequestBacklog(_)
-            | RequestError::ReplyBacklog(_) => Code::ResourceExhausted,
+            | RequestError::ReplyBacklog(_)
+            | RequestError::TooManyWatches(_) => Code::ResourceExhausted,
             RequestError::ShuttingDown | RequestError::SessionStore(_) => Code::Unavailable,
             RequestError::Stalled(_)
             | RequestError::RequestStalled(_)

@@ -130,7 +130,13 @@ impl ApprovalRelay for RedisStore {
             let mut gone = Vec::new();
             for (id, text) in ids.iter().zip(found) {
                 match text {
-                    Some(text) => approvals.push(decode::<Approval>(&text)?),
+                    Some(text) => match decode::<Approval>(&text) {
+                        Ok(approval) => approvals.push(approval),
+                        // One unreadable record (another version's) does not hide the rest.
+                        Err(error) => {
+                            tracing::warn!(target: "toolgate::approvals", %error, approval = %id, "a pending approval in the store could not be read");
+                        }
+                    },
                     // Expired, with the server that held it gone: the index forgets it.
                     None => gone.push(id),
                 }

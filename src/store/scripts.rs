@@ -1,7 +1,7 @@
 //! The store's Lua scripts, each one atomic operation on one session's keys (or the cache's).
 //! KEYS and ARGV are listed above each; the Rust side that calls it is named there too.
 
-/// The Lua that keeps a session's data keys (KEYS 2 to 5) alive past its meta (KEYS[1]): their
+/// The Lua that keeps a session's data keys (KEYS 2 on) alive past its meta (KEYS[1]): their
 /// expiry is set to twice the idle TTL and recorded in the meta's `data_until`, and renewed only
 /// when that is less than one TTL away, so a batch does not refresh five expiries, but a live
 /// session's data never expires before its meta does. Every data key made later is given the

@@ -17,6 +17,14 @@ const CONFIG: &str = r#"
 [approvals]
 timeout = "3s"
 [[hooks.rules]]
+id = "no-forbidden"
+tools = "*"
+action = "block"
+reason = "forbidden input"
+[[hooks.rules.when]]
+pointer = "/forbidden"
+regex = "."
+[[hooks.rules]]
 id = "risky"
 tools = "echo"
 action = "ask"
@@ -565,4 +573,40 @@ async fn with_the_store_down_the_approval_rpcs_are_unavailable() {
     )
     .await;
     assert_eq!(answered.unwrap_err().code(), tonic::Code::Unavailable);
+}
+
+/// An edit is a new input: every pre-tool hook sees it again, on the hook path and the
+/// permission path, so a person (or the batch's own identity) cannot approve past a Block.
+#[tokio::test]
+async fn edited_arguments_go_through_every_hook_again() {
+    let ts = server().await;
+    for (call, asked_by) in [
+        (
+            json!({"id": "h", "name": "echo", "arguments": {"q": "risky"}}),
+            "risky",
+        ),
+        (json!({"id": "p", "name": "now"}), "permissions[clock]"),
+    ] {
+        let (mut events, task) = spawn_batch(&ts, interactive("edits", json!([call]), false));
+        let approval = next_request(&mut events).await;
+        assert_eq!(approval.source, asked_by);
+        let edited = json!({"q": "risky", "forbidden": "yes"});
+        let req = pb::ResolveApprovalRequest {
+            approval_id: approval.approval_id,
+            decision: Decision::Approve as i32,
+            updated_arguments: Some(toolgate_proto::protojson::Struct::from(
+                edited.as_object().unwrap().clone(),
+            )),
+            ..Default::default()
+        };
+        ts.client.clone().resolve_approval(req).await.unwrap();
+        let result = task.await.unwrap();
+        let r = &result.results[0];
+        assert_eq!(class(r), pb::ErrorClass::Blocked, "{asked_by}: {r:?}");
+        assert_eq!(r.content, "forbidden input");
+        assert_eq!((r.tool.as_str(), r.attempts), ("", 0), "{asked_by}");
+    }
+    // Not a well-formed id: refused before anything is looked up.
+    let odd = resolve(&ts, "../../etc", Decision::Approve, "").await;
+    assert_eq!(odd.unwrap_err().code(), tonic::Code::InvalidArgument);
 }

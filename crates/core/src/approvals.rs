@@ -220,7 +220,8 @@ pub trait ApprovalRelay: Send + Sync {
     fn pending<'a>(&'a self, tenant: &'a str) -> BoxFuture<'a, Result<Vec<Approval>, StoreError>>;
     /// Tells the other servers.
     fn publish<'a>(&'a self, message: &'a Relayed) -> BoxFuture<'a, Result<(), StoreError>>;
-    /// A session's remembered answer for asks by `source` about `tool`.
+    /// A session's remembered answer for asks about `tool`; `source` names the hook or rule
+    /// that asked and the identity that sent the batch.
     fn remembered<'a>(
         &'a self,
         tenant: &'a str,
@@ -367,6 +368,8 @@ struct Inner {
     relay: std::sync::OnceLock<Arc<dyn ApprovalRelay>>,
     /// This server, in relayed messages (random).
     server: String,
+    /// `WatchApprovals` streams open.
+    watches: std::sync::atomic::AtomicUsize,
 }
 
 impl std::fmt::Debug for Approvals {
@@ -398,6 +401,7 @@ impl Approvals {
                 updates,
                 relay: std::sync::OnceLock::new(),
                 server,
+                watches: std::sync::atomic::AtomicUsize::new(0),
             }),
         }
     }
@@ -452,7 +456,13 @@ impl Approvals {
             requester: Requester::of(&request.caller),
         };
         if let Some(relay) = self.relay() {
+            // A batch that goes away while this is recorded leaves nothing behind in the store.
+            let mut unheld = Unheld {
+                relay: relay.clone(),
+                approval: Some(approval.clone()),
+            };
             relay.open(&approval).await.map_err(OpenError::Store)?;
+            unheld.approval = None;
         }
         let (tx, rx) = oneshot::channel();
         {
@@ -497,11 +507,14 @@ impl Approvals {
             }
         };
         allowed(&approval, resolver)?;
-        match self.deliver(id, answer) {
-            true => Ok(approval),
-            // Answered or withdrawn between the two looks.
-            false => Err(ResolveError::NotFound(id.to_owned())),
+        if self.deliver(id, answer) {
+            return Ok(approval);
         }
+        // Answered or withdrawn between the two looks.
+        Err(match self.inner.state.lock().answered_ids.contains(id) {
+            true => ResolveError::AlreadyAnswered(id.to_owned()),
+            false => ResolveError::NotFound(id.to_owned()),
+        })
     }
 
     /// Answers approval `id` as `resolver`, wherever its batch waits: claimed once in the
@@ -607,7 +620,8 @@ impl Approvals {
         visible.into_iter().map(|(_, a)| a).collect()
     }
 
-    /// `list`, with the other servers' too when approvals are shared (soonest to expire first).
+    /// `list`, with the other servers' too when approvals are shared (soonest to expire first:
+    /// the order they arrived in, but for those the request's deadline cut short).
     pub async fn list_anywhere(
         &self,
         viewer: &Caller,
@@ -628,6 +642,20 @@ impl Approvals {
         );
         listed.sort_by_key(|a| a.expires_at);
         Ok(listed)
+    }
+
+    /// A place for one more watcher, or `None` when `MAX_WATCHES` are watching.
+    pub fn watch_slot(&self) -> Option<WatchSlot> {
+        use std::sync::atomic::Ordering;
+        let watches = &self.inner.watches;
+        watches
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < MAX_WATCHES).then_some(n + 1)
+            })
+            .ok()?;
+        Some(WatchSlot {
+            approvals: self.clone(),
+        })
     }
 
     /// Every update from now on (a watcher filters with `Update::visible_to`).
@@ -697,6 +725,38 @@ fn spawn_quietly(op: impl std::future::Future<Output = Result<(), StoreError>> +
                 tracing::warn!(target: "toolgate::approvals", %error, "an approval update was not shared with the other servers");
             }
         });
+    }
+}
+
+/// An approval recorded in the store that no ticket holds yet: taken out again if dropped.
+struct Unheld {
+    relay: Arc<dyn ApprovalRelay>,
+    approval: Option<Approval>,
+}
+
+impl Drop for Unheld {
+    fn drop(&mut self) {
+        if let Some(approval) = self.approval.take() {
+            let relay = self.relay.clone();
+            spawn_quietly(async move { relay.claim(&approval, None).await.map(|_| ()) });
+        }
+    }
+}
+
+/// How many `WatchApprovals` streams a server serves at once.
+pub const MAX_WATCHES: usize = 256;
+
+/// A watcher's place among `MAX_WATCHES`; freed when dropped.
+pub struct WatchSlot {
+    approvals: Approvals,
+}
+
+impl Drop for WatchSlot {
+    fn drop(&mut self) {
+        self.approvals
+            .inner
+            .watches
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 

@@ -133,7 +133,7 @@ pub struct Session {
     /// Ended or evicted while in use: the directory goes when the last batch releases it.
     ended: AtomicBool,
     /// Approval answers given with `remember = SESSION`, by (tool, the hook or rule that
-    /// asked): `true` approved. At most `MAX_REMEMBERED_ANSWERS`.
+    /// asked and the identity that sent the batch): `true` approved. At most `MAX_REMEMBERED_ANSWERS`.
     answers: Mutex<HashMap<(String, String), bool>>,
 }
 

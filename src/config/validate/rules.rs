@@ -159,6 +159,11 @@ pub(super) fn call_deadlines(c: &Config, p: &mut Problems) {
 
 pub(super) fn approvals(c: &Config, p: &mut Problems) {
     p.longer_than_zero("approvals.timeout", c.approvals.timeout);
+    // A person answers within hours; a longer wait would hold a call slot for days.
+    p.check(
+        c.approvals.timeout <= Duration::from_secs(24 * 3600),
+        "approvals.timeout: must be at most 24h",
+    );
 }
 
 pub(super) fn sessions(c: &Config, p: &mut Problems) {

@@ -303,3 +303,14 @@ async fn an_answer_given_as_it_expires_wins_and_an_expired_one_is_not_answered()
         Err(ResolveError::NotFound(id))
     );
 }
+
+#[test]
+fn watchers_are_bounded() {
+    let approvals = Approvals::default();
+    let slots: Vec<_> = (0..MAX_WATCHES)
+        .map(|_| approvals.watch_slot().unwrap())
+        .collect();
+    assert!(approvals.watch_slot().is_none());
+    drop(slots);
+    assert!(approvals.watch_slot().is_some());
+}

@@ -134,7 +134,7 @@ async fn attempt_once(
         }
         Ok(None) => None,
         Err(Refusal::Refused(class, message)) => Some((class, message)),
-        Err(Refusal::Cancelled(message)) => {
+        Err(Refusal::Cancelled(_, message)) => {
             return ControlFlow::Break(step.cancelled(message).await);
         }
     };

@@ -39,7 +39,7 @@ impl Step<'_> {
             call_id: self.call.id.clone(),
             tool: tool.to_owned(),
             arguments,
-            reason: json::truncate_chars(reason, p.preview_chars),
+            reason: json::truncate_chars(&p.redactor.redact(reason), p.preview_chars),
             source: source.to_owned(),
             until: self.approval_deadline(),
         };
@@ -58,6 +58,11 @@ impl Step<'_> {
                 format!("tool '{tool}' needs approval, and none could be asked for: {e}"),
             )
         })?;
+        // Until it ends here, a drop (the client left) still records its end.
+        let mut unanswered = Unanswered {
+            step: self,
+            approval: Some(ticket.approval().clone()),
+        };
         self.emit(Event::ApprovalRequested(ticket.approval().clone()))
             .await;
         tracing::info!(target: "toolgate::approvals", approval = %ticket.approval().id, session = %request.session_id, call = %self.call.id, tool, source, "a call waits for approval");
@@ -67,16 +72,20 @@ impl Step<'_> {
             waited = ticket.wait() => Some(waited),
         };
         let approval = ticket.approval().clone();
+        unanswered.approval = None;
         // Dropped unanswered (the batch was cancelled): withdrawn, and announced as such.
         drop(ticket);
         match waited {
             None => {
                 let ended = Ended::of_pending(&approval, How::Withdrawn, None);
                 self.approval_ended(&ended).await;
-                Err(Refusal::Cancelled(format!(
-                    "tool '{tool}' was cancelled while it waited for approval: {}",
-                    scope.cancel.reason()
-                )))
+                Err(Refusal::Cancelled(
+                    ErrorClass::Cancelled,
+                    format!(
+                        "tool '{tool}' was cancelled while it waited for approval: {}",
+                        scope.cancel.reason()
+                    ),
+                ))
             }
             Some(Waited::Expired) => {
                 let ended = Ended::of_pending(&approval, How::Expired, None);
@@ -124,6 +133,7 @@ impl Step<'_> {
     /// asked).
     async fn remembered_answer(&self, source: &str) -> Option<bool> {
         let scope = self.scope;
+        let source = &remembered_as(source, scope);
         match scope.pipeline.approvals.relay() {
             Some(relay) if scope.session.is_shared() => {
                 let tenant = &scope.caller.tenant;
@@ -140,6 +150,7 @@ impl Step<'_> {
     /// Remembers an answer for the rest of the session, where the session lives.
     async fn remember_answer(&self, source: &str, approve: bool) {
         let scope = self.scope;
+        let source = &remembered_as(source, scope);
         match scope.pipeline.approvals.relay() {
             Some(relay) if scope.session.is_shared() => {
                 let tenant = &scope.caller.tenant;
@@ -167,6 +178,12 @@ impl Step<'_> {
 
     /// The end of an approval: its event, audit line, span event and metric.
     async fn approval_ended(&self, ended: &Ended) {
+        self.record_ended(ended);
+        self.emit(Event::ApprovalResolved(ended.clone())).await;
+    }
+
+    /// An approval's end's audit line, span event and metric.
+    fn record_ended(&self, ended: &Ended) {
         let p = self.scope.pipeline;
         let decision = match ended.approved {
             Some(true) => "approve",
@@ -192,8 +209,30 @@ impl Step<'_> {
             arguments_updated = ended.arguments_updated,
             "approval ended"
         );
-        self.emit(Event::ApprovalResolved(ended.clone())).await;
     }
+}
+
+/// An approval this call waits on: dropped before it ends here (the batch's future went away
+/// with its client), its withdrawal is still audited, counted and put on the span.
+struct Unanswered<'s, 'a> {
+    step: &'s Step<'a>,
+    approval: Option<crate::approvals::Approval>,
+}
+
+impl Drop for Unanswered<'_, '_> {
+    fn drop(&mut self) {
+        if let Some(approval) = self.approval.take() {
+            let ended = Ended::of_pending(&approval, How::Withdrawn, None);
+            self.step.record_ended(&ended);
+        }
+    }
+}
+
+/// What a remembered answer is kept under besides the tool: the hook or rule that asked and the
+/// identity that sent the batch (an answer for one agent's calls is not another's).
+fn remembered_as(source: &str, scope: &super::CallScope<'_>) -> String {
+    let caller = scope.caller;
+    format!("{source}\u{0}{}:{}", caller.method.name(), caller.id)
 }
 
 /// What the model reads when a person denied the call.

@@ -50,17 +50,25 @@ impl Step<'_> {
                 _ => break (Some(invoked), duration),
             };
             let (source, reason) = ask;
-            match self.ask_person(&source, &reason, running).await {
+            // An edited input goes through every pre-tool hook again before the stack sees it.
+            let approval = match self.ask_person(&source, &reason, running).await {
+                Ok(Some(change)) => match self.pre_tool_hooks_on(&change).await {
+                    Ok(modified) => Ok(Some(modified.unwrap_or(change))),
+                    Err(refusal) => Err(refusal),
+                },
+                other => other,
+            };
+            match approval {
                 Ok(change) => {
                     if let Some(change) = change {
                         edited = Some(Arc::new(change));
                     }
                     approved = Some(source);
                 }
-                Err(Refusal::Refused(class, message)) => {
+                // Neither ran the tool: a refusal, not an execution.
+                Err(Refusal::Refused(class, message) | Refusal::Cancelled(class, message)) => {
                     break (Some(Invoked::refused(class, message)), duration);
                 }
-                Err(Refusal::Cancelled(_)) => break (None, duration),
             }
         };
         let retryable = matches!(

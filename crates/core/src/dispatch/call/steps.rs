@@ -47,8 +47,9 @@ pub(super) struct Admitted<'a> {
 pub(super) enum Refusal {
     /// Answered with this class and the text the model reads.
     Refused(ErrorClass, String),
-    /// The batch was cancelled while the call waited for approval: it ends the batch.
-    Cancelled(String),
+    /// The batch was cancelled while the call waited for approval (class `CANCELLED`): it ends
+    /// the batch.
+    Cancelled(ErrorClass, String),
 }
 
 /// What recovery decided after a failed attempt.
@@ -87,9 +88,19 @@ impl Step<'_> {
     /// and, approved, the hooks after it go on with the input as approved. `Ok(Some)` is a
     /// modified input, `Ok(None)` the input as given, `Err` the refusal.
     pub(super) async fn pre_tool_hooks(&self, input: &Value) -> Result<Option<Value>, Refusal> {
+        self.pre_tool_hooks_on(input).await
+    }
+
+    /// The pre-tool hooks over `input`. An input a person edited is a new input: every hook
+    /// sees it again from the first (a Block still blocks it, a Modify still applies), and only
+    /// an ask about exactly the input a person approved for that hook or rule counts as
+    /// answered.
+    pub(super) async fn pre_tool_hooks_on(&self, input: &Value) -> Result<Option<Value>, Refusal> {
         let p = self.scope.pipeline;
         let mut current: Option<Value> = None;
         let mut start = 0;
+        // (source, digest of the input a person approved it for).
+        let mut approved: Vec<(String, String)> = Vec::new();
         loop {
             let seen = current.as_ref().unwrap_or(input);
             let asked = PreToolUse {
@@ -121,9 +132,24 @@ impl Step<'_> {
                 } => {
                     let asked_about = modified.or(current);
                     let about = asked_about.as_ref().unwrap_or(input);
-                    let approved = self.ask_person(&source, &message, about).await?;
-                    current = approved.or(asked_about);
-                    start = resume;
+                    let digest = json::digest(about);
+                    if approved.iter().any(|(s, d)| *s == source && *d == digest) {
+                        current = asked_about;
+                        start = resume;
+                        continue;
+                    }
+                    match self.ask_person(&source, &message, about).await? {
+                        Some(edited) => {
+                            approved.push((source, json::digest(&edited)));
+                            current = Some(edited);
+                            start = 0;
+                        }
+                        None => {
+                            approved.push((source, digest));
+                            current = asked_about;
+                            start = resume;
+                        }
+                    }
                 }
             }
         }
@@ -251,7 +277,12 @@ impl Step<'_> {
     ) -> Option<Answered> {
         let scope = self.scope;
         let deadline_passed = scope.options.deadline.is_some_and(|d| Instant::now() >= d);
-        if !result.success && result.error_class != ErrorClass::Cancelled && deadline_passed {
+        // An approval the deadline cut short stays what it was: nobody answered in time.
+        let settled = matches!(
+            result.error_class,
+            ErrorClass::Cancelled | ErrorClass::ApprovalTimeout | ErrorClass::ApprovalDenied
+        );
+        if !result.success && !settled && deadline_passed {
             scope.cancel.cancel("the request deadline passed");
             result.error_class = ErrorClass::Cancelled;
             result.error = format!(
