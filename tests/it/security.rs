@@ -1113,3 +1113,88 @@ fn jwts_with_crit_a_foreign_algorithm_or_no_subject_are_refused_and_audit_lines_
         assert!(!outside.contains("rpc=RegisterRemote"), "{line}");
     }
 }
+
+/// `toolgate approvals` reaches a TLS server as a person would: the CA that signed it, a client
+/// certificate that maps to an approver, or a bearer token from an environment variable; the
+/// wrong CA or no credentials are refused with a message saying so.
+#[test]
+fn the_approvals_cli_speaks_tls_with_a_client_certificate_or_a_token() {
+    let dir = folder("approvals-cli-tls");
+    let (server_ca, client_ca, stranger_ca) = (Ca::new(), Ca::new(), Ca::new());
+    let (cert, key) = server_ca.sign(&["localhost"]);
+    let ca_file = write(&dir, "ca.pem", &server_ca.pem);
+    let stranger_file = write(&dir, "stranger.pem", &stranger_ca.pem);
+    let cert_file = write(&dir, "server.pem", &cert);
+    let key_file = write(&dir, "server.key", &key);
+    let client_ca_file = write(&dir, "client-ca.pem", &client_ca.pem);
+    let (alice_cert, alice_key) = client_ca.sign(&["alice.clients.test"]);
+    let alice = (
+        write(&dir, "alice.pem", &alice_cert),
+        write(&dir, "alice.key", &alice_key),
+    );
+    let config = write(
+        &dir,
+        "toolgate.toml",
+        &format!(
+            r#"
+            [tls]
+            cert_file = "{cert_file}"
+            key_file = "{key_file}"
+            client_ca_file = "{client_ca_file}"
+            require_client_cert = false
+            reload_interval = "0s"
+            [auth]
+            anonymous = "none"
+            [[auth.certificates]]
+            name = "alice.clients.test"
+            tenant = "acme"
+            roles = ["approver"]
+            [[auth.tokens]]
+            id = "bob"
+            tenant = "acme"
+            roles = ["approver"]
+            env = "TG_BOB"
+            "#
+        ),
+    );
+    let token = "bob-approver-token-0001";
+    let server = Binary::start_with(&["--config", &config], &[("TG_BOB", token)]);
+    let addr = server.addr.replace("127.0.0.1", "localhost");
+    let cli = |args: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+            .args(["approvals", "list", "--addr", &addr])
+            .args(args)
+            .env("TG_BOB", token)
+            .env("TG_WRONG", "not-a-token-of-anyone")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&output.stdout).into_owned()
+            + &String::from_utf8_lossy(&output.stderr);
+        (output.status.success(), text)
+    };
+    let with_cert = cli(&[
+        "--tls-ca",
+        &ca_file,
+        "--tls-cert",
+        &alice.0,
+        "--tls-key",
+        &alice.1,
+    ]);
+    assert_eq!(with_cert, (true, "no pending approvals\n".to_owned()));
+    let with_token = cli(&["--tls-ca", &ca_file, "--token-env", "TG_BOB"]);
+    assert_eq!(with_token, (true, "no pending approvals\n".to_owned()));
+    let (ok, said) = cli(&["--tls-ca", &ca_file, "--token-env", "TG_WRONG"]);
+    assert!(!ok && said.contains("Unauthenticated"), "{said}");
+    let (ok, said) = cli(&["--tls-ca", &ca_file]);
+    assert!(
+        !ok && said.contains("Unauthenticated: credentials required"),
+        "{said}"
+    );
+    let (ok, said) = cli(&["--tls-ca", &stranger_file, "--token-env", "TG_BOB"]);
+    assert!(!ok && said.contains("cannot connect"), "{said}");
+    let (ok, said) = cli(&["--tls-cert", &alice.0]);
+    assert!(
+        !ok && said.contains("--tls-cert and --tls-key go together"),
+        "{said}"
+    );
+}
