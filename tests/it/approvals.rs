@@ -610,3 +610,64 @@ async fn edited_arguments_go_through_every_hook_again() {
     let odd = resolve(&ts, "../../etc", Decision::Approve, "").await;
     assert_eq!(odd.unwrap_err().code(), tonic::Code::InvalidArgument);
 }
+
+/// A call that waits for a person at a permission rule gives the half-open breaker's probe
+/// back while it waits (another caller of the tool is admitted meanwhile), and is admitted
+/// again once approved.
+#[tokio::test]
+async fn a_call_waiting_at_a_permission_rule_holds_no_probe_slot() {
+    let config = Config::from_toml(
+        r#"
+        [breaker]
+        failure_threshold = 1
+        cooldown = "200ms"
+        [retry]
+        max_retries = 0
+        [[permissions.rules]]
+        id = "switches"
+        tools = "switch"
+        decision = "ask"
+        reason = "flipping switches needs a person"
+        "#,
+    )
+    .unwrap();
+    let ts = start_with(config).await;
+    let switch = |id: &str| json!([{"id": id, "name": "switch"}]);
+    // Open the breaker with one failure (the rule asks for every call, so it is approved).
+    let (mut events, task) = spawn_batch(&ts, interactive("probe", switch("fail"), false));
+    let approval = next_request(&mut events).await;
+    resolve(&ts, &approval.approval_id, Decision::Approve, "")
+        .await
+        .unwrap();
+    assert_eq!(
+        class(&task.await.unwrap().results[0]),
+        pb::ErrorClass::ToolError
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Half-open: this call takes the probe, then waits for a person.
+    ts.switch_ok
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let (mut events, task) = spawn_batch(&ts, interactive("probe", switch("wait"), false));
+    let approval = next_request(&mut events).await;
+    // Meanwhile another caller is admitted (and refused by the rule, not by the breaker).
+    let mut other = request(switch("other"));
+    other.session_id = "probe-2".into();
+    let result = ts
+        .client
+        .clone()
+        .dispatch(other)
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        class(&result.results[0]),
+        pb::ErrorClass::PermissionDenied,
+        "{:?}",
+        result.results[0]
+    );
+    resolve(&ts, &approval.approval_id, Decision::Approve, "")
+        .await
+        .unwrap();
+    let result = task.await.unwrap();
+    assert!(result.results[0].success, "{:?}", result.results[0]);
+}

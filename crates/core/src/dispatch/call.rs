@@ -158,7 +158,8 @@ async fn attempt_once(
     // 5. Cancel-or-run, biased to cancel, through the middleware stack (deadline,
     //    permissions, validation, cache, redaction, output cap) around the tool itself;
     //    6. the result is stamped with the model's id, whatever the tool or a layer put there.
-    let (mut result, retryable, edited) = step.run(input, &guard.input, metadata).await;
+    let (mut result, retryable, edited) =
+        step.run(input, &guard.input, metadata, &mut admitted).await;
     if let Some(edited) = edited {
         *input = edited;
     }

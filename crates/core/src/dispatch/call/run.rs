@@ -7,7 +7,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 use tower::ServiceExt;
 
-use super::steps::{Refusal, Step};
+use super::steps::{Admitted, Refusal, Step};
 use crate::dispatch::events::Event;
 use crate::dispatch::result::CallResult;
 use crate::middleware::{Invocation, Invoked, Reply};
@@ -19,11 +19,12 @@ impl Step<'_> {
     /// batches) and, approved, the stack runs again with the rule approved, and with the
     /// arguments as the person edited them (returned, so the later steps see them). Also says
     /// whether the failure is one the tool called retryable.
-    pub(super) async fn run(
-        &self,
+    pub(super) async fn run<'s>(
+        &'s self,
         input: &Arc<Value>,
         canonical: &Arc<str>,
         metadata: &Arc<CallMetadata>,
+        admitted: &mut Admitted<'s>,
     ) -> (CallResult, bool, Option<Arc<Value>>) {
         let p = self.scope.pipeline;
         crate::dispatch::spans::arguments(&self.span, &p.tracer, &p.redactor, canonical);
@@ -50,6 +51,8 @@ impl Step<'_> {
                 _ => break (Some(invoked), duration),
             };
             let (source, reason) = ask;
+            // The breaker decides again once a person has: no probe slot is held meanwhile.
+            self.release_probe(admitted).await;
             // An edited input goes through every pre-tool hook again before the stack sees it.
             let approval = match self.ask_person(&source, &reason, running).await {
                 Ok(Some(change)) => match self.pre_tool_hooks_on(&change).await {
@@ -64,6 +67,14 @@ impl Step<'_> {
                         edited = Some(Arc::new(change));
                     }
                     approved = Some(source);
+                    match self.admit().await {
+                        Some(again) => *admitted = again,
+                        None => {
+                            let open = "tool temporarily unavailable: circuit breaker open";
+                            let refused = Invoked::refused(ErrorClass::CircuitOpen, open);
+                            break (Some(refused), duration);
+                        }
+                    }
                 }
                 // Neither ran the tool: a refusal, not an execution.
                 Err(Refusal::Refused(class, message) | Refusal::Cancelled(class, message)) => {

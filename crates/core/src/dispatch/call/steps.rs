@@ -249,6 +249,15 @@ impl Step<'_> {
         Answered::soft(result)
     }
 
+    /// Gives the probe slot back, as a neutral outcome, before a wait for a person (a call
+    /// must not keep every other caller of a half-open tool out while someone decides).
+    pub(super) async fn release_probe(&self, admitted: &mut Admitted<'_>) {
+        if admitted.is_probe() {
+            let transition = admitted.record(HealthOutcome::Neutral);
+            self.breaker_changed(transition).await;
+        }
+    }
+
     /// Step 4: the breaker's admission. `None`: refused; `Some(admitted)`: run, holding the
     /// half-open probe slot when the breaker gave it.
     pub(super) async fn admit(&self) -> Option<Admitted<'_>> {
@@ -499,6 +508,11 @@ impl Step<'_> {
 }
 
 impl Admitted<'_> {
+    /// Whether this call holds the half-open breaker's probe slot.
+    pub(super) fn is_probe(&self) -> bool {
+        self.probe
+    }
+
     /// Records the attempt's outcome under the tool that ran; the probe slot goes with it.
     fn record(&mut self, outcome: HealthOutcome) -> Option<Transition> {
         let probe = std::mem::take(&mut self.probe);
