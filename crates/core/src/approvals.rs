@@ -765,7 +765,8 @@ impl Drop for WatchSlot {
 pub enum OpenError {
     #[error("no randomness for its id: {0}")]
     Random(#[source] std::io::Error),
-    #[error("the session store is down: {0}")]
+    /// The cause is for the log: the text reaches the model.
+    #[error("the session store is down")]
     Store(#[source] StoreError),
 }
 

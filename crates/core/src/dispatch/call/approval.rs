@@ -53,6 +53,8 @@ impl Step<'_> {
             };
         }
         let mut ticket = p.approvals.open(&request).await.map_err(|e| {
+            let cause = std::error::Error::source(&e).map(ToString::to_string);
+            tracing::warn!(target: "toolgate::approvals", error = %e, cause = cause.as_deref().unwrap_or(""), tool, "an approval could not be opened; the call is refused");
             Refusal::Refused(
                 ErrorClass::Blocked,
                 format!("tool '{tool}' needs approval, and none could be asked for: {e}"),
