@@ -372,8 +372,14 @@ impl<G: Unpin> Body for Reply<G> {
         }
     }
 
+    /// Also true for a reply refused before its first message (tonic's status in the headers,
+    /// an empty body): hyper then sets END_STREAM on the headers, a trailers-only answer. Sent
+    /// as headers and then an empty DATA frame ending the stream, grpc's C core (Python, Ruby,
+    /// C++ clients) reads it as "Stream removed" and loses the status.
     fn is_end_stream(&self) -> bool {
-        self.done && self.trailers.is_none() && self.pending.lock().data.is_none()
+        (self.done || self.inner.is_end_stream())
+            && self.trailers.is_none()
+            && self.pending.lock().data.is_none()
     }
 }
 
@@ -528,5 +534,28 @@ mod tests {
         drop(pending);
         drop(reply);
         assert_eq!(registry.lock().iter().count(), 0, "a reply leaves its slot");
+    }
+
+    #[test]
+    fn a_stream_refused_before_its_first_message_ends_with_its_headers() {
+        let budget = ByteBudget::new(0, 0, Arc::default(), ["c", "s"]);
+        let registry: Arc<Replies<()>> = Arc::default();
+        // What tonic gives for a streaming method that returns an error: the status in the
+        // headers, an empty body.
+        let reply = Reply::new(tonic::body::Body::empty(), budget.share(), (), &registry);
+        assert!(
+            reply.is_end_stream(),
+            "else hyper sends an empty DATA frame after the headers, which grpc's C core refuses"
+        );
+        let streaming = Reply::new(
+            tonic::body::Body::new(Chunks {
+                chunks: VecDeque::from([Bytes::from(message(3))]),
+                end: true,
+            }),
+            budget.share(),
+            (),
+            &registry,
+        );
+        assert!(!streaming.is_end_stream());
     }
 }
