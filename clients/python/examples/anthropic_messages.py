@@ -1,6 +1,6 @@
 """An Anthropic Messages agent loop whose tools run in toolgate.
 
-Without ANTHROPIC_API_KEY the model's replies come from recorded/anthropic.json.
+Without ANTHROPIC_API_KEY the model's replies come from clients/recorded/anthropic.json.
 """
 
 import os

@@ -1,6 +1,6 @@
 """A Gemini (google-genai) agent loop whose tools run in toolgate.
 
-Without GEMINI_API_KEY the model's replies come from recorded/gemini.json.
+Without GEMINI_API_KEY the model's replies come from clients/recorded/gemini.json.
 """
 
 import os

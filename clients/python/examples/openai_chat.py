@@ -1,6 +1,6 @@
 """An OpenAI Chat Completions agent loop whose tools run in toolgate.
 
-Without OPENAI_API_KEY the model's replies come from recorded/openai_chat.json.
+Without OPENAI_API_KEY the model's replies come from clients/recorded/openai_chat.json.
 """
 
 import os

@@ -1,6 +1,6 @@
 """An OpenAI Responses agent loop whose tools run in toolgate.
 
-Without OPENAI_API_KEY the model's replies come from recorded/openai_responses.json.
+Without OPENAI_API_KEY the model's replies come from clients/recorded/openai_responses.json.
 """
 
 import os

@@ -1,7 +1,7 @@
 """Replays a provider's recorded responses, so the agent loops here run without an API key.
 
 ``http_client(name)`` is an httpx2 client (what the provider SDKs take as ``http_client``) that
-answers each request with the next response of ``recorded/<name>.json``, in order. With
+answers each request with the next response of ``clients/recorded/<name>.json``, in order. With
 ``REPLAY_LOG`` set, the requests' bodies (what the SDK sent) are written there as a JSON list.
 """
 
@@ -14,7 +14,8 @@ from typing import Any
 
 import httpx2
 
-RECORDED = pathlib.Path(__file__).resolve().parent / "recorded"
+# Shared with the TypeScript package's examples: clients/recorded/.
+RECORDED = pathlib.Path(__file__).resolve().parents[2] / "recorded"
 
 
 def http_client(name: str) -> httpx2.Client:

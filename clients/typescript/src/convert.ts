@@ -1,0 +1,232 @@
+// The one translator between the client's values and toolgate.v1 messages: what the model
+// returned → a request, and the server's replies → the typed values of types.ts.
+
+import { fromJson, toJson, type JsonValue as PbJson } from "@bufbuild/protobuf";
+import { type Duration, timestampDate, type Value, ValueSchema } from "@bufbuild/protobuf/wkt";
+
+import { InputError } from "./errors.js";
+import * as pb from "./gen/toolgate/v1/toolgate_pb.js";
+import type {
+  Approval, CallResult, DispatchResult, ErrorClass, Event, Format, JsonValue, Tool,
+} from "./types.js";
+
+export const FORMATS: Record<Format, pb.DispatchOptions_MessageFormat> = {
+  openai: pb.DispatchOptions_MessageFormat.OPENAI_CHAT,
+  openai_responses: pb.DispatchOptions_MessageFormat.OPENAI_RESPONSES,
+  anthropic: pb.DispatchOptions_MessageFormat.ANTHROPIC,
+  gemini: pb.DispatchOptions_MessageFormat.GEMINI,
+};
+
+// Responses output items that are not calls but may sit beside them in `output`.
+const RESPONSES_ITEMS = new Set([
+  "function_call", "message", "reasoning", "web_search_call", "file_search_call", "computer_call",
+  "code_interpreter_call", "image_generation_call", "local_shell_call", "mcp_call", "mcp_list_tools",
+  "mcp_approval_request", "custom_tool_call",
+]);
+
+type Obj = Record<string, unknown>;
+const isObj = (v: unknown): v is Obj => typeof v === "object" && v !== null && !Array.isArray(v);
+
+/** An SDK object (openai, @anthropic-ai/sdk, @google/genai classes) as the JSON its API sends. */
+export function plain(value: unknown): unknown {
+  if (value === undefined) return undefined;
+  try {
+    return JSON.parse(JSON.stringify(value)) as unknown;
+  } catch (error) {
+    throw new InputError(`cannot read the response as JSON: ${String(error)}`);
+  }
+}
+
+/** Which request field the model's reply goes in, its JSON, and the chat format it implies. */
+export function readResponse(response: unknown): { field: "assistantMessage" | "calls"; value: unknown; format: Format } {
+  const value = plain(response);
+  if (Array.isArray(value)) {
+    if (value.some((i) => isObj(i) && RESPONSES_ITEMS.has(String(i.type))) && value.every((i) => isObj(i) && "type" in i)) {
+      return { field: "assistantMessage", value, format: "openai_responses" };
+    }
+    return { field: "calls", value, format: callsFormat(value) };
+  }
+  if (isObj(value)) return readObject(value);
+  throw new InputError(`cannot read a ${typeof response} as a model response`);
+}
+
+function readObject(value: Obj): { field: "assistantMessage"; value: unknown; format: Format } {
+  const message = (format: Format, v: unknown) => ({ field: "assistantMessage" as const, value: v, format });
+  if ("choices" in value) {
+    const choices = value.choices;
+    if (!Array.isArray(choices) || choices.length === 0) throw new InputError("the ChatCompletion has no choices");
+    const first: unknown = choices[0];
+    if (!isObj(first) || !isObj(first.message)) throw new InputError("the ChatCompletion's first choice has no message");
+    return message("openai", first.message);
+  }
+  if (value.object === "response" || Array.isArray(value.output)) {
+    return message("openai_responses", value.output ?? []);
+  }
+  if ("candidates" in value) {
+    const candidates = value.candidates;
+    if (!Array.isArray(candidates) || candidates.length === 0) throw new InputError("the GenerateContentResponse has no candidates");
+    const first: unknown = candidates[0];
+    if (!isObj(first) || !isObj(first.content)) throw new InputError("the GenerateContentResponse's first candidate has no content");
+    return message("gemini", first.content);
+  }
+  if ("parts" in value) return message("gemini", value);
+  if ("tool_calls" in value) return message("openai", value);
+  const content = value.content;
+  if (value.type === "message" || "stop_reason" in value
+      || (Array.isArray(content) && content.some((b) => isObj(b) && b.type === "tool_use"))) {
+    return message("anthropic", value);
+  }
+  if (value.role === "assistant") return message("openai", value);
+  throw new InputError(
+    "cannot tell which provider this object comes from: expected a ChatCompletion (choices), a chat " +
+    "message (tool_calls), a Responses Response (output), an Anthropic Message (content blocks), a " +
+    "Gemini response (candidates) or Content (parts)");
+}
+
+/** The reply format a list of calls implies: the provider whose call shape they have, else OpenAI chat. */
+function callsFormat(calls: unknown[]): Format {
+  for (const call of calls) {
+    if (!isObj(call)) continue;
+    if (call.type === "tool_use") return "anthropic";
+    if (call.type === "function_call") return "openai_responses";
+    // A Gemini part, or a FunctionCall itself (response.functionCalls): name and args.
+    if ("functionCall" in call || "function_call" in call || ("args" in call && "name" in call && !("arguments" in call))) {
+      return "gemini";
+    }
+  }
+  return "openai";
+}
+
+export function toValue(value: unknown): Value {
+  try {
+    return fromJson(ValueSchema, value as PbJson);
+  } catch (error) {
+    throw new InputError(`not JSON-shaped: ${String(error)}`);
+  }
+}
+
+export function jsonValue(value: Value | undefined): JsonValue | undefined {
+  return value === undefined ? undefined : (toJson(ValueSchema, value) as JsonValue);
+}
+
+const seconds = (d: Duration | undefined): number => (d ? Number(d.seconds) + d.nanos / 1e9 : 0);
+const errorClass = (n: pb.ErrorClass): ErrorClass => pb.ErrorClass[n] as ErrorClass;
+
+export function callResult(r: pb.CallResult): CallResult {
+  return {
+    index: r.index, id: r.id, name: r.name, tool: r.tool, success: r.success,
+    arguments: jsonValue(r.arguments), result: jsonValue(r.result), content: r.content, error: r.error,
+    errorClass: errorClass(r.errorClass), attempts: r.attempts, duration: seconds(r.duration),
+    cached: r.cached, truncated: r.truncated,
+  };
+}
+
+export function batchResult(r: pb.BatchResult, format: Format): DispatchResult {
+  const results = r.results.map(callResult);
+  return {
+    messages: r.messages, results, allSucceeded: r.allSucceeded, errors: r.errors,
+    failed: results.filter((c) => !c.success), sessionId: r.sessionId,
+    outcome: pb.BatchResult_Outcome[r.outcome] as DispatchResult["outcome"], outcomeReason: r.outcomeReason,
+    duration: seconds(r.duration), format,
+  };
+}
+
+export function approval(a: pb.Approval): Approval {
+  return {
+    approvalId: a.approvalId, sessionId: a.sessionId, index: a.index, id: a.id, tool: a.tool,
+    arguments: jsonValue(a.arguments), reason: a.reason, source: a.source,
+    expiresAt: a.expiresAt ? timestampDate(a.expiresAt) : undefined, requestedBy: a.requestedBy,
+  };
+}
+
+/** A stream event as its typed value; undefined for one this client does not know (a newer server's). */
+export function event(e: pb.DispatchEvent, format: Format): Event | undefined {
+  const v = e.event;
+  switch (v.case) {
+    case "callReceived":
+      return { kind: "call_received", index: v.value.index, id: v.value.id, name: v.value.name, arguments: jsonValue(v.value.arguments) };
+    case "toolPre":
+      return { kind: "tool_pre", index: v.value.index, id: v.value.id, tool: v.value.tool, attempt: v.value.attempt };
+    case "toolPost":
+      return {
+        kind: "tool_post", index: v.value.index, id: v.value.id, tool: v.value.tool, attempt: v.value.attempt,
+        isError: v.value.isError, errorClass: errorClass(v.value.errorClass), duration: seconds(v.value.duration),
+        cached: v.value.cached, resultPreview: v.value.resultPreview,
+      };
+    case "gateDecision":
+      return {
+        kind: "gate_decision", index: v.value.index, id: v.value.id, tool: v.value.tool, attempt: v.value.attempt,
+        verdict: pb.GateDecision_Verdict[v.value.verdict] as "ALLOW", source: v.value.source,
+        reason: v.value.reason, argsDigest: v.value.argsDigest,
+      };
+    case "retryScheduled":
+      return {
+        kind: "retry_scheduled", index: v.value.index, id: v.value.id, tool: v.value.tool, attempt: v.value.attempt,
+        delay: seconds(v.value.delay), reason: v.value.reason,
+      };
+    case "loopDetected":
+      return {
+        kind: "loop_detected", index: v.value.index, id: v.value.id, tool: v.value.tool, attempt: v.value.attempt,
+        action: pb.LoopDetected_Action[v.value.action] as "WARN", pattern: v.value.pattern, repeats: v.value.repeats,
+      };
+    case "breakerChanged":
+      return {
+        kind: "breaker_changed", tool: v.value.tool, from: pb.BreakerState[v.value.from] as "CLOSED",
+        to: pb.BreakerState[v.value.to] as "CLOSED", id: v.value.id,
+      };
+    case "progress":
+      return {
+        kind: "progress", index: v.value.index, id: v.value.id, tool: v.value.tool, attempt: v.value.attempt,
+        progress: v.value.progress, total: v.value.total, message: v.value.message,
+      };
+    case "approvalRequested":
+      return { kind: "approval_requested", approval: approval(v.value) };
+    case "approvalResolved":
+      return {
+        kind: "approval_resolved", approvalId: v.value.approvalId, sessionId: v.value.sessionId, index: v.value.index,
+        id: v.value.id, tool: v.value.tool, decision: pb.ResolveApprovalRequest_Decision[v.value.decision] as "APPROVE",
+        resolvedBy: v.value.resolvedBy, reason: v.value.reason, how: pb.ApprovalResolved_How[v.value.how] as "ANSWERED",
+        argumentsUpdated: v.value.argumentsUpdated, remember: pb.ResolveApprovalRequest_Remember[v.value.remember] as "ONCE",
+        source: v.value.source,
+      };
+    case "result":
+      return { kind: "finished", result: batchResult(v.value, format) };
+    default:
+      return undefined;
+  }
+}
+
+export function tool(t: pb.ToolDefinition): Tool {
+  return {
+    name: t.name, description: t.description, inputSchema: t.inputSchema ?? {},
+    source: pb.ToolDefinition_Source[t.source] as Tool["source"],
+    status: pb.ToolDefinition_Status[t.status] as Tool["status"],
+    readOnly: t.annotations?.readOnly ?? false, destructive: t.annotations?.destructive ?? false,
+    idempotent: t.annotations?.idempotent ?? false, openWorld: t.annotations?.openWorld ?? false,
+    remote: t.remote,
+  };
+}
+
+/**
+ * Tools as the provider's tool list (`tools` of its request), leaving out quarantined ones (their
+ * calls would be refused until an operator accepts the change).
+ */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export function toolDefinitions(tools: Tool[], format: Format): any[] {
+  const usable = tools.filter((t) => t.status !== "QUARANTINED");
+  const schema = (t: Tool) => ({ type: "object", ...(Object.keys(t.inputSchema).length ? t.inputSchema : { properties: {} }) });
+  switch (format) {
+    case "openai":
+      return usable.map((t) => ({ type: "function", function: { name: t.name, description: t.description, parameters: schema(t) } }));
+    case "openai_responses":
+      return usable.map((t) => ({ type: "function", name: t.name, description: t.description, parameters: schema(t), strict: false }));
+    case "anthropic":
+      return usable.map((t) => ({ name: t.name, description: t.description, input_schema: schema(t) }));
+    case "gemini":
+      return usable.length === 0 ? [] : [{
+        functionDeclarations: usable.map((t) => ({ name: t.name, description: t.description, parametersJsonSchema: schema(t) })),
+      }];
+    default:
+      throw new InputError(`unknown format ${JSON.stringify(format)}: one of ${Object.keys(FORMATS).join(", ")}`);
+  }
+}
