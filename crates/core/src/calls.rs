@@ -270,6 +270,13 @@ fn unrecognised_message() -> String {
         .to_owned()
 }
 
+/// The `type`s a normalized call may carry (frameworks' own call shapes: LangChain's
+/// `tool_call`). Any other typed item with a `name` is the provider's, not the agent's, to run:
+/// Responses' `mcp_call`, `mcp_approval_request` and `custom_tool_call`, Anthropic's
+/// `server_tool_use` and `mcp_tool_use`. Read as a call, it would run a local tool of the same
+/// name (again) and answer an id the provider never asked the agent about.
+const NORMALIZED_TYPES: &[&str] = &["function", "tool_call"];
+
 /// Which adapter an element belongs to, from its marker keys alone.
 fn detect(element: &Value) -> Option<CallShape> {
     let map = element.as_object()?;
@@ -285,7 +292,7 @@ fn detect(element: &Value) -> Option<CallShape> {
         Some(CallShape::OpenAiResponses)
     } else if map.contains_key("function") {
         Some(CallShape::OpenAiChat)
-    } else if map.contains_key("name") {
+    } else if map.contains_key("name") && kind.is_none_or(|k| NORMALIZED_TYPES.contains(&k)) {
         Some(CallShape::Normalized)
     } else {
         None

@@ -416,3 +416,36 @@ fn nothing_in_an_assistant_message_is_dropped_silently() {
         );
     }
 }
+
+#[test]
+fn a_call_the_provider_runs_itself_is_not_the_agents_to_run() {
+    // A Responses output with a hosted MCP call (already run by OpenAI) and an approval request
+    // beside the agent's own function call: only the function call is dispatched.
+    let elements = extract_calls(&json!([
+        {"type": "mcp_call", "id": "mcp_1", "name": "echo", "server_label": "s",
+         "arguments": "{\"text\":\"ran already\"}", "output": "ran already"},
+        {"type": "mcp_approval_request", "id": "mcpr_1", "name": "echo", "server_label": "s",
+         "arguments": "{}"},
+        {"type": "function_call", "call_id": "call_1", "name": "now", "arguments": "{}"},
+    ]))
+    .expect("recognised output");
+    check(Value::Array(elements), &[("call_1", "now", json!({}), None)]);
+    // Anthropic's server tools (web search) run on Anthropic's side.
+    let elements = extract_calls(&json!({"role": "assistant", "content": [
+        {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "x"}},
+        {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": []},
+        {"type": "tool_use", "id": "toolu_1", "name": "now", "input": {}},
+    ]}))
+    .expect("recognised message");
+    check(Value::Array(elements), &[("toolu_1", "now", json!({}), None)]);
+    // Sent in `calls` itself, such an item is answered, not run.
+    check(
+        json!([{"type": "mcp_call", "id": "mcp_1", "name": "echo", "arguments": "{}"}]),
+        &[("mcp_1", "", Value::Null, Some(Rejection::InvalidCall))],
+    );
+    // A framework's typed call still is one.
+    check(
+        json!([{"type": "tool_call", "id": "lc_1", "name": "now", "args": {}}]),
+        &[("lc_1", "now", json!({}), None)],
+    );
+}
