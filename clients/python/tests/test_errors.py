@@ -27,11 +27,20 @@ from toolgate import (
 ECHO = [{"id": "e1", "name": "echo", "arguments": {"text": "over tls"}}]
 
 
-def test_a_session_id_the_server_refuses_is_invalid_request(addr: str) -> None:
+def test_a_message_the_server_refuses_is_invalid_request(addr: str) -> None:
+    # Refused before the stream's first message: the status must survive (grpc's C core once
+    # read it as "Stream removed").
     with Client(addr) as tg, pytest.raises(InvalidRequest) as raised:
-        tg.dispatch(ECHO, session_id="not a valid id!")
+        tg.dispatch({"role": "assistant", "content": None})
     assert raised.value.code == grpc.StatusCode.INVALID_ARGUMENT
-    assert "session" in raised.value.details.lower(), raised.value.details
+    assert "no tool call and no text" in raised.value.details, raised.value.details
+
+
+@pytest.mark.parametrize("bad", ["not a valid id!", "sé", "a\nb", "x" * 129])
+def test_a_session_id_toolgate_would_refuse_is_refused_before_sending(addr: str, bad: str) -> None:
+    with Client(addr) as tg, pytest.raises(InputError) as raised:
+        tg.dispatch(ECHO, session_id=bad)
+    assert "session_id" in str(raised.value)
 
 
 def test_unknown_and_malformed_approval_ids(addr: str) -> None:

@@ -50,6 +50,12 @@ def shapes() -> list[tuple[str, Callable[[], Any], str, str]]:
              mode="json", exclude_none=True, by_alias=True), "gemini", "gemini"),
         ("response.function_calls", lambda: sdk.generate_content().function_calls, "gemini",
          "gemini"),
+        ("Content.parts", lambda: sdk.generate_content().candidates[0].content.parts, "gemini",
+         "gemini"),
+        ("Content.model_dump()", lambda: sdk.generate_content().candidates[0].content.model_dump(),
+         "gemini", "gemini"),
+        ("anthropic Message.content (text and tool_use blocks)", lambda: sdk.message().content,
+         "anthropic", "anthropic"),
         ("normalized Call objects",
          lambda: [Call("n1", "echo", {"text": "hello from the model"}), Call("n2", "now")],
          "openai", "normalized"),
@@ -79,13 +85,59 @@ def test_every_input_shape_runs_its_calls_under_the_models_ids(
     assert len(out.messages) == (2 if fmt in ("openai", "openai_responses") else 1), out.messages
 
 
+# What the server's messages look like in each format: the keys that tell them apart.
+SHAPE = {
+    "openai": lambda m: m[0]["role"] == "tool" and m[0]["tool_call_id"] == "toolu_01A",
+    "openai_responses": lambda m: m[0]["type"] == "function_call_output"
+    and m[0]["call_id"] == "toolu_01A",
+    "anthropic": lambda m: m[0]["content"][0]["type"] == "tool_result",
+    "gemini": lambda m: m[0]["parts"][0]["functionResponse"]["id"] == "toolu_01A",
+}
+
+
 @pytest.mark.parametrize("fmt", ["openai", "openai_responses", "anthropic", "gemini"])
 def test_the_reply_format_can_be_overridden(addr: str, fmt: str) -> None:
     with Client(addr) as tg:
         out = tg.dispatch(sdk.message(), format=fmt)  # type: ignore[arg-type]
     assert out.format == fmt
-    text = str(out.messages)
-    assert "toolu_01A" in text and "toolu_01B" in text, out.messages
+    assert SHAPE[fmt](out.messages), out.messages
+
+
+def test_calls_the_provider_runs_itself_are_left_to_it(addr: str) -> None:
+    """A hosted MCP call beside the agent's own call, and Anthropic's server tools: only the
+    agent's calls run, and only they are answered."""
+    from google.genai import types as g
+
+    hosted = {"object": "response", "output": [
+        {"type": "mcp_call", "id": "mcp_1", "name": "echo", "server_label": "docs",
+         "arguments": '{"text": "ran at OpenAI"}', "output": "ran at OpenAI"},
+        {"type": "function_call", "call_id": "call_own", "name": "now", "arguments": "{}"}]}
+    server_tools = {"type": "message", "role": "assistant", "stop_reason": "tool_use",
+                    "content": [
+                        {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search",
+                         "input": {"query": "x"}},
+                        {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1",
+                         "content": []},
+                        {"type": "tool_use", "id": "toolu_own", "name": "now", "input": {}}]}
+    # google-genai's FunctionCall of a tool without arguments has no `args`: still Gemini.
+    bare = [g.FunctionCall(id="gc-now", name="now")]
+    with Client(addr) as tg:
+        for response, call_id in ((hosted, "call_own"), (server_tools, "toolu_own")):
+            out = tg.dispatch(response)
+            assert [r.id for r in out.results] == [call_id], out.results
+            assert out.all_succeeded and call_id in str(out.messages)
+            assert "mcp_1" not in str(out.messages) and "srvtoolu_1" not in str(out.messages)
+        out = tg.dispatch(bare)
+    assert out.format == "gemini" and out.all_succeeded
+    g.Content.model_validate(out.messages[0])
+
+
+def test_a_value_newer_than_the_client_is_kept_as_its_number() -> None:
+    from toolgate._convert import call_result
+    from toolgate._proto import toolgate_pb2 as pb
+
+    result = call_result(pb.CallResult(id="c", error_class=42))  # type: ignore[arg-type]
+    assert result.error_class == "42"  # type: ignore[comparison-overlap]
 
 
 def test_the_session_id_is_kept_across_batches(addr: str) -> None:

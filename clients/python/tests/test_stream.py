@@ -127,3 +127,35 @@ def test_async_client_dispatches_streams_and_answers(addr: str) -> None:
             assert await tg.end_session("py-async") is True
 
     asyncio.run(main())
+
+
+def test_leaving_a_stream_early_cancels_the_batch(addr: str) -> None:
+    calls = [{"id": "s1", "name": "sleep", "arguments": {"ms": 1500}},
+             {"id": "e1", "name": "echo", "arguments": {"text": "after the break"}}]
+    with Client(addr) as tg:
+        with tg.stream(calls, session_id="py-break") as events:
+            for event in events:
+                if isinstance(event, ToolPre):
+                    break
+        import time
+
+        time.sleep(2.5)
+        memory = tg.session_memory("py-break")
+    assert not any("after the break" in m for m in memory), memory
+
+
+def test_leaving_an_async_stream_early_cancels_the_batch(addr: str) -> None:
+    calls = [{"id": "s1", "name": "sleep", "arguments": {"ms": 1500}},
+             {"id": "e1", "name": "echo", "arguments": {"text": "after the async break"}}]
+
+    async def main() -> list[str]:
+        async with AsyncClient(addr) as tg:
+            async with tg.stream(calls, session_id="py-abreak") as events:
+                async for event in events:
+                    if isinstance(event, ToolPre):
+                        break
+            await asyncio.sleep(2.5)
+            return await tg.session_memory("py-abreak")
+
+    memory = asyncio.run(main())
+    assert not any("after the async break" in m for m in memory), memory

@@ -6,7 +6,7 @@
     messages += out.messages
 """
 
-from ._client import API_VERSION, SESSION_HEADER, AsyncClient, Client
+from ._client import API_VERSION, SESSION_HEADER, AsyncClient, AsyncEvents, Client, Events
 from ._errors import (
     Cancelled,
     DeadlineExceeded,
@@ -46,7 +46,7 @@ from ._types import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "API_VERSION", "SESSION_HEADER", "AsyncClient", "Client", "Cancelled", "DeadlineExceeded",
+    "API_VERSION", "SESSION_HEADER", "AsyncClient", "AsyncEvents", "Client", "Events", "Cancelled", "DeadlineExceeded",
     "InputError", "InvalidRequest", "NotFound", "PermissionDenied", "ResourceExhausted",
     "ToolgateError", "Unauthenticated", "Unavailable", "Answer", "Approval", "ApprovalRequested",
     "ApprovalResolved", "BreakerChanged", "Call", "CallReceived", "CallResult", "DispatchResult",

@@ -4,7 +4,17 @@ calls in, the tool messages to append out."""
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+import re
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Generator,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -32,6 +42,9 @@ API_VERSION = "toolgate.v1"
 _SERVICE = "/toolgate.v1.ToolGate/"
 #: The metadata key balancers route a session on (nginx ``hash $http_x_toolgate_session``).
 SESSION_HEADER = "x-toolgate-session"
+
+#: What toolgate accepts as a session id (proto/toolgate/v1/toolgate.proto).
+_SESSION_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")
 
 Approve = Callable[[Approval], Union[bool, Answer]]
 AsyncApprove = Callable[[Approval], Union[bool, Answer, Awaitable[Union[bool, Answer]]]]
@@ -76,6 +89,10 @@ class _Base:
         max_concurrency: int, call_timeout: float | None, max_calls: int, turn: int,
         interactive: bool,
     ) -> _Prepared:
+        if session_id is not None and session_id != "" and not _SESSION_ID.fullmatch(session_id):
+            raise InputError(
+                f"session_id {session_id!r} is invalid: use 1 to 128 ASCII letters, digits, "
+                "'-', '_' or '.'")
         field, value, implied = convert.read_response(response)
         fmt = format or implied
         if fmt not in convert.FORMATS:
@@ -147,6 +164,52 @@ def _channel_options(
     return out
 
 
+class Events:
+    """The events of one batch (``Client.stream``): an iterator, and a context manager whose
+    exit, like ``close()``, cancels the batch if it is still running."""
+
+    def __init__(self, events: Generator[Event, None, None]) -> None:
+        self._events = events
+
+    def __iter__(self) -> Iterator[Event]:
+        return self
+
+    def __next__(self) -> Event:
+        return next(self._events)
+
+    def close(self) -> None:
+        self._events.close()
+
+    def __enter__(self) -> Events:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncEvents:
+    """The events of one batch (``AsyncClient.stream``): an async iterator, and an async
+    context manager whose exit, like ``aclose()``, cancels the batch if it is still running."""
+
+    def __init__(self, events: AsyncGenerator[Event, None]) -> None:
+        self._events = events
+
+    def __aiter__(self) -> AsyncIterator[Event]:
+        return self
+
+    async def __anext__(self) -> Event:
+        return await self._events.__anext__()
+
+    async def aclose(self) -> None:
+        await self._events.aclose()
+
+    async def __aenter__(self) -> AsyncEvents:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
 class Client(_Base):
     """A blocking client on one gRPC channel (thread-safe; reuse it).
 
@@ -201,13 +264,14 @@ class Client(_Base):
         otherwise. ``approve``: called with each call a hook or permission rule wants a person
         for (interactive approvals); return True, False or an ``Answer``."""
         last: Event | None = None
-        for last in self.stream(
+        with self.stream(
             response, session_id=session_id, format=format, context=context,
             parallel=parallel, fail_fast=fail_fast, max_concurrency=max_concurrency,
             call_timeout=call_timeout, max_calls=max_calls, turn=turn, approve=approve,
             timeout=timeout,
-        ):
-            pass
+        ) as events:
+            for last in events:
+                pass
         return self._finish(last)
 
     def stream(
@@ -216,10 +280,25 @@ class Client(_Base):
         fail_fast: bool = False, max_concurrency: int = 0, call_timeout: float | None = None,
         max_calls: int = 0, turn: int = 0, approve: Approve | None = None,
         interactive_approvals: bool | None = None, timeout: float | None = None,
-    ) -> Iterator[Event]:
+    ) -> Events:
         """Like ``dispatch``, yielding the batch's events as they happen; the last is
         ``Finished`` with the result. Without ``approve``, ``interactive_approvals=True`` lets
-        the caller answer ``ApprovalRequested`` events itself (``resolve_approval``)."""
+        the caller answer ``ApprovalRequested`` events itself (``resolve_approval``).
+
+        Use it in a ``with`` block (or call ``close()``) when you may stop early: leaving the
+        block cancels the batch on the server at once, not when the iterator is collected."""
+        return Events(self._events(
+            response, session_id=session_id, format=format, context=context,
+            parallel=parallel, fail_fast=fail_fast, max_concurrency=max_concurrency,
+            call_timeout=call_timeout, max_calls=max_calls, turn=turn, approve=approve,
+            interactive_approvals=interactive_approvals, timeout=timeout))
+
+    def _events(
+        self, response: Any, *, session_id: str | None, format: Format | None,
+        context: Mapping[str, Any] | None, parallel: bool, fail_fast: bool,
+        max_concurrency: int, call_timeout: float | None, max_calls: int, turn: int,
+        approve: Approve | None, interactive_approvals: bool | None, timeout: float | None,
+    ) -> Generator[Event, None, None]:
         interactive = approve is not None if interactive_approvals is None else interactive_approvals
         prepared = self._prepare(response, session_id, format, context, parallel, fail_fast,
                                  max_concurrency, call_timeout, max_calls, turn, interactive)
@@ -350,23 +429,38 @@ class AsyncClient(_Base):
     ) -> DispatchResult:
         """See ``Client.dispatch``."""
         last: Event | None = None
-        async for last in self.stream(
+        async with self.stream(
             response, session_id=session_id, format=format, context=context,
             parallel=parallel, fail_fast=fail_fast, max_concurrency=max_concurrency,
             call_timeout=call_timeout, max_calls=max_calls, turn=turn, approve=approve,
             timeout=timeout,
-        ):
-            pass
+        ) as events:
+            async for last in events:
+                pass
         return self._finish(last)
 
-    async def stream(
+    def stream(
         self, response: Any, *, session_id: str | None = None, format: Format | None = None,
         context: Mapping[str, Any] | None = None, parallel: bool = False,
         fail_fast: bool = False, max_concurrency: int = 0, call_timeout: float | None = None,
         max_calls: int = 0, turn: int = 0, approve: AsyncApprove | None = None,
         interactive_approvals: bool | None = None, timeout: float | None = None,
-    ) -> AsyncIterator[Event]:
-        """See ``Client.stream``."""
+    ) -> AsyncEvents:
+        """See ``Client.stream``; ``async with`` (or ``await aclose()``) cancels the batch when
+        you stop early."""
+        return AsyncEvents(self._events(
+            response, session_id=session_id, format=format, context=context,
+            parallel=parallel, fail_fast=fail_fast, max_concurrency=max_concurrency,
+            call_timeout=call_timeout, max_calls=max_calls, turn=turn, approve=approve,
+            interactive_approvals=interactive_approvals, timeout=timeout))
+
+    async def _events(
+        self, response: Any, *, session_id: str | None, format: Format | None,
+        context: Mapping[str, Any] | None, parallel: bool, fail_fast: bool,
+        max_concurrency: int, call_timeout: float | None, max_calls: int, turn: int,
+        approve: AsyncApprove | None, interactive_approvals: bool | None,
+        timeout: float | None,
+    ) -> AsyncGenerator[Event, None]:
         interactive = approve is not None if interactive_approvals is None else interactive_approvals
         prepared = self._prepare(response, session_id, format, context, parallel, fail_fast,
                                  max_concurrency, call_timeout, max_calls, turn, interactive)

@@ -3,6 +3,7 @@ model returned → a request, and the server's replies → the typed values of `
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import datetime
 from collections.abc import Mapping, Sequence
@@ -53,6 +54,12 @@ def plain(value: Any) -> Any:
     as the JSON-shaped dicts and lists its API sends."""
     if value is None or isinstance(value, (str, bool, int, float)):
         return value
+    # What a pydantic model_dump() without mode="json" leaves: Gemini's thought_signature
+    # bytes, timestamps. As their API's JSON writes them.
+    if isinstance(value, (bytes, bytearray)):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, (datetime.datetime, datetime.date)):
+        return value.isoformat()
     if isinstance(value, Mapping):
         return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -80,12 +87,44 @@ def read_response(response: Any) -> tuple[str, Any, Format]:
     if isinstance(value, dict):
         return _read_object(value)
     if isinstance(value, list):
-        if any(isinstance(i, dict) and i.get("type") in _RESPONSES_ITEMS for i in value) and all(
-            isinstance(i, dict) and "type" in i for i in value
-        ):
-            return "assistant_message", value, "openai_responses"
-        return "calls", value, _calls_format(value)
+        items = [i for i in value if isinstance(i, dict)]
+        if len(items) == len(value) and items:
+            # A Responses output, Anthropic content blocks or Gemini parts, given bare: the
+            # server sorts the calls from the rest (text, thinking, hosted tools) as it does
+            # for the whole message.
+            if all("type" in i for i in items) and not any(
+                i["type"] in _CALL_TYPES for i in items
+            ):
+                fmt: Format = ("openai_responses"
+                               if any(i["type"] in _RESPONSES_ITEMS for i in items)
+                               else "anthropic")
+                return "assistant_message", value, fmt
+            if all(_GEMINI_PART_KEYS & i.keys() for i in items):
+                return "assistant_message", value, "gemini"
+        return "calls", value, _calls_format(value, _provider(response))
     raise InputError(f"cannot read a {type(response).__name__} as a model response")
+
+
+# The `type`s of calls in `calls` (OpenAI chat tool calls, LangChain's tool calls): a list of
+# them is calls, not a message's items.
+_CALL_TYPES = {"function", "tool_call"}
+# The keys a Gemini part is made of (text, a call, a response, data, ...).
+_GEMINI_PART_KEYS = {
+    "text", "thought", "thoughtSignature", "thought_signature", "functionCall", "function_call",
+    "functionResponse", "function_response", "inlineData", "inline_data", "fileData",
+    "file_data", "executableCode", "executable_code", "codeExecutionResult",
+    "code_execution_result",
+}
+
+
+def _provider(response: Any) -> str:
+    """The SDK a response's objects come from (their module's top package), or ""."""
+    items = response if isinstance(response, (list, tuple)) else [response]
+    for item in items:
+        module = type(item).__module__.split(".")[0]
+        if module in ("openai", "anthropic", "google"):
+            return module
+    return ""
 
 
 def _read_object(value: dict[str, Any]) -> tuple[str, Any, Format]:
@@ -128,9 +167,11 @@ def _read_object(value: dict[str, Any]) -> tuple[str, Any, Format]:
     )
 
 
-def _calls_format(calls: list[Any]) -> Format:
-    """The reply format a list of calls implies: the provider whose call shape they have, else
-    OpenAI chat."""
+def _calls_format(calls: list[Any], provider: str = "") -> Format:
+    """The reply format a list of calls implies: the SDK they came from (google-genai's
+    FunctionCall needs no ``args``), the provider whose call shape they have, else OpenAI chat."""
+    if provider == "google":
+        return "gemini"
     for call in calls:
         if not isinstance(call, dict):
             continue
@@ -185,7 +226,12 @@ def _seconds(d: duration_pb2.Duration) -> float:
 
 
 def _enum(enum: Any, number: int) -> Any:
-    return enum.Name(number)
+    """The value's name; a value newer than this client (the API only adds) as its number, in
+    text, rather than an exception after the calls ran."""
+    try:
+        return enum.Name(number)
+    except ValueError:
+        return str(number)
 
 
 def call_result(r: pb.CallResult) -> CallResult:
@@ -196,6 +242,9 @@ def call_result(r: pb.CallResult) -> CallResult:
         content=r.content, error=r.error, error_class=_enum(pb.ErrorClass, r.error_class),
         attempts=r.attempts, duration=_seconds(r.duration), cached=r.cached,
         truncated=r.truncated,
+        parts=[{"text": p.text} if p.WhichOneof("part") == "text"
+               else {"image": {"mime_type": p.image.mime_type, "data": p.image.data}}
+               for p in r.parts if p.WhichOneof("part")],
     )
 
 

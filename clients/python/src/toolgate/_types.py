@@ -9,7 +9,8 @@ from typing import Any, Literal, Union
 #: The chat formats toolgate answers in (``DispatchOptions.MessageFormat``).
 Format = Literal["openai", "openai_responses", "anthropic", "gemini"]
 
-#: Why a call failed (``toolgate.v1.ErrorClass``); ``"NONE"`` for a call that succeeded.
+#: Why a call failed (``toolgate.v1.ErrorClass``); ``"NONE"`` for a call that succeeded. Every
+#: enum-valued field holds a value newer than this client as its number in text (``"18"``).
 ErrorClass = Literal[
     "NONE", "INVALID_CALL", "INVALID_ARGUMENTS", "DUPLICATE_ID", "UNKNOWN_TOOL", "BLOCKED",
     "PERMISSION_DENIED", "CIRCUIT_OPEN", "TIMEOUT", "CANCELLED", "TOOL_ERROR", "PANIC",
@@ -55,6 +56,9 @@ class CallResult:
     duration: float
     cached: bool
     truncated: bool
+    #: The result's content parts, for a tool that returned text and images:
+    #: ``{"text": ...}`` or ``{"image": {"mime_type", "data" (base64)}}``.
+    parts: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -225,7 +229,8 @@ class ApprovalResolved:
     index: int
     id: str
     tool: str
-    decision: Literal["APPROVE", "DENY"]
+    #: DECISION_UNSPECIFIED when nobody answered (``how`` EXPIRED or WITHDRAWN).
+    decision: Literal["APPROVE", "DENY", "DECISION_UNSPECIFIED"]
     resolved_by: str
     reason: str
     how: Literal["ANSWERED", "REMEMBERED", "EXPIRED", "WITHDRAWN"]
