@@ -16,6 +16,8 @@ import type { Answer, Approval, DispatchResult, Event, Format, Tool } from "./ty
 export const API_VERSION = "toolgate.v1";
 /** The metadata key balancers route a session on (nginx `hash $http_x_toolgate_session`). */
 export const SESSION_HEADER = "x-toolgate-session";
+/** What toolgate accepts as a session id (proto/toolgate/v1/toolgate.proto). */
+const SESSION_ID = /^[A-Za-z0-9._-]{1,128}$/;
 
 export interface TlsOptions {
   /** PEM of a private CA to trust instead of the system roots. */
@@ -100,6 +102,9 @@ export class ToolGate {
 
   /** Like `dispatch`, yielding the batch's events as they happen; the last is `finished`. */
   async *stream(response: unknown, options: DispatchOptions = {}): AsyncGenerator<Event, void, undefined> {
+    if (options.sessionId && !SESSION_ID.test(options.sessionId)) {
+      throw new InputError(`sessionId ${JSON.stringify(options.sessionId)} is invalid: use 1 to 128 ASCII letters, digits, '-', '_' or '.'`);
+    }
     const { field, value, format: implied } = convert.readResponse(response);
     const format = options.format ?? implied;
     if (!(format in convert.FORMATS)) {

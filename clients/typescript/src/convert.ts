@@ -24,6 +24,16 @@ const RESPONSES_ITEMS = new Set([
   "mcp_approval_request", "custom_tool_call",
 ]);
 
+// The `type`s of calls in `calls` (OpenAI chat tool calls, LangChain's tool calls): a list of
+// them is calls, not a message's items.
+const CALL_TYPES = new Set(["function", "tool_call"]);
+// The keys a Gemini part is made of (text, a call, a response, data, ...).
+const GEMINI_PART_KEYS = new Set([
+  "text", "thought", "thoughtSignature", "thought_signature", "functionCall", "function_call", "functionResponse",
+  "function_response", "inlineData", "inline_data", "fileData", "file_data", "executableCode", "executable_code",
+  "codeExecutionResult", "code_execution_result",
+]);
+
 type Obj = Record<string, unknown>;
 const isObj = (v: unknown): v is Obj => typeof v === "object" && v !== null && !Array.isArray(v);
 
@@ -41,8 +51,17 @@ export function plain(value: unknown): unknown {
 export function readResponse(response: unknown): { field: "assistantMessage" | "calls"; value: unknown; format: Format } {
   const value = plain(response);
   if (Array.isArray(value)) {
-    if (value.some((i) => isObj(i) && RESPONSES_ITEMS.has(String(i.type))) && value.every((i) => isObj(i) && "type" in i)) {
-      return { field: "assistantMessage", value, format: "openai_responses" };
+    const items = value.filter(isObj);
+    if (items.length === value.length && items.length > 0) {
+      // A Responses output, Anthropic content blocks or Gemini parts, given bare: the server
+      // sorts the calls from the rest (text, thinking, hosted tools) as for the whole message.
+      if (items.every((i) => typeof i.type === "string") && !items.some((i) => CALL_TYPES.has(String(i.type)))) {
+        const format = items.some((i) => RESPONSES_ITEMS.has(String(i.type))) ? "openai_responses" : "anthropic";
+        return { field: "assistantMessage", value, format };
+      }
+      if (items.every((i) => Object.keys(i).some((k) => GEMINI_PART_KEYS.has(k)))) {
+        return { field: "assistantMessage", value, format: "gemini" };
+      }
     }
     return { field: "calls", value, format: callsFormat(value) };
   }
@@ -110,7 +129,12 @@ export function jsonValue(value: Value | undefined): JsonValue | undefined {
 }
 
 const seconds = (d: Duration | undefined): number => (d ? Number(d.seconds) + d.nanos / 1e9 : 0);
-const errorClass = (n: pb.ErrorClass): ErrorClass => pb.ErrorClass[n] as ErrorClass;
+/**
+ * An enum value's name; one newer than this client (the API only adds) as its number, in text,
+ * rather than undefined.
+ */
+const name = <T extends string>(names: Record<number, string>, n: number): T => (names[n] ?? String(n)) as T;
+const errorClass = (n: pb.ErrorClass): ErrorClass => name(pb.ErrorClass, n);
 
 export function callResult(r: pb.CallResult): CallResult {
   return {
@@ -118,6 +142,8 @@ export function callResult(r: pb.CallResult): CallResult {
     arguments: jsonValue(r.arguments), result: jsonValue(r.result), content: r.content, error: r.error,
     errorClass: errorClass(r.errorClass), attempts: r.attempts, duration: seconds(r.duration),
     cached: r.cached, truncated: r.truncated,
+    parts: r.parts.flatMap((p): CallResult["parts"] => p.part.case === "text" ? [{ text: p.part.value }]
+      : p.part.case === "image" ? [{ image: { mimeType: p.part.value.mimeType, data: p.part.value.data } }] : []),
   };
 }
 
@@ -126,7 +152,7 @@ export function batchResult(r: pb.BatchResult, format: Format): DispatchResult {
   return {
     messages: r.messages, results, allSucceeded: r.allSucceeded, errors: r.errors,
     failed: results.filter((c) => !c.success), sessionId: r.sessionId,
-    outcome: pb.BatchResult_Outcome[r.outcome] as DispatchResult["outcome"], outcomeReason: r.outcomeReason,
+    outcome: name(pb.BatchResult_Outcome, r.outcome), outcomeReason: r.outcomeReason,
     duration: seconds(r.duration), format,
   };
 }
@@ -156,7 +182,7 @@ export function event(e: pb.DispatchEvent, format: Format): Event | undefined {
     case "gateDecision":
       return {
         kind: "gate_decision", index: v.value.index, id: v.value.id, tool: v.value.tool, attempt: v.value.attempt,
-        verdict: pb.GateDecision_Verdict[v.value.verdict] as "ALLOW", source: v.value.source,
+        verdict: name(pb.GateDecision_Verdict, v.value.verdict), source: v.value.source,
         reason: v.value.reason, argsDigest: v.value.argsDigest,
       };
     case "retryScheduled":
@@ -167,12 +193,12 @@ export function event(e: pb.DispatchEvent, format: Format): Event | undefined {
     case "loopDetected":
       return {
         kind: "loop_detected", index: v.value.index, id: v.value.id, tool: v.value.tool, attempt: v.value.attempt,
-        action: pb.LoopDetected_Action[v.value.action] as "WARN", pattern: v.value.pattern, repeats: v.value.repeats,
+        action: name(pb.LoopDetected_Action, v.value.action), pattern: v.value.pattern, repeats: v.value.repeats,
       };
     case "breakerChanged":
       return {
-        kind: "breaker_changed", tool: v.value.tool, from: pb.BreakerState[v.value.from] as "CLOSED",
-        to: pb.BreakerState[v.value.to] as "CLOSED", id: v.value.id,
+        kind: "breaker_changed", tool: v.value.tool, from: name(pb.BreakerState, v.value.from),
+        to: name(pb.BreakerState, v.value.to), id: v.value.id,
       };
     case "progress":
       return {
@@ -184,9 +210,9 @@ export function event(e: pb.DispatchEvent, format: Format): Event | undefined {
     case "approvalResolved":
       return {
         kind: "approval_resolved", approvalId: v.value.approvalId, sessionId: v.value.sessionId, index: v.value.index,
-        id: v.value.id, tool: v.value.tool, decision: pb.ResolveApprovalRequest_Decision[v.value.decision] as "APPROVE",
-        resolvedBy: v.value.resolvedBy, reason: v.value.reason, how: pb.ApprovalResolved_How[v.value.how] as "ANSWERED",
-        argumentsUpdated: v.value.argumentsUpdated, remember: pb.ResolveApprovalRequest_Remember[v.value.remember] as "ONCE",
+        id: v.value.id, tool: v.value.tool, decision: name(pb.ResolveApprovalRequest_Decision, v.value.decision),
+        resolvedBy: v.value.resolvedBy, reason: v.value.reason, how: name(pb.ApprovalResolved_How, v.value.how),
+        argumentsUpdated: v.value.argumentsUpdated, remember: name(pb.ResolveApprovalRequest_Remember, v.value.remember),
         source: v.value.source,
       };
     case "result":
@@ -199,8 +225,8 @@ export function event(e: pb.DispatchEvent, format: Format): Event | undefined {
 export function tool(t: pb.ToolDefinition): Tool {
   return {
     name: t.name, description: t.description, inputSchema: t.inputSchema ?? {},
-    source: pb.ToolDefinition_Source[t.source] as Tool["source"],
-    status: pb.ToolDefinition_Status[t.status] as Tool["status"],
+    source: name(pb.ToolDefinition_Source, t.source),
+    status: name(pb.ToolDefinition_Status, t.status),
     readOnly: t.annotations?.readOnly ?? false, destructive: t.annotations?.destructive ?? false,
     idempotent: t.annotations?.idempotent ?? false, openWorld: t.annotations?.openWorld ?? false,
     remote: t.remote,

@@ -59,8 +59,9 @@ const NAMES: Record<number, string> = {
 
 /** The error for a failed RPC: its status and the server's message. Other errors pass through. */
 export function fromRpc(error: unknown): unknown {
-  if (error instanceof ToolGateError) return error;
-  const connect = ConnectError.from(error);
+  // The client's own errors, and what an `approve` callback threw, pass through as they are.
+  if (!(error instanceof ConnectError)) return error;
+  const connect = error;
   // A connection that failed its TLS handshake (Node reports the certificate's problem as an
   // internal error) is UNAVAILABLE, as gRPC's own clients say.
   if (connect.code === Code.Internal && isTlsFailure(connect.cause)) {

@@ -3,7 +3,10 @@
 /** The chat formats toolgate answers in (DispatchOptions.MessageFormat). */
 export type Format = "openai" | "openai_responses" | "anthropic" | "gemini";
 
-/** Why a call failed (toolgate.v1.ErrorClass); "NONE" for a call that succeeded. */
+/**
+ * Why a call failed (toolgate.v1.ErrorClass); "NONE" for a call that succeeded. Every enum-valued
+ * field holds a value newer than this client as its number in text ("18").
+ */
 export type ErrorClass =
   | "NONE" | "INVALID_CALL" | "INVALID_ARGUMENTS" | "DUPLICATE_ID" | "UNKNOWN_TOOL" | "BLOCKED"
   | "PERMISSION_DENIED" | "CIRCUIT_OPEN" | "TIMEOUT" | "CANCELLED" | "TOOL_ERROR" | "PANIC"
@@ -41,6 +44,8 @@ export interface CallResult {
   duration: number;
   cached: boolean;
   truncated: boolean;
+  /** The result's content parts, for a tool that returned text and images (data in base64). */
+  parts: ({ text: string } | { image: { mimeType: string; data: string } })[];
 }
 
 /** A batch's result: the tool messages to append to the conversation, and each call's result. */
@@ -115,7 +120,8 @@ export type Event =
   | { kind: "approval_requested"; approval: Approval }
   | {
       kind: "approval_resolved"; approvalId: string; sessionId: string; index: number; id: string; tool: string;
-      decision: "APPROVE" | "DENY"; resolvedBy: string; reason: string;
+      /** DECISION_UNSPECIFIED when nobody answered (`how` EXPIRED or WITHDRAWN). */
+      decision: "APPROVE" | "DENY" | "DECISION_UNSPECIFIED"; resolvedBy: string; reason: string;
       how: "ANSWERED" | "REMEMBERED" | "EXPIRED" | "WITHDRAWN"; argumentsUpdated: boolean;
       remember: "ONCE" | "SESSION"; source: string;
     }

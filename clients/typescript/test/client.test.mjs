@@ -34,6 +34,8 @@ const SHAPES = [
   ["GenerateContentResponse", sdk.generateContent, "gemini", "gemini"],
   ["Content", async () => (await sdk.generateContent()).candidates[0].content, "gemini", "gemini"],
   ["response.functionCalls", async () => (await sdk.generateContent()).functionCalls, "gemini", "gemini"],
+  ["anthropic Message.content (text and tool_use blocks)", async () => (await sdk.message()).content, "anthropic", "anthropic"],
+  ["Content.parts", async () => (await sdk.generateContent()).candidates[0].content.parts, "gemini", "gemini"],
   ["normalized calls", async () => [
     { id: "n1", name: "echo", arguments: { text: "hello from the model" } }, { id: "n2", name: "now" },
   ], "openai", "normalized"],
@@ -181,4 +183,40 @@ test("quarantined tools are left out of every format", () => {
     const text = JSON.stringify(toolDefinitions(tools, format));
     assert.ok(text.includes("kept") && text.includes("local") && !text.includes("changed"), format);
   }
+});
+
+test("calls the provider runs itself are left to it", async () => {
+  const hosted = { object: "response", output: [
+    { type: "mcp_call", id: "mcp_1", name: "echo", server_label: "docs", arguments: '{"text":"ran at OpenAI"}', output: "x" },
+    { type: "function_call", call_id: "call_own", name: "now", arguments: "{}" },
+  ] };
+  const serverTools = { type: "message", role: "assistant", stop_reason: "tool_use", content: [
+    { type: "server_tool_use", id: "srvtoolu_1", name: "web_search", input: { query: "x" } },
+    { type: "web_search_tool_result", tool_use_id: "srvtoolu_1", content: [] },
+    { type: "tool_use", id: "toolu_own", name: "now", input: {} },
+  ] };
+  for (const [response, id] of [[hosted, "call_own"], [serverTools, "toolu_own"]]) {
+    const out = await tg.dispatch(response);
+    assert.deepEqual(out.results.map((r) => r.id), [id]);
+    assert.ok(out.allSucceeded);
+    const text = JSON.stringify(out.messages);
+    assert.ok(text.includes(id) && !text.includes("mcp_1") && !text.includes("srvtoolu_1"), text);
+  }
+});
+
+test("what approve throws reaches the caller as it is, and the batch ends", async () => {
+  class NoTerminal extends Error {}
+  await assert.rejects(tg.dispatch(RISKY, { sessionId: "ts-throw", approve: () => { throw new NoTerminal("no tty"); } }),
+    (e) => e instanceof NoTerminal && e.message === "no tty");
+});
+
+test("a session id toolgate would refuse is refused before sending", async () => {
+  for (const bad of ["not a valid id!", "s\u00e9", "a\nb", "x".repeat(129)]) {
+    await assert.rejects(tg.dispatch(RISKY, { sessionId: bad }), (e) => e instanceof InputError && /sessionId/.test(e.message));
+  }
+});
+
+test("a message the server refuses before the stream's first event keeps its status", async () => {
+  await assert.rejects(tg.dispatch({ role: "assistant", content: null }),
+    (e) => e.code === "INVALID_ARGUMENT" && /no tool call and no text/.test(e.details));
 });

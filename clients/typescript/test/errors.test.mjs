@@ -36,9 +36,9 @@ const using = async (options, body) => {
   }
 };
 
-test("a session id the server refuses is InvalidRequest with its message", () => using({ address: plain.addr }, async (tg) => {
-  await assert.rejects(tg.dispatch(ECHO, { sessionId: "not a valid id!" }), (e) =>
-    e instanceof InvalidRequest && e.code === "INVALID_ARGUMENT" && /session/i.test(e.details));
+test("a request the server refuses is InvalidRequest with its message", () => using({ address: plain.addr }, async (tg) => {
+  await assert.rejects(tg.dispatch({ role: "assistant" }), (e) =>
+    e instanceof InvalidRequest && e.code === "INVALID_ARGUMENT" && /no tool call/.test(e.details));
 }));
 
 test("unknown and malformed approval ids", () => using({ address: plain.addr }, async (tg) => {
