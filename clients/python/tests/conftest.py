@@ -163,3 +163,45 @@ roles = ["agent"]
     s = Server(config, env={"TG_AGENT": AGENT_TOKEN})
     yield s
     s.stop()
+
+
+@pytest.fixture(scope="session")
+def remote_server() -> Iterator[Server]:
+    """With an HTTP tool named `py.get_weather` (a prefix, as the configuration docs show it),
+    served by this process: a name OpenAI, Anthropic and Gemini refuse."""
+    import http.server
+    import json
+    import threading
+
+    class Weather(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+            # toolgate POSTs {call_id, session_id, name, input, metadata}.
+            reply = json.dumps({"city": body["input"].get("city"), "sky": "clear"}).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(reply)))
+            self.end_headers()
+            self.wfile.write(reply)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    http_server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Weather)
+    threading.Thread(target=http_server.serve_forever, daemon=True).start()
+    config = BASE + f"""
+[[remotes]]
+name = "py"
+kind = "http"
+prefix = "py."
+url = "http://127.0.0.1:{http_server.server_address[1]}/weather"
+required = true
+[remotes.definition]
+name = "get_weather"
+description = "Current weather for a city."
+input_schema = {{ type = "object", properties = {{ city = {{ type = "string" }} }} }}
+"""
+    s = Server(config)
+    yield s
+    s.stop()
+    http_server.shutdown()

@@ -9,6 +9,8 @@ import pydantic
 import pytest
 import sdk
 
+from conftest import Server
+
 from toolgate import Client, Tool
 from toolgate._convert import tool_definitions
 
@@ -129,3 +131,31 @@ def quarantined() -> list[Tool]:
 def test_quarantined_tools_are_left_out(fmt: Any) -> None:
     text = str(tool_definitions(quarantined(), fmt))
     assert "kept" in text and "local" in text and "changed" not in text
+
+
+def test_a_name_providers_refuse_is_given_as_an_alias_that_runs_its_tool(
+    remote_server: Server,
+) -> None:
+    import re
+
+    from anthropic.types import ToolParam as AnthropicTool
+
+    with Client(remote_server.addr) as tg:
+        assert "py.get_weather" in [t.name for t in tg.list_tools()]
+        chat = tg.tools("openai")
+        names = [t["function"]["name"] for t in chat]
+        assert "py_get_weather" in names and "py.get_weather" not in names
+        for fmt in ("openai_responses", "anthropic", "gemini"):
+            assert "py_get_weather" in str(tg.tools(fmt))
+        adapter: Any = pydantic.TypeAdapter(AnthropicTool)
+        for t in tg.tools("anthropic"):
+            adapter.validate_python(t)
+            assert re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", t["name"]), t["name"]
+        # The model calls the alias; the call runs py.get_weather, answered under the alias.
+        out = tg.dispatch([{"id": "w1", "name": "py_get_weather", "arguments": {"city": "Oslo"}}],
+                          format="gemini")
+    assert out.all_succeeded, out.failed
+    r = out.results[0]
+    assert (r.name, r.tool) == ("py_get_weather", "py.get_weather")
+    assert r.result == {"city": "Oslo", "sky": "clear"}
+    assert out.messages[0]["parts"][0]["functionResponse"]["name"] == "py_get_weather"

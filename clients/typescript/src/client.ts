@@ -70,6 +70,8 @@ export class ToolGate {
   readonly #sessions: Http2SessionManager;
   readonly #headers: Record<string, string>;
   readonly #timeoutMs: number | undefined;
+  /** The aliases tools() gave tools whose names a provider refuses, to the tools: sent as bindings. */
+  readonly #aliases = new Map<string, string>();
 
   constructor(options: ToolGateOptions = {}) {
     const address = options.address ?? "127.0.0.1:50051";
@@ -128,6 +130,7 @@ export class ToolGate {
     });
     if (field === "calls") request.calls = (value as unknown[]).map(convert.toValue);
     else request.assistantMessage = convert.toValue(value);
+    for (const [alias, tool] of this.#aliases) request.bindings[alias] = create(pb.BindingSchema, { tool });
     if (options.context) request.context = convert.plain(options.context) as pb.DispatchBatchRequest["context"];
     const headers = { ...this.#headers };
     if (options.sessionId) headers[SESSION_HEADER] = options.sessionId;
@@ -184,10 +187,16 @@ export class ToolGate {
     return reply.tools.map(convert.tool);
   }
 
-  /** The tools as the provider's `tools` list (plain objects of its tool params), without quarantined ones. */
+  /**
+   * The tools as the provider's `tools` list (plain objects of its tool params), without
+   * quarantined ones. A name a provider refuses (`py.get_weather`) is given as a portable alias
+   * (`py_get_weather`); this client's batches bind the alias to the tool.
+   */
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
   async tools(format: Format = "openai", options: { timeoutMs?: number } = {}): Promise<any[]> {
-    return convert.toolDefinitions(await this.listTools(options), format);
+    const tools = await this.listTools(options);
+    for (const [name, alias] of convert.modelNames(tools)) if (alias !== name) this.#aliases.set(alias, name);
+    return convert.toolDefinitions(tools, format);
   }
 
   /** The session's memory entries, oldest first. */

@@ -233,13 +233,42 @@ export function tool(t: pb.ToolDefinition): Tool {
   };
 }
 
+// A tool name every provider takes (OpenAI and Anthropic: letters, digits, '_' and '-', at most
+// 64; Gemini: starting with a letter or '_').
+const PORTABLE_NAME = /^[A-Za-z_][A-Za-z0-9_-]{0,63}$/;
+
+/**
+ * Each tool's name as the model is given it: its own when every provider takes it, else a
+ * portable alias (`py.get_weather` → `py_get_weather`), unique among the tools. A call to an alias
+ * is sent with a binding to the tool (`DispatchBatchRequest.bindings`).
+ */
+export function modelNames(tools: Tool[]): Map<string, string> {
+  const taken = new Set(tools.map((t) => t.name).filter((n) => PORTABLE_NAME.test(n)));
+  const names = new Map<string, string>();
+  for (const t of tools) {
+    if (taken.has(t.name)) {
+      names.set(t.name, t.name);
+      continue;
+    }
+    let base = t.name.replace(/[^A-Za-z0-9_-]/g, "_");
+    if (!/^[A-Za-z_]/.test(base)) base = `t_${base}`;
+    base = base.slice(0, 64);
+    let alias = base;
+    for (let n = 2; taken.has(alias); n++) alias = `${base.slice(0, 64 - String(n).length - 1)}_${n}`;
+    taken.add(alias);
+    names.set(t.name, alias);
+  }
+  return names;
+}
+
 /**
  * Tools as the provider's tool list (`tools` of its request), leaving out quarantined ones (their
  * calls would be refused until an operator accepts the change).
  */
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 export function toolDefinitions(tools: Tool[], format: Format): any[] {
-  const usable = tools.filter((t) => t.status !== "QUARANTINED");
+  const names = modelNames(tools);
+  const usable = tools.filter((t) => t.status !== "QUARANTINED").map((t) => ({ ...t, name: names.get(t.name) ?? t.name }));
   const schema = (t: Tool) => ({ type: "object", ...(Object.keys(t.inputSchema).length ? t.inputSchema : { properties: {} }) });
   switch (format) {
     case "openai":

@@ -12,7 +12,7 @@ import {
 } from "@toolgate/client";
 
 import * as sdk from "./sdk.mjs";
-import { AGENT_TOKEN, certs, start, tlsConfig } from "./server.mjs";
+import { AGENT_TOKEN, BASE, certs, start, tlsConfig } from "./server.mjs";
 
 const ECHO = [{ id: "e1", name: "echo", arguments: { text: "over tls" } }];
 let plain;
@@ -113,4 +113,45 @@ test("the session id goes as metadata too, for balancers", async () => {
   assert.equal(named[SESSION_HEADER], "s-balanced");
   assert.equal(named.authorization, "Bearer t0k");
   assert.equal(unnamed[SESSION_HEADER], undefined);
+});
+
+test("a name providers refuse is given as an alias that runs its tool", async () => {
+  const { createServer: createHttpServer } = await import("node:http");
+  const weather = createHttpServer((req, res) => {
+    let body = "";
+    req.on("data", (d) => { body += d; });
+    req.on("end", () => {
+      // toolgate POSTs {call_id, session_id, name, input, metadata}.
+      res.writeHead(200, { "content-type": "application/json" });
+      res.end(JSON.stringify({ city: JSON.parse(body).input.city, sky: "clear" }));
+    });
+  });
+  await new Promise((resolve) => weather.listen(0, "127.0.0.1", resolve));
+  const remote = await start(`${BASE}
+[[remotes]]
+name = "py"
+kind = "http"
+prefix = "py."
+url = "http://127.0.0.1:${weather.address().port}/weather"
+required = true
+[remotes.definition]
+name = "get_weather"
+input_schema = { type = "object", properties = { city = { type = "string" } } }
+`);
+  try {
+    await using({ address: remote.addr }, async (tg) => {
+      assert.ok((await tg.listTools()).some((t) => t.name === "py.get_weather"));
+      for (const format of ["openai", "openai_responses", "anthropic", "gemini"]) {
+        const text = JSON.stringify(await tg.tools(format));
+        assert.ok(text.includes('"py_get_weather"') && !text.includes('"py.get_weather"'), format);
+      }
+      const out = await tg.dispatch([{ id: "w1", name: "py_get_weather", arguments: { city: "Oslo" } }], { format: "anthropic" });
+      assert.ok(out.allSucceeded, JSON.stringify(out.failed));
+      assert.deepEqual([out.results[0].name, out.results[0].tool], ["py_get_weather", "py.get_weather"]);
+      assert.deepEqual(out.results[0].result, { city: "Oslo", sky: "clear" });
+    });
+  } finally {
+    remote.stop();
+    weather.close();
+  }
 });

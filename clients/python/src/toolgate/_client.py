@@ -82,6 +82,14 @@ class _Base:
     def __init__(self, token: str | None, timeout: float | None) -> None:
         self._metadata: Metadata = (("authorization", f"Bearer {token}"),) if token else ()
         self._timeout = timeout
+        # The aliases tools() gave tools whose names a provider refuses, to the tools: sent as
+        # bindings with each batch, so a call to an alias runs its tool.
+        self._aliases: dict[str, str] = {}
+
+    def _definitions(self, tools: list[Tool], fmt: Format) -> list[Any]:
+        names = convert.model_names(tools)
+        self._aliases.update({alias: name for name, alias in names.items() if alias != name})
+        return convert.tool_definitions(tools, fmt)
 
     def _prepare(
         self, response: Any, session_id: str | None, format: Format | None,
@@ -108,6 +116,8 @@ class _Base:
             request.assistant_message.CopyFrom(convert.to_value(value))
         if context:
             request.context.CopyFrom(convert.to_struct(context))
+        for alias, tool in self._aliases.items():
+            request.bindings[alias].tool = tool
         metadata = self._metadata
         if session_id:
             metadata = (*metadata, (SESSION_HEADER, session_id))
@@ -351,8 +361,9 @@ class Client(_Base):
     def tools(self, format: Format = "openai", *, timeout: float | None = None,
               ) -> list[Any]:
         """The tools as the provider's ``tools=`` list (plain dicts of its tool params), without
-        quarantined ones."""
-        return convert.tool_definitions(self.list_tools(timeout=timeout), format)
+        quarantined ones. A name a provider refuses (``py.get_weather``) is given as a portable
+        alias (``py_get_weather``); this client's batches bind the alias to the tool."""
+        return self._definitions(self.list_tools(timeout=timeout), format)
 
     def session_memory(self, session_id: str, *, timeout: float | None = None) -> list[str]:
         """The session's memory entries, oldest first."""
@@ -517,7 +528,7 @@ class AsyncClient(_Base):
     async def tools(self, format: Format = "openai", *, timeout: float | None = None,
                     ) -> list[Any]:
         """See ``Client.tools``."""
-        return convert.tool_definitions(await self.list_tools(timeout=timeout), format)
+        return self._definitions(await self.list_tools(timeout=timeout), format)
 
     async def session_memory(self, session_id: str, *, timeout: float | None = None,
                              ) -> list[str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import datetime
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
@@ -335,10 +336,41 @@ def tool(t: pb.ToolDefinition) -> Tool:
     )
 
 
+# A tool name every provider takes (OpenAI and Anthropic: letters, digits, '_' and '-', at most
+# 64; Gemini: starting with a letter or '_').
+_PORTABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
+
+
+def model_names(tools: Sequence[Tool]) -> dict[str, str]:
+    """Each tool's name as the model is given it: its own when every provider takes it, else a
+    portable alias (``py.get_weather`` → ``py_get_weather``), unique among the tools. A call
+    to an alias is sent with a binding to the tool (``DispatchBatchRequest.bindings``)."""
+    taken = {t.name for t in tools if _PORTABLE_NAME.fullmatch(t.name)}
+    names: dict[str, str] = {}
+    for t in tools:
+        if t.name in taken:
+            names[t.name] = t.name
+            continue
+        base = re.sub(r"[^A-Za-z0-9_-]", "_", t.name)
+        if not re.match(r"[A-Za-z_]", base):
+            base = f"t_{base}"
+        base = base[:64]
+        alias, n = base, 1
+        while alias in taken:
+            n += 1
+            alias = f"{base[:64 - len(str(n)) - 1]}_{n}"
+        taken.add(alias)
+        names[t.name] = alias
+    return names
+
+
 def tool_definitions(tools: Sequence[Tool], fmt: Format) -> list[Any]:
     """Tools as the provider's tool list (``tools=`` of its request), leaving out quarantined
-    ones (their calls would be refused until an operator accepts the change)."""
-    usable = [t for t in tools if t.status != "QUARANTINED"]
+    ones (their calls would be refused until an operator accepts the change), under the names
+    ``model_names`` gives them."""
+    names = model_names(tools)
+    usable = [dataclasses.replace(t, name=names[t.name]) for t in tools
+              if t.status != "QUARANTINED"]
 
     def schema(t: Tool) -> dict[str, Any]:
         s = dict(t.input_schema) or {"type": "object", "properties": {}}
