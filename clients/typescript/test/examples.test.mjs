@@ -93,12 +93,15 @@ test("the committed generated code matches proto/", () => {
   rmSync(out, { recursive: true, force: true });
 });
 
-test("the package installs from npm pack and works", () => {
+/** Installs `what` into a new project and runs an agent there that imports the package. */
+function installAndRun(what) {
   const dir = mkdtempSync(join(tmpdir(), "toolgate-ts-install-"));
   try {
-    const tarball = execFileSync("npm", ["pack", "--silent", "--pack-destination", dir], { cwd: HERE, encoding: "utf8" }).trim().split("\n").pop();
+    const spec = what === "pack"
+      ? join(dir, execFileSync("npm", ["pack", "--silent", "--pack-destination", dir], { cwd: HERE, encoding: "utf8" }).trim().split("\n").pop())
+      : HERE;
     writeFileSync(join(dir, "package.json"), JSON.stringify({ name: "an-agent", private: true, type: "module" }));
-    execFileSync("npm", ["install", "--no-audit", "--no-fund", "--loglevel=error", join(dir, tarball)], { cwd: dir, stdio: "pipe" });
+    execFileSync("npm", ["install", "--no-audit", "--no-fund", "--loglevel=error", spec], { cwd: dir, stdio: "pipe" });
     writeFileSync(join(dir, "agent.mjs"), `
       import { ToolGate, API_VERSION } from "@toolgate/client";
       const tg = new ToolGate({ address: process.argv[2] });
@@ -111,4 +114,9 @@ test("the package installs from npm pack and works", () => {
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
-});
+}
+
+test("the package installs from npm pack and works", () => installAndRun("pack"));
+
+// The built checkout: npm links the folder, whose node_modules has the runtime dependencies.
+test("the package installs with npm install ./clients/typescript and works", () => installAndRun("folder"));

@@ -429,7 +429,10 @@ fn a_call_the_provider_runs_itself_is_not_the_agents_to_run() {
         {"type": "function_call", "call_id": "call_1", "name": "now", "arguments": "{}"},
     ]))
     .expect("recognised output");
-    check(Value::Array(elements), &[("call_1", "now", json!({}), None)]);
+    check(
+        Value::Array(elements),
+        &[("call_1", "now", json!({}), None)],
+    );
     // Anthropic's server tools (web search) run on Anthropic's side.
     let elements = extract_calls(&json!({"role": "assistant", "content": [
         {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "x"}},
@@ -437,7 +440,10 @@ fn a_call_the_provider_runs_itself_is_not_the_agents_to_run() {
         {"type": "tool_use", "id": "toolu_1", "name": "now", "input": {}},
     ]}))
     .expect("recognised message");
-    check(Value::Array(elements), &[("toolu_1", "now", json!({}), None)]);
+    check(
+        Value::Array(elements),
+        &[("toolu_1", "now", json!({}), None)],
+    );
     // Sent in `calls` itself, such an item is answered, not run.
     check(
         json!([{"type": "mcp_call", "id": "mcp_1", "name": "echo", "arguments": "{}"}]),
