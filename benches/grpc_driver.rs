@@ -532,7 +532,8 @@ async fn mcp_stdio(command: &str) -> Result<RunningService<RoleClient, ()>, BoxE
 
 /// Connects to a streamable HTTP MCP server with a pooled, TCP_NODELAY client, like toolgate's.
 async fn mcp_http(url: &str) -> Result<RunningService<RoleClient, ()>, BoxError> {
-    let client = reqwest::Client::builder().tcp_nodelay(true).build()?;
+    let client =
+        toolgate_remotes::tls::client_builder(None, std::time::Duration::from_secs(10))?.build()?;
     let transport = StreamableHttpClientTransport::with_client(
         client,
         StreamableHttpClientTransportConfig::with_uri(url),

@@ -143,17 +143,20 @@ env_allow = ["PATH", "A=B"]
     let err = Config::from_toml(config).unwrap_err();
     let text = err.to_string();
     for expected in [
-        "remotes[0] (tls): 'https://mcp.internal/mcp': https is not supported",
-        "remotes[2] (plainworker): tls applies only to a worker with an https:// endpoint",
+        "remotes[2] (plainworker): tls applies only to a remote reached over https://",
         "remotes[3] (nourl): an http remote needs a url",
         "remotes[4] (badheader): 'bad name' is not a valid HTTP header name",
         "remotes[5] (both): set either command (stdio) or url (HTTP), not both",
         "remotes[6]: the name 'tls' is used twice",
-        "remotes[6] (tls): 'ftp://x' is not a URL",
+        "remotes[6] (tls): 'ftp://x' is not an http:// or https:// URL",
         "remotes[7] (badenv): 'A=B' is not an environment variable name",
     ] {
         assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
     }
+    assert!(
+        !text.contains("remotes[0] (tls)"),
+        "an https MCP server is fine:\n{text}"
+    );
     assert!(
         !text.contains("tlsworker"),
         "an https worker is fine:\n{text}"

@@ -60,6 +60,8 @@ pub enum AuthError {
     /// The HTTP client that fetches the JWKS could not be built.
     #[error("auth.jwt: {0}")]
     Client(#[source] reqwest::Error),
+    #[error("auth.jwt: {0}")]
+    Tls(String),
     /// The JWKS file does not read or does not parse.
     #[error("auth.jwt.jwks_file '{path}': {source}")]
     JwksFile {
@@ -425,7 +427,9 @@ const UNKNOWN_KEY_REFETCH: Duration = Duration::from_secs(30);
 
 impl Jwt {
     async fn new(config: &JwtConfig) -> Result<Self, AuthError> {
-        let client = reqwest::Client::builder()
+        // The system's roots verify a JWKS served over https://.
+        let client = toolgate_remotes::tls::client_builder(None, Duration::from_secs(10))
+            .map_err(|e| AuthError::Tls(e.to_string()))?
             .timeout(Duration::from_secs(10))
             .redirect(reqwest::redirect::Policy::none())
             .build()

@@ -163,9 +163,7 @@ async fn a_hook_ask_waits_for_an_approval_and_then_runs() {
         .server
         .admin_addr()
         .expect("the admin listener is on by default");
-    let metrics = reqwest::get(format!("http://{admin}/metrics"))
-        .await
-        .unwrap();
+    let metrics = http_get(format!("http://{admin}/metrics")).await.unwrap();
     let metrics = metrics.text().await.unwrap();
     let counted =
         r#"toolgate_approvals_total{gen_ai_tool_name="echo",toolgate_approval="approved"} 1"#;

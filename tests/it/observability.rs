@@ -11,7 +11,7 @@ use toolgate::config::Config;
 use crate::support::*;
 
 async fn get(url: String) -> (u16, String) {
-    let response = reqwest::get(url).await.expect("the admin listener answers");
+    let response = http_get(url).await.expect("the admin listener answers");
     let status = response.status().as_u16();
     (status, response.text().await.expect("a text body"))
 }
@@ -393,7 +393,7 @@ async fn a_real_prometheus_server_scrapes_the_endpoint() {
     let mut last = String::new();
     let mut found = false;
     for _ in 0..300 {
-        if let Ok(response) = reqwest::get(format!(
+        if let Ok(response) = http_get(format!(
             "http://{web}/api/v1/query?query=toolgate_calls_total"
         ))
         .await

@@ -914,7 +914,7 @@ async fn metrics_and_readyz_show_the_store_down_and_back_and_readiness_holds() {
         ],
     );
     let get = async |path: &str| {
-        let response = reqwest::get(format!("http://{}{path}", server.admin))
+        let response = http_get(format!("http://{}{path}", server.admin))
             .await
             .unwrap();
         (response.status().as_u16(), response.text().await.unwrap())
@@ -1380,7 +1380,7 @@ async fn a_batch_whose_save_fails_still_answers_its_results_and_the_failure_is_c
     redis.kill();
     let result = running.await.unwrap().unwrap().into_inner();
     assert!(result.all_succeeded);
-    let metrics = reqwest::get(format!("http://{}/metrics", server.admin))
+    let metrics = http_get(format!("http://{}/metrics", server.admin))
         .await
         .unwrap()
         .text()

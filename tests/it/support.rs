@@ -333,3 +333,14 @@ pub fn sha256_hex(text: &str) -> String {
     let digest = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
     digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
 }
+
+/// An HTTP GET (the admin listener) on a client with toolgate's TLS settings: reqwest is built
+/// without a default crypto provider.
+pub async fn http_get(url: impl reqwest::IntoUrl) -> reqwest::Result<reqwest::Response> {
+    toolgate_remotes::tls::client_builder(None, std::time::Duration::from_secs(10))
+        .expect("the system's TLS settings load")
+        .build()?
+        .get(url)
+        .send()
+        .await
+}

@@ -45,6 +45,7 @@ pub struct Metrics {
     hook_decisions: Tally,
     redactions: Tally,
     remote_reconnects: Tally,
+    remote_failures: Tally,
     refusals: Tally,
     connections_closed: Tally,
     evictions: Tally,
@@ -150,6 +151,12 @@ impl Metrics {
                 Some("toolgate.remote"),
                 Some("toolgate.result"),
             ),
+            remote_failures: counter(
+                "toolgate.remote.failures",
+                "Remote requests that failed for TLS, credentials or authorization, by remote and reason (tls_certificate, tls_handshake, credentials, oauth_discovery, oauth_refused, token_endpoint, unauthorized, forbidden)",
+                Some("toolgate.remote"),
+                Some("toolgate.reason"),
+            ),
             refusals: counter(
                 "toolgate.admission.refusals",
                 "Requests refused for capacity, by the capacity that was full",
@@ -245,6 +252,11 @@ impl Metrics {
     pub fn remote_reconnect(&self, remote: &str, succeeded: bool) {
         self.remote_reconnects
             .add(remote, if succeeded { "ok" } else { "failed" }, 1);
+    }
+
+    /// A request to `remote` failed for `reason` (TLS, credentials, authorization).
+    pub fn remote_failure(&self, remote: &str, reason: &'static str) {
+        self.remote_failures.add(remote, reason, 1);
     }
 
     /// `count` finished spans were not exported, for `reason`.

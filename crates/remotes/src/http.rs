@@ -2,16 +2,20 @@
 //! metadata}` as JSON and reads the JSON reply as the tool's return value (result selection
 //! applies); a non-2xx reply is a TOOL_ERROR with the status and a bounded body (a 4xx other
 //! than 408 and 429 is INVALID_ARGUMENTS: the caller's input was wrong); a connection failure or
-//! timeout is TRANSPORT. The call deadline bounds the request.
+//! timeout is TRANSPORT. The call deadline bounds the request. Over `https://` the remote's TLS
+//! settings apply; with `[remotes.auth]` each request carries a bearer token, and a `401` is
+//! answered once with a fresh token before it is the tool's failure (TOOL_ERROR, as is a 403).
+//! TLS, credential and authorization failures are counted by remote and reason.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use super::credentials::{CredentialError, Credentials, Secret};
 use super::tool::{Invoke, RemoteDefinition, RemoteTool, remote_timeout};
 use super::{HttpToolDefinition, RemoteError, RemoteSpec};
+use toolgate_core::metrics::Metrics;
 use toolgate_core::tools::{Annotations, BoxFuture, ToolContext, ToolError, ToolOutput};
 
 /// Characters of a failed reply's body kept in the error.
@@ -24,10 +28,62 @@ struct Endpoint {
     url: String,
     headers: BTreeMap<String, String>,
     client: reqwest::Client,
+    credentials: Option<Arc<Credentials>>,
+    failures: Failures,
+}
+
+/// Counts a remote's TLS, credential and authorization failures by reason
+/// (`toolgate_remote_failures_total`).
+#[derive(Clone)]
+pub(super) struct Failures {
+    remote: String,
+    metrics: Arc<Metrics>,
+}
+
+impl Failures {
+    pub(super) fn new(remote: &str, metrics: Arc<Metrics>) -> Self {
+        Failures {
+            remote: remote.to_owned(),
+            metrics,
+        }
+    }
+
+    pub(super) fn record(&self, reason: &'static str) {
+        self.metrics.remote_failure(&self.remote, reason);
+    }
+}
+
+/// The HTTP client of a remote reached over HTTP: its TLS settings, its pinned addresses, and
+/// `redirects`.
+pub(super) fn client(
+    spec: &RemoteSpec,
+    redirects: reqwest::redirect::Policy,
+) -> Result<reqwest::Client, RemoteError> {
+    let builder = super::tls::client_builder(spec.tls.as_ref(), spec.timeout)
+        .map_err(|e| spec.invalid(e.to_string()))?;
+    pinned(builder, spec)
+        .redirect(redirects)
+        .build()
+        .map_err(|e| spec.invalid(format!("http client: {e}")))
+}
+
+/// The remote's `[remotes.auth]` credentials, if it has any. Their OAuth requests go out on a
+/// client of their own that follows no redirect.
+pub(super) fn credentials(spec: &RemoteSpec) -> Result<Option<Arc<Credentials>>, RemoteError> {
+    let (Some(auth), Some(url)) = (&spec.auth, &spec.url) else {
+        return Ok(None);
+    };
+    let http = client(spec, reqwest::redirect::Policy::none())?;
+    Credentials::new(auth, url, http)
+        .map(|c| Some(Arc::new(c)))
+        .map_err(|e| spec.invalid(e.to_string()))
 }
 
 /// Builds the remote's one tool (nothing to discover: the definition is in the config).
-pub fn discover(spec: &RemoteSpec) -> Result<Vec<Arc<RemoteTool>>, RemoteError> {
+pub fn discover(
+    spec: &RemoteSpec,
+    metrics: Arc<Metrics>,
+) -> Result<Vec<Arc<RemoteTool>>, RemoteError> {
     let invalid = |reason: String| spec.invalid(reason);
     let url = spec
         .url
@@ -43,15 +99,14 @@ pub fn discover(spec: &RemoteSpec) -> Result<Vec<Arc<RemoteTool>>, RemoteError> 
     } else {
         reqwest::redirect::Policy::none()
     };
-    let client = pinned(pooled_client(spec.timeout), spec)
-        .redirect(redirects)
-        .build()
-        .map_err(|e| invalid(format!("http client: {e}")))?;
+    let client = client(spec, redirects)?;
     let endpoint = Arc::new(Endpoint {
         remote: spec.name.clone(),
         url,
         headers: spec.headers.clone(),
         client,
+        credentials: credentials(spec)?,
+        failures: Failures::new(&spec.name, metrics),
     });
     Ok(vec![Arc::new(RemoteTool::new(
         definition(&spec.prefix, configured),
@@ -75,17 +130,6 @@ fn definition(prefix: &str, d: HttpToolDefinition) -> RemoteDefinition {
         concurrency_safe: d.concurrency_safe,
         resource_key: d.resource_key,
     }
-}
-
-/// How remote tools reach HTTP servers: one client per remote, whose keep-alive connections
-/// are pooled and reused across calls, with `TCP_NODELAY` so a small request or reply never
-/// waits for the peer's delayed ACK. An idle connection is dropped after 4 s, before the 5 s
-/// keep-alive timeout of Node's and uvicorn's servers closes it under a request already sent.
-pub(super) fn pooled_client(connect_timeout: Duration) -> reqwest::ClientBuilder {
-    reqwest::Client::builder()
-        .connect_timeout(connect_timeout)
-        .tcp_nodelay(true)
-        .pool_idle_timeout(Duration::from_secs(4))
 }
 
 /// `builder` connecting each host name the registration check resolved to the addresses it
@@ -145,24 +189,35 @@ impl Endpoint {
                 "tool_call_index": m.tool_call_index,
             },
         });
-        let mut request = self.client.post(&self.url).json(&body);
-        for (k, v) in &self.headers {
-            request = request.header(k, v);
+        let body = serde_json::to_vec(&body).map_err(|e| ToolError::failed(e.to_string()))?;
+        let token = match &self.credentials {
+            Some(credentials) => credentials
+                .token()
+                .await
+                .map_err(|e| self.credential_failure(&e))?,
+            None => None,
+        };
+        let mut response = self.send(&body, token.as_ref(), ctx).await?;
+        if response.status() == reqwest::StatusCode::UNAUTHORIZED
+            && let Some(credentials) = &self.credentials
+        {
+            let challenge = response
+                .headers()
+                .get(reqwest::header::WWW_AUTHENTICATE)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            let fresh = credentials
+                .rejected(token.as_ref(), challenge.as_deref())
+                .await
+                .map_err(|e| self.credential_failure(&e))?;
+            if let Some(fresh) = fresh {
+                response = self.send(&body, Some(&fresh), ctx).await?;
+            }
         }
-        if let Some(timeout) = remote_timeout(ctx) {
-            request = request.timeout(timeout);
-        }
-        if let Some(traceparent) = ctx.traceparent() {
-            request = request.header("traceparent", traceparent);
-        }
-        if let Some(tracestate) = ctx.tracestate() {
-            request = request.header("tracestate", tracestate);
-        }
-        let response = request
-            .send()
-            .await
-            .map_err(|e| self.unreachable(&e, "sending the request"))?;
         let status = response.status();
+        if let Some(error) = self.refused(status) {
+            return Err(error);
+        }
         let text = response
             .text()
             .await
@@ -178,6 +233,65 @@ impl Endpoint {
             Ok(value) => ToolOutput::Json(value),
             Err(_) => ToolOutput::Text(text),
         })
+    }
+}
+
+impl Endpoint {
+    async fn send(
+        &self,
+        body: &[u8],
+        token: Option<&Secret>,
+        ctx: &ToolContext,
+    ) -> Result<reqwest::Response, ToolError> {
+        let mut request = self
+            .client
+            .post(&self.url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.to_vec());
+        for (k, v) in &self.headers {
+            request = request.header(k, v);
+        }
+        if let Some(token) = token {
+            request = request.bearer_auth(token.expose());
+        }
+        if let Some(timeout) = remote_timeout(ctx) {
+            request = request.timeout(timeout);
+        }
+        if let Some(traceparent) = ctx.traceparent() {
+            request = request.header("traceparent", traceparent);
+        }
+        if let Some(tracestate) = ctx.tracestate() {
+            request = request.header("tracestate", tracestate);
+        }
+        request
+            .send()
+            .await
+            .map_err(|e| self.unreachable(&e, "sending the request"))
+    }
+
+    /// A 401 (after the one retry with a fresh token) or a 403: the remote refuses toolgate,
+    /// not the caller's input. TOOL_ERROR, never retried.
+    fn refused(&self, status: reqwest::StatusCode) -> Option<ToolError> {
+        let (reason, what) = match status {
+            reqwest::StatusCode::UNAUTHORIZED => (
+                "unauthorized",
+                "it refused toolgate's credentials (HTTP 401)",
+            ),
+            reqwest::StatusCode::FORBIDDEN => ("forbidden", "it refused access (HTTP 403)"),
+            _ => return None,
+        };
+        self.failures.record(reason);
+        tracing::warn!(target: "toolgate::tools::remote::http", remote = %self.remote, url = %self.url, status = status.as_u16(), "http tool refused toolgate's credentials");
+        Some(ToolError::failed(format!(
+            "http tool '{}': {what}",
+            self.remote
+        )))
+    }
+
+    fn credential_failure(&self, error: &CredentialError) -> ToolError {
+        self.failures.record(error.reason());
+        tracing::warn!(target: "toolgate::tools::remote::http", remote = %self.remote, %error, "http tool: no credentials");
+        ToolError::transport(format!("http tool '{}': {}", self.remote, error.short()))
     }
 }
 
@@ -201,6 +315,11 @@ impl Endpoint {
     /// A transport failure: the operator's log gets the URL and the error, the model a fixed
     /// text naming the remote and what went wrong, never an internal address.
     fn unreachable(&self, error: &reqwest::Error, doing: &str) -> ToolError {
+        if let Some(tls) = super::tls::failure_in(error) {
+            self.failures.record(tls.reason);
+            tracing::warn!(target: "toolgate::tools::remote::http", remote = %self.remote, url = %self.url, error = %tls.detail, doing, "http tool: TLS failed");
+            return ToolError::transport(format!("http tool '{}': {}", self.remote, tls.short));
+        }
         tracing::warn!(target: "toolgate::tools::remote::http", remote = %self.remote, url = %self.url, %error, doing, "http tool unreachable");
         let what = if error.is_timeout() {
             "it did not answer in time"
@@ -247,12 +366,13 @@ mod tests {
             "definition": {"name": "t"},
         }))
         .unwrap();
-        let tool = discover(&spec).unwrap().remove(0);
+        let metrics = Arc::new(Metrics::default());
+        let tool = discover(&spec, metrics.clone()).unwrap().remove(0);
         let ctx = ToolContext::new("s", "c", 0, std::env::temp_dir());
         let unpinned = tool.call(json!({}), &ctx).await.unwrap_err();
         assert_eq!(unpinned.kind, ToolErrorKind::Transport);
         spec.resolved.insert("rebind.invalid".into(), vec![address]);
-        let tool = discover(&spec).unwrap().remove(0);
+        let tool = discover(&spec, metrics).unwrap().remove(0);
         let reached = tool.call(json!({}), &ctx).await.unwrap();
         assert_eq!(reached, ToolOutput::Json(json!({"reached": true})));
     }

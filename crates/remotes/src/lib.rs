@@ -2,14 +2,20 @@
 //! by a gRPC service (`hook`). Remote tools: `spec` is a remote's definition, `manager`
 //! the registry of connected remotes, `tool` what every remote tool shares (its definition and
 //! the one `Tool` impl), and each protocol has one adapter (`worker`, `mcp`, `http`) that turns
-//! a call into that protocol and its answer back into a tool output.
+//! a call into that protocol and its answer back into a tool output (`sse` is MCP's older
+//! HTTP+SSE transport). `tls` builds every HTTP client's TLS settings, `credentials` the bearer
+//! token of a remote over HTTP (a variable, a file, OAuth client credentials).
 
+pub mod credentials;
 pub mod hook;
 pub mod http;
 mod manager;
 pub mod mcp;
+mod mcp_http;
 mod policy;
 mod spec;
+mod sse;
+pub mod tls;
 mod tool;
 pub mod worker;
 
@@ -21,7 +27,10 @@ pub use policy::{
     CommandRule, EgressRule, EgressRuleError, PatternError, RegistrationPolicy,
     RegistrationRefusal, anchored,
 };
-pub use spec::{HttpToolDefinition, RemoteKind, RemoteSpec, SpecError, TlsSpec};
+pub use spec::{
+    AuthSpec, HttpToolDefinition, McpTransport, OAuthSpec, RemoteKind, RemoteSpec, SpecError,
+    TlsSpec,
+};
 
 /// Why a remote could not be registered or removed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -325,13 +325,17 @@ impl Remotes {
                 worker::discover(spec, self.signals.clone()).await?,
                 ToolSource::Worker,
             )),
-            RemoteKind::Http => Ok((http::discover(spec)?, ToolSource::Http)),
+            RemoteKind::Http => Ok((
+                http::discover(spec, self.metrics.clone())?,
+                ToolSource::Http,
+            )),
             RemoteKind::Mcp => {
                 let open = self.mcp.lock().get(&spec.name).cloned();
                 if let Some(connection) = open {
                     return Ok((mcp::list(spec, &connection).await?, ToolSource::Mcp));
                 }
-                let (tools, connection) = mcp::discover(spec, self.signals.clone()).await?;
+                let (tools, connection) =
+                    mcp::discover(spec, self.signals.clone(), self.metrics.clone()).await?;
                 self.mcp.lock().insert(spec.name.clone(), connection);
                 Ok((tools, ToolSource::Mcp))
             }

@@ -1,6 +1,7 @@
 //! The MCP adapter: tools of a Model Context Protocol server, through the official Rust SDK
 //! (rmcp) as a client, over stdio (a child process with a scrubbed environment, leading its own
-//! process group, killed whole when the remote goes) or streamable HTTP. `tools/list` gives the
+//! process group, killed whole when the remote goes) or HTTP: streamable HTTP, or the older
+//! HTTP+SSE (`sse`), both through `mcp_http` (TLS, the bearer token, its retry on `401`). `tools/list` gives the
 //! tools (annotations set the defaults: read-only tools are concurrency-safe); `tools/call` runs
 //! one: text content is the content, `structuredContent` the result, images stay parts,
 //! `isError` is TOOL_ERROR, a closed transport TRANSPORT.
@@ -23,9 +24,13 @@ use rmcp::transport::{ConfigureCommandExt, StreamableHttpClientTransport, TokioC
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceError, ServiceExt};
 use serde_json::Value;
 
+use super::http::Failures;
+use super::mcp_http::AuthedHttp;
+use super::sse::SseTransport;
 use super::tool::{Invoke, RemoteDefinition, RemoteTool, remote_timeout};
-use super::{RemoteError, RemoteSpec, Signal, Signals};
+use super::{McpTransport, RemoteError, RemoteSpec, Signal, Signals};
 use toolgate_core::child::{ChildEnv, ProcessGroup};
+use toolgate_core::metrics::Metrics;
 use toolgate_core::tools::{
     Annotations, BoxFuture, ContentPart, Progress, ProgressSink, ToolContext, ToolError, ToolOutput,
 };
@@ -88,9 +93,16 @@ impl std::fmt::Debug for Connection {
 }
 
 /// Connects (spawning the command or opening the URL), initializes and lists the tools.
+///
+/// The HTTP client (`http::client`) keeps its keep-alive connections pooled, with
+/// `TCP_NODELAY`. rmcp's default client keeps no idle connection (`pool_max_idle_per_host(0)`,
+/// to dodge delayed-ACK stalls), so every `tools/call` paid a TCP connect and left a socket in
+/// TIME_WAIT. With Nagle off the stall does not happen (`scripts/bench-remote` shows none), and
+/// rmcp drains a response's SSE stream so the connection goes back to the pool.
 pub async fn discover(
     spec: &RemoteSpec,
     signals: Signals,
+    metrics: Arc<Metrics>,
 ) -> Result<(Vec<Arc<RemoteTool>>, Arc<Connection>), RemoteError> {
     let unreachable = |reason: String| spec.unreachable(reason);
     let invalid = |reason: String| spec.invalid(reason);
@@ -131,15 +143,41 @@ pub async fn discover(
                     .map_err(|e| invalid(format!("header '{name}': {e}")))?;
                 headers.insert(name, value);
             }
-            let client = http_client(spec).map_err(|e| invalid(format!("http client: {e}")))?;
-            let transport = StreamableHttpClientTransport::with_client(
-                client,
-                StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(headers),
-            );
-            handler
-                .serve(transport)
-                .await
-                .map_err(|e| unreachable(format!("{url}: initialize failed: {e}")))
+            let http = AuthedHttp {
+                client: super::http::client(spec, super::http::same_origin_redirects())?,
+                credentials: super::http::credentials(spec)?,
+                failures: Failures::new(&spec.name, metrics.clone()),
+            };
+            let initialize_failed = |e: &(dyn std::error::Error + 'static)| {
+                let reason = match super::mcp_http::cause_of(e) {
+                    Some((_, _, detail)) => detail,
+                    None => e.to_string(),
+                };
+                unreachable(format!("{url}: initialize failed: {reason}"))
+            };
+            match spec.mcp_transport() {
+                McpTransport::StreamableHttp => {
+                    let transport = StreamableHttpClientTransport::with_client(
+                        http,
+                        StreamableHttpClientTransportConfig::with_uri(url.as_str())
+                            .custom_headers(headers),
+                    );
+                    handler
+                        .serve(transport)
+                        .await
+                        .map_err(|e| initialize_failed(&e))
+                }
+                McpTransport::Sse => {
+                    let headers = headers.into_iter().collect();
+                    let transport = SseTransport::connect(http, url, headers)
+                        .await
+                        .map_err(|e| initialize_failed(&e))?;
+                    handler
+                        .serve(transport)
+                        .await
+                        .map_err(|e| initialize_failed(&e))
+                }
+            }
         } else {
             Err(invalid(
                 "an mcp remote needs a command (stdio) or a url (streamable HTTP)".to_owned(),
@@ -158,17 +196,6 @@ pub async fn discover(
     });
     let tools = list(spec, &connection).await?;
     Ok((tools, connection))
-}
-
-/// The HTTP client of a streamable HTTP server: keep-alive connections pooled and reused, with
-/// `TCP_NODELAY`. rmcp's default client keeps no idle connection (`pool_max_idle_per_host(0)`,
-/// to dodge delayed-ACK stalls), so every `tools/call` paid a TCP connect and left a socket in
-/// TIME_WAIT. With Nagle off the stall does not happen (`scripts/bench-remote` shows none), and
-/// rmcp drains a response's SSE stream so the connection goes back to the pool.
-fn http_client(spec: &RemoteSpec) -> reqwest::Result<reqwest::Client> {
-    super::http::pinned(super::http::pooled_client(spec.timeout), spec)
-        .redirect(super::http::same_origin_redirects())
-        .build()
 }
 
 /// Lists the tools over an open connection (a tool list change keeps the session's state).
@@ -247,6 +274,17 @@ impl Drop for CancelOnDrop {
 }
 
 fn from_service_error(remote: &str, error: &ServiceError) -> ToolError {
+    // A refusal (401, 403, no credentials) or a TLS failure reads as what it is; the log gets
+    // the detail (it may name the server), the model the short text.
+    if let Some((answer, short, detail)) = super::mcp_http::cause_of(error) {
+        tracing::warn!(target: "toolgate::tools::remote::mcp", remote, error = %detail, "mcp server refused the request");
+        let text = format!("mcp server '{remote}': {short}");
+        return if answer {
+            ToolError::failed(text)
+        } else {
+            ToolError::transport(text)
+        };
+    }
     let text = format!("mcp server '{remote}': {error}");
     match error {
         // The transport's own errors can carry the server's URL: the log gets them, the model

@@ -98,8 +98,19 @@ impl RegistrationPolicy {
         if spec.env_allow.is_some() {
             return Err(RegistrationRefusal::EnvAllow);
         }
-        if spec.tls.as_ref().is_some_and(|t| t.ca_file.is_some()) {
-            return Err(RegistrationRefusal::CaFile);
+        if let Some(tls) = &spec.tls {
+            for (field, set) in [
+                ("tls.ca_file", tls.ca_file.is_some()),
+                ("tls.cert_file", tls.cert_file.is_some()),
+                ("tls.key_file", tls.key_file.is_some()),
+            ] {
+                if set {
+                    return Err(RegistrationRefusal::ServerFile(field));
+                }
+            }
+        }
+        if spec.auth.is_some() {
+            return Err(RegistrationRefusal::Auth);
         }
         if spec.follow_redirects && !self.allow_redirects {
             return Err(RegistrationRefusal::Redirects);
@@ -240,8 +251,14 @@ pub enum EgressRuleError {
 pub enum RegistrationRefusal {
     #[error("env_allow shares the server's environment: only the config file may set it")]
     EnvAllow,
-    #[error("tls.ca_file names a file on the server: only the config file may do that")]
-    CaFile,
+    #[error("{0} names a file on the server: only the config file may do that")]
+    ServerFile(&'static str),
+    /// Credentials come from the server's environment or files, and OAuth discovery reaches
+    /// hosts the egress check never saw.
+    #[error(
+        "auth reads the server's environment or files: only the config file may set it (send a token in headers instead)"
+    )]
+    Auth,
     #[error("follow_redirects needs [remote_registration] allow_redirects = true")]
     Redirects,
     #[error("the command {0:?} matches no [[remote_registration.commands]] entry")]

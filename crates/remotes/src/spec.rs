@@ -15,8 +15,19 @@ pub enum RemoteKind {
     Worker,
     /// One tool behind an HTTP endpoint.
     Http,
-    /// A Model Context Protocol server, over stdio (`command`) or streamable HTTP (`url`).
+    /// A Model Context Protocol server, over stdio (`command`) or HTTP (`url`).
     Mcp,
+}
+
+/// How an MCP server is spoken to over HTTP.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum McpTransport {
+    /// Streamable HTTP (protocol 2025-03-26 and later): one endpoint, POST and GET.
+    #[default]
+    StreamableHttp,
+    /// HTTP+SSE (protocol 2024-11-05): a GET event stream that names the endpoint to POST to.
+    Sse,
 }
 
 /// A remote's definition: the same shape in `[[remotes]]` and in `RegisterRemote`.
@@ -70,25 +81,124 @@ pub struct RemoteSpec {
     /// without its tools and keeps trying in the background, with backoff.
     #[serde(default)]
     pub required: bool,
-    /// Worker over `https://`: how the worker's certificate is verified.
+    /// Mcp over HTTP: streamable HTTP (the default) or the older HTTP+SSE.
+    #[serde(default)]
+    pub transport: Option<McpTransport>,
+    /// Over `https://` (a worker, an HTTP tool, MCP over HTTP): how the remote's certificate is
+    /// verified, and the client certificate toolgate shows it.
     #[serde(default)]
     pub tls: Option<TlsSpec>,
+    /// Http and Mcp over HTTP: where the bearer token sent with every request comes from.
+    /// Config only: `RegisterRemote` refuses it.
+    #[serde(default)]
+    pub auth: Option<AuthSpec>,
     /// Host names of its URLs and the addresses they resolved to when a run-time registration
     /// was checked: its connections go there and nowhere else. Never read from a definition.
     #[serde(skip)]
     pub resolved: super::policy::Resolved,
 }
 
-/// `[remotes.tls]`: TLS settings of a worker reached over `https://`.
+/// `[remotes.tls]`: TLS settings of a remote reached over `https://`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TlsSpec {
-    /// PEM file of the CA certificates that verify the worker; unset: the system's roots.
+    /// PEM file of the CA certificates that verify the remote; unset: the system's roots.
     #[serde(default)]
     pub ca_file: Option<String>,
-    /// The name the worker's certificate must carry; unset: the endpoint's host.
+    /// PEM client certificate chain shown to the remote (mTLS), with `key_file`.
+    #[serde(default)]
+    pub cert_file: Option<String>,
+    /// PEM private key of `cert_file`.
+    #[serde(default)]
+    pub key_file: Option<String>,
+    /// Worker only: the name the worker's certificate must carry; unset: the endpoint's host.
     #[serde(default)]
     pub domain: Option<String>,
+}
+
+/// `[remotes.auth]`: the bearer token of an HTTP tool or an MCP server over HTTP, from one
+/// source. Never logged, never in an error, never given to the model.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthSpec {
+    /// An environment variable of the server holding the token (read at connect).
+    #[serde(default)]
+    pub bearer_env: Option<String>,
+    /// A file holding the token (a mounted secret), read again whenever it changes.
+    #[serde(default)]
+    pub bearer_file: Option<String>,
+    /// OAuth 2.1 client credentials: tokens fetched, cached and refreshed by toolgate.
+    #[serde(default)]
+    pub oauth: Option<OAuthSpec>,
+}
+
+/// `[remotes.auth.oauth]`: the client credentials grant (machine to machine).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OAuthSpec {
+    /// The authorization server's token endpoint; unset: discovered from the remote's `401`
+    /// (`WWW-Authenticate: Bearer resource_metadata=...`, RFC 9728, then RFC 8414).
+    #[serde(default)]
+    pub token_url: Option<String>,
+    pub client_id: String,
+    /// An environment variable holding the client secret.
+    #[serde(default)]
+    pub client_secret_env: Option<String>,
+    /// A file holding the client secret, read again whenever it changes.
+    #[serde(default)]
+    pub client_secret_file: Option<String>,
+    /// Scopes asked for; empty: the authorization server's default.
+    #[serde(default)]
+    pub scopes: Vec<String>,
+    /// The RFC 8707 resource indicator; unset: the remote's URL (the MCP server's canonical URI).
+    #[serde(default)]
+    pub resource: Option<String>,
+}
+
+impl AuthSpec {
+    fn check(&self, headers: &BTreeMap<String, String>) -> Result<(), SpecError> {
+        let sources = [
+            self.bearer_env.is_some(),
+            self.bearer_file.is_some(),
+            self.oauth.is_some(),
+        ];
+        if sources.iter().filter(|s| **s).count() != 1 {
+            return Err(SpecError::AuthSource);
+        }
+        if headers
+            .keys()
+            .any(|h| h.eq_ignore_ascii_case("authorization"))
+        {
+            return Err(SpecError::AuthAndHeader);
+        }
+        for (field, value) in [
+            ("bearer_env", &self.bearer_env),
+            ("bearer_file", &self.bearer_file),
+        ] {
+            if value.as_deref() == Some("") {
+                return Err(SpecError::Empty(field));
+            }
+        }
+        if let Some(oauth) = &self.oauth {
+            if oauth.client_id.is_empty() {
+                return Err(SpecError::Empty("oauth.client_id"));
+            }
+            let secrets = [
+                oauth.client_secret_env.as_deref(),
+                oauth.client_secret_file.as_deref(),
+            ];
+            match secrets {
+                [Some(""), _] => return Err(SpecError::Empty("oauth.client_secret_env")),
+                [_, Some("")] => return Err(SpecError::Empty("oauth.client_secret_file")),
+                [Some(_), None] | [None, Some(_)] => {}
+                _ => return Err(SpecError::ClientSecret),
+            }
+            if let Some(url) = &oauth.token_url {
+                http_url(url)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// `[remotes.definition]` of an HTTP remote: the one tool it is.
@@ -141,8 +251,19 @@ impl RemoteSpec {
         check_name(&self.name)?;
         self.check_fields()?;
         toolgate_core::child::check_env(self.env_allow().iter().copied(), &self.env)?;
-        if self.tls.is_some() && !(self.kind == RemoteKind::Worker && self.is_https()) {
+        if self.tls.is_some() && !self.is_https() {
             return Err(SpecError::TlsWithoutHttps);
+        }
+        if let Some(tls) = &self.tls {
+            if tls.domain.is_some() && self.kind != RemoteKind::Worker {
+                return Err(SpecError::DomainNotWorker);
+            }
+            if tls.cert_file.is_some() != tls.key_file.is_some() {
+                return Err(SpecError::HalfAnIdentity);
+            }
+        }
+        if let Some(auth) = &self.auth {
+            auth.check(&self.headers)?;
         }
         let url = match self.kind {
             RemoteKind::Worker => match self.endpoint.as_deref() {
@@ -169,7 +290,7 @@ impl RemoteSpec {
             reqwest::header::HeaderValue::try_from(value.as_str())
                 .map_err(|_| SpecError::HeaderValue(name.clone()))?;
         }
-        plain_http(url)
+        http_url(url)
     }
 
     /// Refuses a field that does not belong to the remote's kind: a worker `command` or an MCP
@@ -180,6 +301,8 @@ impl RemoteSpec {
         let set = [
             ("endpoint", self.endpoint.is_some()),
             ("tls", self.tls.is_some()),
+            ("auth", self.auth.is_some()),
+            ("transport", self.transport.is_some()),
             ("url", self.url.is_some()),
             ("headers", !self.headers.is_empty()),
             ("definition", self.definition.is_some()),
@@ -193,13 +316,23 @@ impl RemoteSpec {
             RemoteKind::Worker => ("a worker", &["endpoint", "tls"]),
             RemoteKind::Http => (
                 "an http remote",
-                &["url", "headers", "definition", "follow_redirects"],
+                &[
+                    "url",
+                    "headers",
+                    "definition",
+                    "follow_redirects",
+                    "tls",
+                    "auth",
+                ],
             ),
             RemoteKind::Mcp if stdio => (
                 "an mcp remote over stdio (command)",
                 &["command", "env", "env_allow", "cwd", "url"],
             ),
-            RemoteKind::Mcp => ("an mcp remote over HTTP (url)", &["url", "headers"]),
+            RemoteKind::Mcp => (
+                "an mcp remote over HTTP (url)",
+                &["url", "headers", "transport", "tls", "auth"],
+            ),
         };
         match set
             .iter()
@@ -218,21 +351,31 @@ impl RemoteSpec {
         }
     }
 
-    /// A worker endpoint that asks for TLS.
+    /// The remote is reached over TLS: a worker's `https://` endpoint, or an `https://` URL.
     pub fn is_https(&self) -> bool {
-        self.endpoint
-            .as_deref()
-            .is_some_and(|e| e.starts_with("https://"))
+        let target = match self.kind {
+            RemoteKind::Worker => self.endpoint.as_deref(),
+            _ => self.url.as_deref(),
+        };
+        target.is_some_and(|e| starts_with_ignore_case(e, "https://"))
+    }
+
+    /// The transport of an MCP server over HTTP.
+    pub fn mcp_transport(&self) -> McpTransport {
+        self.transport.unwrap_or_default()
     }
 }
 
-/// HTTP tool and MCP URLs are plain `http://`: their HTTP client has no TLS in this build, and
-/// an `https://` URL that fails on first use would be worse than a refusal now.
-fn plain_http(url: &str) -> Result<(), SpecError> {
-    if url.starts_with("http://") {
+fn starts_with_ignore_case(text: &str, prefix: &str) -> bool {
+    text.get(..prefix.len())
+        .is_some_and(|head| head.eq_ignore_ascii_case(prefix))
+}
+
+/// HTTP tool and MCP URLs are `http://` or `https://` URLs.
+fn http_url(url: &str) -> Result<(), SpecError> {
+    let parsed = url::Url::parse(url).map_err(|_| SpecError::NotAUrl(url.to_owned()))?;
+    if matches!(parsed.scheme(), "http" | "https") && parsed.host().is_some() {
         Ok(())
-    } else if url.starts_with("https://") {
-        Err(SpecError::Https(url.to_owned()))
     } else {
         Err(SpecError::NotAUrl(url.to_owned()))
     }
@@ -254,8 +397,22 @@ pub enum SpecError {
     },
     #[error(transparent)]
     Env(#[from] toolgate_core::child::EnvError),
-    #[error("tls applies only to a worker with an https:// endpoint")]
+    #[error("tls applies only to a remote reached over https://")]
     TlsWithoutHttps,
+    #[error(
+        "tls.domain applies only to a worker: an https:// URL's certificate is checked against the URL's host"
+    )]
+    DomainNotWorker,
+    #[error("tls.cert_file and tls.key_file go together")]
+    HalfAnIdentity,
+    #[error("auth takes exactly one of bearer_env, bearer_file and oauth")]
+    AuthSource,
+    #[error("auth and an authorization header would both set the credentials: keep one")]
+    AuthAndHeader,
+    #[error("auth.{0} is empty")]
+    Empty(&'static str),
+    #[error("auth.oauth takes exactly one of client_secret_env and client_secret_file")]
+    ClientSecret,
     #[error("a worker needs an endpoint")]
     NoEndpoint,
     #[error("an http remote needs a url")]
@@ -270,11 +427,7 @@ pub enum SpecError {
     HeaderName(String),
     #[error("header '{0}' has a value that is not valid in HTTP")]
     HeaderValue(String),
-    #[error(
-        "'{0}': https is not supported by this build (no TLS client); use http:// on loopback or a private network"
-    )]
-    Https(String),
-    #[error("'{0}' is not a URL such as http://127.0.0.1:7001")]
+    #[error("'{0}' is not an http:// or https:// URL such as https://tools.example.com/mcp")]
     NotAUrl(String),
 }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use tokio_stream::StreamExt;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tonic::{Code, Status};
 
 use super::tool::{Invoke, RemoteDefinition, RemoteTool, remote_timeout};
@@ -71,7 +71,8 @@ fn pin_endpoint(
     )
 }
 
-/// The TLS client settings of an `https://` worker: its CA file, or the system's roots.
+/// The TLS client settings of an `https://` worker: its CA file, or the system's roots, and
+/// the client certificate shown to it.
 async fn tls_config(tls: &super::TlsSpec) -> Result<ClientTlsConfig, String> {
     let tls = tls.clone();
     let mut config = ClientTlsConfig::new();
@@ -84,6 +85,15 @@ async fn tls_config(tls: &super::TlsSpec) -> Result<ClientTlsConfig, String> {
         }
         None => config.with_native_roots(),
     };
+    if let (Some(cert), Some(key)) = (&tls.cert_file, &tls.key_file) {
+        let cert = tokio::fs::read(cert)
+            .await
+            .map_err(|e| format!("tls.cert_file '{cert}': {e}"))?;
+        let key = tokio::fs::read(key)
+            .await
+            .map_err(|e| format!("tls.key_file '{key}': {e}"))?;
+        config = config.identity(Identity::from_pem(cert, key));
+    }
     if let Some(domain) = tls.domain {
         config = config.domain_name(domain);
     }

@@ -1,0 +1,535 @@
+//! The bearer token of an HTTP tool or an MCP server over HTTP (`[remotes.auth]`): from an
+//! environment variable, from a file read again when it changes, or from an OAuth 2.1
+//! authorization server (the client credentials grant). The OAuth exchange itself (RFC 9728 and
+//! RFC 8414 discovery, the token request with its RFC 8707 `resource`) is rmcp's
+//! `AuthorizationManager` on the oauth2 crate, over our HTTP client (its TLS settings, its
+//! pinned addresses); this module decides when: a token is cached, fetched again before it
+//! expires, and fetched again once when the remote answers `401`; concurrent callers share one
+//! fetch. Token values never reach a log, an error or the model.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use rmcp::transport::auth::{AuthorizationMetadata, ClientCredentialsConfig};
+use rmcp::transport::{AuthorizationManager, OAuthHttpClient};
+
+use super::spec::{AuthSpec, OAuthSpec};
+
+/// A token or a client secret: compared, sent, never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(Arc<str>);
+
+impl Secret {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+/// Why no token could be had. `Display` is the operator's text (it may name the variable, the
+/// file or the authorization server, never a secret); `short` is the model's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CredentialError {
+    /// The environment variable or the file is missing, unreadable or empty.
+    #[error("auth: {0}")]
+    Source(String),
+    /// Discovery found no authorization server (or a broken metadata document).
+    #[error("oauth discovery: {0}")]
+    Discovery(String),
+    /// The authorization server refused the client (unknown, revoked, wrong secret).
+    #[error("oauth: the authorization server refused the client credentials: {0}")]
+    Refused(String),
+    /// The token endpoint could not be reached or answered something unusable.
+    #[error("oauth: the token endpoint failed: {0}")]
+    TokenEndpoint(String),
+}
+
+impl CredentialError {
+    /// The metric's reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            CredentialError::Source(_) => "credentials",
+            CredentialError::Discovery(_) => "oauth_discovery",
+            CredentialError::Refused(_) => "oauth_refused",
+            CredentialError::TokenEndpoint(_) => "token_endpoint",
+        }
+    }
+
+    /// For the model: what went wrong, no address, no name of a variable or a file.
+    pub fn short(&self) -> &'static str {
+        match self {
+            CredentialError::Source(_) => "its credentials are not configured on the server",
+            CredentialError::Discovery(_) => "its authorization server could not be found",
+            CredentialError::Refused(_) => "the authorization server refused toolgate's client",
+            CredentialError::TokenEndpoint(_) => "no access token could be had (token endpoint)",
+        }
+    }
+}
+
+/// Where a remote's bearer token comes from.
+pub struct Credentials {
+    source: Source,
+}
+
+enum Source {
+    Env(Secret),
+    File(SecretFile),
+    OAuth(Box<OAuth>),
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match self.source {
+            Source::Env(_) => "env",
+            Source::File(_) => "file",
+            Source::OAuth(_) => "oauth",
+        };
+        f.debug_struct("Credentials")
+            .field("source", &kind)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Credentials {
+    /// The credentials `auth` describes for the remote at `url`, fetching over `http` (for
+    /// OAuth). An environment variable is read now: a missing one is a configuration error.
+    pub fn new(auth: &AuthSpec, url: &str, http: reqwest::Client) -> Result<Self, CredentialError> {
+        let source = if let Some(name) = &auth.bearer_env {
+            Source::Env(from_env(name, "bearer_env")?)
+        } else if let Some(path) = &auth.bearer_file {
+            let file = SecretFile::new(path, "bearer_file");
+            file.read(false)?;
+            Source::File(file)
+        } else if let Some(oauth) = &auth.oauth {
+            Source::OAuth(Box::new(OAuth::new(oauth, url, http)?))
+        } else {
+            return Err(CredentialError::Source("no source is set".to_owned()));
+        };
+        Ok(Credentials { source })
+    }
+
+    /// The token to send now; `None`: send the request without one (an OAuth remote whose
+    /// authorization server is found from its first `401`).
+    pub async fn token(&self) -> Result<Option<Secret>, CredentialError> {
+        match &self.source {
+            Source::Env(secret) => Ok(Some(secret.clone())),
+            Source::File(file) => file.read(false).map(Some),
+            Source::OAuth(oauth) => oauth.token().await,
+        }
+    }
+
+    /// The remote answered `401` to `sent` (with `challenge`, its `WWW-Authenticate`): the
+    /// token to retry with once, or `None` when there is no other (the failure stands).
+    pub async fn rejected(
+        &self,
+        sent: Option<&Secret>,
+        challenge: Option<&str>,
+    ) -> Result<Option<Secret>, CredentialError> {
+        let fresh = match &self.source {
+            Source::Env(_) => return Ok(None),
+            Source::File(file) => file.read(true)?,
+            Source::OAuth(oauth) => oauth.rejected(sent, challenge).await?,
+        };
+        Ok((Some(&fresh) != sent).then_some(fresh))
+    }
+}
+
+fn from_env(name: &str, field: &str) -> Result<Secret, CredentialError> {
+    match std::env::var(name) {
+        Ok(value) if !value.trim().is_empty() => Ok(Secret(value.trim().into())),
+        Ok(_) => Err(CredentialError::Source(format!(
+            "{field}: the environment variable {name} is empty"
+        ))),
+        Err(_) => Err(CredentialError::Source(format!(
+            "{field}: the environment variable {name} is not set"
+        ))),
+    }
+}
+
+/// A secret in a file (a mounted Kubernetes or compose secret), read again when it changes:
+/// its modification time and length are looked at most once a second, and at once after a
+/// `401`. Surrounding whitespace (the newline `echo` leaves) is not part of it.
+struct SecretFile {
+    path: String,
+    field: &'static str,
+    cached: parking_lot::Mutex<Option<Cached>>,
+}
+
+struct Cached {
+    checked: Instant,
+    stamp: (SystemTime, u64),
+    secret: Secret,
+}
+
+/// How long a read file is trusted before its modification time is looked at again.
+const FILE_RECHECK: Duration = Duration::from_secs(1);
+
+impl SecretFile {
+    fn new(path: &str, field: &'static str) -> Self {
+        SecretFile {
+            path: path.to_owned(),
+            field,
+            cached: parking_lot::Mutex::new(None),
+        }
+    }
+
+    fn fail(&self, what: impl std::fmt::Display) -> CredentialError {
+        CredentialError::Source(format!("{} '{}': {what}", self.field, self.path))
+    }
+
+    /// The file's secret. A stat and, when it changed, a read of a small file: done inline,
+    /// at most once a second per remote.
+    fn read(&self, force: bool) -> Result<Secret, CredentialError> {
+        let mut cached = self.cached.lock();
+        if let Some(c) = cached.as_ref()
+            && !force
+            && c.checked.elapsed() < FILE_RECHECK
+        {
+            return Ok(c.secret.clone());
+        }
+        let meta = std::fs::metadata(&self.path).map_err(|e| self.fail(e))?;
+        let stamp = (meta.modified().map_err(|e| self.fail(e))?, meta.len());
+        if let Some(c) = cached.as_mut()
+            && c.stamp == stamp
+        {
+            c.checked = Instant::now();
+            return Ok(c.secret.clone());
+        }
+        const MAX_SECRET: u64 = 64 * 1024;
+        if meta.len() > MAX_SECRET {
+            return Err(self.fail(format_args!("larger than {MAX_SECRET} bytes")));
+        }
+        let text = std::fs::read_to_string(&self.path).map_err(|e| self.fail(e))?;
+        let text = text.trim();
+        if text.is_empty() {
+            return Err(self.fail("empty"));
+        }
+        let secret = Secret(text.into());
+        *cached = Some(Cached {
+            checked: Instant::now(),
+            stamp,
+            secret: secret.clone(),
+        });
+        Ok(secret)
+    }
+}
+
+/// The client credentials grant for one remote.
+struct OAuth {
+    client_id: String,
+    scopes: Vec<String>,
+    resource: String,
+    token_url: Option<String>,
+    secret: SecretSource,
+    http: Arc<HttpForOAuth>,
+    base_url: String,
+    /// The token in use.
+    current: parking_lot::Mutex<Option<Token>>,
+    /// Held by the one caller fetching a token; holds the authorization server once known.
+    fetching: tokio::sync::Mutex<Option<AuthorizationManager>>,
+}
+
+enum SecretSource {
+    Env(Secret),
+    File(SecretFile),
+}
+
+#[derive(Clone)]
+struct Token {
+    value: Secret,
+    /// Fetch a new one from here on: `min(30 s, half the lifetime)` before it expires.
+    refresh_at: Option<Instant>,
+    expires_at: Option<Instant>,
+}
+
+impl Token {
+    fn fresh(&self, now: Instant) -> bool {
+        self.refresh_at.is_none_or(|at| now < at)
+    }
+
+    fn valid(&self, now: Instant) -> bool {
+        self.expires_at.is_none_or(|at| now < at)
+    }
+}
+
+/// A token is fetched again when less than this (or half its lifetime) is left.
+const REFRESH_MARGIN: Duration = Duration::from_secs(30);
+
+impl OAuth {
+    fn new(spec: &OAuthSpec, url: &str, http: reqwest::Client) -> Result<Self, CredentialError> {
+        let secret = match (&spec.client_secret_env, &spec.client_secret_file) {
+            (Some(name), _) => SecretSource::Env(from_env(name, "oauth.client_secret_env")?),
+            (None, Some(path)) => {
+                let file = SecretFile::new(path, "oauth.client_secret_file");
+                file.read(false)?;
+                SecretSource::File(file)
+            }
+            (None, None) => {
+                return Err(CredentialError::Source(
+                    "oauth: no client secret is set".to_owned(),
+                ));
+            }
+        };
+        Ok(OAuth {
+            client_id: spec.client_id.clone(),
+            scopes: spec.scopes.clone(),
+            resource: spec.resource.clone().unwrap_or_else(|| url.to_owned()),
+            token_url: spec.token_url.clone(),
+            secret,
+            http: Arc::new(HttpForOAuth { client: http }),
+            base_url: url.to_owned(),
+            current: parking_lot::Mutex::new(None),
+            fetching: tokio::sync::Mutex::new(None),
+        })
+    }
+
+    fn current(&self) -> Option<Token> {
+        self.current.lock().clone()
+    }
+
+    async fn token(&self) -> Result<Option<Secret>, CredentialError> {
+        if let Some(token) = self.current()
+            && token.fresh(Instant::now())
+        {
+            return Ok(Some(token.value));
+        }
+        let mut server = self.fetching.lock().await;
+        // Another caller may have fetched one while this one waited.
+        let now = Instant::now();
+        let current = self.current();
+        if let Some(token) = &current
+            && token.fresh(now)
+        {
+            return Ok(Some(token.value.clone()));
+        }
+        if server.is_none() && self.token_url.is_none() {
+            // The authorization server is found from the remote's first 401: go without.
+            return Ok(current.filter(|t| t.valid(now)).map(|t| t.value));
+        }
+        match self.fetch(&mut server, None).await {
+            Ok(token) => Ok(Some(token)),
+            // A token still valid serves until it expires; the next call tries again.
+            Err(error) => match current.filter(|t| t.valid(now)) {
+                Some(token) => {
+                    tracing::warn!(target: "toolgate::tools::remote::auth", %error, "token refresh failed; the current token is used until it expires");
+                    Ok(Some(token.value))
+                }
+                None => Err(error),
+            },
+        }
+    }
+
+    async fn rejected(
+        &self,
+        sent: Option<&Secret>,
+        challenge: Option<&str>,
+    ) -> Result<Secret, CredentialError> {
+        let mut server = self.fetching.lock().await;
+        // Another caller already replaced the rejected token: use its.
+        if let Some(token) = self.current()
+            && Some(&token.value) != sent
+            && token.valid(Instant::now())
+        {
+            return Ok(token.value);
+        }
+        self.fetch(&mut server, challenge).await
+    }
+
+    /// Fetches a token (finding the authorization server first if it is not known yet),
+    /// keeps it as the current one and answers it. The caller holds `fetching`.
+    async fn fetch(
+        &self,
+        server: &mut Option<AuthorizationManager>,
+        challenge: Option<&str>,
+    ) -> Result<Secret, CredentialError> {
+        if server.is_none() {
+            *server = Some(self.authorization_server(challenge).await?);
+        }
+        let Some(manager) = server.as_mut() else {
+            return Err(CredentialError::Discovery(
+                "no authorization server".to_owned(),
+            ));
+        };
+        let client_secret = match &self.secret {
+            SecretSource::Env(secret) => secret.clone(),
+            SecretSource::File(file) => file.read(true)?,
+        };
+        let config = ClientCredentialsConfig::ClientSecret {
+            client_id: self.client_id.clone(),
+            client_secret: client_secret.expose().to_owned(),
+            scopes: self.scopes.clone(),
+            resource: Some(self.resource.clone()),
+        };
+        manager
+            .configure_client_credentials(&config)
+            .map_err(|e| CredentialError::Discovery(e.to_string()))?;
+        let started = Instant::now();
+        let response = manager
+            .exchange_client_credentials(&config)
+            .await
+            .map_err(token_error)?;
+        use oauth2::TokenResponse as _;
+        let value = Secret(response.access_token().secret().as_str().into());
+        let lifetime = response.expires_in();
+        let token = Token {
+            value: value.clone(),
+            refresh_at: lifetime.map(|l| started + l - REFRESH_MARGIN.min(l / 2)),
+            expires_at: lifetime.map(|l| started + l),
+        };
+        tracing::debug!(target: "toolgate::tools::remote::auth", lifetime_s = lifetime.map(|l| l.as_secs()), "fetched an access token");
+        *self.current.lock() = Some(token);
+        Ok(value)
+    }
+
+    /// The authorization server: the configured token endpoint, or the one the remote's
+    /// protected-resource metadata names (from `challenge`, or the well-known paths).
+    async fn authorization_server(
+        &self,
+        challenge: Option<&str>,
+    ) -> Result<AuthorizationManager, CredentialError> {
+        let http: Arc<dyn OAuthHttpClient> = self.http.clone();
+        let mut manager =
+            AuthorizationManager::new_with_oauth_http_client(self.base_url.as_str(), http)
+                .await
+                .map_err(|e| CredentialError::Discovery(e.to_string()))?;
+        let metadata = match &self.token_url {
+            Some(token_url) => {
+                let mut metadata = AuthorizationMetadata::default();
+                metadata.token_endpoint = token_url.clone();
+                // Required by oauth2's client type, never used by this grant.
+                metadata.authorization_endpoint = token_url.clone();
+                metadata
+            }
+            None => {
+                let found = manager
+                    .resolve_metadata_from_challenge(challenge)
+                    .await
+                    .map_err(|e| CredentialError::Discovery(e.to_string()))?;
+                if !found.source.is_discovered() {
+                    return Err(CredentialError::Discovery(format!(
+                        "'{}' publishes no OAuth metadata (RFC 9728 or RFC 8414); set auth.oauth.token_url",
+                        self.base_url
+                    )));
+                }
+                found.metadata
+            }
+        };
+        tracing::info!(target: "toolgate::tools::remote::auth", token_endpoint = %metadata.token_endpoint, "authorization server found");
+        manager.set_metadata(metadata);
+        Ok(manager)
+    }
+}
+
+/// rmcp reports a failed exchange as text: oauth2's "Server returned error response: <code>"
+/// is the authorization server's refusal, anything else the endpoint's failure.
+fn token_error(error: rmcp::transport::AuthError) -> CredentialError {
+    let text = error.to_string();
+    let refused = [
+        "invalid_client",
+        "unauthorized_client",
+        "invalid_grant",
+        "access_denied",
+    ]
+    .iter()
+    .any(|code| text.contains(code));
+    if refused {
+        CredentialError::Refused(text)
+    } else {
+        CredentialError::TokenEndpoint(text)
+    }
+}
+
+/// Every OAuth request (metadata documents, the token endpoint) goes through the remote's
+/// own TLS settings and pinned addresses, on a client that follows no redirect (discovery
+/// documents and token replies are read where they were asked for); bodies are capped.
+struct HttpForOAuth {
+    client: reqwest::Client,
+}
+
+/// The largest metadata document or token response read.
+const MAX_OAUTH_BODY: usize = 1024 * 1024;
+
+impl OAuthHttpClient for HttpForOAuth {
+    fn execute(
+        &self,
+        request: rmcp::transport::OAuthHttpRequest,
+    ) -> rmcp::transport::OAuthHttpClientFuture<'_> {
+        Box::pin(async move {
+            let timeout = request.timeout;
+            let mut request = reqwest::Request::try_from(request.request)?;
+            if let Some(timeout) = timeout {
+                *request.timeout_mut() = Some(timeout);
+            }
+            let url = request.url().clone();
+            let mut response = self.client.execute(request).await.inspect_err(|e| {
+                let tls = super::tls::failure_in(e).map(|f| f.detail);
+                tracing::warn!(target: "toolgate::tools::remote::auth", %url, error = %e, tls, "oauth request failed");
+            })?;
+            let mut builder = http::Response::builder().status(response.status());
+            for (name, value) in response.headers() {
+                builder = builder.header(name, value);
+            }
+            let mut body = Vec::new();
+            while let Some(chunk) = response.chunk().await? {
+                if body.len() + chunk.len() > MAX_OAUTH_BODY {
+                    return Err(
+                        format!("{url}: the reply is larger than {MAX_OAUTH_BODY} bytes").into(),
+                    );
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(builder.body(body)?)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_secret_never_prints() {
+        let secret = Secret("s3cr3t".into());
+        assert_eq!(format!("{secret:?}"), "Secret(<redacted>)");
+    }
+
+    #[test]
+    fn a_bearer_file_is_read_again_when_it_changes() {
+        let dir = std::env::temp_dir().join(format!("toolgate-cred-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("token");
+        std::fs::write(&path, "first\n").unwrap();
+        let file = SecretFile::new(path.to_str().unwrap(), "bearer_file");
+        assert_eq!(file.read(false).unwrap().expose(), "first");
+        std::fs::write(&path, "second-token\n").unwrap();
+        // Within the recheck interval the cached value stands unless forced (after a 401).
+        assert_eq!(file.read(true).unwrap().expose(), "second-token");
+        std::fs::write(&path, "  \n").unwrap();
+        let error = file.read(true).unwrap_err().to_string();
+        assert!(error.ends_with("': empty"), "{error}");
+        std::fs::remove_file(&path).unwrap();
+        let error = file.read(true).unwrap_err();
+        assert_eq!(error.reason(), "credentials");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_token_is_refreshed_before_it_expires() {
+        let now = Instant::now();
+        let lifetime = Duration::from_secs(4);
+        let token = Token {
+            value: Secret("t".into()),
+            refresh_at: Some(now + lifetime - REFRESH_MARGIN.min(lifetime / 2)),
+            expires_at: Some(now + lifetime),
+        };
+        assert!(token.fresh(now + Duration::from_secs(1)));
+        assert!(!token.fresh(now + Duration::from_secs(3)));
+        assert!(token.valid(now + Duration::from_secs(3)));
+        assert!(!token.valid(now + Duration::from_secs(5)));
+    }
+}
