@@ -248,6 +248,15 @@ struct Token {
 }
 
 impl Token {
+    /// A token received at `received` that lives `lifetime` (unknown: until a 401).
+    fn new(value: Secret, received: Instant, lifetime: Option<Duration>) -> Self {
+        Token {
+            value,
+            refresh_at: lifetime.map(|l| received + l - REFRESH_MARGIN.min(l / 2)),
+            expires_at: lifetime.map(|l| received + l),
+        }
+    }
+
     fn fresh(&self, now: Instant) -> bool {
         self.refresh_at.is_none_or(|at| now < at)
     }
@@ -376,11 +385,7 @@ impl OAuth {
         use oauth2::TokenResponse as _;
         let value = Secret(response.access_token().secret().as_str().into());
         let lifetime = response.expires_in();
-        let token = Token {
-            value: value.clone(),
-            refresh_at: lifetime.map(|l| started + l - REFRESH_MARGIN.min(l / 2)),
-            expires_at: lifetime.map(|l| started + l),
-        };
+        let token = Token::new(value.clone(), started, lifetime);
         tracing::debug!(target: "toolgate::tools::remote::auth", lifetime_s = lifetime.map(|l| l.as_secs()), "fetched an access token");
         *self.current.lock() = Some(token);
         Ok(value)
@@ -521,15 +526,19 @@ mod tests {
     #[test]
     fn a_token_is_refreshed_before_it_expires() {
         let now = Instant::now();
-        let lifetime = Duration::from_secs(4);
-        let token = Token {
-            value: Secret("t".into()),
-            refresh_at: Some(now + lifetime - REFRESH_MARGIN.min(lifetime / 2)),
-            expires_at: Some(now + lifetime),
-        };
-        assert!(token.fresh(now + Duration::from_secs(1)));
-        assert!(!token.fresh(now + Duration::from_secs(3)));
-        assert!(token.valid(now + Duration::from_secs(3)));
-        assert!(!token.valid(now + Duration::from_secs(5)));
+        let secs = Duration::from_secs;
+        // Short-lived: fetched again at half its lifetime.
+        let token = Token::new(Secret("t".into()), now, Some(secs(4)));
+        assert!(token.fresh(now + secs(1)));
+        assert!(!token.fresh(now + secs(3)));
+        assert!(token.valid(now + secs(3)));
+        assert!(!token.valid(now + secs(5)));
+        // Long-lived: 30 s before it expires.
+        let token = Token::new(Secret("t".into()), now, Some(secs(3600)));
+        assert!(token.fresh(now + secs(3569)));
+        assert!(!token.fresh(now + secs(3571)));
+        // No lifetime given: used until the remote answers 401.
+        let token = Token::new(Secret("t".into()), now, None);
+        assert!(token.fresh(now + secs(86_400)) && token.valid(now + secs(86_400)));
     }
 }

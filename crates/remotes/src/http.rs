@@ -189,7 +189,10 @@ impl Endpoint {
                 "tool_call_index": m.tool_call_index,
             },
         });
-        let body = serde_json::to_vec(&body).map_err(|e| ToolError::failed(e.to_string()))?;
+        // Serialized once: a retry after a 401 sends the same bytes (a cheap clone).
+        let body = bytes::Bytes::from(
+            serde_json::to_vec(&body).map_err(|e| ToolError::failed(e.to_string()))?,
+        );
         let token = match &self.credentials {
             Some(credentials) => credentials
                 .token()
@@ -239,7 +242,7 @@ impl Endpoint {
 impl Endpoint {
     async fn send(
         &self,
-        body: &[u8],
+        body: &bytes::Bytes,
         token: Option<&Secret>,
         ctx: &ToolContext,
     ) -> Result<reqwest::Response, ToolError> {
@@ -247,7 +250,7 @@ impl Endpoint {
             .client
             .post(&self.url)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body.to_vec());
+            .body(body.clone());
         for (k, v) in &self.headers {
             request = request.header(k, v);
         }
