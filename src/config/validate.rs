@@ -133,7 +133,8 @@ impl Config {
     }
 
     /// What is allowed but probably not meant: binding references that always resolve to null,
-    /// a connection share as large as the whole server (one client could then take it all).
+    /// a connection share as large as the whole server (one client could then take it all), a
+    /// remote reached in plaintext off loopback or given a credential inline in `headers`.
     /// `check-config` prints these; the server logs them at start.
     pub fn warnings(&self) -> Vec<String> {
         let mut w = Vec::new();
@@ -191,6 +192,11 @@ impl Config {
             w.push(format!(
                 "admin.listen: {admin} is not a loopback address; /metrics, /livez and /readyz have no authentication"
             ));
+        }
+        for (i, remote) in self.remotes.iter().enumerate() {
+            for warning in remote.warnings() {
+                w.push(format!("remotes[{i}] ({}): {warning}", remote.name));
+            }
         }
         for (name, binding) in &self.bindings {
             if let Some(input) = &binding.input {

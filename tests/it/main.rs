@@ -12,6 +12,7 @@ mod dispatch;
 mod docs;
 mod hardening;
 mod hooks;
+mod hosted;
 mod hostile;
 mod http_tools;
 mod intake;

@@ -14,7 +14,7 @@ use toolgate::pb::dispatch_event::Event;
 
 use crate::support::*;
 
-fn everything_js() -> PathBuf {
+pub(crate) fn everything_js() -> PathBuf {
     let path = crate::peers::testenv()
         .join("node/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
     assert!(
@@ -79,7 +79,7 @@ async fn server_everything_over_stdio_answers_every_content_kind() {
 }
 
 /// A free port for a server we start.
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()

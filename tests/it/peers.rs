@@ -417,7 +417,19 @@ fn the_deploy_configs_pass_check_config() {
     std::fs::create_dir_all(&dir).unwrap();
     let from_configmap = dir.join("configmap.toml");
     std::fs::write(&from_configmap, toml).unwrap();
-    for file in [Path::new(REPO).join("deploy/toolgate.toml"), from_configmap] {
+    // The compose stack's remotes speak plaintext on the stack's own network: check-config
+    // says so, and says nothing else.
+    let compose_warnings = [
+        "remotes[0] (py): endpoint 'http://worker:7001' is plaintext off loopback",
+        "remotes[1] (mcp): url 'http://mcp:8000/mcp' is plaintext off loopback",
+    ];
+    for (file, expected) in [
+        (
+            Path::new(REPO).join("deploy/toolgate.toml"),
+            &compose_warnings[..],
+        ),
+        (from_configmap, &[][..]),
+    ] {
         let output = Command::new(env!("CARGO_BIN_EXE_toolgate"))
             .arg("check-config")
             .arg(&file)
@@ -426,7 +438,14 @@ fn the_deploy_configs_pass_check_config() {
         let printed = String::from_utf8_lossy(&output.stdout).into_owned()
             + &String::from_utf8_lossy(&output.stderr);
         assert!(output.status.success(), "{printed}");
-        assert!(!printed.contains("warning"), "{printed}");
+        let warnings: Vec<&str> = printed.lines().filter(|l| l.contains("warning")).collect();
+        assert_eq!(warnings.len(), expected.len(), "{printed}");
+        for (line, start) in warnings.iter().zip(expected) {
+            assert!(
+                line.contains(start),
+                "{line:?} does not say {start:?}\n{printed}"
+            );
+        }
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

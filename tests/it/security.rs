@@ -14,41 +14,6 @@ use toolgate::pb;
 use crate::peers::{Binary, testenv};
 use crate::support::*;
 
-/// A CA that signs server and client certificates, written under `dir`.
-struct Ca {
-    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
-    pem: String,
-}
-
-impl Ca {
-    fn new() -> Ca {
-        let key = rcgen::KeyPair::generate().unwrap();
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        // A subject of its own: a leaf whose issuer equals its subject reads as self-signed.
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "toolgate test CA");
-        let cert = params.self_signed(&key).unwrap();
-        Ca {
-            pem: cert.pem(),
-            issuer: rcgen::Issuer::new(params, key),
-        }
-    }
-
-    /// A certificate for `names`, signed by this CA: (certificate PEM, key PEM).
-    fn sign(&self, names: &[&str]) -> (String, String) {
-        let key = rcgen::KeyPair::generate().unwrap();
-        let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
-        let mut params = rcgen::CertificateParams::new(names.clone()).unwrap();
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, names[0].as_str());
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        (cert.pem(), key.serialize_pem())
-    }
-}
-
 /// grpcurl with `args`, then the address and `rest`: (succeeded, stdout + stderr).
 fn grpcurl(args: &[&str], addr: &str, rest: &[&str]) -> (bool, String) {
     let output = Command::new(testenv().join("venv/bin/grpcurl"))

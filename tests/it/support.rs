@@ -344,3 +344,62 @@ pub async fn http_get(url: impl reqwest::IntoUrl) -> reqwest::Result<reqwest::Re
         .send()
         .await
 }
+
+/// A CA made at test time that signs server and client certificates.
+pub struct Ca {
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+    pub pem: String,
+}
+
+impl Ca {
+    pub fn new() -> Ca {
+        Ca::named("toolgate test CA")
+    }
+
+    /// A CA whose subject is `name` (a stranger CA with another name is an unknown issuer; with
+    /// the same name, a bad signature).
+    pub fn named(name: &str) -> Ca {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        // A subject of its own: a leaf whose issuer equals its subject reads as self-signed.
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        let cert = params.self_signed(&key).unwrap();
+        Ca {
+            pem: cert.pem(),
+            issuer: rcgen::Issuer::new(params, key),
+        }
+    }
+
+    /// A certificate for `names` (host names or IP addresses), signed by this CA:
+    /// (certificate PEM, key PEM).
+    pub fn sign(&self, names: &[&str]) -> (String, String) {
+        self.sign_with(names, |_| {})
+    }
+
+    /// A certificate for `names` that expired in 2021.
+    pub fn sign_expired(&self, names: &[&str]) -> (String, String) {
+        self.sign_with(names, |params| {
+            params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+            params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+        })
+    }
+
+    fn sign_with(
+        &self,
+        names: &[&str],
+        adjust: impl FnOnce(&mut rcgen::CertificateParams),
+    ) -> (String, String) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+        let mut params = rcgen::CertificateParams::new(names.clone()).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, names[0].as_str());
+        adjust(&mut params);
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+}

@@ -364,6 +364,66 @@ impl RemoteSpec {
     pub fn mcp_transport(&self) -> McpTransport {
         self.transport.unwrap_or_default()
     }
+
+    /// What is allowed but probably not meant, for `check-config` and the start's log: a
+    /// plaintext URL off loopback (requests, results and credentials readable on the way), a
+    /// credential written into the config file as a header.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        let token_url = self.auth.as_ref().and_then(|a| a.oauth.as_ref());
+        let urls = [
+            ("endpoint", self.endpoint.as_deref()),
+            ("url", self.url.as_deref()),
+            (
+                "auth.oauth.token_url",
+                token_url.and_then(|o| o.token_url.as_deref()),
+            ),
+        ];
+        for (field, url) in urls {
+            if let Some(url) = url.filter(|u| plaintext_off_loopback(u)) {
+                warnings.push(format!(
+                    "{field} '{url}' is plaintext off loopback: requests, results and credentials cross the network unencrypted; use https://"
+                ));
+            }
+        }
+        for name in self.headers.keys().filter(|n| holds_credential(n)) {
+            warnings.push(format!(
+                "headers.{name} writes a credential into the config file; keep it in a file or an environment variable with [remotes.auth] bearer_file or bearer_env"
+            ));
+        }
+        warnings
+    }
+}
+
+/// An `http://` URL whose host is not `localhost` or a loopback address.
+fn plaintext_off_loopback(url: &str) -> bool {
+    let Ok(parsed) = url::Url::parse(url) else {
+        return false;
+    };
+    let loopback = match parsed.host() {
+        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => true,
+    };
+    parsed.scheme() == "http" && !loopback
+}
+
+/// A header name that carries a credential: `Authorization`, a cookie, an API key, a token.
+fn holds_credential(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    [
+        "authorization",
+        "cookie",
+        "token",
+        "secret",
+        "api-key",
+        "apikey",
+        "api_key",
+        "password",
+    ]
+    .iter()
+    .any(|word| name.contains(word))
 }
 
 fn starts_with_ignore_case(text: &str, prefix: &str) -> bool {
@@ -504,6 +564,50 @@ mod tests {
         check(
             json!({"name": "m", "kind": "mcp", "command": ["srv"], "cwd": "/srv"}),
             Ok(()),
+        );
+    }
+
+    #[test]
+    fn plaintext_off_loopback_and_inline_credentials_are_warned_about() {
+        let warnings = |definition: Value| {
+            serde_json::from_value::<RemoteSpec>(definition)
+                .unwrap()
+                .warnings()
+        };
+        let def = json!({"name": "t"});
+        for quiet in [
+            "http://127.0.0.1:9/t",
+            "http://localhost:9/t",
+            "http://[::1]:9/t",
+            "https://tools.example.com/t",
+        ] {
+            let w = warnings(json!({"name": "h", "kind": "http", "url": quiet, "definition": def}));
+            assert_eq!(w, Vec::<String>::new(), "{quiet}");
+        }
+        let w = warnings(
+            json!({"name": "h", "kind": "http", "url": "http://10.0.0.5/t", "definition": def,
+            "headers": {"X-Api-Key": "k", "Authorization": "Bearer t", "Accept": "application/json"}}),
+        );
+        assert_eq!(
+            w,
+            [
+                "url 'http://10.0.0.5/t' is plaintext off loopback: requests, results and credentials cross the network unencrypted; use https://",
+                "headers.Authorization writes a credential into the config file; keep it in a file or an environment variable with [remotes.auth] bearer_file or bearer_env",
+                "headers.X-Api-Key writes a credential into the config file; keep it in a file or an environment variable with [remotes.auth] bearer_file or bearer_env",
+            ]
+        );
+        let w = warnings(
+            json!({"name": "w", "kind": "worker", "endpoint": "http://tools.internal:7001"}),
+        );
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].starts_with("endpoint 'http://tools.internal:7001' is plaintext"));
+        let w = warnings(
+            json!({"name": "m", "kind": "mcp", "url": "https://mcp.example.com/mcp",
+            "auth": {"oauth": {"client_id": "c", "client_secret_env": "S", "token_url": "http://auth.example.com/token"}}}),
+        );
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].starts_with("auth.oauth.token_url 'http://auth.example.com/token' is plaintext")
         );
     }
 

@@ -153,7 +153,8 @@ pub fn failure_in(error: &(dyn std::error::Error + 'static)) -> Option<TlsFailur
 }
 
 /// The first `T` among `error`'s causes. An `io::Error`'s `source()` skips the error it
-/// wraps, so each is looked into.
+/// wraps (reqwest's connect errors nest one `io::Error` in another, rustls's error innermost),
+/// so the chain goes on from the wrapped error itself.
 pub fn cause<'a, T: std::error::Error + 'static>(
     error: &'a (dyn std::error::Error + 'static),
 ) -> Option<&'a T> {
@@ -165,12 +166,7 @@ pub fn cause<'a, T: std::error::Error + 'static>(
         if let Some(io) = e.downcast_ref::<std::io::Error>()
             && let Some(inner) = io.get_ref()
         {
-            if let Some(found) = inner.downcast_ref::<T>() {
-                return Some(found);
-            }
-            if let Some(found) = inner.source().and_then(cause::<T>) {
-                return Some(found);
-            }
+            return cause::<T>(inner);
         }
         next = e.source();
     }
@@ -245,6 +241,23 @@ mod tests {
         let error = client_config(Some(&spec(None, Some(empty), None))).unwrap_err();
         assert_eq!(error, TlsError::HalfAnIdentity);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_certificate_error_is_found_through_nested_io_errors() {
+        // The shape reqwest reports a refused certificate in: io::Error(Other) around
+        // io::Error(InvalidData) around rustls's error, behind the client's own error types.
+        let rustls_error =
+            rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
+        let inner = std::io::Error::new(std::io::ErrorKind::InvalidData, rustls_error);
+        let outer = std::io::Error::other(inner);
+        let failure = failure_in(&outer).unwrap();
+        assert_eq!(failure.reason, "tls_certificate");
+        assert_eq!(
+            failure.short,
+            "its TLS certificate is not signed by a trusted CA"
+        );
+        assert_eq!(failure_in(&std::io::Error::other("refused")), None);
     }
 
     #[test]

@@ -1,0 +1,675 @@
+//! Hosted remotes through the API: MCP servers and HTTP tools over HTTPS, with a CA made here and
+//! Debian's nginx as the TLS terminator that wants a bearer token or a client certificate;
+//! `server-everything` over streamable HTTP and HTTP+SSE; OAuth 2.1 client credentials against a
+//! resource server written with the MCP Python SDK and a small authorization server
+//! (`tests/hosted/oauth_stack.py`): discovery, caching, a fetch before expiry and on a `401`, one
+//! fetch for concurrent callers; and each refusal with its own text and metric.
+
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use toolgate::config::Config;
+use toolgate::pb::ErrorClass;
+
+use crate::mcp::{everything_js, free_port};
+use crate::peers::{Binary, require_peers, testenv};
+use crate::shared_sessions::nginx_binary;
+use crate::support::*;
+
+const REPO: &str = env!("CARGO_MANIFEST_DIR");
+
+/// nginx terminating TLS on a free port of 127.0.0.1: one `server` block with the certificate
+/// and key files and `body`; an access log of `status method uri` lines. Stopped on drop.
+struct Terminator {
+    child: Child,
+    dir: PathBuf,
+    port: u16,
+    cert: String,
+    key: String,
+}
+
+impl Terminator {
+    fn start(cert: &str, key: &str, body: &str) -> Terminator {
+        let port = free_port();
+        let dir = folder(&format!("tls-{port}"));
+        write_nginx_conf(&dir, port, cert, key, body);
+        let child = Command::new(nginx_binary())
+            .arg("-p")
+            .arg(&dir)
+            .arg("-c")
+            .arg(dir.join("nginx.conf"))
+            .args(["-g", "daemon off;"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nginx starts");
+        let addr = format!("127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(&addr).is_err() {
+            assert!(Instant::now() < deadline, "nginx did not listen on {addr}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Terminator {
+            child,
+            dir,
+            port,
+            cert: cert.to_owned(),
+            key: key.to_owned(),
+        }
+    }
+
+    fn signal(&self, signal: &str) -> bool {
+        Command::new(nginx_binary())
+            .arg("-p")
+            .arg(&self.dir)
+            .arg("-c")
+            .arg(self.dir.join("nginx.conf"))
+            .args(["-s", signal])
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    /// Replaces the server block's body and has nginx load it (`nginx -s reload`).
+    fn reload(&self, body: &str) {
+        write_nginx_conf(&self.dir, self.port, &self.cert, &self.key, body);
+        assert!(self.signal("reload"), "nginx reloads");
+    }
+
+    /// `status method uri` of every request so far.
+    fn requests(&self) -> Vec<String> {
+        std::fs::read_to_string(self.dir.join("access.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+impl Drop for Terminator {
+    fn drop(&mut self) {
+        if !self.signal("stop") {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// nginx's configuration for a `Terminator` in `dir`.
+fn write_nginx_conf(dir: &Path, port: u16, cert: &str, key: &str, body: &str) {
+    let d = dir.display();
+    let conf = format!(
+        "worker_processes 1;\n\
+         pid {d}/nginx.pid;\n\
+         error_log {d}/error.log warn;\n\
+         events {{ worker_connections 64; }}\n\
+         http {{\n\
+           log_format status '$status $request_method $uri';\n\
+           access_log {d}/access.log status;\n\
+           client_body_temp_path {d}/body; proxy_temp_path {d}/proxy;\n\
+           fastcgi_temp_path {d}/fastcgi; uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;\n\
+           server {{\n\
+             listen 127.0.0.1:{port} ssl;\n\
+             ssl_certificate {cert};\n\
+             ssl_certificate_key {key};\n\
+             {body}\n\
+           }}\n\
+         }}\n"
+    );
+    std::fs::write(dir.join("nginx.conf"), conf).unwrap();
+}
+
+/// An nginx `server` body that proxies to `backend` (server-sent events unbuffered) and answers
+/// `401` with a bearer challenge to any request without `Authorization: Bearer {token}`.
+fn bearer_proxy(token: &str, backend: u16) -> String {
+    format!(
+        "location / {{\n\
+           if ($http_authorization != \"Bearer {token}\") {{\n\
+             add_header WWW-Authenticate 'Bearer realm=\"everything\"' always;\n\
+             return 401;\n\
+           }}\n\
+           proxy_pass http://127.0.0.1:{backend};\n\
+           proxy_http_version 1.1;\n\
+           proxy_set_header Connection \"\";\n\
+           proxy_buffering off;\n\
+           proxy_read_timeout 120s;\n\
+         }}"
+    )
+}
+
+/// server-everything speaking `transport` (`streamableHttp` or `sse`) on a free port.
+async fn everything(transport: &str) -> (tokio::process::Child, u16) {
+    let port = free_port();
+    let child = tokio::process::Command::new("node")
+        .arg(everything_js())
+        .arg(transport)
+        .env("PORT", port.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("node starts");
+    wait_for_port(port).await;
+    (child, port)
+}
+
+/// A server certificate for localhost, its CA and the files: (CA, CA file, cert file, key file).
+fn server_identity(dir: &Path) -> (Ca, String, String, String) {
+    let ca = Ca::new();
+    let (cert, key) = ca.sign(&["localhost", "127.0.0.1"]);
+    let ca_file = write(dir, "ca.pem", &ca.pem);
+    let cert_file = write(dir, "server.pem", &cert);
+    let key_file = write(dir, "server-key.pem", &key);
+    (ca, ca_file, cert_file, key_file)
+}
+
+/// A client for the test's own requests (nginx probes, the authorization server's admin
+/// endpoints) that trusts `ca_file`.
+fn https_client(ca_file: &str) -> reqwest::Client {
+    let tls = toolgate_remotes::TlsSpec {
+        ca_file: Some(ca_file.to_owned()),
+        ..Default::default()
+    };
+    toolgate_remotes::tls::client_builder(Some(&tls), Duration::from_secs(10))
+        .unwrap()
+        .build()
+        .unwrap()
+}
+
+/// The value of the metric line starting with `series` (labels included), 0 when absent.
+async fn metric(ts: &TestServer, series: &str) -> f64 {
+    let admin = ts.server.admin_addr().unwrap();
+    let text = http_get(format!("http://{admin}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(series))
+        .map_or(0.0, |v| v.trim().parse().unwrap())
+}
+
+fn failures(remote: &str, reason: &str) -> String {
+    format!(
+        "toolgate_remote_failures_total{{toolgate_reason=\"{reason}\",toolgate_remote=\"{remote}\"}} "
+    )
+}
+
+/// One call of `tool` with `arguments`: its result.
+async fn call(ts: &TestServer, tool: &str, arguments: Value) -> toolgate::pb::CallResult {
+    let result = dispatch(
+        ts,
+        request(json!([{"id": "c", "name": tool, "arguments": arguments}])),
+    )
+    .await;
+    result.results.into_iter().next().unwrap()
+}
+
+/// The text a tool of the Python SDK's answered (it wraps a `str` as `{"result": ...}`).
+fn text(result: &toolgate::pb::CallResult) -> String {
+    match json_of(&result.result) {
+        Value::Object(o) => o["result"].as_str().unwrap_or_default().to_owned(),
+        _ => result.content.clone(),
+    }
+}
+
+/// Waits until the server lists `tool` (a config remote connects in the background).
+async fn listed(ts: &TestServer, tool: &str) {
+    eventually(&format!("{tool} is listed"), async || {
+        list_tools(ts).await.iter().any(|t| t.name == tool)
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn server_everything_over_https_gets_its_bearer_token_from_a_file_read_again_on_401() {
+    require_peers!(TestEnv, Everything, Nginx);
+    let dir = folder("hosted-bearer");
+    let (_ca, ca_file, cert, key) = server_identity(&dir);
+    let (_everything, backend) = everything("streamableHttp").await;
+    let nginx = Terminator::start(&cert, &key, &bearer_proxy("tok-1", backend));
+    let token_file = write(&dir, "token", "tok-1\n");
+    let config = format!(
+        "[[remotes]]\nname = \"hosted\"\nkind = \"mcp\"\nurl = \"https://localhost:{}/mcp\"\nprefix = \"h.\"\ntimeout = \"30s\"\n\
+         [remotes.tls]\nca_file = \"{ca_file}\"\n\
+         [remotes.auth]\nbearer_file = \"{token_file}\"\n\
+         [retry]\nmax_retries = 0",
+        nginx.port
+    );
+    let ts = start_with(Config::from_toml(&config).unwrap()).await;
+    listed(&ts, "h.echo").await;
+    let result = call(&ts, "h.echo", json!({"message": "over https"})).await;
+    assert_eq!(result.content, "Echo: over https", "{result:?}");
+
+    // The server's secret is rotated before the file is: the token is refused, read again,
+    // still refused. The remote's answer, in a text that names neither address nor token.
+    nginx.reload(&bearer_proxy("tok-2", backend));
+    let probe = https_client(&ca_file);
+    let url = format!("https://localhost:{}/mcp", nginx.port);
+    eventually("nginx refuses the old token", async || {
+        let sent = probe.post(&url).bearer_auth("tok-1").send().await;
+        sent.is_ok_and(|r| r.status() == 401)
+    })
+    .await;
+    let result = call(&ts, "h.echo", json!({"message": "refused"})).await;
+    assert_eq!(class(&result), ErrorClass::ToolError, "{result:?}");
+    assert_eq!(
+        result.content,
+        "mcp server 'hosted': it refused toolgate's credentials (HTTP 401)"
+    );
+    assert_eq!(metric(&ts, &failures("hosted", "unauthorized")).await, 1.0);
+
+    // Now the file: the next call sends the token it read a moment ago, is refused once, reads
+    // the file again at once and goes through, on the same connection, without a restart.
+    write(&dir, "token", "tok-2\n");
+    let before = nginx.requests().len();
+    let result = call(&ts, "h.echo", json!({"message": "rotated"})).await;
+    assert_eq!(result.content, "Echo: rotated", "{result:?}");
+    let posts: Vec<String> = nginx.requests()[before..]
+        .iter()
+        .filter(|r| r.contains(" POST "))
+        .cloned()
+        .collect();
+    assert_eq!(posts, ["401 POST /mcp", "200 POST /mcp"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn server_everything_over_https_and_http_sse_through_the_binary_with_a_token_from_the_environment()
+ {
+    require_peers!(TestEnv, Everything, Nginx);
+    let dir = folder("hosted-sse");
+    let (_ca, ca_file, cert, key) = server_identity(&dir);
+    let (_everything, backend) = everything("sse").await;
+    let nginx = Terminator::start(&cert, &key, &bearer_proxy("sse-token", backend));
+    let config = write(
+        &dir,
+        "toolgate.toml",
+        &format!(
+            "[[remotes]]\nname = \"legacy\"\nkind = \"mcp\"\ntransport = \"sse\"\nurl = \"https://localhost:{}/sse\"\nprefix = \"old.\"\nrequired = true\ntimeout = \"30s\"\n\
+             [remotes.tls]\nca_file = \"{ca_file}\"\n\
+             [remotes.auth]\nbearer_env = \"LEGACY_MCP_TOKEN\"\n",
+            nginx.port
+        ),
+    );
+    let server = Binary::start_with(&["--config", &config], &[("LEGACY_MCP_TOKEN", "sse-token")]);
+    let channel = connect(server.addr.parse().unwrap()).await;
+    let mut client = toolgate::pb::tool_gate_client::ToolGateClient::new(channel);
+    let result = client
+        .dispatch_batch(request(json!([
+            {"id": "a", "name": "old.echo", "arguments": {"message": "over sse"}},
+            {"id": "b", "name": "old.get-sum", "arguments": {"a": 2, "b": 3}},
+        ])))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut results = Vec::new();
+    let mut stream = result;
+    while let Some(event) = tokio_stream::StreamExt::next(&mut stream).await {
+        if let Some(toolgate::pb::dispatch_event::Event::Result(batch)) = event.unwrap().event {
+            results = batch.results;
+        }
+    }
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert_eq!(results[0].content, "Echo: over sse", "{results:?}");
+    assert!(results[1].content.contains('5'), "{results:?}");
+    // The messages went through TLS with the token (the event stream, still open, is logged
+    // when it ends).
+    let requests = nginx.requests();
+    assert!(
+        requests.iter().any(|r| r.starts_with("202 POST /message")),
+        "{requests:?}"
+    );
+    assert!(
+        !requests.iter().any(|r| r.starts_with("401")),
+        "{requests:?}"
+    );
+    let (_, log) = server.terminate();
+    assert!(!log.contains("sse-token"), "the token is never logged");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An nginx `server` body: `/tool` answers its caller's client certificate subject as JSON, or
+/// `403` to a caller without a certificate `client_ca_file` signed.
+fn mtls_tool(client_ca_file: &str) -> String {
+    format!(
+        "ssl_client_certificate {client_ca_file};\n\
+         ssl_verify_client optional;\n\
+         location /tool {{\n\
+           if ($ssl_client_verify != SUCCESS) {{ return 403; }}\n\
+           default_type application/json;\n\
+           return 200 '{{\"client\": \"$ssl_client_s_dn\"}}';\n\
+         }}"
+    )
+}
+
+#[tokio::test]
+async fn an_http_tool_over_https_shows_its_client_certificate_and_each_tls_failure_says_what_failed()
+ {
+    require_peers!(Nginx);
+    let dir = folder("hosted-mtls");
+    let (ca, ca_file, cert, key) = server_identity(&dir);
+    let client_ca = Ca::new();
+    let client_ca_file = write(&dir, "client-ca.pem", &client_ca.pem);
+    let (client_cert, client_key) = client_ca.sign(&["toolgate-client"]);
+    let client_cert = write(&dir, "client.pem", &client_cert);
+    let client_key = write(&dir, "client-key.pem", &client_key);
+    let stranger_ca_file = write(&dir, "stranger-ca.pem", &Ca::named("stranger CA").pem);
+    let (expired_cert, expired_key) = ca.sign_expired(&["localhost", "127.0.0.1"]);
+    let (elsewhere_cert, elsewhere_key) = ca.sign(&["elsewhere.example"]);
+
+    let good = Terminator::start(&cert, &key, &mtls_tool(&client_ca_file));
+    let expired = Terminator::start(
+        &write(&dir, "expired.pem", &expired_cert),
+        &write(&dir, "expired-key.pem", &expired_key),
+        &mtls_tool(&client_ca_file),
+    );
+    let elsewhere = Terminator::start(
+        &write(&dir, "elsewhere.pem", &elsewhere_cert),
+        &write(&dir, "elsewhere-key.pem", &elsewhere_key),
+        &mtls_tool(&client_ca_file),
+    );
+    let remote = |name: &str, port: u16, tls: &str| {
+        format!(
+            "[[remotes]]\nname = \"{name}\"\nkind = \"http\"\nurl = \"https://localhost:{port}/tool\"\nprefix = \"{name}.\"\n\
+             [remotes.tls]\n{tls}\n[remotes.definition]\nname = \"whoami\"\n"
+        )
+    };
+    let trust = format!("ca_file = \"{ca_file}\"");
+    let identity = format!("{trust}\ncert_file = \"{client_cert}\"\nkey_file = \"{client_key}\"");
+    let config = [
+        remote("mtls", good.port, &identity),
+        remote("nocert", good.port, &trust),
+        remote(
+            "stranger",
+            good.port,
+            &format!("ca_file = \"{stranger_ca_file}\""),
+        ),
+        remote("expired", expired.port, &identity),
+        remote("elsewhere", elsewhere.port, &identity),
+    ]
+    .concat()
+        + "[retry]\nmax_retries = 0\n";
+    let ts = start_with(Config::from_toml(&config).unwrap()).await;
+    let result = dispatch(
+        &ts,
+        request(json!([
+            {"id": "1", "name": "mtls.whoami"},
+            {"id": "2", "name": "nocert.whoami"},
+            {"id": "3", "name": "stranger.whoami"},
+            {"id": "4", "name": "expired.whoami"},
+            {"id": "5", "name": "elsewhere.whoami"},
+        ])),
+    )
+    .await;
+    let r = &result.results;
+    assert_eq!(
+        json_of(&r[0].result),
+        json!({"client": "CN=toolgate-client"}),
+        "{:?}",
+        r[0]
+    );
+    let expected = [
+        (
+            ErrorClass::ToolError,
+            "http tool 'nocert': it refused access (HTTP 403)",
+        ),
+        (
+            ErrorClass::Transport,
+            "http tool 'stranger': its TLS certificate is not signed by a trusted CA",
+        ),
+        (
+            ErrorClass::Transport,
+            "http tool 'expired': its TLS certificate has expired",
+        ),
+        (
+            ErrorClass::Transport,
+            "http tool 'elsewhere': its TLS certificate is not valid for its host name",
+        ),
+    ];
+    for (result, (class_, text)) in r[1..].iter().zip(expected) {
+        assert_eq!((class(result), result.content.as_str()), (class_, text));
+    }
+    for (remote, reason) in [
+        ("nocert", "forbidden"),
+        ("stranger", "tls_certificate"),
+        ("expired", "tls_certificate"),
+        ("elsewhere", "tls_certificate"),
+    ] {
+        assert_eq!(
+            metric(&ts, &failures(remote, reason)).await,
+            1.0,
+            "{remote}"
+        );
+    }
+    // Only the caller with a certificate got an answer.
+    assert_eq!(
+        good.requests(),
+        ["200 POST /tool", "403 POST /tool"],
+        "the stranger's handshake never reached nginx's HTTP side"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `tests/hosted/oauth_stack.py`: an OAuth authorization server and an MCP resource server
+/// (the Python SDK's auth support) over TLS; killed on drop.
+struct OAuthStack {
+    child: Child,
+    /// The authorization server's base URL.
+    issuer: String,
+    /// The MCP server's URL, the resource its tokens are for.
+    mcp: String,
+    admin: reqwest::Client,
+}
+
+impl OAuthStack {
+    fn start(dir: &Path, ca_file: &str, cert: &str, key: &str, ttl: u64, delay: f64) -> Self {
+        let secret = write(dir, "client-secret", "s3cr3t-client\n");
+        let mut child = Command::new(testenv().join("venv/bin/python"))
+            .arg(Path::new(REPO).join("tests/hosted/oauth_stack.py"))
+            .args(["--cert", cert, "--key", key])
+            .args(["--token-ttl", &ttl.to_string()])
+            .args(["--token-delay", &delay.to_string()])
+            .args(["--client-id", "toolgate", "--client-secret-file", &secret])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("python starts");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let urls: Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("oauth_stack.py printed {line:?}: {e}"));
+        OAuthStack {
+            child,
+            issuer: urls["as"].as_str().unwrap().to_owned(),
+            mcp: urls["mcp"].as_str().unwrap().to_owned(),
+            admin: https_client(ca_file),
+        }
+    }
+
+    async fn admin(&self, what: &str) {
+        let url = format!("{}/admin/{what}", self.issuer);
+        let response = self.admin.post(&url).send().await.unwrap();
+        assert!(response.status().is_success(), "{url}: {response:?}");
+    }
+
+    async fn stats(&self) -> Value {
+        let url = format!("{}/admin/stats", self.issuer);
+        self.admin
+            .get(&url)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
+    /// A token for `client_secret` straight from the token endpoint.
+    async fn token(&self, client_secret: &str) -> String {
+        let reply: Value = self
+            .admin
+            .post(format!("{}/token", self.issuer))
+            .basic_auth("toolgate", Some(client_secret))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(
+                url::form_urlencoded::Serializer::new(String::new())
+                    .append_pair("grant_type", "client_credentials")
+                    .append_pair("resource", &self.mcp)
+                    .append_pair("scope", "tools")
+                    .finish(),
+            )
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        reply["access_token"].as_str().unwrap().to_owned()
+    }
+}
+
+impl Drop for OAuthStack {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `[[remotes]]` for the stack's MCP server with OAuth client credentials, discovery included.
+fn oauth_remote(stack: &OAuthStack, ca_file: &str, dir: &Path) -> String {
+    format!(
+        "[[remotes]]\nname = \"hosted\"\nkind = \"mcp\"\nurl = \"{}\"\nprefix = \"hosted.\"\ntimeout = \"30s\"\n\
+         [remotes.tls]\nca_file = \"{ca_file}\"\n\
+         [remotes.auth.oauth]\nclient_id = \"toolgate\"\nclient_secret_file = \"{}\"\nscopes = [\"tools\"]\n",
+        stack.mcp,
+        dir.join("client-secret").display()
+    )
+}
+
+#[tokio::test]
+async fn oauth_client_credentials_are_discovered_cached_fetched_once_for_concurrent_calls_and_again_on_401()
+ {
+    require_peers!(TestEnv);
+    let dir = folder("hosted-oauth");
+    let (_ca, ca_file, cert, key) = server_identity(&dir);
+    // Every token takes half a second to issue, so concurrent callers that each fetched one
+    // would overlap at the token endpoint.
+    let stack = OAuthStack::start(&dir, &ca_file, &cert, &key, 3600, 0.5);
+    let config = oauth_remote(&stack, &ca_file, &dir) + "[retry]\nmax_retries = 0\n";
+    let ts = start_with(Config::from_toml(&config).unwrap()).await;
+    listed(&ts, "hosted.whoami").await;
+
+    // Discovery: the first request's 401 named the protected-resource metadata, which named the
+    // authorization server; the token was asked for the MCP server's URL as its resource.
+    let result = call(&ts, "hosted.whoami", json!({})).await;
+    let whoami = format!("client=toolgate resource={}", stack.mcp);
+    assert_eq!(text(&result), whoami, "{result:?}");
+    let stats = stack.stats().await;
+    assert_eq!(stats["tokens_issued"], 1, "{stats}");
+    assert_eq!(stats["resources"], json!([stack.mcp]), "{stats}");
+    assert_eq!(stats["scopes"], json!(["tools"]), "{stats}");
+
+    // Cached: more calls, no more tokens.
+    for i in 0..5 {
+        let result = call(&ts, "hosted.echo", json!({"message": format!("{i}")})).await;
+        assert_eq!(text(&result), format!("Echo: {i}"), "{result:?}");
+    }
+    assert_eq!(stack.stats().await["tokens_issued"], 1);
+
+    // The server stops taking the token: eight concurrent calls are each refused once and share
+    // one new token.
+    stack.admin("revoke-tokens").await;
+    let calls = (0..8).map(|i| {
+        let ts = &ts;
+        async move { call(ts, "hosted.echo", json!({"message": format!("c{i}")})).await }
+    });
+    let results = futures::future::join_all(calls).await;
+    for (i, result) in results.iter().enumerate() {
+        assert_eq!(text(result), format!("Echo: c{i}"), "{result:?}");
+    }
+    let stats = stack.stats().await;
+    assert_eq!(
+        stats["tokens_issued"], 2,
+        "one fetch for all eight: {stats}"
+    );
+    assert_eq!(stats["max_concurrent"], 1, "{stats}");
+    assert!(stats["rejected_by_rs"].as_u64().unwrap() >= 1, "{stats}");
+
+    // The client is revoked: the token endpoint's refusal, in its own words and metric.
+    stack.admin("revoke-client").await;
+    let result = call(&ts, "hosted.whoami", json!({})).await;
+    assert_eq!(class(&result), ErrorClass::Transport, "{result:?}");
+    assert_eq!(
+        result.content,
+        "mcp server 'hosted': the authorization server refused toolgate's client"
+    );
+    assert_eq!(metric(&ts, &failures("hosted", "oauth_refused")).await, 1.0);
+    assert!(!result.content.contains("localhost") && !result.content.contains("s3cr3t"));
+
+    // Restored: the next call gets a token again.
+    stack.admin("restore-client").await;
+    let result = call(&ts, "hosted.whoami", json!({})).await;
+    assert_eq!(text(&result), whoami, "{result:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn an_oauth_token_is_fetched_again_before_it_expires_and_an_expired_static_token_is_refused()
+{
+    require_peers!(TestEnv);
+    let dir = folder("hosted-expiry");
+    let (_ca, ca_file, cert, key) = server_identity(&dir);
+    // Two-second tokens: toolgate fetches a new one after one second.
+    let stack = OAuthStack::start(&dir, &ca_file, &cert, &key, 2, 0.0);
+    let fixed = stack.token("s3cr3t-client").await;
+    let issued = Instant::now();
+    let token_file = write(&dir, "fixed-token", &fixed);
+    let config = oauth_remote(&stack, &ca_file, &dir)
+        + &format!(
+            "[[remotes]]\nname = \"fixed\"\nkind = \"mcp\"\nurl = \"{}\"\nprefix = \"fixed.\"\ntimeout = \"30s\"\n\
+             [remotes.tls]\nca_file = \"{ca_file}\"\n\
+             [remotes.auth]\nbearer_file = \"{token_file}\"\n\
+             [retry]\nmax_retries = 0\n",
+            stack.mcp
+        );
+    let ts = start_with(Config::from_toml(&config).unwrap()).await;
+    listed(&ts, "hosted.whoami").await;
+    listed(&ts, "fixed.whoami").await;
+    let result = call(&ts, "fixed.echo", json!({"message": "fresh"})).await;
+    assert_eq!(text(&result), "Echo: fresh", "{result:?}");
+    let before = stack.stats().await;
+
+    // Past the refresh point, before the token expires: a new token, without a 401 first.
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    let result = call(&ts, "hosted.echo", json!({"message": "later"})).await;
+    assert_eq!(text(&result), "Echo: later", "{result:?}");
+    let after = stack.stats().await;
+    assert_eq!(
+        after["tokens_issued"].as_u64().unwrap(),
+        before["tokens_issued"].as_u64().unwrap() + 1,
+        "{before} then {after}"
+    );
+    assert_eq!(after["rejected_by_rs"], before["rejected_by_rs"], "{after}");
+
+    // The fixed token expires: refused, read again, still refused. The model learns that the
+    // server refused the credentials; nothing else.
+    if let Some(left) = Duration::from_millis(2300).checked_sub(issued.elapsed()) {
+        tokio::time::sleep(left).await;
+    }
+    let result = call(&ts, "fixed.echo", json!({"message": "expired"})).await;
+    assert_eq!(class(&result), ErrorClass::ToolError, "{result:?}");
+    assert_eq!(
+        result.content,
+        "mcp server 'fixed': it refused toolgate's credentials (HTTP 401)"
+    );
+    assert_eq!(metric(&ts, &failures("fixed", "unauthorized")).await, 1.0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
