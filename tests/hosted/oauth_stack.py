@@ -4,7 +4,7 @@ Used by the Rust integration tests in tests/it/hosted.rs to prove that toolgate 
 hosted MCP server over HTTPS with the OAuth client-credentials grant. The test spawns
 
     python oauth_stack.py --cert CERT.pem --key KEY.pem [--host localhost] [--token-ttl 3600]
-        [--token-delay 0] [--client-id toolgate] [--client-secret-file PATH]
+        [--token-delay 0] [--client-id toolgate] [--client-secret-file PATH] [--client-key PEM]
 
 reads the single JSON line printed on stdout once both servers listen,
 ``{"as": "https://localhost:P1", "mcp": "https://localhost:P2/mcp"}``, points toolgate at
@@ -16,7 +16,10 @@ The resource server is the official MCP Python SDK (``MCPServer`` with ``AuthSet
 ``TokenVerifier``): the SDK itself answers 401 with ``WWW-Authenticate: Bearer ...
 resource_metadata="..."`` and serves the RFC 9728 document at
 ``/.well-known/oauth-protected-resource/mcp``. The verifier "introspects" opaque tokens by
-looking them up in the AS's in-memory table (same process). Logs go to stderr only.
+looking them up in the AS's in-memory table (same process). With ``--client-key`` the client
+may also prove itself with ``private_key_jwt`` (RFC 7523): an assertion signed by that key,
+checked with PyJWT against its public half (signature, iss = sub = client, aud = the issuer or
+the token endpoint, exp, a jti never seen before). Logs go to stderr only.
 """
 
 import argparse
@@ -31,7 +34,9 @@ import sys
 import time
 from urllib.parse import unquote_plus
 
+import jwt
 import uvicorn
+from cryptography.hazmat.primitives.serialization import load_pem_private_key
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -43,19 +48,23 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 
 NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
+JWT_BEARER = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
 
 
 class AuthState:
     """The AS's in-memory client, token and statistics tables (shared with the RS verifier)."""
 
-    def __init__(self, client_id: str, client_secret: str, ttl: float, delay: float, mcp_url: str):
+    def __init__(self, client_id: str, client_secret: str, ttl: float, delay: float, mcp_url: str,
+                 client_key=None):
         self.clients = {client_id: client_secret}
+        # The client's public key for private_key_jwt, and the assertion ids already used.
+        self.client_key, self.seen_jti = client_key, set()
         self.revoked_clients: set[str] = set()
         self.tokens: dict[str, dict] = {}
         self.ttl, self.delay, self.mcp_url = ttl, delay, mcp_url
         self.in_flight = 0
         self.stats = {"tokens_issued": 0, "token_requests": 0, "max_concurrent": 0, "resources": [],
-                      "scopes": [], "auth_methods": [], "rejected_by_rs": 0}
+                      "scopes": [], "auth_methods": [], "rejected_by_rs": 0, "assertions": []}
 
     def lookup(self, token: str) -> dict | None:
         info = self.tokens.get(token)
@@ -85,6 +94,28 @@ def client_credentials(request: Request, form) -> tuple[str, str | None, str | N
     return "none", None, None
 
 
+def check_assertion(state: AuthState, form, as_url: str) -> str | None:
+    """The client id a private_key_jwt assertion proves, or None. Records its header and claims."""
+    if state.client_key is None:
+        return None
+    token = form.get("client_assertion", "")
+    try:
+        header = jwt.get_unverified_header(token)
+        claims = jwt.decode(token, state.client_key, algorithms=["RS256", "ES256", "ES384", "EdDSA"],
+                            audience=[as_url, f"{as_url}/token"],
+                            options={"require": ["iss", "sub", "aud", "exp", "iat", "jti"]})
+    except jwt.PyJWTError as e:
+        print(f"oauth_stack: assertion refused: {e}", file=sys.stderr, flush=True)
+        return None
+    state.stats["assertions"].append({"alg": header.get("alg"), "kid": header.get("kid"),
+                                      "aud": claims["aud"], "lifetime": claims["exp"] - claims["iat"]})
+    cid = claims["sub"]
+    if claims["iss"] != cid or claims["jti"] in state.seen_jti or form.get("client_id", cid) != cid:
+        return None
+    state.seen_jti.add(claims["jti"])
+    return cid
+
+
 def build_as_app(state: AuthState, as_url: str) -> Starlette:
     async def metadata(_: Request) -> JSONResponse:
         return JSONResponse({
@@ -92,7 +123,7 @@ def build_as_app(state: AuthState, as_url: str) -> Starlette:
             "authorization_endpoint": f"{as_url}/authorize",
             "token_endpoint": f"{as_url}/token",
             "grant_types_supported": ["client_credentials"],
-            "token_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"],
+            "token_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post", "private_key_jwt"],
             "scopes_supported": ["tools"],
             "response_types_supported": ["code"],
         })
@@ -107,15 +138,19 @@ def build_as_app(state: AuthState, as_url: str) -> Starlette:
         state.in_flight += 1
         stats["max_concurrent"] = max(stats["max_concurrent"], state.in_flight)
         try:
-            method, cid, secret = client_credentials(request, form)
+            if form.get("client_assertion_type") == JWT_BEARER:
+                method, cid = "private_key_jwt", check_assertion(state, form, as_url)
+                proven = cid is not None
+            else:
+                method, cid, secret = client_credentials(request, form)
+                proven = cid in state.clients and secrets.compare_digest(state.clients[cid], secret or "")
             resource, scope = form.get("resource"), form.get("scope")
             stats["auth_methods"].append(method)
             stats["resources"].append(resource)
             stats["scopes"].append(scope)
             if state.delay > 0:
                 await asyncio.sleep(state.delay)
-            if (cid is None or cid not in state.clients or cid in state.revoked_clients
-                    or not secrets.compare_digest(state.clients[cid], secret or "")):
+            if not proven or cid not in state.clients or cid in state.revoked_clients:
                 challenge = {"WWW-Authenticate": 'Basic realm="oauth_stack"'} if method == "basic" else None
                 return oauth_error(401, "invalid_client", "client authentication failed", challenge)
             if form.get("grant_type") != "client_credentials":
@@ -227,6 +262,7 @@ async def main() -> None:
     parser.add_argument("--token-delay", type=float, default=0)
     parser.add_argument("--client-id", default="toolgate")
     parser.add_argument("--client-secret-file")
+    parser.add_argument("--client-key", help="the client's PEM private key: accept private_key_jwt signed by it")
     args = parser.parse_args()
     secret = "toolgate-secret"
     if args.client_secret_file:
@@ -236,7 +272,11 @@ async def main() -> None:
     as_sock, as_port = listen()
     mcp_sock, mcp_port = listen()
     as_url, mcp_url = f"https://{args.host}:{as_port}", f"https://{args.host}:{mcp_port}/mcp"
-    state = AuthState(args.client_id, secret, args.token_ttl, args.token_delay, mcp_url)
+    client_key = None
+    if args.client_key:
+        with open(args.client_key, "rb") as f:
+            client_key = load_pem_private_key(f.read(), password=None).public_key()
+    state = AuthState(args.client_id, secret, args.token_ttl, args.token_delay, mcp_url, client_key)
 
     servers = []
     for app, sock in ((build_as_app(state, as_url), as_sock), (build_mcp_app(state, as_url, mcp_url), mcp_sock)):

@@ -508,6 +508,19 @@ struct OAuthStack {
 
 impl OAuthStack {
     fn start(dir: &Path, ca_file: &str, cert: &str, key: &str, ttl: u64, delay: f64) -> Self {
+        OAuthStack::start_with(dir, ca_file, cert, key, ttl, delay, &[])
+    }
+
+    /// The stack with more of `oauth_stack.py`'s arguments.
+    fn start_with(
+        dir: &Path,
+        ca_file: &str,
+        cert: &str,
+        key: &str,
+        ttl: u64,
+        delay: f64,
+        extra: &[&str],
+    ) -> Self {
         let secret = write(dir, "client-secret", "s3cr3t-client\n");
         let mut child = Command::new(testenv().join("venv/bin/python"))
             .arg(Path::new(REPO).join("tests/hosted/oauth_stack.py"))
@@ -515,6 +528,7 @@ impl OAuthStack {
             .args(["--token-ttl", &ttl.to_string()])
             .args(["--token-delay", &delay.to_string()])
             .args(["--client-id", "toolgate", "--client-secret-file", &secret])
+            .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -710,5 +724,96 @@ async fn an_oauth_token_is_fetched_again_before_it_expires_and_an_expired_static
         "mcp server 'fixed': it refused toolgate's credentials (HTTP 401)"
     );
     assert_eq!(metric(&ts, &failures("fixed", "unauthorized")).await, 1.0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A private key made by openssl (`genpkey` with `args`, PKCS#8 PEM) in `dir/name.pem`.
+fn openssl_key(dir: &Path, name: &str, args: &[&str]) -> String {
+    let path = dir.join(format!("{name}.pem"));
+    let made = Command::new("openssl")
+        .arg("genpkey")
+        .args(args)
+        .arg("-out")
+        .arg(&path)
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(made.success(), "openssl genpkey {args:?}");
+    path.to_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn oauth_private_key_jwt_signs_each_token_request_with_an_rsa_or_ec_key() {
+    require_peers!(TestEnv);
+    let dir = folder("hosted-jwt");
+    let (_ca, ca_file, cert, key) = server_identity(&dir);
+    let kinds: [(&str, &[&str], &str); 2] = [
+        (
+            "rsa",
+            &["-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"],
+            "RS256",
+        ),
+        (
+            "ec",
+            &["-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256"],
+            "ES256",
+        ),
+    ];
+    for (kind, args, algorithm) in kinds {
+        let client_key = openssl_key(&dir, kind, args);
+        let stranger_key = openssl_key(&dir, &format!("{kind}-stranger"), args);
+        let key_file = dir.join("toolgate-key.pem");
+        std::fs::copy(&client_key, &key_file).unwrap();
+        let stack = OAuthStack::start_with(
+            &dir,
+            &ca_file,
+            &cert,
+            &key,
+            3600,
+            0.0,
+            &["--client-key", &client_key],
+        );
+        let config = format!(
+            "[[remotes]]\nname = \"hosted\"\nkind = \"mcp\"\nurl = \"{}\"\nprefix = \"hosted.\"\ntimeout = \"30s\"\n\
+             [remotes.tls]\nca_file = \"{ca_file}\"\n\
+             [remotes.auth.oauth]\nclient_id = \"toolgate\"\nprivate_key_file = \"{}\"\nkey_id = \"k-{kind}\"\nscopes = [\"tools\"]\n\
+             [retry]\nmax_retries = 0\n",
+            stack.mcp,
+            key_file.display()
+        );
+        let ts = start_with(Config::from_toml(&config).unwrap()).await;
+        listed(&ts, "hosted.whoami").await;
+        let result = call(&ts, "hosted.whoami", json!({})).await;
+        assert_eq!(
+            text(&result),
+            format!("client=toolgate resource={}", stack.mcp),
+            "{kind}: {result:?}"
+        );
+        // No secret was sent: a one-minute assertion for the discovered issuer, signed with the
+        // key's own algorithm, named by its key id.
+        let stats = stack.stats().await;
+        assert_eq!(stats["auth_methods"], json!(["private_key_jwt"]), "{stats}");
+        assert_eq!(
+            stats["assertions"],
+            json!([{"alg": algorithm, "kid": format!("k-{kind}"), "aud": stack.issuer, "lifetime": 60}]),
+            "{stats}"
+        );
+
+        // The key file is replaced by a key the server does not know: read again at the next
+        // fetch, and refused.
+        std::fs::copy(&stranger_key, &key_file).unwrap();
+        stack.admin("revoke-tokens").await;
+        let result = call(&ts, "hosted.whoami", json!({})).await;
+        assert_eq!(class(&result), ErrorClass::Transport, "{result:?}");
+        assert_eq!(
+            result.content,
+            "mcp server 'hosted': the authorization server refused toolgate's client"
+        );
+        // Back to the known key: a new assertion (a new `jti`) is taken.
+        std::fs::copy(&client_key, &key_file).unwrap();
+        let result = call(&ts, "hosted.whoami", json!({})).await;
+        assert_eq!(result.error_class, 0, "{kind}: {result:?}");
+        assert_eq!(stack.stats().await["tokens_issued"], 2);
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,18 +1,20 @@
 //! The bearer token of an HTTP tool or an MCP server over HTTP (`[remotes.auth]`): from an
 //! environment variable, from a file read again when it changes, or from an OAuth 2.1
-//! authorization server (the client credentials grant). The OAuth exchange itself (RFC 9728 and
-//! RFC 8414 discovery, the token request with its RFC 8707 `resource`) is rmcp's
-//! `AuthorizationManager` on the oauth2 crate, over our HTTP client (its TLS settings, its
-//! pinned addresses); this module decides when: a token is cached, fetched again before it
-//! expires, and fetched again once when the remote answers `401`; concurrent callers share one
-//! fetch. Token values never reach a log, an error or the model.
+//! authorization server (the client credentials grant). Discovery (RFC 9728, RFC 8414) and the
+//! token request with a client secret are rmcp's `AuthorizationManager` on the oauth2 crate;
+//! with `private_key_jwt` (RFC 7523) the token request is the oauth2 crate's own, carrying the
+//! assertion `assertion.rs` signs. Both go over our HTTP client (its TLS settings, its pinned
+//! addresses), both with the RFC 8707 `resource`. This module decides when: a token is cached,
+//! fetched again before it expires, and fetched again once when the remote answers `401`;
+//! concurrent callers share one fetch. Token values never reach a log, an error or the model.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rmcp::transport::auth::{AuthorizationMetadata, ClientCredentialsConfig};
 use rmcp::transport::{AuthorizationManager, OAuthHttpClient};
 
+use super::assertion::SigningKey;
 use super::spec::{AuthSpec, OAuthSpec};
 
 /// A token or a client secret: compared, sent, never printed.
@@ -226,18 +228,35 @@ struct OAuth {
     resource: String,
     token_url: Option<String>,
     secret: SecretSource,
+    /// With a private key: the assertion's `kid` and `aud` (unset: the issuer, or the token
+    /// endpoint).
+    key_id: Option<String>,
+    audience: Option<String>,
     http: Arc<HttpForOAuth>,
     base_url: String,
     /// The token in use.
     current: parking_lot::Mutex<Option<Token>>,
     /// Held by the one caller fetching a token; holds the authorization server once known.
-    fetching: tokio::sync::Mutex<Option<AuthorizationManager>>,
+    fetching: tokio::sync::Mutex<Option<Server>>,
 }
 
+/// How toolgate's client proves who it is to the authorization server.
 enum SecretSource {
     Env(Secret),
     File(SecretFile),
+    /// `private_key_jwt`: the PEM key signing each token request's assertion.
+    PrivateKey(SecretFile),
 }
+
+/// The authorization server, once found.
+struct Server {
+    manager: AuthorizationManager,
+    token_endpoint: String,
+    issuer: Option<String>,
+}
+
+/// RFC 7523's client assertion type.
+const JWT_BEARER: &str = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
 
 #[derive(Clone)]
 struct Token {
@@ -271,16 +290,26 @@ const REFRESH_MARGIN: Duration = Duration::from_secs(30);
 
 impl OAuth {
     fn new(spec: &OAuthSpec, url: &str, http: reqwest::Client) -> Result<Self, CredentialError> {
-        let secret = match (&spec.client_secret_env, &spec.client_secret_file) {
-            (Some(name), _) => SecretSource::Env(from_env(name, "oauth.client_secret_env")?),
-            (None, Some(path)) => {
+        let secret = match (
+            &spec.client_secret_env,
+            &spec.client_secret_file,
+            &spec.private_key_file,
+        ) {
+            (Some(name), _, _) => SecretSource::Env(from_env(name, "oauth.client_secret_env")?),
+            (None, Some(path), _) => {
                 let file = SecretFile::new(path, "oauth.client_secret_file");
                 file.read(false)?;
                 SecretSource::File(file)
             }
-            (None, None) => {
+            (None, None, Some(path)) => {
+                let file = SecretFile::new(path, "oauth.private_key_file");
+                // A key that cannot sign is a configuration error, found at start.
+                SigningKey::from_pem(file.read(false)?.expose()).map_err(|e| file.fail(e))?;
+                SecretSource::PrivateKey(file)
+            }
+            (None, None, None) => {
                 return Err(CredentialError::Source(
-                    "oauth: no client secret is set".to_owned(),
+                    "oauth: no client secret or private key is set".to_owned(),
                 ));
             }
         };
@@ -290,6 +319,8 @@ impl OAuth {
             resource: spec.resource.clone().unwrap_or_else(|| url.to_owned()),
             token_url: spec.token_url.clone(),
             secret,
+            key_id: spec.key_id.clone(),
+            audience: spec.audience.clone(),
             http: Arc::new(HttpForOAuth { client: http }),
             base_url: url.to_owned(),
             current: parking_lot::Mutex::new(None),
@@ -353,42 +384,95 @@ impl OAuth {
     /// keeps it as the current one and answers it. The caller holds `fetching`.
     async fn fetch(
         &self,
-        server: &mut Option<AuthorizationManager>,
+        server: &mut Option<Server>,
         challenge: Option<&str>,
     ) -> Result<Secret, CredentialError> {
-        if server.is_none() {
-            *server = Some(self.authorization_server(challenge).await?);
-        }
-        let Some(manager) = server.as_mut() else {
-            return Err(CredentialError::Discovery(
-                "no authorization server".to_owned(),
-            ));
+        let server = match server {
+            Some(server) => server,
+            None => server.insert(self.authorization_server(challenge).await?),
         };
-        let client_secret = match &self.secret {
-            SecretSource::Env(secret) => secret.clone(),
-            SecretSource::File(file) => file.read(true)?,
+        let started = Instant::now();
+        let (value, lifetime) = match &self.secret {
+            SecretSource::Env(secret) => self.with_secret(server, secret.clone()).await?,
+            SecretSource::File(file) => self.with_secret(server, file.read(true)?).await?,
+            SecretSource::PrivateKey(file) => self.with_key(server, file).await?,
         };
+        let token = Token::new(value.clone(), started, lifetime);
+        tracing::debug!(target: "toolgate::tools::remote::auth", lifetime_s = lifetime.map(|l| l.as_secs()), "fetched an access token");
+        *self.current.lock() = Some(token);
+        Ok(value)
+    }
+
+    /// The token request with a client secret: rmcp's exchange.
+    async fn with_secret(
+        &self,
+        server: &mut Server,
+        client_secret: Secret,
+    ) -> Result<(Secret, Option<Duration>), CredentialError> {
         let config = ClientCredentialsConfig::ClientSecret {
             client_id: self.client_id.clone(),
             client_secret: client_secret.expose().to_owned(),
             scopes: self.scopes.clone(),
             resource: Some(self.resource.clone()),
         };
+        let manager = &mut server.manager;
         manager
             .configure_client_credentials(&config)
             .map_err(|e| CredentialError::Discovery(e.to_string()))?;
-        let started = Instant::now();
         let response = manager
             .exchange_client_credentials(&config)
             .await
             .map_err(token_error)?;
         use oauth2::TokenResponse as _;
         let value = Secret(response.access_token().secret().as_str().into());
-        let lifetime = response.expires_in();
-        let token = Token::new(value.clone(), started, lifetime);
-        tracing::debug!(target: "toolgate::tools::remote::auth", lifetime_s = lifetime.map(|l| l.as_secs()), "fetched an access token");
-        *self.current.lock() = Some(token);
-        Ok(value)
+        Ok((value, response.expires_in()))
+    }
+
+    /// The token request with a signed client assertion (`private_key_jwt`): the oauth2
+    /// crate's client credentials request, with the assertion in place of a secret.
+    async fn with_key(
+        &self,
+        server: &Server,
+        key_file: &SecretFile,
+    ) -> Result<(Secret, Option<Duration>), CredentialError> {
+        let pem = key_file.read(true)?;
+        let key = SigningKey::from_pem(pem.expose()).map_err(|e| key_file.fail(e))?;
+        let audience = self
+            .audience
+            .as_ref()
+            .or(server.issuer.as_ref())
+            .unwrap_or(&server.token_endpoint);
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let assertion = key
+            .assertion(&self.client_id, audience, self.key_id.as_deref(), now)
+            .map_err(|e| key_file.fail(e))?;
+        let token_url = oauth2::TokenUrl::new(server.token_endpoint.clone()).map_err(|e| {
+            CredentialError::Discovery(format!("token endpoint '{}': {e}", server.token_endpoint))
+        })?;
+        let client = oauth2::basic::BasicClient::new(oauth2::ClientId::new(self.client_id.clone()))
+            .set_auth_type(oauth2::AuthType::RequestBody)
+            .set_token_uri(token_url);
+        let mut request = client
+            .exchange_client_credentials()
+            .add_extra_param("client_assertion_type", JWT_BEARER)
+            .add_extra_param("client_assertion", assertion)
+            .add_extra_param("resource", self.resource.as_str());
+        for scope in &self.scopes {
+            request = request.add_scope(oauth2::Scope::new(scope.clone()));
+        }
+        // Each request's future owns its client: a borrowing closure's future is not `Send`
+        // for every lifetime, which the MCP transport's task needs.
+        let http = self.http.clone();
+        let send = move |r: oauth2::HttpRequest| {
+            let http = http.clone();
+            async move { http.send(r, None).await }
+        };
+        let response = request.request_async(&send).await.map_err(exchange_error)?;
+        use oauth2::TokenResponse as _;
+        let value = Secret(response.access_token().secret().as_str().into());
+        Ok((value, response.expires_in()))
     }
 
     /// The authorization server: the configured token endpoint, or the one the remote's
@@ -396,7 +480,7 @@ impl OAuth {
     async fn authorization_server(
         &self,
         challenge: Option<&str>,
-    ) -> Result<AuthorizationManager, CredentialError> {
+    ) -> Result<Server, CredentialError> {
         let http: Arc<dyn OAuthHttpClient> = self.http.clone();
         let mut manager =
             AuthorizationManager::new_with_oauth_http_client(self.base_url.as_str(), http)
@@ -425,8 +509,13 @@ impl OAuth {
             }
         };
         tracing::info!(target: "toolgate::tools::remote::auth", token_endpoint = %metadata.token_endpoint, "authorization server found");
+        let (token_endpoint, issuer) = (metadata.token_endpoint.clone(), metadata.issuer.clone());
         manager.set_metadata(metadata);
-        Ok(manager)
+        Ok(Server {
+            manager,
+            token_endpoint,
+            issuer,
+        })
     }
 }
 
@@ -449,6 +538,29 @@ fn token_error(error: rmcp::transport::AuthError) -> CredentialError {
     }
 }
 
+/// The oauth2 crate's failed token request: the server's `invalid_client` (or another refusal
+/// of the client) is a refusal, anything else the endpoint's failure.
+fn exchange_error(
+    error: oauth2::RequestTokenError<std::io::Error, oauth2::basic::BasicErrorResponse>,
+) -> CredentialError {
+    use oauth2::basic::BasicErrorResponseType as Code;
+    match error {
+        oauth2::RequestTokenError::ServerResponse(response) => {
+            let refused = matches!(
+                response.error(),
+                Code::InvalidClient | Code::UnauthorizedClient | Code::InvalidGrant
+            );
+            if refused {
+                CredentialError::Refused(response.to_string())
+            } else {
+                CredentialError::TokenEndpoint(response.to_string())
+            }
+        }
+        oauth2::RequestTokenError::Request(e) => CredentialError::TokenEndpoint(e.to_string()),
+        other => CredentialError::TokenEndpoint(other.to_string()),
+    }
+}
+
 /// Every OAuth request (metadata documents, the token endpoint) goes through the remote's
 /// own TLS settings and pinned addresses, on a client that follows no redirect (discovery
 /// documents and token replies are read where they were asked for); bodies are capped.
@@ -459,37 +571,47 @@ struct HttpForOAuth {
 /// The largest metadata document or token response read.
 const MAX_OAUTH_BODY: usize = 1024 * 1024;
 
+impl HttpForOAuth {
+    /// Sends `request` and reads its reply, at most `MAX_OAUTH_BODY` bytes of it. A TLS failure
+    /// stays in the error's causes.
+    async fn send(
+        &self,
+        request: http::Request<Vec<u8>>,
+        timeout: Option<Duration>,
+    ) -> Result<http::Response<Vec<u8>>, std::io::Error> {
+        let mut request = reqwest::Request::try_from(request).map_err(std::io::Error::other)?;
+        if let Some(timeout) = timeout {
+            *request.timeout_mut() = Some(timeout);
+        }
+        let url = request.url().clone();
+        let mut response = self.client.execute(request).await.map_err(|e| {
+            let tls = super::tls::failure_in(&e).map(|f| f.detail);
+            tracing::warn!(target: "toolgate::tools::remote::auth", %url, error = %e, tls, "oauth request failed");
+            std::io::Error::other(e)
+        })?;
+        let mut builder = http::Response::builder().status(response.status());
+        for (name, value) in response.headers() {
+            builder = builder.header(name, value);
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(std::io::Error::other)? {
+            if body.len() + chunk.len() > MAX_OAUTH_BODY {
+                return Err(std::io::Error::other(format!(
+                    "{url}: the reply is larger than {MAX_OAUTH_BODY} bytes"
+                )));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        builder.body(body).map_err(std::io::Error::other)
+    }
+}
+
 impl OAuthHttpClient for HttpForOAuth {
     fn execute(
         &self,
         request: rmcp::transport::OAuthHttpRequest,
     ) -> rmcp::transport::OAuthHttpClientFuture<'_> {
-        Box::pin(async move {
-            let timeout = request.timeout;
-            let mut request = reqwest::Request::try_from(request.request)?;
-            if let Some(timeout) = timeout {
-                *request.timeout_mut() = Some(timeout);
-            }
-            let url = request.url().clone();
-            let mut response = self.client.execute(request).await.inspect_err(|e| {
-                let tls = super::tls::failure_in(e).map(|f| f.detail);
-                tracing::warn!(target: "toolgate::tools::remote::auth", %url, error = %e, tls, "oauth request failed");
-            })?;
-            let mut builder = http::Response::builder().status(response.status());
-            for (name, value) in response.headers() {
-                builder = builder.header(name, value);
-            }
-            let mut body = Vec::new();
-            while let Some(chunk) = response.chunk().await? {
-                if body.len() + chunk.len() > MAX_OAUTH_BODY {
-                    return Err(
-                        format!("{url}: the reply is larger than {MAX_OAUTH_BODY} bytes").into(),
-                    );
-                }
-                body.extend_from_slice(&chunk);
-            }
-            Ok(builder.body(body)?)
-        })
+        Box::pin(async move { Ok(self.send(request.request, request.timeout).await?) })
     }
 }
 

@@ -6,6 +6,7 @@
 //! HTTP+SSE transport). `tls` builds every HTTP client's TLS settings, `credentials` the bearer
 //! token of a remote over HTTP (a variable, a file, OAuth client credentials).
 
+mod assertion;
 pub mod credentials;
 pub mod hook;
 pub mod http;

@@ -147,6 +147,19 @@ pub struct OAuthSpec {
     /// A file holding the client secret, read again whenever it changes.
     #[serde(default)]
     pub client_secret_file: Option<String>,
+    /// `private_key_jwt` (RFC 7523) instead of a secret: a PEM private key (PKCS#8 RSA, EC
+    /// P-256/P-384 or Ed25519, or PKCS#1 RSA) that signs a short-lived client assertion; read
+    /// again whenever it changes.
+    #[serde(default)]
+    pub private_key_file: Option<String>,
+    /// With `private_key_file`: the `kid` of the assertion's header, for a server that holds
+    /// several of the client's keys.
+    #[serde(default)]
+    pub key_id: Option<String>,
+    /// With `private_key_file`: the assertion's `aud`; unset: the authorization server's issuer
+    /// when discovered, else the token endpoint.
+    #[serde(default)]
+    pub audience: Option<String>,
     /// Scopes asked for; empty: the authorization server's default.
     #[serde(default)]
     pub scopes: Vec<String>,
@@ -184,14 +197,22 @@ impl AuthSpec {
                 return Err(SpecError::Empty("oauth.client_id"));
             }
             let secrets = [
-                oauth.client_secret_env.as_deref(),
-                oauth.client_secret_file.as_deref(),
+                ("oauth.client_secret_env", &oauth.client_secret_env),
+                ("oauth.client_secret_file", &oauth.client_secret_file),
+                ("oauth.private_key_file", &oauth.private_key_file),
+                ("oauth.key_id", &oauth.key_id),
+                ("oauth.audience", &oauth.audience),
             ];
-            match secrets {
-                [Some(""), _] => return Err(SpecError::Empty("oauth.client_secret_env")),
-                [_, Some("")] => return Err(SpecError::Empty("oauth.client_secret_file")),
-                [Some(_), None] | [None, Some(_)] => {}
-                _ => return Err(SpecError::ClientSecret),
+            if let Some((field, _)) = secrets.iter().find(|(_, v)| v.as_deref() == Some("")) {
+                return Err(SpecError::Empty(field));
+            }
+            if secrets[..3].iter().filter(|(_, v)| v.is_some()).count() != 1 {
+                return Err(SpecError::ClientSecret);
+            }
+            if oauth.private_key_file.is_none()
+                && let Some((field, _)) = secrets[3..].iter().find(|(_, v)| v.is_some())
+            {
+                return Err(SpecError::KeyOnly(field));
             }
             if let Some(url) = &oauth.token_url {
                 http_url(url)?;
@@ -471,8 +492,12 @@ pub enum SpecError {
     AuthAndHeader,
     #[error("auth.{0} is empty")]
     Empty(&'static str),
-    #[error("auth.oauth takes exactly one of client_secret_env and client_secret_file")]
+    #[error(
+        "auth.oauth takes exactly one of client_secret_env, client_secret_file and private_key_file"
+    )]
     ClientSecret,
+    #[error("auth.{0} applies only with auth.oauth.private_key_file")]
+    KeyOnly(&'static str),
     #[error("a worker needs an endpoint")]
     NoEndpoint,
     #[error("an http remote needs a url")]
@@ -564,6 +589,38 @@ mod tests {
         check(
             json!({"name": "m", "kind": "mcp", "command": ["srv"], "cwd": "/srv"}),
             Ok(()),
+        );
+    }
+
+    #[test]
+    fn oauth_takes_one_way_to_prove_the_client() {
+        let url = "https://mcp.example.com/mcp";
+        let oauth = |fields: Value| {
+            let mut oauth = json!({"client_id": "toolgate"});
+            oauth
+                .as_object_mut()
+                .unwrap()
+                .extend(fields.as_object().unwrap().clone());
+            json!({"name": "m", "kind": "mcp", "url": url, "auth": {"oauth": oauth}})
+        };
+        let one_of = "auth.oauth takes exactly one of client_secret_env, client_secret_file and private_key_file";
+        check(
+            oauth(json!({"private_key_file": "/k.pem", "key_id": "k1", "audience": "https://as"})),
+            Ok(()),
+        );
+        check(oauth(json!({"client_secret_file": "/s"})), Ok(()));
+        check(oauth(json!({})), Err(one_of));
+        check(
+            oauth(json!({"client_secret_env": "S", "private_key_file": "/k.pem"})),
+            Err(one_of),
+        );
+        check(
+            oauth(json!({"client_secret_env": "S", "key_id": "k1"})),
+            Err("auth.oauth.key_id applies only with auth.oauth.private_key_file"),
+        );
+        check(
+            oauth(json!({"private_key_file": ""})),
+            Err("auth.oauth.private_key_file is empty"),
         );
     }
 
