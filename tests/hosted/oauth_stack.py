@@ -64,7 +64,8 @@ class AuthState:
         self.ttl, self.delay, self.mcp_url = ttl, delay, mcp_url
         self.in_flight = 0
         self.stats = {"tokens_issued": 0, "token_requests": 0, "max_concurrent": 0, "resources": [],
-                      "scopes": [], "auth_methods": [], "rejected_by_rs": 0, "assertions": []}
+                      "scopes": [], "auth_methods": [], "rejected_by_rs": 0, "assertions": [],
+                      "issued_at": []}
 
     def lookup(self, token: str) -> dict | None:
         info = self.tokens.get(token)
@@ -161,6 +162,7 @@ def build_as_app(state: AuthState, as_url: str) -> Starlette:
             state.tokens[value] = {"client_id": cid, "resource": resource, "scopes": ["tools"],
                                    "expires_at": time.time() + state.ttl, "active": True}
             stats["tokens_issued"] += 1
+            stats["issued_at"].append(time.time())
             return JSONResponse({"access_token": value, "token_type": "Bearer",
                                  "expires_in": int(state.ttl), "scope": "tools"}, headers=NO_STORE)
         finally:

@@ -46,19 +46,21 @@ impl Terminator {
             .stderr(Stdio::null())
             .spawn()
             .expect("nginx starts");
+        // The guard first: a failed wait below stops nginx as it unwinds.
+        let terminator = Terminator {
+            child,
+            dir,
+            port,
+            cert: cert.to_owned(),
+            key: key.to_owned(),
+        };
         let addr = format!("127.0.0.1:{port}");
         let deadline = Instant::now() + Duration::from_secs(10);
         while std::net::TcpStream::connect(&addr).is_err() {
             assert!(Instant::now() < deadline, "nginx did not listen on {addr}");
             std::thread::sleep(Duration::from_millis(20));
         }
-        Terminator {
-            child,
-            dir,
-            port,
-            cert: cert.to_owned(),
-            key: key.to_owned(),
-        }
+        terminator
     }
 
     fn signal(&self, signal: &str) -> bool {
@@ -159,12 +161,18 @@ fn write_nginx_conf(dir: &Path, port: u16, cert: &str, key: &str, body: &str) {
 }
 
 /// An nginx `server` body that proxies to `backend` (server-sent events unbuffered) and answers
-/// `401` with a bearer challenge to any request without `Authorization: Bearer {token}`.
-fn bearer_proxy(token: &str, backend: u16) -> String {
+/// `401` to any request without `Authorization: Bearer {token}`, with a bearer challenge or,
+/// as some servers do, bare.
+fn bearer_proxy(token: &str, backend: u16, challenge: bool) -> String {
+    let challenge = if challenge {
+        "add_header WWW-Authenticate 'Bearer realm=\"everything\"' always;"
+    } else {
+        ""
+    };
     format!(
         "location / {{\n\
            if ($http_authorization != \"Bearer {token}\") {{\n\
-             add_header WWW-Authenticate 'Bearer realm=\"everything\"' always;\n\
+             {challenge}\n\
              return 401;\n\
            }}\n\
            proxy_pass http://127.0.0.1:{backend};\n\
@@ -264,10 +272,17 @@ async fn listed(ts: &TestServer, tool: &str) {
 #[tokio::test]
 async fn server_everything_over_https_gets_its_bearer_token_from_a_file_read_again_on_401() {
     require_peers!(TestEnv, Everything, Nginx);
-    let dir = folder("hosted-bearer");
+    // A 401 with a `WWW-Authenticate` challenge, and a bare one.
+    for challenge in [true, false] {
+        bearer_file_rotation(challenge).await;
+    }
+}
+
+async fn bearer_file_rotation(challenge: bool) {
+    let dir = folder(&format!("hosted-bearer-{challenge}"));
     let (_ca, ca_file, cert, key) = server_identity(&dir);
     let (_everything, backend) = everything("streamableHttp").await;
-    let nginx = Terminator::start(&cert, &key, &bearer_proxy("tok-1", backend));
+    let nginx = Terminator::start(&cert, &key, &bearer_proxy("tok-1", backend, challenge));
     let token_file = write(&dir, "token", "tok-1\n");
     let config = format!(
         "[[remotes]]\nname = \"hosted\"\nkind = \"mcp\"\nurl = \"https://localhost:{}/mcp\"\nprefix = \"h.\"\ntimeout = \"30s\"\n\
@@ -283,9 +298,13 @@ async fn server_everything_over_https_gets_its_bearer_token_from_a_file_read_aga
 
     // The server's secret is rotated before the file is: the token is refused, read again,
     // still refused. The remote's answer, in a text that names neither address nor token.
-    nginx.reload(&bearer_proxy("tok-2", backend));
+    nginx.reload(&bearer_proxy("tok-2", backend, challenge));
     let result = call(&ts, "h.echo", json!({"message": "refused"})).await;
-    assert_eq!(class(&result), ErrorClass::ToolError, "{result:?}");
+    assert_eq!(
+        class(&result),
+        ErrorClass::ToolError,
+        "{challenge}: {result:?}"
+    );
     assert_eq!(
         result.content,
         "mcp server 'hosted': it refused toolgate's credentials (HTTP 401)"
@@ -319,7 +338,7 @@ async fn server_everything_over_https_and_http_sse_through_the_binary_with_a_tok
     let dir = folder("hosted-sse");
     let (_ca, ca_file, cert, key) = server_identity(&dir);
     let (_everything, backend) = everything("sse").await;
-    let nginx = Terminator::start(&cert, &key, &bearer_proxy("sse-token", backend));
+    let nginx = Terminator::start(&cert, &key, &bearer_proxy("sse-token", backend, true));
     let config = write(
         &dir,
         "toolgate.toml",
@@ -371,11 +390,12 @@ async fn server_everything_over_https_and_http_sse_through_the_binary_with_a_tok
 }
 
 /// An nginx `server` body: `/tool` answers its caller's client certificate subject as JSON, or
-/// `403` to a caller without a certificate `client_ca_file` signed.
+/// `403` to a caller without a certificate `client_ca_file` signed (`optional_no_ca` lets a
+/// stranger's certificate through the handshake to be refused here).
 fn mtls_tool(client_ca_file: &str) -> String {
     format!(
         "ssl_client_certificate {client_ca_file};\n\
-         ssl_verify_client optional;\n\
+         ssl_verify_client optional_no_ca;\n\
          location /tool {{\n\
            if ($ssl_client_verify != SUCCESS) {{ return 403; }}\n\
            default_type application/json;\n\
@@ -395,6 +415,12 @@ async fn an_http_tool_over_https_shows_its_client_certificate_and_each_tls_failu
     let (client_cert, client_key) = client_ca.sign(&["toolgate-client"]);
     let client_cert = write(&dir, "client.pem", &client_cert);
     let client_key = write(&dir, "client-key.pem", &client_key);
+    let (stray_cert, stray_key) = Ca::named("stray CA").sign(&["toolgate-client"]);
+    let stray = format!(
+        "ca_file = \"{ca_file}\"\ncert_file = \"{}\"\nkey_file = \"{}\"",
+        write(&dir, "stray.pem", &stray_cert),
+        write(&dir, "stray-key.pem", &stray_key)
+    );
     let stranger_ca_file = write(&dir, "stranger-ca.pem", &Ca::named("stranger CA").pem);
     let (expired_cert, expired_key) = ca.sign_expired(&["localhost", "127.0.0.1"]);
     let (elsewhere_cert, elsewhere_key) = ca.sign(&["elsewhere.example"]);
@@ -421,6 +447,7 @@ async fn an_http_tool_over_https_shows_its_client_certificate_and_each_tls_failu
     let config = [
         remote("mtls", good.port, &identity),
         remote("nocert", good.port, &trust),
+        remote("stray", good.port, &stray),
         remote(
             "stranger",
             good.port,
@@ -437,6 +464,7 @@ async fn an_http_tool_over_https_shows_its_client_certificate_and_each_tls_failu
         request(json!([
             {"id": "1", "name": "mtls.whoami"},
             {"id": "2", "name": "nocert.whoami"},
+            {"id": "2b", "name": "stray.whoami"},
             {"id": "3", "name": "stranger.whoami"},
             {"id": "4", "name": "expired.whoami"},
             {"id": "5", "name": "elsewhere.whoami"},
@@ -450,10 +478,14 @@ async fn an_http_tool_over_https_shows_its_client_certificate_and_each_tls_failu
         "{:?}",
         r[0]
     );
+    // Without credentials of toolgate's own, a 403 is the tool's answer like any 4xx, its body
+    // included; with a client certificate it refuses that certificate.
+    assert_eq!(class(&r[1]), ErrorClass::InvalidArguments, "{:?}", r[1]);
+    assert!(r[1].content.starts_with("HTTP 403: "), "{:?}", r[1]);
     let expected = [
         (
             ErrorClass::ToolError,
-            "http tool 'nocert': it refused access (HTTP 403)",
+            "http tool 'stray': it refused access (HTTP 403)",
         ),
         (
             ErrorClass::Transport,
@@ -468,11 +500,11 @@ async fn an_http_tool_over_https_shows_its_client_certificate_and_each_tls_failu
             "http tool 'elsewhere': its TLS certificate is not valid for its host name",
         ),
     ];
-    for (result, (class_, text)) in r[1..].iter().zip(expected) {
+    for (result, (class_, text)) in r[2..].iter().zip(expected) {
         assert_eq!((class(result), result.content.as_str()), (class_, text));
     }
     for (remote, reason) in [
-        ("nocert", "forbidden"),
+        ("stray", "forbidden"),
         ("stranger", "tls_certificate"),
         ("expired", "tls_certificate"),
         ("elsewhere", "tls_certificate"),
@@ -483,15 +515,18 @@ async fn an_http_tool_over_https_shows_its_client_certificate_and_each_tls_failu
             "{remote}"
         );
     }
-    // Two requests reached nginx's HTTP side (the stranger's handshake never did), and only
-    // the one with a certificate was answered.
-    eventually("nginx logged both requests", async || {
-        good.requests().len() >= 2
+    // Three requests reached nginx's HTTP side (the stranger CA's handshakes never did), and
+    // only the one with a certificate nginx trusts was answered.
+    eventually("nginx logged the requests", async || {
+        good.requests().len() >= 3
     })
     .await;
     let mut requests = good.requests();
     requests.sort();
-    assert_eq!(requests, ["200 POST /tool", "403 POST /tool"]);
+    assert_eq!(
+        requests,
+        ["200 POST /tool", "403 POST /tool", "403 POST /tool"]
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -533,18 +568,21 @@ impl OAuthStack {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("python starts");
+        let stdout = child.stdout.take().unwrap();
+        // The guard first: a failed start below kills python as it unwinds.
+        let mut stack = OAuthStack {
+            child,
+            issuer: String::new(),
+            mcp: String::new(),
+            admin: https_client(ca_file),
+        };
         let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        BufReader::new(stdout).read_line(&mut line).unwrap();
         let urls: Value = serde_json::from_str(&line)
             .unwrap_or_else(|e| panic!("oauth_stack.py printed {line:?}: {e}"));
-        OAuthStack {
-            child,
-            issuer: urls["as"].as_str().unwrap().to_owned(),
-            mcp: urls["mcp"].as_str().unwrap().to_owned(),
-            admin: https_client(ca_file),
-        }
+        stack.issuer = urls["as"].as_str().unwrap().to_owned();
+        stack.mcp = urls["mcp"].as_str().unwrap().to_owned();
+        stack
     }
 
     async fn admin(&self, what: &str) {
@@ -659,7 +697,7 @@ async fn oauth_client_credentials_are_discovered_cached_fetched_once_for_concurr
     // The client is revoked: the token endpoint's refusal, in its own words and metric.
     stack.admin("revoke-client").await;
     let result = call(&ts, "hosted.whoami", json!({})).await;
-    assert_eq!(class(&result), ErrorClass::Transport, "{result:?}");
+    assert_eq!(class(&result), ErrorClass::ToolError, "{result:?}");
     assert_eq!(
         result.content,
         "mcp server 'hosted': the authorization server refused toolgate's client"
@@ -711,6 +749,17 @@ async fn an_oauth_token_is_fetched_again_before_it_expires_and_an_expired_static
         "{before} then {after}"
     );
     assert_eq!(after["rejected_by_rs"], before["rejected_by_rs"], "{after}");
+    // The new token was issued while the one before it was still valid (the first token is
+    // the test's own fixed one).
+    let stamps = after["issued_at"].as_array().unwrap();
+    let (old, new) = (
+        stamps[stamps.len() - 2].as_f64().unwrap(),
+        stamps[stamps.len() - 1].as_f64().unwrap(),
+    );
+    assert!(
+        new < old + 4.0,
+        "fetched at {new}, after {old} + 4 s: {after}"
+    );
 
     // The fixed token expires: refused, read again, still refused. The model learns that the
     // server refused the credentials; nothing else.
@@ -723,7 +772,8 @@ async fn an_oauth_token_is_fetched_again_before_it_expires_and_an_expired_static
         result.content,
         "mcp server 'fixed': it refused toolgate's credentials (HTTP 401)"
     );
-    assert_eq!(metric(&ts, &failures("fixed", "unauthorized")).await, 1.0);
+    // (rmcp's event stream, reconnecting with the same token, may have been refused too.)
+    assert!(metric(&ts, &failures("fixed", "unauthorized")).await >= 1.0);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -804,7 +854,7 @@ async fn oauth_private_key_jwt_signs_each_token_request_with_an_rsa_or_ec_key() 
         std::fs::copy(&stranger_key, &key_file).unwrap();
         stack.admin("revoke-tokens").await;
         let result = call(&ts, "hosted.whoami", json!({})).await;
-        assert_eq!(class(&result), ErrorClass::Transport, "{result:?}");
+        assert_eq!(class(&result), ErrorClass::ToolError, "{result:?}");
         assert_eq!(
             result.content,
             "mcp server 'hosted': the authorization server refused toolgate's client"
@@ -816,4 +866,52 @@ async fn oauth_private_key_jwt_signs_each_token_request_with_an_rsa_or_ec_key() 
         assert_eq!(stack.stats().await["tokens_issued"], 2);
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn a_run_time_registration_cannot_name_credentials_or_the_servers_files() {
+    let ts = start_with(
+        Config::from_toml(
+            "[remote_registration]\nenabled = true\negress_allow = [\"127.0.0.0/8\"]",
+        )
+        .unwrap(),
+    )
+    .await;
+    let url = "https://127.0.0.1:9/mcp";
+    let refused = [
+        (
+            json!({"name": "r", "kind": "mcp", "url": url, "auth": {"bearer_env": "HOME"}}),
+            "auth reads the server's environment or files",
+        ),
+        (
+            json!({"name": "r", "kind": "mcp", "url": url,
+                   "auth": {"oauth": {"client_id": "c", "client_secret_file": "/etc/shadow"}}}),
+            "auth reads the server's environment or files",
+        ),
+        (
+            json!({"name": "r", "kind": "mcp", "url": url,
+                   "tls": {"cert_file": "/etc/toolgate/client.pem", "key_file": "/etc/toolgate/client-key.pem"}}),
+            "tls.cert_file",
+        ),
+        (
+            json!({"name": "r", "kind": "http", "url": url, "definition": {"name": "t"},
+                   "tls": {"ca_file": "/etc/ssl/private/ca.pem"}}),
+            "tls.ca_file",
+        ),
+    ];
+    for (definition, says) in refused {
+        let status = ts
+            .client
+            .clone()
+            .register_remote(toolgate::pb::RegisterRemoteRequest {
+                definition: definition
+                    .as_object()
+                    .cloned()
+                    .map(toolgate::protojson::Struct::from),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
+        assert!(status.message().contains(says), "{says}: {status:?}");
+    }
 }

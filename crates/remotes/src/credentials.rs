@@ -62,6 +62,12 @@ impl CredentialError {
         }
     }
 
+    /// The authorization server answered that it refuses the client: a configuration to fix,
+    /// not a connection to retry (TOOL_ERROR rather than TRANSPORT).
+    pub fn is_answer(&self) -> bool {
+        matches!(self, CredentialError::Refused(_))
+    }
+
     /// For the model: what went wrong, no address, no name of a variable or a file.
     pub fn short(&self) -> &'static str {
         match self {
@@ -99,8 +105,14 @@ impl std::fmt::Debug for Credentials {
 
 impl Credentials {
     /// The credentials `auth` describes for the remote at `url`, fetching over `http` (for
-    /// OAuth). An environment variable is read now: a missing one is a configuration error.
-    pub fn new(auth: &AuthSpec, url: &str, http: reqwest::Client) -> Result<Self, CredentialError> {
+    /// OAuth), each request bounded by `timeout`. An environment variable is read now: a
+    /// missing one is a configuration error.
+    pub fn new(
+        auth: &AuthSpec,
+        url: &str,
+        http: reqwest::Client,
+        timeout: Duration,
+    ) -> Result<Self, CredentialError> {
         let source = if let Some(name) = &auth.bearer_env {
             Source::Env(from_env(name, "bearer_env")?)
         } else if let Some(path) = &auth.bearer_file {
@@ -108,7 +120,7 @@ impl Credentials {
             file.read(false)?;
             Source::File(file)
         } else if let Some(oauth) = &auth.oauth {
-            Source::OAuth(Box::new(OAuth::new(oauth, url, http)?))
+            Source::OAuth(Box::new(OAuth::new(oauth, url, http, timeout)?))
         } else {
             return Err(CredentialError::Source("no source is set".to_owned()));
         };
@@ -154,8 +166,8 @@ fn from_env(name: &str, field: &str) -> Result<Secret, CredentialError> {
 }
 
 /// A secret in a file (a mounted Kubernetes or compose secret), read again when it changes:
-/// its modification time and length are looked at most once a second, and at once after a
-/// `401`. Surrounding whitespace (the newline `echo` leaves) is not part of it.
+/// its modification time and length are looked at most once a second; after a `401` it is read
+/// at once. Surrounding whitespace (the newline `echo` leaves) is not part of it.
 struct SecretFile {
     path: String,
     field: &'static str,
@@ -196,8 +208,11 @@ impl SecretFile {
         }
         let meta = std::fs::metadata(&self.path).map_err(|e| self.fail(e))?;
         let stamp = (meta.modified().map_err(|e| self.fail(e))?, meta.len());
+        // After a 401 the file is read whatever its stamp says: a secret rotated to one of the
+        // same length within the file system's time resolution looks unchanged.
         if let Some(c) = cached.as_mut()
             && c.stamp == stamp
+            && !force
         {
             c.checked = Instant::now();
             return Ok(c.secret.clone());
@@ -267,8 +282,10 @@ struct Token {
 }
 
 impl Token {
-    /// A token received at `received` that lives `lifetime` (unknown: until a 401).
+    /// A token received at `received` that lives `lifetime` (unknown: until a 401). A lifetime
+    /// past a day is taken as a day: the server's number never overflows the clock.
     fn new(value: Secret, received: Instant, lifetime: Option<Duration>) -> Self {
+        let lifetime = lifetime.map(|l| l.min(MAX_LIFETIME));
         Token {
             value,
             refresh_at: lifetime.map(|l| received + l - REFRESH_MARGIN.min(l / 2)),
@@ -288,8 +305,16 @@ impl Token {
 /// A token is fetched again when less than this (or half its lifetime) is left.
 const REFRESH_MARGIN: Duration = Duration::from_secs(30);
 
+/// The longest lifetime a token is trusted for without being fetched again.
+const MAX_LIFETIME: Duration = Duration::from_secs(24 * 3600);
+
 impl OAuth {
-    fn new(spec: &OAuthSpec, url: &str, http: reqwest::Client) -> Result<Self, CredentialError> {
+    fn new(
+        spec: &OAuthSpec,
+        url: &str,
+        http: reqwest::Client,
+        timeout: Duration,
+    ) -> Result<Self, CredentialError> {
         let secret = match (
             &spec.client_secret_env,
             &spec.client_secret_file,
@@ -321,7 +346,10 @@ impl OAuth {
             secret,
             key_id: spec.key_id.clone(),
             audience: spec.audience.clone(),
-            http: Arc::new(HttpForOAuth { client: http }),
+            http: Arc::new(HttpForOAuth {
+                client: http,
+                timeout,
+            }),
             base_url: url.to_owned(),
             current: parking_lot::Mutex::new(None),
             fetching: tokio::sync::Mutex::new(None),
@@ -338,7 +366,14 @@ impl OAuth {
         {
             return Ok(Some(token.value));
         }
-        let mut server = self.fetching.lock().await;
+        // A token past its refresh point but still valid serves while another caller fetches
+        // the next one: only callers without a valid token wait for the fetch.
+        let valid = self.current().filter(|t| t.valid(Instant::now()));
+        let mut server = match (&valid, self.fetching.try_lock()) {
+            (_, Ok(server)) => server,
+            (Some(token), Err(_)) => return Ok(Some(token.value.clone())),
+            (None, Err(_)) => self.fetching.lock().await,
+        };
         // Another caller may have fetched one while this one waited.
         let now = Instant::now();
         let current = self.current();
@@ -508,6 +543,12 @@ impl OAuth {
                 found.metadata
             }
         };
+        if !secure_endpoint(&metadata.token_endpoint) {
+            return Err(CredentialError::Discovery(format!(
+                "the token endpoint '{}' is not https:// (nor on loopback): the client's credentials would cross the network in the clear",
+                metadata.token_endpoint
+            )));
+        }
         tracing::info!(target: "toolgate::tools::remote::auth", token_endpoint = %metadata.token_endpoint, "authorization server found");
         let (token_endpoint, issuer) = (metadata.token_endpoint.clone(), metadata.issuer.clone());
         manager.set_metadata(metadata);
@@ -517,6 +558,20 @@ impl OAuth {
             issuer,
         })
     }
+}
+
+/// An `https://` URL, or an `http://` one on loopback.
+fn secure_endpoint(url: &str) -> bool {
+    let Ok(url) = url::Url::parse(url) else {
+        return false;
+    };
+    let loopback = match url.host() {
+        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
+    };
+    url.scheme() == "https" || (url.scheme() == "http" && loopback)
 }
 
 /// rmcp reports a failed exchange as text: oauth2's "Server returned error response: <code>"
@@ -566,6 +621,9 @@ fn exchange_error(
 /// documents and token replies are read where they were asked for); bodies are capped.
 struct HttpForOAuth {
     client: reqwest::Client,
+    /// Bounds each request that names no timeout of its own: a token endpoint that accepts the
+    /// connection and never answers must not hold the one fetch (and its callers) for ever.
+    timeout: Duration,
 }
 
 /// The largest metadata document or token response read.
@@ -580,9 +638,7 @@ impl HttpForOAuth {
         timeout: Option<Duration>,
     ) -> Result<http::Response<Vec<u8>>, std::io::Error> {
         let mut request = reqwest::Request::try_from(request).map_err(std::io::Error::other)?;
-        if let Some(timeout) = timeout {
-            *request.timeout_mut() = Some(timeout);
-        }
+        *request.timeout_mut() = Some(timeout.unwrap_or(self.timeout));
         let url = request.url().clone();
         let mut response = self.client.execute(request).await.map_err(|e| {
             let tls = super::tls::failure_in(&e).map(|f| f.detail);
@@ -635,7 +691,19 @@ mod tests {
         assert_eq!(file.read(false).unwrap().expose(), "first");
         std::fs::write(&path, "second-token\n").unwrap();
         // Within the recheck interval the cached value stands unless forced (after a 401).
+        assert_eq!(file.read(false).unwrap().expose(), "first");
         assert_eq!(file.read(true).unwrap().expose(), "second-token");
+        // Rotated to a value of the same length with the same modification time: a forced
+        // read still reads it.
+        let stamp = std::fs::metadata(&path).unwrap().modified().unwrap();
+        std::fs::write(&path, "second-TOKEN\n").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(stamp)
+            .unwrap();
+        assert_eq!(file.read(true).unwrap().expose(), "second-TOKEN");
         std::fs::write(&path, "  \n").unwrap();
         let error = file.read(true).unwrap_err().to_string();
         assert!(error.ends_with("': empty"), "{error}");
@@ -643,6 +711,21 @@ mod tests {
         let error = file.read(true).unwrap_err();
         assert_eq!(error.reason(), "credentials");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_token_endpoint_is_https_or_on_loopback() {
+        for (url, secure) in [
+            ("https://auth.example.com/token", true),
+            ("http://127.0.0.1:8080/token", true),
+            ("http://localhost/token", true),
+            ("http://auth.example.com/token", false),
+            ("http://10.0.0.1/token", false),
+            ("ftp://auth.example.com/token", false),
+            ("not a url", false),
+        ] {
+            assert_eq!(secure_endpoint(url), secure, "{url}");
+        }
     }
 
     #[test]
@@ -662,5 +745,8 @@ mod tests {
         // No lifetime given: used until the remote answers 401.
         let token = Token::new(Secret("t".into()), now, None);
         assert!(token.fresh(now + secs(86_400)) && token.valid(now + secs(86_400)));
+        // A lifetime no clock can hold is a day.
+        let token = Token::new(Secret("t".into()), now, Some(Duration::MAX));
+        assert!(token.valid(now + secs(86_399)) && !token.valid(now + secs(86_401)));
     }
 }

@@ -4,7 +4,9 @@
 //! than 408 and 429 is INVALID_ARGUMENTS: the caller's input was wrong); a connection failure or
 //! timeout is TRANSPORT. The call deadline bounds the request. Over `https://` the remote's TLS
 //! settings apply; with `[remotes.auth]` each request carries a bearer token, and a `401` is
-//! answered once with a fresh token before it is the tool's failure (TOOL_ERROR, as is a 403).
+//! answered once with a fresh token before it is the tool's failure (TOOL_ERROR, as is a 403
+//! to a remote toolgate shows credentials of its own: auth, a client certificate, an
+//! `Authorization` header).
 //! TLS, credential and authorization failures are counted by remote and reason.
 
 use std::collections::BTreeMap;
@@ -29,6 +31,9 @@ struct Endpoint {
     headers: BTreeMap<String, String>,
     client: reqwest::Client,
     credentials: Option<Arc<Credentials>>,
+    /// toolgate shows the remote credentials of its own (`[remotes.auth]`, a client
+    /// certificate, an `Authorization` header): a 401 or 403 refuses them.
+    presents_credentials: bool,
     failures: Failures,
 }
 
@@ -68,13 +73,19 @@ pub(super) fn client(
 }
 
 /// The remote's `[remotes.auth]` credentials, if it has any. Their OAuth requests go out on a
-/// client of their own that follows no redirect.
+/// client of their own: the system's roots and the remote's CA file, no client certificate,
+/// the remote's pinned addresses, no redirect followed.
 pub(super) fn credentials(spec: &RemoteSpec) -> Result<Option<Arc<Credentials>>, RemoteError> {
     let (Some(auth), Some(url)) = (&spec.auth, &spec.url) else {
         return Ok(None);
     };
-    let http = client(spec, reqwest::redirect::Policy::none())?;
-    Credentials::new(auth, url, http)
+    let builder = super::tls::authorization_client_builder(spec.tls.as_ref(), spec.timeout)
+        .map_err(|e| spec.invalid(e.to_string()))?;
+    let http = pinned(builder, spec)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|e| spec.invalid(format!("http client: {e}")))?;
+    Credentials::new(auth, url, http, spec.timeout)
         .map(|c| Some(Arc::new(c)))
         .map_err(|e| spec.invalid(e.to_string()))
 }
@@ -106,6 +117,12 @@ pub fn discover(
         headers: spec.headers.clone(),
         client,
         credentials: credentials(spec)?,
+        presents_credentials: spec.auth.is_some()
+            || spec.tls.as_ref().is_some_and(|t| t.cert_file.is_some())
+            || spec
+                .headers
+                .keys()
+                .any(|h| h.eq_ignore_ascii_case("authorization")),
         failures: Failures::new(&spec.name, metrics),
     });
     Ok(vec![Arc::new(RemoteTool::new(
@@ -200,7 +217,8 @@ impl Endpoint {
                 .map_err(|e| self.credential_failure(&e))?,
             None => None,
         };
-        let mut response = self.send(&body, token.as_ref(), ctx).await?;
+        let mut sent = token;
+        let mut response = self.send(&body, sent.as_ref(), ctx).await?;
         if response.status() == reqwest::StatusCode::UNAUTHORIZED
             && let Some(credentials) = &self.credentials
         {
@@ -210,15 +228,20 @@ impl Endpoint {
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned);
             let fresh = credentials
-                .rejected(token.as_ref(), challenge.as_deref())
+                .rejected(sent.as_ref(), challenge.as_deref())
                 .await
                 .map_err(|e| self.credential_failure(&e))?;
             if let Some(fresh) = fresh {
                 response = self.send(&body, Some(&fresh), ctx).await?;
+                sent = Some(fresh);
             }
         }
         let status = response.status();
-        if let Some(error) = self.refused(status) {
+        // With credentials of toolgate's own, a 401 or 403 refuses them; without, it is the
+        // tool's answer like any other 4xx, and its body says why.
+        if self.presents_credentials
+            && let Some(error) = self.refused(status)
+        {
             return Err(error);
         }
         let text = response
@@ -226,7 +249,11 @@ impl Endpoint {
             .await
             .map_err(|e| self.unreachable(&e, "reading the reply"))?;
         if !status.is_success() {
-            let preview = toolgate_core::json::truncate_chars(&text, BODY_PREVIEW);
+            let mut preview = toolgate_core::json::truncate_chars(&text, BODY_PREVIEW).to_owned();
+            // A server that echoes the request's headers does not hand the token to the model.
+            if let Some(token) = sent.as_ref().filter(|t| !t.expose().is_empty()) {
+                preview = preview.replace(token.expose(), "[redacted]");
+            }
             return Err(status_error(
                 status,
                 format!("HTTP {}: {preview}", status.as_u16()),
@@ -294,7 +321,12 @@ impl Endpoint {
     fn credential_failure(&self, error: &CredentialError) -> ToolError {
         self.failures.record(error.reason());
         tracing::warn!(target: "toolgate::tools::remote::http", remote = %self.remote, %error, "http tool: no credentials");
-        ToolError::transport(format!("http tool '{}': {}", self.remote, error.short()))
+        let text = format!("http tool '{}': {}", self.remote, error.short());
+        if error.is_answer() {
+            ToolError::failed(text)
+        } else {
+            ToolError::transport(text)
+        }
     }
 }
 

@@ -1,7 +1,8 @@
 //! The HTTP client of an MCP server over HTTP (streamable HTTP through rmcp, or HTTP+SSE in
 //! `sse`): reqwest with the remote's TLS settings, plus its `[remotes.auth]` bearer token on
 //! every request. A `401` is answered once with a fresh token (rmcp reports it as
-//! `AuthRequired`, or as a plain status error when the server sends no `WWW-Authenticate`);
+//! `AuthRequired`, or, when the server sends no `WWW-Authenticate`, as a plain status error on a
+//! GET and as an "HTTP 401 ..." unexpected response on a POST: `status_of` reads all three);
 //! after that, a 401 or 403 is a `Refusal`, carried to the call as the error's cause so it
 //! reads as the remote's refusal rather than a broken connection.
 
@@ -52,9 +53,13 @@ impl Refusal {
         }
     }
 
-    /// A 401 or 403 is the remote's answer (TOOL_ERROR); missing credentials are not (TRANSPORT).
+    /// A 401 or 403 is the remote's answer (TOOL_ERROR), and so is the authorization server's
+    /// refusal of the client; credentials that could not be had are not (TRANSPORT).
     pub(crate) fn is_answer(&self) -> bool {
-        !matches!(self, Refusal::Credentials(_))
+        match self {
+            Refusal::Credentials(e) => e.is_answer(),
+            _ => true,
+        }
     }
 
     fn into_error(self) -> HttpError {
@@ -87,11 +92,7 @@ impl AuthedHttp {
         let first = call(token.as_ref().map(|t| t.expose().to_owned())).await;
         let challenge = match &first {
             Err(StreamableHttpError::AuthRequired(c)) => Some(c.www_authenticate_header.clone()),
-            Err(StreamableHttpError::Client(e))
-                if e.status() == Some(reqwest::StatusCode::UNAUTHORIZED) =>
-            {
-                None
-            }
+            Err(e) if status_of(e) == Some(reqwest::StatusCode::UNAUTHORIZED) => None,
             _ => return self.observe(first),
         };
         match credentials
@@ -115,22 +116,36 @@ impl AuthedHttp {
             Ok(value) => return Ok(value),
             Err(error) => error,
         };
-        let status = match &error {
-            StreamableHttpError::AuthRequired(_) => Some(reqwest::StatusCode::UNAUTHORIZED),
-            StreamableHttpError::InsufficientScope(_) => Some(reqwest::StatusCode::FORBIDDEN),
-            StreamableHttpError::Client(e) => {
-                if let Some(tls) = super::tls::failure_in(e) {
-                    self.failures.record(tls.reason);
-                }
-                e.status()
-            }
-            _ => None,
-        };
-        Err(match status {
+        if let StreamableHttpError::Client(e) = &error
+            && let Some(tls) = super::tls::failure_in(e)
+        {
+            self.failures.record(tls.reason);
+        }
+        Err(match status_of(&error) {
             Some(reqwest::StatusCode::UNAUTHORIZED) => self.refuse(Refusal::Unauthorized),
             Some(reqwest::StatusCode::FORBIDDEN) => self.refuse(Refusal::Forbidden),
             _ => error,
         })
+    }
+}
+
+/// The HTTP status of a 401 or 403 in each shape rmcp reports it: with a challenge, as a
+/// client error (GET, DELETE), or as the text of an unexpected response (POST).
+fn status_of(error: &HttpError) -> Option<reqwest::StatusCode> {
+    match error {
+        StreamableHttpError::AuthRequired(_) => Some(reqwest::StatusCode::UNAUTHORIZED),
+        StreamableHttpError::InsufficientScope(_) => Some(reqwest::StatusCode::FORBIDDEN),
+        StreamableHttpError::Client(e) => e.status(),
+        // rmcp writes `HTTP {status}: {body}`, the status as "401 Unauthorized".
+        StreamableHttpError::UnexpectedServerResponse(text) => {
+            let code = text.strip_prefix("HTTP ")?.get(..3)?;
+            match code {
+                "401" => Some(reqwest::StatusCode::UNAUTHORIZED),
+                "403" => Some(reqwest::StatusCode::FORBIDDEN),
+                _ => None,
+            }
+        }
+        _ => None,
     }
 }
 
@@ -274,4 +289,24 @@ pub(crate) fn cause_of(
         return Some((refusal.is_answer(), refusal.short(), refusal.to_string()));
     }
     super::tls::failure_in(error).map(|tls| (false, tls.short, tls.detail))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_is_read_in_every_shape_rmcp_reports_it() {
+        let unexpected =
+            |text: &'static str| StreamableHttpError::UnexpectedServerResponse(text.into());
+        let cases = [
+            (unexpected("HTTP 401 Unauthorized: <html>"), Some(401)),
+            (unexpected("HTTP 403 Forbidden: "), Some(403)),
+            (unexpected("HTTP 500 Internal Server Error: x"), None),
+            (unexpected("invalid www-authenticate header value"), None),
+        ];
+        for (error, expected) in cases {
+            assert_eq!(status_of(&error).map(|s| s.as_u16()), expected, "{error}");
+        }
+    }
 }

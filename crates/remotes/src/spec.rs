@@ -401,7 +401,7 @@ impl RemoteSpec {
             ),
         ];
         for (field, url) in urls {
-            if let Some(url) = url.filter(|u| plaintext_off_loopback(u)) {
+            if let Some(url) = url.and_then(plaintext_off_loopback) {
                 warnings.push(format!(
                     "{field} '{url}' is plaintext off loopback: requests, results and credentials cross the network unencrypted; use https://"
                 ));
@@ -416,18 +416,31 @@ impl RemoteSpec {
     }
 }
 
-/// An `http://` URL whose host is not `localhost` or a loopback address.
-fn plaintext_off_loopback(url: &str) -> bool {
-    let Ok(parsed) = url::Url::parse(url) else {
-        return false;
-    };
+/// An `http://` URL whose host is not `localhost` or a loopback address, as a warning shows it:
+/// without user, password, query or fragment (they may hold a credential).
+fn plaintext_off_loopback(url: &str) -> Option<String> {
+    let mut parsed = url::Url::parse(url).ok()?;
     let loopback = match parsed.host() {
         Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
         Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
         Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
         None => true,
     };
-    parsed.scheme() == "http" && !loopback
+    if parsed.scheme() != "http" || loopback {
+        return None;
+    }
+    let private = parsed.password().is_some()
+        || !parsed.username().is_empty()
+        || parsed.query().is_some()
+        || parsed.fragment().is_some();
+    if !private {
+        return Some(url.to_owned());
+    }
+    let _ = parsed.set_username("");
+    let _ = parsed.set_password(None);
+    parsed.set_query(None);
+    parsed.set_fragment(None);
+    Some(parsed.to_string())
 }
 
 /// A header name that carries a credential: `Authorization`, a cookie, an API key, a token.
@@ -652,6 +665,13 @@ mod tests {
                 "headers.Authorization writes a credential into the config file; keep it in a file or an environment variable with [remotes.auth] bearer_file or bearer_env",
                 "headers.X-Api-Key writes a credential into the config file; keep it in a file or an environment variable with [remotes.auth] bearer_file or bearer_env",
             ]
+        );
+        let w = warnings(
+            json!({"name": "h", "kind": "http", "url": "http://u:pw@10.0.0.5/t?api_key=k#f", "definition": def}),
+        );
+        assert!(
+            w[0].starts_with("url 'http://10.0.0.5/t' is plaintext"),
+            "{w:?}"
         );
         let w = warnings(
             json!({"name": "w", "kind": "worker", "endpoint": "http://tools.internal:7001"}),

@@ -15,8 +15,9 @@ use tokio::sync::mpsc;
 
 use super::mcp_http::AuthedHttp;
 
-/// The longest line an event may have: a server cannot make toolgate buffer without bound.
-const MAX_LINE: usize = 16 * 1024 * 1024;
+/// The largest event (its lines up to the blank line that ends it): the event parser keeps an
+/// event's data until it ends, so a server cannot make toolgate buffer without bound.
+const MAX_EVENT: usize = 16 * 1024 * 1024;
 /// Server messages read ahead of the client.
 const QUEUE: usize = 64;
 
@@ -34,8 +35,8 @@ pub(crate) enum SseTransportError {
     BadEndpoint(String),
     #[error("the server answered HTTP {0} to a message")]
     Status(u16),
-    #[error("the server sent a line longer than {MAX_LINE} bytes")]
-    LineTooLong,
+    #[error("the server sent an event larger than {MAX_EVENT} bytes")]
+    EventTooLarge,
 }
 
 /// A connected HTTP+SSE session.
@@ -80,7 +81,7 @@ impl SseTransport {
                 }
             })
             .await?;
-        let bytes = bounded_lines(response.bytes_stream());
+        let bytes = bounded_events(response.bytes_stream());
         let mut events = sse_stream::SseStream::from_bytes_stream(bytes);
         let endpoint = loop {
             match events.next().await {
@@ -127,30 +128,51 @@ impl SseTransport {
     }
 }
 
-/// The byte stream, failing once a line grows past `MAX_LINE`.
-fn bounded_lines(
+/// The byte stream, failing once an event grows past `MAX_EVENT`.
+fn bounded_events(
     stream: impl futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Send + 'static,
 ) -> impl futures::Stream<Item = Result<bytes::Bytes, std::io::Error>> + Send + 'static {
-    let mut line = 0usize;
+    let mut size = EventSize::default();
     stream
         .map_err(std::io::Error::other)
         .and_then(move |chunk| {
-            let result = match chunk.iter().rposition(|b| *b == b'\n') {
-                Some(last) => {
-                    line = chunk.len() - last - 1;
-                    Ok(chunk)
-                }
-                None => {
-                    line += chunk.len();
-                    if line > MAX_LINE {
-                        Err(std::io::Error::other(SseTransportError::LineTooLong))
-                    } else {
-                        Ok(chunk)
-                    }
-                }
+            let result = if size.grow(&chunk) > MAX_EVENT {
+                Err(std::io::Error::other(SseTransportError::EventTooLarge))
+            } else {
+                Ok(chunk)
             };
             std::future::ready(result)
         })
+}
+
+/// The bytes of the event being read: counted from the blank line that ended the last one
+/// (`\n\n`, `\r\n\r\n`, or the two split across chunks).
+#[derive(Default)]
+struct EventSize {
+    bytes: usize,
+    /// The last byte other than `\r` was a line's end.
+    after_newline: bool,
+}
+
+impl EventSize {
+    /// Counts `chunk`; the size of the event still open after it.
+    fn grow(&mut self, chunk: &[u8]) -> usize {
+        for &byte in chunk {
+            match byte {
+                b'\n' if self.after_newline => self.bytes = 0,
+                b'\n' => {
+                    self.after_newline = true;
+                    self.bytes += 1;
+                }
+                b'\r' => {}
+                _ => {
+                    self.after_newline = false;
+                    self.bytes += 1;
+                }
+            }
+        }
+        self.bytes
+    }
 }
 
 impl Transport<RoleClient> for SseTransport {
@@ -202,5 +224,22 @@ impl Transport<RoleClient> for SseTransport {
     async fn close(&mut self) -> Result<(), Self::Error> {
         self.reader.abort();
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_is_counted_from_the_blank_line_that_ended_the_last() {
+        let mut size = EventSize::default();
+        assert_eq!(size.grow(b"event: message\ndata: abc\n\n"), 0);
+        // Lines without a blank line between them are one event, however short each is.
+        assert_eq!(size.grow(b"data: x\ndata: y\n"), 16);
+        assert_eq!(size.grow(b"data: z\r\n"), 24);
+        // A blank line split across chunks, CRLF or not, ends it.
+        assert_eq!(size.grow(b"\r"), 24);
+        assert_eq!(size.grow(b"\ndata: next"), 10);
     }
 }

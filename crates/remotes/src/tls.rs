@@ -31,17 +31,44 @@ pub enum TlsError {
 
 /// The rustls client settings for `tls` (none: the system's roots, no client certificate).
 pub fn client_config(tls: Option<&TlsSpec>) -> Result<rustls::ClientConfig, TlsError> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
     let roots = match tls.and_then(|t| t.ca_file.as_deref()) {
         Some(path) => Arc::new(ca_file(path)?),
         None => system_roots(),
     };
+    let cert = tls.and_then(|t| t.cert_file.as_deref());
+    let key = tls.and_then(|t| t.key_file.as_deref());
+    config(roots, cert, key)
+}
+
+/// A client builder for a remote's authorization server (OAuth discovery and token
+/// requests): the system's roots plus the remote's `ca_file` (an authorization server is often
+/// a public identity provider while the remote's CA is private), and no client certificate
+/// (it is the remote's, not the authorization server's).
+pub fn authorization_client_builder(
+    tls: Option<&TlsSpec>,
+    connect_timeout: Duration,
+) -> Result<reqwest::ClientBuilder, TlsError> {
+    let roots = match tls.and_then(|t| t.ca_file.as_deref()) {
+        Some(path) => {
+            let mut roots = (*system_roots()).clone();
+            roots.roots.extend(ca_file(path)?.roots);
+            Arc::new(roots)
+        }
+        None => system_roots(),
+    };
+    Ok(builder(config(roots, None, None)?, connect_timeout))
+}
+
+fn config(
+    roots: Arc<RootCertStore>,
+    cert: Option<&str>,
+    key: Option<&str>,
+) -> Result<rustls::ClientConfig, TlsError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| TlsError::Rustls(e.to_string()))?
         .with_root_certificates(roots);
-    let cert = tls.and_then(|t| t.cert_file.as_deref());
-    let key = tls.and_then(|t| t.key_file.as_deref());
     let mut config = match (cert, key) {
         (None, None) => builder.with_no_client_auth(),
         (Some(cert), Some(key)) => {
@@ -65,11 +92,15 @@ pub fn client_builder(
     tls: Option<&TlsSpec>,
     connect_timeout: Duration,
 ) -> Result<reqwest::ClientBuilder, TlsError> {
-    Ok(reqwest::Client::builder()
-        .use_preconfigured_tls(client_config(tls)?)
+    Ok(builder(client_config(tls)?, connect_timeout))
+}
+
+fn builder(config: rustls::ClientConfig, connect_timeout: Duration) -> reqwest::ClientBuilder {
+    reqwest::Client::builder()
+        .use_preconfigured_tls(config)
         .connect_timeout(connect_timeout)
         .tcp_nodelay(true)
-        .pool_idle_timeout(Duration::from_secs(4)))
+        .pool_idle_timeout(Duration::from_secs(4))
 }
 
 fn read_err(field: &'static str, path: &str, reason: impl ToString) -> TlsError {
