@@ -636,10 +636,21 @@ impl Drop for OAuthStack {
 
 /// `[[remotes]]` for the stack's MCP server with OAuth client credentials, discovery included.
 fn oauth_remote(stack: &OAuthStack, ca_file: &str, dir: &Path) -> String {
+    oauth_remote_named("hosted", stack, ca_file, dir, "")
+}
+
+/// The same as `name`, with `oauth` lines added to its `[remotes.auth.oauth]`.
+fn oauth_remote_named(
+    name: &str,
+    stack: &OAuthStack,
+    ca_file: &str,
+    dir: &Path,
+    oauth: &str,
+) -> String {
     format!(
-        "[[remotes]]\nname = \"hosted\"\nkind = \"mcp\"\nurl = \"{}\"\nprefix = \"hosted.\"\ntimeout = \"30s\"\n\
+        "[[remotes]]\nname = \"{name}\"\nkind = \"mcp\"\nurl = \"{}\"\nprefix = \"{name}.\"\ntimeout = \"30s\"\n\
          [remotes.tls]\nca_file = \"{ca_file}\"\n\
-         [remotes.auth.oauth]\nclient_id = \"toolgate\"\nclient_secret_file = \"{}\"\nscopes = [\"tools\"]\n",
+         [remotes.auth.oauth]\nclient_id = \"toolgate\"\nclient_secret_file = \"{}\"\nscopes = [\"tools\"]\n{oauth}\n",
         stack.mcp,
         dir.join("client-secret").display()
     )
@@ -914,4 +925,48 @@ async fn a_run_time_registration_cannot_name_credentials_or_the_servers_files() 
         assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
         assert!(status.message().contains(says), "{says}: {status:?}");
     }
+}
+
+#[tokio::test]
+async fn a_pinned_issuer_keeps_the_client_secret_from_an_authorization_server_the_remote_names() {
+    require_peers!(TestEnv);
+    let dir = folder("hosted-issuer");
+    let (_ca, ca_file, cert, key) = server_identity(&dir);
+    let stack = OAuthStack::start(&dir, &ca_file, &cert, &key, 3600, 0.0);
+    let config = oauth_remote_named(
+        "pinned",
+        &stack,
+        &ca_file,
+        &dir,
+        &format!("issuer = \"{}\"", stack.issuer),
+    ) + &oauth_remote_named(
+        "elsewhere",
+        &stack,
+        &ca_file,
+        &dir,
+        "issuer = \"https://auth.example.com\"",
+    );
+    let ts = start_with(Config::from_toml(&config).unwrap()).await;
+    listed(&ts, "pinned.whoami").await;
+    let result = call(&ts, "pinned.whoami", json!({})).await;
+    assert_eq!(
+        text(&result),
+        format!("client=toolgate resource={}", stack.mcp),
+        "{result:?}"
+    );
+    // The other remote's server names an authorization server that is not the pinned one: no
+    // token is asked for, the remote does not connect, the metric says why.
+    let reason = failures("elsewhere", "oauth_discovery");
+    eventually("the discovery failure is counted", async || {
+        metric(&ts, &reason).await >= 1.0
+    })
+    .await;
+    assert!(
+        !list_tools(&ts)
+            .await
+            .iter()
+            .any(|t| t.name.starts_with("elsewhere."))
+    );
+    assert_eq!(stack.stats().await["tokens_issued"], 1);
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -247,6 +247,8 @@ struct OAuth {
     /// endpoint).
     key_id: Option<String>,
     audience: Option<String>,
+    /// The one authorization server discovery may find (its RFC 8414 `issuer`).
+    issuer: Option<String>,
     http: Arc<HttpForOAuth>,
     base_url: String,
     /// The token in use.
@@ -346,6 +348,7 @@ impl OAuth {
             secret,
             key_id: spec.key_id.clone(),
             audience: spec.audience.clone(),
+            issuer: spec.issuer.clone(),
             http: Arc::new(HttpForOAuth {
                 client: http,
                 timeout,
@@ -525,6 +528,7 @@ impl OAuth {
             Some(token_url) => {
                 let mut metadata = AuthorizationMetadata::default();
                 metadata.token_endpoint = token_url.clone();
+                metadata.issuer = self.issuer.clone();
                 // Required by oauth2's client type, never used by this grant.
                 metadata.authorization_endpoint = token_url.clone();
                 metadata
@@ -538,6 +542,17 @@ impl OAuth {
                     return Err(CredentialError::Discovery(format!(
                         "'{}' publishes no OAuth metadata (RFC 9728 or RFC 8414); set auth.oauth.token_url",
                         self.base_url
+                    )));
+                }
+                // The remote names its authorization server, which receives the client's
+                // secret: with `issuer` set, only that one.
+                if let Some(pinned) = &self.issuer
+                    && found.metadata.issuer.as_deref() != Some(pinned.as_str())
+                {
+                    return Err(CredentialError::Discovery(format!(
+                        "'{}' names the authorization server '{}', not auth.oauth.issuer '{pinned}'",
+                        self.base_url,
+                        found.metadata.issuer.as_deref().unwrap_or("(no issuer)")
                     )));
                 }
                 found.metadata

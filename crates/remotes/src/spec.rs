@@ -157,9 +157,13 @@ pub struct OAuthSpec {
     #[serde(default)]
     pub key_id: Option<String>,
     /// With `private_key_file`: the assertion's `aud`; unset: the authorization server's issuer
-    /// when discovered, else the token endpoint.
+    /// (configured or discovered), else the token endpoint.
     #[serde(default)]
     pub audience: Option<String>,
+    /// The authorization server's issuer (RFC 8414): discovery must find this one, since the
+    /// remote names the server that receives the client's secret; unset: whichever it names.
+    #[serde(default)]
+    pub issuer: Option<String>,
     /// Scopes asked for; empty: the authorization server's default.
     #[serde(default)]
     pub scopes: Vec<String>,
@@ -214,7 +218,7 @@ impl AuthSpec {
             {
                 return Err(SpecError::KeyOnly(field));
             }
-            if let Some(url) = &oauth.token_url {
+            for url in [&oauth.token_url, &oauth.issuer].into_iter().flatten() {
                 http_url(url)?;
             }
         }
@@ -391,13 +395,13 @@ impl RemoteSpec {
     /// credential written into the config file as a header.
     pub fn warnings(&self) -> Vec<String> {
         let mut warnings = Vec::new();
-        let token_url = self.auth.as_ref().and_then(|a| a.oauth.as_ref());
+        let oauth = self.auth.as_ref().and_then(|a| a.oauth.as_ref());
         let urls = [
             ("endpoint", self.endpoint.as_deref()),
             ("url", self.url.as_deref()),
             (
                 "auth.oauth.token_url",
-                token_url.and_then(|o| o.token_url.as_deref()),
+                oauth.and_then(|o| o.token_url.as_deref()),
             ),
         ];
         for (field, url) in urls {
@@ -406,6 +410,12 @@ impl RemoteSpec {
                     "{field} '{url}' is plaintext off loopback: requests, results and credentials cross the network unencrypted; use https://"
                 ));
             }
+        }
+        let secret_to_whoever = oauth.is_some_and(|o| {
+            o.token_url.is_none() && o.issuer.is_none() && o.private_key_file.is_none()
+        });
+        if secret_to_whoever {
+            warnings.push("auth.oauth: the client secret goes to whichever authorization server the remote names; pin it with issuer or token_url".to_owned());
         }
         for name in self.headers.keys().filter(|n| holds_credential(n)) {
             warnings.push(format!(
@@ -685,6 +695,28 @@ mod tests {
         assert_eq!(w.len(), 1, "{w:?}");
         assert!(
             w[0].starts_with("auth.oauth.token_url 'http://auth.example.com/token' is plaintext")
+        );
+        // A secret for whichever authorization server the remote names is warned about; a
+        // pinned issuer, a token URL or a key (whose assertion names its audience) is not.
+        let oauth = |extra: Value| {
+            let mut oauth = json!({"client_id": "c", "client_secret_env": "S"});
+            oauth
+                .as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            warnings(
+                json!({"name": "m", "kind": "mcp", "url": "https://mcp.example.com/mcp", "auth": {"oauth": oauth}}),
+            )
+        };
+        assert_eq!(
+            oauth(json!({})),
+            [
+                "auth.oauth: the client secret goes to whichever authorization server the remote names; pin it with issuer or token_url"
+            ]
+        );
+        assert_eq!(
+            oauth(json!({"issuer": "https://auth.example.com"})),
+            Vec::<String>::new()
         );
     }
 
