@@ -834,10 +834,20 @@ async fn oauth_private_key_jwt_signs_each_token_request_with_an_rsa_or_ec_key() 
             0.0,
             &["--client-key", &client_key],
         );
+        // The RSA client finds the token endpoint by discovery; the EC one is given it, so its
+        // assertion's audience is the token endpoint (no issuer is known).
+        let token_endpoint = format!("{}/token", stack.issuer);
+        let (token_url, audience) = match kind {
+            "rsa" => (String::new(), stack.issuer.clone()),
+            _ => (
+                format!("token_url = \"{token_endpoint}\"\n"),
+                token_endpoint.clone(),
+            ),
+        };
         let config = format!(
             "[[remotes]]\nname = \"hosted\"\nkind = \"mcp\"\nurl = \"{}\"\nprefix = \"hosted.\"\ntimeout = \"30s\"\n\
              [remotes.tls]\nca_file = \"{ca_file}\"\n\
-             [remotes.auth.oauth]\nclient_id = \"toolgate\"\nprivate_key_file = \"{}\"\nkey_id = \"k-{kind}\"\nscopes = [\"tools\"]\n\
+             [remotes.auth.oauth]\nclient_id = \"toolgate\"\nprivate_key_file = \"{}\"\nkey_id = \"k-{kind}\"\nscopes = [\"tools\"]\n{token_url}\
              [retry]\nmax_retries = 0\n",
             stack.mcp,
             key_file.display()
@@ -850,13 +860,13 @@ async fn oauth_private_key_jwt_signs_each_token_request_with_an_rsa_or_ec_key() 
             format!("client=toolgate resource={}", stack.mcp),
             "{kind}: {result:?}"
         );
-        // No secret was sent: a one-minute assertion for the discovered issuer, signed with the
-        // key's own algorithm, named by its key id.
+        // No secret was sent: a one-minute assertion for the authorization server, signed with
+        // the key's own algorithm, named by its key id.
         let stats = stack.stats().await;
         assert_eq!(stats["auth_methods"], json!(["private_key_jwt"]), "{stats}");
         assert_eq!(
             stats["assertions"],
-            json!([{"alg": algorithm, "kid": format!("k-{kind}"), "aud": stack.issuer, "lifetime": 60}]),
+            json!([{"alg": algorithm, "kid": format!("k-{kind}"), "aud": audience, "lifetime": 60}]),
             "{stats}"
         );
 
