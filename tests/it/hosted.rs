@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use toolgate::config::Config;
 use toolgate::pb::ErrorClass;
 
-use crate::mcp::{everything_js, free_port};
+use crate::mcp::{everything, free_port};
 use crate::peers::{Binary, require_peers, testenv};
 use crate::shared_sessions::nginx_binary;
 use crate::support::*;
@@ -184,22 +184,6 @@ fn bearer_proxy(token: &str, backend: u16, challenge: bool) -> String {
     )
 }
 
-/// server-everything speaking `transport` (`streamableHttp` or `sse`) on a free port.
-async fn everything(transport: &str) -> (tokio::process::Child, u16) {
-    let port = free_port();
-    let child = tokio::process::Command::new("node")
-        .arg(everything_js())
-        .arg(transport)
-        .env("PORT", port.to_string())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("node starts");
-    wait_for_port(port).await;
-    (child, port)
-}
-
 /// A server certificate for localhost, its CA and the files: (CA, CA file, cert file, key file).
 fn server_identity(dir: &Path) -> (Ca, String, String, String) {
     let ca = Ca::new();
@@ -225,14 +209,9 @@ fn https_client(ca_file: &str) -> reqwest::Client {
 
 /// The value of the metric line starting with `series` (labels included), 0 when absent.
 async fn metric(ts: &TestServer, series: &str) -> f64 {
-    let admin = ts.server.admin_addr().unwrap();
-    let text = http_get(format!("http://{admin}/metrics"))
+    metrics_text(ts)
         .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
+        .lines()
         .find_map(|l| l.strip_prefix(series))
         .map_or(0.0, |v| v.trim().parse().unwrap())
 }

@@ -89,10 +89,15 @@ pub(crate) fn free_port() -> u16 {
 
 /// server-everything over streamable HTTP on a free port, killed when the child drops.
 pub(crate) async fn everything_over_http() -> (tokio::process::Child, u16) {
+    everything("streamableHttp").await
+}
+
+/// server-everything speaking `transport` (`streamableHttp` or `sse`) on a free port.
+pub(crate) async fn everything(transport: &str) -> (tokio::process::Child, u16) {
     let port = free_port();
     let child = tokio::process::Command::new("node")
         .arg(everything_js())
-        .arg("streamableHttp")
+        .arg(transport)
         .env("PORT", port.to_string())
         .stdout(Stdio::null())
         .stderr(Stdio::null())

@@ -328,13 +328,7 @@ async fn the_health_command_exits_1_while_the_server_drains() {
 
 /// A gauge's value from the admin listener's `/metrics`.
 async fn gauge(ts: &TestServer, name: &str) -> f64 {
-    let admin = ts.server.admin_addr().expect("the admin listener is on");
-    let text = http_get(format!("http://{admin}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = metrics_text(ts).await;
     text.lines()
         .find(|l| l.starts_with(name) && l.as_bytes().get(name.len()) == Some(&b' '))
         .and_then(|l| l.rsplit(' ').next())

@@ -345,6 +345,17 @@ pub async fn http_get(url: impl reqwest::IntoUrl) -> reqwest::Result<reqwest::Re
         .await
 }
 
+/// The admin listener's `/metrics` text.
+pub async fn metrics_text(ts: &TestServer) -> String {
+    let admin = ts.server.admin_addr().expect("the admin listener is on");
+    http_get(format!("http://{admin}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 /// A CA made at test time that signs server and client certificates.
 pub struct Ca {
     issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
