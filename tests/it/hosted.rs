@@ -16,7 +16,7 @@ use toolgate::pb::ErrorClass;
 
 use crate::mcp::{everything, free_port};
 use crate::peers::{Binary, require_peers, testenv};
-use crate::shared_sessions::nginx_binary;
+use crate::shared_sessions::{nginx_binary, spawn_nginx};
 use crate::support::*;
 
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
@@ -36,16 +36,7 @@ impl Terminator {
         let port = free_port();
         let dir = folder(&format!("tls-{port}"));
         write_nginx_conf(&dir, port, cert, key, body);
-        let child = Command::new(nginx_binary())
-            .arg("-p")
-            .arg(&dir)
-            .arg("-c")
-            .arg(dir.join("nginx.conf"))
-            .args(["-g", "daemon off;"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("nginx starts");
+        let child = spawn_nginx(&dir);
         // The guard first: a failed wait below stops nginx as it unwinds.
         let terminator = Terminator {
             child,

@@ -153,16 +153,7 @@ impl Nginx {
              }}\n"
         );
         std::fs::write(dir.join("nginx.conf"), conf).unwrap();
-        let child = Command::new(nginx_binary())
-            .arg("-p")
-            .arg(&dir)
-            .arg("-c")
-            .arg(dir.join("nginx.conf"))
-            .args(["-g", "daemon off;"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("nginx starts");
+        let child = spawn_nginx(&dir);
         let addr = format!("127.0.0.1:{port}");
         let deadline = Instant::now() + Duration::from_secs(10);
         while TcpStream::connect(&addr).is_err() {
@@ -192,6 +183,20 @@ impl Drop for Nginx {
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// nginx in the foreground with `dir/nginx.conf`, `dir` its prefix.
+pub fn spawn_nginx(dir: &std::path::Path) -> Child {
+    Command::new(nginx_binary())
+        .arg("-p")
+        .arg(dir)
+        .arg("-c")
+        .arg(dir.join("nginx.conf"))
+        .args(["-g", "daemon off;"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("nginx starts")
 }
 
 /// Debian puts nginx in /usr/sbin, which a user's PATH may lack.
