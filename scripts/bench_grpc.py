@@ -30,7 +30,7 @@ memory store, and a third table gives Redis against memory: throughput ratio (me
 slices'), p50 added (median of the slices' differences), and around every measured Redis slice
 the commands Redis served (INFO commandstats) and its CPU time, per batch. Before the matrix
 the store's round-trip time is measured (redis-benchmark, one connection, PING); after it, the
-throughput of the store's own LOAD and SAVE scripts (read from src/store.rs) under
+throughput of the store's own LOAD and SAVE scripts (read from src/store/scripts.rs) under
 redis-benchmark, the ceiling of one Redis shard.
 
 Needs grpcio, grpcio-tools and protobuf (the test venv). Settings come from the environment:
@@ -709,7 +709,7 @@ def render_store(by, cases, redis):
         lines += [
             "",
             f"One Redis shard's ceiling on this machine: redis-benchmark running the store's "
-            f"own scripts (src/store.rs) on one session's keys, {shard['requests']} each, "
+            f"own scripts (src/store/scripts.rs) on one session's keys, {shard['requests']} each, "
             f"window full (100 slots), a 1-call batch's save (one slot, one memory entry):",
             "",
             "| redis-benchmark | LOAD scripts/s | SAVE scripts/s | batches/s (one LOAD + one SAVE) "
@@ -726,7 +726,22 @@ def render_store(by, cases, redis):
     return lines
 
 
-SCRIPT = re.compile(r'const (LOAD|SAVE): &str = r"(.*?)";', re.S)
+SCRIPT = re.compile(r"const (LOAD|SAVE): &str = concat!\((.*?)\n\);", re.S)
+RAW = re.compile(r'r"(.*?)"', re.S)
+MACRO = re.compile(r"macro_rules! (\w+) \{\s*\(\) => \{\s*(r\".*?\")\s*\};", re.S)
+
+
+def store_scripts():
+    """LOAD and SAVE as Redis runs them: src/store/scripts.rs's `concat!` of raw strings and
+    text macros, expanded."""
+    text = (ROOT / "src" / "store" / "scripts.rs").read_text()
+    macros = {name: RAW.search(body).group(1) for name, body in MACRO.findall(text)}
+    scripts = {}
+    for name, parts in SCRIPT.findall(text):
+        for macro, body in macros.items():
+            parts = parts.replace(f"{macro}!()", f'r"{body}"')
+        scripts[name] = "".join(RAW.findall(parts))
+    return scripts
 
 
 def store_rtt(redis):
@@ -738,17 +753,24 @@ def store_rtt(redis):
 
 def store_ceiling(redis, requests=100000):
     """The store's own LOAD and SAVE scripts under redis-benchmark, on one session's keys."""
-    scripts = dict(SCRIPT.findall((ROOT / "src" / "store.rs").read_text()))
+    scripts = store_scripts()
     if set(scripts) != {"LOAD", "SAVE"}:
-        print("src/store.rs: LOAD and SAVE scripts not found; no shard ceiling", file=sys.stderr)
+        print("src/store/scripts.rs: LOAD and SAVE scripts not found; no shard ceiling",
+              file=sys.stderr)
         return None
     sha = {name: redis.cli("SCRIPT", "LOAD", text) for name, text in scripts.items()}
+    # The keys and arguments `store/session.rs` sends (KEYS and ARGV as scripts.rs lists them).
     keys = [f"toolgate:{{bench:redis-benchmark}}:{part}"
-            for part in ("meta", "loop", "memory", "files", "dirs")]
-    ttl, now = "1800000", str(int(time.time() * 1000))
-    load = ["EVALSHA", sha["LOAD"], "5", *keys, ttl, now, "bench", "redis-benchmark"]
+            for part in ("meta", "window", "memory", "files", "dirs", "answers")]
+    ttl, data_ttl, now = "1800000", "3600000", str(int(time.time() * 1000))
+    generation = "redis-benchmark-0"
+    load = ["EVALSHA", sha["LOAD"], "6", *keys, ttl, now, "bench", "redis-benchmark",
+            generation, data_ttl]
     entry = 'tool=echo; input={"text":"hello from h2load"}; result={"text":"hello from h2load"}'
-    save = ["EVALSHA", sha["SAVE"], "5", *keys, ttl, "100", "100", "1", "p" + "s" * 25, entry]
+    # A 1-call batch's save: one pushed 25-byte slot and one memory entry.
+    save = ["EVALSHA", sha["SAVE"], "6", *keys, generation, ttl, now, data_ttl, "100", "100",
+            "25", "1", "p" + "s" * 25, entry]
+    redis.cli("DEL", *keys)
     redis.cli(*load)
     runs = []
     for args in (["-c", "50"], ["-c", "50", "-P", "16"]):
