@@ -950,3 +950,29 @@ async fn a_pinned_issuer_keeps_the_client_secret_from_an_authorization_server_th
     assert_eq!(stack.stats().await["tokens_issued"], 1);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn an_http_tools_failed_reply_that_echoes_the_token_does_not_hand_it_to_the_model() {
+    require_peers!(Nginx);
+    let dir = folder("hosted-echo");
+    let (_ca, ca_file, cert, key) = server_identity(&dir);
+    // A server that quotes the request's headers in its error page.
+    let nginx = Terminator::start(
+        &cert,
+        &key,
+        "location /tool { return 400 'you sent $http_authorization'; }",
+    );
+    let token_file = write(&dir, "token", "tok-echoed-back\n");
+    let config = format!(
+        "[[remotes]]\nname = \"echoes\"\nkind = \"http\"\nurl = \"https://localhost:{}/tool\"\nprefix = \"echoes.\"\n\
+         [remotes.tls]\nca_file = \"{ca_file}\"\n\
+         [remotes.auth]\nbearer_file = \"{token_file}\"\n\
+         [remotes.definition]\nname = \"whoami\"\n",
+        nginx.port
+    );
+    let ts = start_with(Config::from_toml(&config).unwrap()).await;
+    let result = call(&ts, "echoes.whoami", json!({})).await;
+    assert_eq!(class(&result), ErrorClass::InvalidArguments, "{result:?}");
+    assert_eq!(result.content, "HTTP 400: you sent Bearer [redacted]");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -249,11 +249,13 @@ impl Endpoint {
             .await
             .map_err(|e| self.unreachable(&e, "reading the reply"))?;
         if !status.is_success() {
-            let mut preview = toolgate_core::json::truncate_chars(&text, BODY_PREVIEW).to_owned();
-            // A server that echoes the request's headers does not hand the token to the model.
-            if let Some(token) = sent.as_ref().filter(|t| !t.expose().is_empty()) {
-                preview = preview.replace(token.expose(), "[redacted]");
-            }
+            // A server that echoes the request's headers does not hand the token to the model,
+            // nor a part of it the preview's cut would leave.
+            let text = match sent.as_ref().filter(|t| !t.expose().is_empty()) {
+                Some(token) => text.replace(token.expose(), "[redacted]"),
+                None => text,
+            };
+            let preview = toolgate_core::json::truncate_chars(&text, BODY_PREVIEW);
             return Err(status_error(
                 status,
                 format!("HTTP {}: {preview}", status.as_u16()),

@@ -430,13 +430,7 @@ impl RemoteSpec {
 /// without user, password, query or fragment (they may hold a credential).
 fn plaintext_off_loopback(url: &str) -> Option<String> {
     let mut parsed = url::Url::parse(url).ok()?;
-    let loopback = match parsed.host() {
-        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
-        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
-        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
-        None => true,
-    };
-    if parsed.scheme() != "http" || loopback {
+    if parsed.scheme() != "http" || on_loopback(&parsed) {
         return None;
     }
     let private = parsed.password().is_some()
@@ -451,6 +445,16 @@ fn plaintext_off_loopback(url: &str) -> Option<String> {
     parsed.set_query(None);
     parsed.set_fragment(None);
     Some(parsed.to_string())
+}
+
+/// The URL's host is `localhost` or a loopback address (an `http://` URL always has a host).
+pub(crate) fn on_loopback(url: &url::Url) -> bool {
+    match url.host() {
+        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
+    }
 }
 
 /// A header name that carries a credential: `Authorization`, a cookie, an API key, a token.

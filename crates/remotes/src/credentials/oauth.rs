@@ -242,9 +242,7 @@ impl OAuth {
             .exchange_client_credentials(&config)
             .await
             .map_err(token_error)?;
-        use oauth2::TokenResponse as _;
-        let value = Secret(response.access_token().secret().as_str().into());
-        Ok((value, response.expires_in()))
+        Ok(issued(&response))
     }
 
     /// The token request with a signed client assertion (`private_key_jwt`): the oauth2
@@ -289,9 +287,7 @@ impl OAuth {
             async move { http.send(r, None).await }
         };
         let response = request.request_async(&send).await.map_err(exchange_error)?;
-        use oauth2::TokenResponse as _;
-        let value = Secret(response.access_token().secret().as_str().into());
-        Ok((value, response.expires_in()))
+        Ok(issued(&response))
     }
 
     /// The authorization server: the configured token endpoint, or the one the remote's
@@ -356,18 +352,18 @@ impl OAuth {
     }
 }
 
+/// The token a token response carries, and its lifetime if the server gave one.
+fn issued(response: &impl oauth2::TokenResponse) -> (Secret, Option<Duration>) {
+    let value = Secret(response.access_token().secret().as_str().into());
+    (value, response.expires_in())
+}
+
 /// An `https://` URL, or an `http://` one on loopback.
 fn secure_endpoint(url: &str) -> bool {
     let Ok(url) = url::Url::parse(url) else {
         return false;
     };
-    let loopback = match url.host() {
-        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
-        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
-        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
-        None => false,
-    };
-    url.scheme() == "https" || (url.scheme() == "http" && loopback)
+    url.scheme() == "https" || (url.scheme() == "http" && crate::spec::on_loopback(&url))
 }
 
 /// rmcp reports a failed exchange as text: oauth2's "Server returned error response: <code>"
