@@ -139,9 +139,11 @@ impl RedisStore {
             .map_err(StoreConfigError)?;
             // One quick retry, then fail: the operation's own timeout bounds the wait anyway,
             // and a batch should hear that the store is down rather than wait out a backoff.
+            // No response timeout of redis-rs's own: `within` bounds every operation already,
+            // and a second timer per round trip is measurable (BENCHMARKS.md §23).
             let config = ConnectionManagerConfig::new()
                 .set_connection_timeout(Some(settings.timeout))
-                .set_response_timeout(Some(settings.timeout))
+                .set_response_timeout(None)
                 .set_number_of_retries(1)
                 .set_max_delay(Duration::from_millis(200));
             let manager = ConnectionManager::new_lazy_with_config(client, config)

@@ -18,12 +18,14 @@ end
     };
 }
 
-/// Opens the session, refreshes its expiry and returns whether it was made now, its generation
-/// (random, drawn when it was made: a batch's later writes name it, so none lands in a session
-/// ended, evicted or expired meanwhile, or in another made under the same id since) and its loop
-/// window: a string of slots, oldest first, of which the newest `loop_window` are the window
-/// (the save trims it lazily). A session is alive while its meta is; one made now drops whatever
-/// data keys an expired one of the same id left behind. `store/session.rs` `load`.
+/// Opens the session, refreshes its expiry and returns whether it was made now and its
+/// generation (random, drawn when it was made: a batch's later writes name it, so none lands in
+/// a session ended, evicted or expired meanwhile, or in another made under the same id since).
+/// A session is alive while its meta is; one made now drops whatever data keys an expired one of
+/// the same id left behind. `store/session.rs` `load` pipelines a `GETRANGE` of the window after
+/// it, in the same round trip: read inside Lua, the window (a few KiB) cost Redis more than the
+/// rest of the script (measured in BENCHMARKS.md §23), and a read after the script sees this
+/// session or a newer state of it, never an older one.
 /// KEYS: meta, window, memory, files, dirs, answers. ARGV: idle TTL (ms), now (ms since the
 /// epoch), tenant, id, a fresh generation, the data keys' TTL (ms).
 pub(super) const LOAD: &str = concat!(
@@ -34,7 +36,7 @@ local generation, data_until = meta[1], tonumber(meta[2] or '0')
 ",
     keep_data!(),
     r"
-local created, window = 0, ''
+local created = 0
 if not generation then
   created, generation = 1, ARGV[5]
   redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
@@ -43,16 +45,17 @@ if not generation then
 else
   redis.call('HSET', KEYS[1], 'used_ms', ARGV[2])
   keep_data()
-  window = redis.call('GET', KEYS[2]) or ''
 end
 redis.call('PEXPIRE', KEYS[1], ttl)
-return {created, generation, window}
+return {created, generation}
 "
 );
 
 /// Replays a batch's window changes in order ('p' + slot: append; 'c' + call: remove that
-/// call's slots), appends the memory entries and keeps the newest, refreshes the expiry; 1. A
-/// session that is not the generation the batch loaded keeps nothing: 0.
+/// call's slots), appends the memory entries, refreshes the expiry; 1. A session that is not
+/// the generation the batch loaded keeps nothing: 0. The memory list is cut to its newest
+/// entries once it holds an eighth more (`MEMORY` reads only the newest), so most saves skip
+/// the `LTRIM`.
 /// The window is one string of fixed-size slots, appended to (one APPEND for a run of pushes, no
 /// read) and cut to its newest `window` slots once it holds twice that: what a batch loads ends
 /// with the same window as trimming at every push would leave. A clear trims first, so it never
@@ -110,7 +113,9 @@ if #ARGV >= 9 + n then
   end
   if len == #ARGV - 8 - n then redis.call('PEXPIRE', KEYS[3], data_ttl) end
   local entries = tonumber(ARGV[6])
-  if len > entries then redis.call('LTRIM', KEYS[3], -entries, -1) end
+  if len > entries + math.max(1, math.floor(entries / 8)) then
+    redis.call('LTRIM', KEYS[3], -entries, -1)
+  end
 end
 keep_data()
 redis.call('PEXPIRE', KEYS[1], ttl)
@@ -118,10 +123,11 @@ return 1
 "
 );
 
-/// The memory entries of a live session, or nil. KEYS: meta, memory.
+/// The newest memory entries of a live session, or nil. KEYS: meta, memory. ARGV: memory
+/// entries kept.
 pub(super) const MEMORY: &str = r"
 if redis.call('EXISTS', KEYS[1]) == 0 then return false end
-return redis.call('LRANGE', KEYS[2], 0, -1)
+return redis.call('LRANGE', KEYS[2], -tonumber(ARGV[1]), -1)
 ";
 
 /// Writes a scratch file within the session's quota (content bytes plus one entry's bytes per

@@ -43,21 +43,27 @@ impl SessionStore for RedisStore {
             let now = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, millis);
+            let keys = keys(tenant, id);
             let mut call = self.load.prepare_invoke();
-            call.key(&keys(tenant, id)[..])
+            call.key(&keys[..])
                 .arg(millis(self.settings.idle_ttl))
                 .arg(now)
                 .arg(tenant)
                 .arg(id)
                 .arg(fresh_generation()?)
                 .arg(self.data_ttl());
-            let (created, generation, mut window): (i64, String, Vec<u8>) =
-                self.within(async |c| call.invoke_async(c).await).await?;
-            // The store keeps up to twice the window (it trims lazily): only the newest count.
+            // The store keeps up to twice the window (the save trims lazily): only the newest
+            // slots count, and only they are read, after the script, in the same round trip.
             let keep = self.settings.loop_window.max(1) * SLOT_BYTES;
-            if window.len() > keep {
-                window.drain(..window.len() - keep);
-            }
+            let mut load = redis::pipe();
+            load.invoke_script(&call).getrange(
+                &keys[1],
+                -isize::try_from(keep).unwrap_or(isize::MAX),
+                -1,
+            );
+            let ((created, generation), window): ((i64, String), Vec<u8>) = self
+                .within(async |c| loading(&load, &call, c).await)
+                .await?;
             // Only a session made now counts toward its tenant's cap: one more round trip once
             // per session, none per batch.
             if created == 1
@@ -120,7 +126,9 @@ impl SessionStore for RedisStore {
         Box::pin(async move {
             let [meta, _, memory, _, _, _] = keys(tenant, id);
             let mut call = self.memory.prepare_invoke();
-            call.key(meta).key(memory);
+            call.key(meta)
+                .key(memory)
+                .arg(self.settings.memory_entries.max(1));
             self.within(async |c| call.invoke_async(c).await).await
         })
     }
@@ -141,6 +149,25 @@ impl SessionStore for RedisStore {
 
     fn probe(&self) -> BoxFuture<'_, ()> {
         Box::pin(self.ping())
+    }
+}
+
+/// Runs `pipe`, whose one script call is `script`; when Redis does not know the script (it
+/// restarted, failed over or flushed its scripts), loads it and runs the pipeline again, as
+/// `ScriptInvocation::invoke_async` does for a script called alone.
+async fn loading<T: redis::FromRedisValue>(
+    pipe: &redis::Pipeline,
+    script: &redis::ScriptInvocation<'_>,
+    c: &mut super::Connection,
+) -> redis::RedisResult<T> {
+    match pipe.query_async(c).await {
+        Err(error)
+            if error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+        {
+            script.load_async(c).await?;
+            pipe.query_async(c).await
+        }
+        answer => answer,
     }
 }
 

@@ -1519,3 +1519,61 @@ async fn the_stored_window_is_trimmed_lazily_yet_only_the_newest_operations_coun
     run(0, "g").await;
     assert_eq!(window_slots(redis.port, "lazy"), 5);
 }
+
+#[tokio::test]
+async fn the_stored_memory_is_trimmed_lazily_yet_only_the_newest_entries_are_read() {
+    require_peers!(Redis);
+    let redis = Redis::start();
+    let mut servers = Vec::new();
+    for _ in 0..2 {
+        let config = Config::from_toml(&format!(
+            "[sessions]\nstore = \"{}\"\n[memory]\nmax_entries = 16\n[loop_detection]\nstop_after = 0\n",
+            redis.url()
+        ))
+        .unwrap();
+        servers.push(start_with(config).await);
+    }
+    let llen = || {
+        redis_cli(redis.port, &["LLEN", "toolgate:{default:trim}:memory"])
+            .trim()
+            .parse::<usize>()
+            .unwrap()
+    };
+    let mut lengths = Vec::new();
+    for i in 0..40 {
+        let req = in_session(
+            "trim",
+            json!([{"id": "c", "name": "echo", "arguments": {"i": i}}]),
+        );
+        let result = (servers[i % 2].client.clone())
+            .dispatch(req)
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(result.all_succeeded);
+        lengths.push(llen());
+        // Whatever the store holds, a read gives the newest 16, oldest first, on either replica.
+        let memory = memory_of(&mut servers[(i + 1) % 2].client.clone(), "trim")
+            .await
+            .unwrap();
+        let newest: Vec<String> = (i.saturating_sub(15)..=i)
+            .map(|n| format!("{{\"i\":{n}}}"))
+            .collect();
+        let inputs: Vec<String> = memory
+            .iter()
+            .map(|m| {
+                m.split("; input=")
+                    .nth(1)
+                    .unwrap()
+                    .split("; result=")
+                    .next()
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect();
+        assert_eq!(inputs, newest, "after batch {i}");
+    }
+    // The list grows to an eighth over the bound (18 = 16 + 2), then is cut back to 16.
+    assert_eq!(lengths.iter().max(), Some(&18), "{lengths:?}");
+    assert_eq!(lengths[18], 16, "{lengths:?}");
+}
