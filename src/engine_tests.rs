@@ -34,12 +34,18 @@ mod sessions;
 #[derive(Default)]
 struct Recorder {
     events: Mutex<Vec<Event>>,
+    /// How many events had arrived when the batch said it was finishing.
+    finishing_after: Mutex<Option<usize>>,
 }
 
 impl Observer for Recorder {
     fn on_event(&self, event: Event) -> BoxFuture<'_, ()> {
         self.events.lock().unwrap().push(event);
         Box::pin(async {})
+    }
+
+    fn finishing(&self) {
+        *self.finishing_after.lock().unwrap() = Some(self.events.lock().unwrap().len());
     }
 }
 

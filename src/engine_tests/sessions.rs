@@ -36,3 +36,120 @@ async fn a_dropped_batch_still_removes_its_ephemeral_scratch_directory() {
     );
     let _ = std::fs::remove_dir_all(&h.base);
 }
+
+/// A shared store whose saves wait for `release`; counts the saves that finished.
+#[derive(Default)]
+struct GatedStore {
+    release: tokio::sync::Notify,
+    saved: AtomicU32,
+}
+
+impl toolgate_core::tools::ScratchStore for GatedStore {
+    fn write<'a>(
+        &'a self,
+        _owner: &'a toolgate_core::tools::SharedScratch,
+        _path: &'a str,
+        _content: &'a str,
+    ) -> BoxFuture<'a, Result<(), toolgate_core::tools::FileError>> {
+        Box::pin(async { Err(toolgate_core::tools::FileError::NotFound) })
+    }
+
+    fn read<'a>(
+        &'a self,
+        _owner: &'a toolgate_core::tools::SharedScratch,
+        _path: &'a str,
+    ) -> BoxFuture<'a, Result<String, toolgate_core::tools::FileError>> {
+        Box::pin(async { Err(toolgate_core::tools::FileError::NotFound) })
+    }
+
+    fn list<'a>(
+        &'a self,
+        _owner: &'a toolgate_core::tools::SharedScratch,
+        _dir: &'a str,
+        _max: usize,
+    ) -> BoxFuture<'a, Result<Vec<toolgate_core::tools::Entry>, toolgate_core::tools::FileError>>
+    {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+}
+
+impl toolgate_core::session::SessionStore for GatedStore {
+    fn load<'a>(
+        &'a self,
+        _tenant: &'a str,
+        _id: &'a str,
+    ) -> BoxFuture<'a, Result<toolgate_core::session::Loaded, toolgate_core::session::StoreError>>
+    {
+        Box::pin(async {
+            Ok(toolgate_core::session::Loaded {
+                window: Vec::new(),
+                generation: "g".into(),
+            })
+        })
+    }
+
+    fn save<'a>(
+        &'a self,
+        _tenant: &'a str,
+        _id: &'a str,
+        _changes: toolgate_core::session::Changes,
+    ) -> BoxFuture<'a, Result<bool, toolgate_core::session::StoreError>> {
+        Box::pin(async {
+            self.release.notified().await;
+            self.saved.fetch_add(1, Ordering::SeqCst);
+            Ok(true)
+        })
+    }
+
+    fn memory<'a>(
+        &'a self,
+        _tenant: &'a str,
+        _id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Vec<String>>, toolgate_core::session::StoreError>> {
+        Box::pin(async { Ok(None) })
+    }
+
+    fn end<'a>(
+        &'a self,
+        _tenant: &'a str,
+        _id: &'a str,
+    ) -> BoxFuture<'a, Result<bool, toolgate_core::session::StoreError>> {
+        Box::pin(async { Ok(false) })
+    }
+
+    fn reachable(&self) -> bool {
+        true
+    }
+
+    fn probe(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_dropped_while_its_session_saves_still_saves_and_no_event_follows_finishing() {
+    let h = harness("gated", "", vec![], None);
+    let store = Arc::new(GatedStore::default());
+    let dispatcher = h.dispatcher.with_store(store.clone());
+    let recorder = Recorder::default();
+    let cancel = Cancel::new();
+    let run = dispatcher.run(
+        named_batch(
+            "s",
+            json!([{"id": "a", "name": "echo", "arguments": {"k": "v"}}]),
+        ),
+        &recorder,
+        &cancel,
+    );
+    // The call finishes and the save starts; the batch's future is dropped while it waits.
+    let outcome = tokio::time::timeout(Duration::from_millis(100), run).await;
+    assert!(outcome.is_err(), "the save is held");
+    let events = recorder.events.lock().unwrap().len();
+    assert!(events > 0);
+    assert_eq!(*recorder.finishing_after.lock().unwrap(), Some(events));
+    assert_eq!(store.saved.load(Ordering::SeqCst), 0);
+    // The save goes on in the background and lands once the store answers.
+    store.release.notify_one();
+    dispatcher.finish_saves(Duration::from_secs(1)).await;
+    assert_eq!(store.saved.load(Ordering::SeqCst), 1);
+}

@@ -41,6 +41,9 @@ pub(super) type Run = Pin<Box<dyn Future<Output = Item> + Send>>;
 pub(super) struct Events {
     queue: Mutex<Queue>,
     capacity: usize,
+    /// The batch's calls are done (`Observer::finishing`): what is queued waits for the result,
+    /// so the events and the result leave in one write rather than two.
+    held: AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -56,7 +59,13 @@ impl Events {
         Arc::new(Events {
             queue: Mutex::new(Queue::default()),
             capacity: capacity.max(1),
+            held: AtomicBool::new(false),
         })
+    }
+
+    /// Keeps what is queued for the batch's result (see `held`).
+    pub(super) fn hold(&self) {
+        self.held.store(true, Ordering::Relaxed);
     }
 
     /// Queues `item`, waiting while the queue is full.
@@ -119,6 +128,8 @@ impl Events {
 /// also runs the batch. Dropping the stream (the client left) drops the batch, whose drop guard
 /// cancels it, so tools see their tokens fire.
 pub(super) struct BatchStream {
+    /// An item taken before the response was handed to the transport (`first_item`).
+    first: Option<Option<Item>>,
     shared: Arc<Shared>,
     /// Wakes the transport's task through `shared.signal`, noting that a poll is owed.
     waker: Waker,
@@ -205,6 +216,7 @@ impl BatchStream {
         });
         let slot = watch.streams.lock().insert(Arc::downgrade(&shared));
         BatchStream {
+            first: None,
             shared,
             waker: Waker::from(signal),
             events,
@@ -213,9 +225,23 @@ impl BatchStream {
         }
     }
 
+    /// Runs the batch until the stream has an item to yield (an event, or the result), and
+    /// keeps it for the first `poll_next`: the handler awaits this so that the response's
+    /// headers and first item leave together (with a named session on a shared store, the
+    /// load comes first, and the headers otherwise took a write of their own).
+    pub(super) async fn first_item(&mut self) {
+        if self.first.is_some() {
+            return;
+        }
+        let item = std::future::poll_fn(|cx| Pin::new(&mut *self).poll_next(cx)).await;
+        self.first = Some(item);
+    }
+
     fn next_item(&mut self) -> Poll<Option<Item>> {
-        // Events already queued go first, in order.
-        if let Some(event) = self.events.pop() {
+        // Events already queued go first, in order (unless held for the result, below).
+        if !self.events.held.load(Ordering::Relaxed)
+            && let Some(event) = self.events.pop()
+        {
             return Poll::Ready(Some(event));
         }
         // Nothing queued: let the batch work until it waits (for a tool, or for room in the
@@ -232,6 +258,9 @@ impl BatchStream {
             }
             run.is_some()
         };
+        if running && self.events.held.load(Ordering::Relaxed) {
+            return Poll::Pending;
+        }
         if let Some(event) = self.events.pop() {
             return Poll::Ready(Some(event));
         }
@@ -261,6 +290,9 @@ impl Stream for BatchStream {
     type Item = Item;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Item>> {
+        if let Some(first) = self.first.take() {
+            return Poll::Ready(first);
+        }
         let signal = &self.shared.signal;
         signal.task.register(cx.waker());
         signal.owed_since.store(0, Ordering::Relaxed);

@@ -210,6 +210,10 @@ impl Observer for StreamObserver {
             .try_push(event, |event| Ok(convert::event(event)))
             .err()
     }
+
+    fn finishing(&self) {
+        self.events.hold();
+    }
 }
 
 #[tonic::async_trait]
@@ -252,11 +256,11 @@ impl ToolGate for ToolGateService {
             })
         };
         let run = self.state.tracker.track_future(run.with_context(context));
-        Ok(Response::new(BatchStream::new(
-            Box::pin(run),
-            events,
-            &self.state.stalls,
-        )))
+        let mut stream = BatchStream::new(Box::pin(run), events, &self.state.stalls);
+        // The response's headers leave with its first item, not in a write of their own while
+        // a named session loads.
+        stream.first_item().await;
+        Ok(Response::new(stream))
     }
 
     async fn dispatch(

@@ -13,7 +13,9 @@ mod result;
 mod spans;
 
 use std::collections::BTreeMap;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt as _, StreamExt};
@@ -239,9 +241,9 @@ impl Dispatcher {
             .run_in(&session, batch, observer, cancel, started)
             .await;
         // Saved before the batch is answered, so the agent's next batch sees it on any server.
-        // As its own task: a client leaving meanwhile does not cut the save short.
         if let Some(saving) = self.saving(&session, tenant) {
-            let _ = tokio::spawn(saving).await;
+            observer.finishing();
+            Finishing::new(saving, &self.saves).await;
         }
         Ok(report)
     }
@@ -628,6 +630,49 @@ impl Drop for Release<'_> {
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
             self.dispatcher.saves.spawn_on(saving, &runtime);
+        }
+    }
+}
+
+/// A save awaited in place, which finishes in the background (tracked by `saves`) if the
+/// batch's future is dropped first: a client leaving meanwhile does not cut it short, and the
+/// usual case costs no task of its own (a spawn per batch was a wake-up of another worker).
+struct Finishing<'a> {
+    saving: Option<Pin<Box<dyn Future<Output = ()> + Send + 'static>>>,
+    saves: &'a tokio_util::task::TaskTracker,
+}
+
+impl<'a> Finishing<'a> {
+    fn new(
+        saving: impl Future<Output = ()> + Send + 'static,
+        saves: &'a tokio_util::task::TaskTracker,
+    ) -> Self {
+        Finishing {
+            saving: Some(Box::pin(saving)),
+            saves,
+        }
+    }
+}
+
+impl Future for Finishing<'_> {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let Some(saving) = self.saving.as_mut() else {
+            return Poll::Ready(());
+        };
+        std::task::ready!(saving.as_mut().poll(cx));
+        self.saving = None;
+        Poll::Ready(())
+    }
+}
+
+impl Drop for Finishing<'_> {
+    fn drop(&mut self) {
+        if let Some(rest) = self.saving.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            self.saves.spawn_on(rest, &runtime);
         }
     }
 }

@@ -104,6 +104,10 @@ pub trait Observer: Send + Sync {
     fn wants_events(&self) -> bool {
         true
     }
+    /// Every call of the batch is done and no event follows; what is left before the result is
+    /// bookkeeping (saving a shared session: one store round trip, bounded by its timeout). An
+    /// observer that writes events may keep the ones it has not written for the result's write.
+    fn finishing(&self) {}
 }
 
 /// Hands `event` to `observer`, waiting only when it cannot take it at once.
