@@ -118,7 +118,13 @@ class Redis(Server):
                 continue
             fields = dict(f.split("=", 1) for f in stats.split(","))
             commands[name[len("cmdstat_"):]] = (int(fields["calls"]), int(fields["usec"]))
-        return {"commands": commands, "cpu_s": self.cpu_seconds()}
+        # Socket reads Redis served: one per round trip of a lone client (a pipeline's commands
+        # arrive in one read); fewer under load, when several clients' writes share a read.
+        reads = 0
+        for line in self.cli("INFO", "stats").splitlines():
+            if line.startswith("total_reads_processed:"):
+                reads = int(line.split(":", 1)[1])
+        return {"commands": commands, "cpu_s": self.cpu_seconds(), "reads": reads}
 
     def benchmark(self, *args):
         """redis-benchmark's CSV rows as {test: {column: value}}."""
@@ -145,6 +151,8 @@ def store_used(before, after):
     return {"scripts": sum(c for c, _ in scripts), "script_usec": sum(u for _, u in scripts),
             "others": sum(c for n, (c, _) in delta.items() if n not in SCRIPT_CALLS),
             "cpu_s": after["cpu_s"] - before["cpu_s"],
+            # The two INFO calls (commandstats, stats) of the snapshot after are reads too.
+            "reads": after.get("reads", 0) - before.get("reads", 0) - 2,
             "by_command": {n: c for n, (c, _) in delta.items()}}
 
 
@@ -524,7 +532,7 @@ def merged_store(stores):
         for name, calls in s["by_command"].items():
             by_command[name] = by_command.get(name, 0) + calls
     return {key: sum(s[key] for s in stores) for key in ("scripts", "script_usec", "others",
-                                                         "cpu_s")} | {"by_command": by_command}
+                                                         "cpu_s", "reads")} | {"by_command": by_command}
 
 
 def run_paired(case, echo, concurrency, checker, workdir, seconds, warmup, pairs):
@@ -667,16 +675,19 @@ def render_store(by, cases, redis):
         f"slices interleaved with the memory store's: the ratio is the median of the slices' "
         f"ratios, \"p50 added\" the median of the slices' differences. Commands and Redis CPU "
         f"are counted around every measured Redis slice (INFO commandstats, /proc), per batch; "
-        f"µs per script is Redis's own time in EVALSHA (commandstats usec). Round trip: "
+        f"µs per script is Redis's own time in EVALSHA (commandstats usec); other commands "
+        f"are those the scripts ran and the window read pipelined with the load; reads are the "
+        f"socket reads Redis served (INFO stats total_reads_processed), at concurrency 1 the "
+        f"round trips per batch. Round trip: "
         f"redis-benchmark, one connection, PING, p50 {rtt['p50_us']:.0f} µs (mean "
         f"{rtt['mean_us']:.0f} µs).",
         "",
         "| Case | Conc. | memory batches/s | Redis batches/s | Redis ÷ memory | memory p50 "
         "| Redis p50 | p50 added | added ÷ RTT | Redis p99 | EVALSHA / batch "
-        "| run by scripts / batch | µs per script | Redis CPU / batch "
+        "| other commands / batch | Redis reads / batch | µs per script | Redis CPU / batch "
         "| toolgate CPU / batch, memory → Redis |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-        "| ---: | ---: | ---: |",
+        "| ---: | ---: | ---: | ---: |",
     ]
     for case in cases:
         for (key, conc), r in sorted(by.items(), key=lambda kv: kv[0][1]):
@@ -689,7 +700,8 @@ def render_store(by, cases, redis):
                 f"| {r['ratio']:.2f} | {fmt_us(m['p50_us'])} | {fmt_us(r['p50_us'])} "
                 f"| {r['p50_added_us']:+.0f} µs | {r['p50_added_us'] / rtt['p50_us']:.1f} "
                 f"| {fmt_us(r['p99_us'])} | {store['scripts'] / batches:.2f} "
-                f"| {store['others'] / batches:.1f} | {per_script:.1f} µs "
+                f"| {store['others'] / batches:.1f} | {store['reads'] / batches:.2f} "
+                f"| {per_script:.1f} µs "
                 f"| {store['cpu_s'] * 1e6 / batches:.1f} µs "
                 f"| {m['server_cpu_s'] * 1e6 / m['requests']:.0f} → "
                 f"{r['server_cpu_s'] * 1e6 / batches:.0f} µs |")
@@ -710,17 +722,21 @@ def render_store(by, cases, redis):
             "",
             f"One Redis shard's ceiling on this machine: redis-benchmark running the store's "
             f"own scripts (src/store/scripts.rs) on one session's keys, {shard['requests']} each, "
-            f"window full (100 slots), a 1-call batch's save (one slot, one memory entry):",
+            f"window full (100 slots), a 1-call batch's save (one slot, one memory entry), and "
+            f"the window read (GETRANGE) that rides in LOAD's round trip:",
             "",
-            "| redis-benchmark | LOAD scripts/s | SAVE scripts/s | batches/s (one LOAD + one SAVE) "
-            "| p50 LOAD | p50 SAVE |",
-            "| --- | ---: | ---: | ---: | ---: | ---: |",
+            "| redis-benchmark | LOAD scripts/s | GETRANGE/s | SAVE scripts/s "
+            "| batches/s (LOAD + GETRANGE + SAVE) | p50 LOAD | p50 SAVE |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
         ]
         for run in shard["runs"]:
             load, save = run["load"], run["save"]
-            batches = 1 / (1 / load["rps"] + 1 / save["rps"])
+            window = run.get("window")
+            batches = 1 / (1 / load["rps"] + 1 / save["rps"]
+                           + (1 / window["rps"] if window else 0))
             lines.append(
-                f"| `{run['args']}` | {fmt_rate(load['rps'])} | {fmt_rate(save['rps'])} "
+                f"| `{run['args']}` | {fmt_rate(load['rps'])} "
+                f"| {fmt_rate(window['rps']) if window else '—'} | {fmt_rate(save['rps'])} "
                 f"| {fmt_rate(batches)} | {fmt_us(load['p50_latency_ms'] * 1000)} "
                 f"| {fmt_us(save['p50_latency_ms'] * 1000)} |")
     return lines
@@ -776,7 +792,9 @@ def store_ceiling(redis, requests=100000):
     for args in (["-c", "50"], ["-c", "50", "-P", "16"]):
         # SAVE first: it fills the window, so every LOAD reads a full one.
         got = {}
-        for name, command in (("save", save), ("load", load)):
+        # The window read that rides in LOAD's pipeline (store/session.rs): the newest 100 slots.
+        window = ["GETRANGE", keys[1], str(-100 * 25), "-1"]
+        for name, command in (("save", save), ("load", load), ("window", window)):
             got[name] = next(iter(redis.benchmark(*args, "-n", str(requests), *command).values()))
         runs.append({"args": "redis-benchmark " + " ".join(args), **got})
     redis.cli("DEL", *keys)
