@@ -44,9 +44,8 @@ impl SessionStore for RedisStore {
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, millis);
             let keys = keys(tenant, id);
-            let mut call = self.load.prepare_invoke();
-            call.key(&keys[..])
-                .arg(millis(self.settings.idle_ttl))
+            let mut call = evalsha(&self.load, &keys);
+            call.arg(millis(self.settings.idle_ttl))
                 .arg(now)
                 .arg(tenant)
                 .arg(id)
@@ -56,13 +55,13 @@ impl SessionStore for RedisStore {
             // slots count, and only they are read, after the script, in the same round trip.
             let keep = self.settings.loop_window.max(1) * SLOT_BYTES;
             let mut load = redis::pipe();
-            load.invoke_script(&call).getrange(
+            load.add_command(call).getrange(
                 &keys[1],
                 -isize::try_from(keep).unwrap_or(isize::MAX),
                 -1,
             );
             let ((created, generation), window): ((i64, String), Vec<u8>) = self
-                .within(async |c| loading(&load, &call, c).await)
+                .within(async |c| loading(&self.load, c, Query::Pipeline(&load)).await)
                 .await?;
             // Only a session made now counts toward its tenant's cap: one more round trip once
             // per session, none per batch.
@@ -86,9 +85,8 @@ impl SessionStore for RedisStore {
             let now = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, millis);
-            let mut call = self.save.prepare_invoke();
-            call.key(&keys(tenant, id)[..])
-                .arg(&changes.generation)
+            let mut call = evalsha(&self.save, &keys(tenant, id));
+            call.arg(&changes.generation)
                 .arg(millis(self.settings.idle_ttl))
                 .arg(now)
                 .arg(self.data_ttl())
@@ -113,7 +111,9 @@ impl SessionStore for RedisStore {
             for entry in &changes.memory {
                 call.arg(entry);
             }
-            let saved: i64 = self.within(async |c| call.invoke_async(c).await).await?;
+            let saved: i64 = self
+                .within(async |c| loading(&self.save, c, Query::Command(&call)).await)
+                .await?;
             Ok(saved == 1)
         })
     }
@@ -152,20 +152,48 @@ impl SessionStore for RedisStore {
     }
 }
 
-/// Runs `pipe`, whose one script call is `script`; when Redis does not know the script (it
-/// restarted, failed over or flushed its scripts), loads it and runs the pipeline again, as
-/// `ScriptInvocation::invoke_async` does for a script called alone.
+/// `EVALSHA` of `script` on `keys`, its arguments to follow: built directly, where a
+/// `ScriptInvocation` keeps every key and argument apart and copies them all once more into
+/// the command it sends (a batch's two calls go through here).
+fn evalsha(script: &redis::Script, keys: &[String]) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash()).arg(keys.len()).arg(keys);
+    cmd
+}
+
+/// What `loading` sends: a pipeline or one command.
+#[derive(Clone, Copy)]
+enum Query<'a> {
+    Pipeline(&'a redis::Pipeline),
+    Command(&'a redis::Cmd),
+}
+
+impl Query<'_> {
+    async fn send<T: redis::FromRedisValue>(
+        self,
+        c: &mut super::Connection,
+    ) -> redis::RedisResult<T> {
+        match self {
+            Query::Pipeline(pipe) => pipe.query_async(c).await,
+            Query::Command(cmd) => cmd.query_async(c).await,
+        }
+    }
+}
+
+/// Sends `query`, which calls `script` by its hash; when Redis does not know the script (it
+/// restarted, failed over or flushed its scripts), loads it and sends `query` again, as
+/// `ScriptInvocation::invoke_async` does.
 async fn loading<T: redis::FromRedisValue>(
-    pipe: &redis::Pipeline,
-    script: &redis::ScriptInvocation<'_>,
+    script: &redis::Script,
     c: &mut super::Connection,
+    query: Query<'_>,
 ) -> redis::RedisResult<T> {
-    match pipe.query_async(c).await {
+    match query.send(c).await {
         Err(error)
             if error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
         {
             script.load_async(c).await?;
-            pipe.query_async(c).await
+            query.send(c).await
         }
         answer => answer,
     }

@@ -1577,3 +1577,28 @@ async fn the_stored_memory_is_trimmed_lazily_yet_only_the_newest_entries_are_rea
     assert_eq!(lengths.iter().max(), Some(&18), "{lengths:?}");
     assert_eq!(lengths[18], 16, "{lengths:?}");
 }
+
+#[tokio::test]
+async fn a_store_that_forgot_its_scripts_is_given_them_again_and_nothing_is_lost() {
+    require_peers!(Redis);
+    let redis = Redis::start();
+    let servers = replicas(&redis, 1, "").await;
+    let mut client = servers[0].client.clone();
+    let first = client
+        .dispatch(in_session("flushed", json!([same("a")])))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(first.all_succeeded);
+    // As after a failover to a replica that never saw them: both the load and the save meet
+    // NOSCRIPT, load the script and go on.
+    assert_eq!(redis_cli(redis.port, &["SCRIPT", "FLUSH"]).trim(), "OK");
+    let second = client
+        .dispatch(in_session("flushed", json!([same("b")])))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(second.all_succeeded);
+    assert_eq!(window_slots(redis.port, "flushed"), 2);
+    assert_eq!(memory_of(&mut client, "flushed").await.unwrap().len(), 2);
+}
