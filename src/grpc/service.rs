@@ -30,6 +30,9 @@ use toolgate_remotes::{Contributed, RegistrationPolicy, RemoteSpec, Remotes};
 
 /// Events buffered per stream before the batch waits for the client to read.
 const EVENT_BUFFER: usize = 64;
+/// The longest a `DispatchBatch` response's headers wait for its first item (see
+/// `dispatch_batch`).
+const FIRST_ITEM_WAIT: Duration = Duration::from_millis(50);
 
 /// State shared by every request of one server.
 pub struct ServiceState {
@@ -258,8 +261,11 @@ impl ToolGate for ToolGateService {
         let run = self.state.tracker.track_future(run.with_context(context));
         let mut stream = BatchStream::new(Box::pin(run), events, &self.state.stalls);
         // The response's headers leave with its first item, not in a write of their own while
-        // a named session loads.
-        stream.first_item().await;
+        // a named session loads; but a slow first item does not hold them long, and never to
+        // the client's deadline, which stays the batch's to answer (`expire`), not the
+        // transport's (it answers a handler still running at the deadline with a bare status).
+        let wait = deadline.map_or(FIRST_ITEM_WAIT, |d| (d / 2).min(FIRST_ITEM_WAIT));
+        let _ = tokio::time::timeout(wait, stream.first_item()).await;
         Ok(Response::new(stream))
     }
 
