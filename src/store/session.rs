@@ -61,7 +61,7 @@ impl SessionStore for RedisStore {
                 -1,
             );
             let ((created, generation), window): ((i64, String), Vec<u8>) = self
-                .within(async |c| loading(&self.load, c, Query::Pipeline(&load)).await)
+                .within(async |c| loading(&self.load, c, &load).await)
                 .await?;
             // Only a session made now counts toward its tenant's cap: one more round trip once
             // per session, none per batch.
@@ -111,8 +111,10 @@ impl SessionStore for RedisStore {
             for entry in &changes.memory {
                 call.arg(entry);
             }
-            let saved: i64 = self
-                .within(async |c| loading(&self.save, c, Query::Command(&call)).await)
+            let mut save = redis::pipe();
+            save.add_command(call);
+            let (saved,): (i64,) = self
+                .within(async |c| loading(&self.save, c, &save).await)
                 .await?;
             Ok(saved == 1)
         })
@@ -161,39 +163,20 @@ fn evalsha(script: &redis::Script, keys: &[String]) -> redis::Cmd {
     cmd
 }
 
-/// What `loading` sends: a pipeline or one command.
-#[derive(Clone, Copy)]
-enum Query<'a> {
-    Pipeline(&'a redis::Pipeline),
-    Command(&'a redis::Cmd),
-}
-
-impl Query<'_> {
-    async fn send<T: redis::FromRedisValue>(
-        self,
-        c: &mut super::Connection,
-    ) -> redis::RedisResult<T> {
-        match self {
-            Query::Pipeline(pipe) => pipe.query_async(c).await,
-            Query::Command(cmd) => cmd.query_async(c).await,
-        }
-    }
-}
-
-/// Sends `query`, which calls `script` by its hash; when Redis does not know the script (it
-/// restarted, failed over or flushed its scripts), loads it and sends `query` again, as
-/// `ScriptInvocation::invoke_async` does.
+/// Sends `pipe`, which calls `script` by its hash; when Redis does not know the script (it
+/// restarted, failed over or flushed its scripts), loads it and sends `pipe` again, as
+/// `ScriptInvocation::invoke_async` does for a script called alone.
 async fn loading<T: redis::FromRedisValue>(
     script: &redis::Script,
     c: &mut super::Connection,
-    query: Query<'_>,
+    pipe: &redis::Pipeline,
 ) -> redis::RedisResult<T> {
-    match query.send(c).await {
+    match pipe.query_async(c).await {
         Err(error)
             if error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
         {
             script.load_async(c).await?;
-            query.send(c).await
+            pipe.query_async(c).await
         }
         answer => answer,
     }

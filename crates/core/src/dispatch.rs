@@ -626,11 +626,20 @@ impl Drop for Release<'_> {
         // A batch dropped mid-run (its client left) still saves what it did, in the
         // background, as the memory store keeps it: a loop cannot hide behind cancelled
         // batches.
-        if let Some(saving) = self.dispatcher.saving(self.session, self.tenant)
-            && let Ok(runtime) = tokio::runtime::Handle::try_current()
-        {
-            self.dispatcher.saves.spawn_on(saving, &runtime);
+        if let Some(saving) = self.dispatcher.saving(self.session, self.tenant) {
+            in_background(&self.dispatcher.saves, saving);
         }
+    }
+}
+
+/// Finishes `saving` on a task tracked by `saves` (`finish_saves` waits for it at stop); outside
+/// a runtime there is nothing to run it on, and it is dropped.
+fn in_background(
+    saves: &tokio_util::task::TaskTracker,
+    saving: impl Future<Output = ()> + Send + 'static,
+) {
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        saves.spawn_on(saving, &runtime);
     }
 }
 
@@ -669,10 +678,8 @@ impl Future for Finishing<'_> {
 
 impl Drop for Finishing<'_> {
     fn drop(&mut self) {
-        if let Some(rest) = self.saving.take()
-            && let Ok(runtime) = tokio::runtime::Handle::try_current()
-        {
-            self.saves.spawn_on(rest, &runtime);
+        if let Some(rest) = self.saving.take() {
+            in_background(self.saves, rest);
         }
     }
 }
