@@ -1,16 +1,17 @@
 //! The session store on Redis (or Valkey): each named session's loop window, memory, scratch
-//! files and metadata under one hash tag, read in one round trip when a batch starts (a script
-//! that opens the session, and the window's newest slots read after it in the same pipeline)
-//! and changed in one script call when it ends, so any replica serves any batch of a session;
+//! files and metadata under one hash tag, read in one round trip when a batch starts (plain
+//! reads of the meta and the window's newest slots, and the meta's renewed expiry, pipelined; a
+//! script only makes the session or renews its data keys' expiry) and changed in one script
+//! call when it ends, so any replica serves any batch of a session;
 //! and the shared result cache. This file is the connection (one server or a cluster) and the
 //! keys; `store/session.rs`, `store/scratch.rs` and `store/cache.rs` implement the engine's
 //! traits, and `store/scripts.rs` holds every Lua script.
 //! Invariant: every write is one atomic script (or command) on the keys of one session (or of
 //! the cache), and every key of a session shares its hash tag `{tenant:id}`, so Redis Cluster
 //! keeps a session on one shard and no update is lost to a read-modify-write race. (The load's
-//! window read is not atomic with its script: it sees that session or a newer state of it, and
-//! a batch whose session ended or was made again meanwhile is refused at its save by the
-//! generation.)
+//! reads are not atomic with each other or with its script: the window read sees that session
+//! or a newer state of it, and a batch whose session ended or was made again meanwhile is
+//! refused at its save by the generation.)
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -44,30 +44,57 @@ impl SessionStore for RedisStore {
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, millis);
             let keys = keys(tenant, id);
+            let ttl = millis(self.settings.idle_ttl);
+            // The store keeps up to twice the window (the save trims lazily): only the newest
+            // slots count, and only they are read.
+            let keep = self.settings.loop_window.max(1) * SLOT_BYTES;
+            let newest = -isize::try_from(keep).unwrap_or(isize::MAX);
+            // Most batches find their session live, with data keys that outlive the meta's
+            // renewed expiry: then plain reads and one `PEXPIRE` open it, no script (the LOAD
+            // script cost Redis about as much as the rest of a 1-call batch's load; BENCHMARKS.md
+            // §24). The script runs when the session must be made, or its data keys' expiry
+            // renewed (once per idle TTL at most).
+            let mut read = redis::pipe();
+            read.cmd("HMGET")
+                .arg(&keys[0])
+                .arg("generation")
+                .arg("data_until")
+                .pexpire(&keys[0], i64::try_from(ttl).unwrap_or(i64::MAX))
+                .ignore()
+                .getrange(&keys[1], newest, -1);
+            let ((generation, data_until), window): ((Option<String>, Option<String>), Vec<u8>) =
+                self.within(async |c| read.query_async(c).await).await?;
+            let lasting = data_until
+                .and_then(|until| until.parse::<u64>().ok())
+                .is_some_and(|until| until.saturating_sub(now) >= ttl);
+            if let Some(generation) = generation.filter(|_| lasting) {
+                return Ok(Loaded { window, generation });
+            }
             let mut call = evalsha(&self.load, &keys);
-            call.arg(millis(self.settings.idle_ttl))
+            call.arg(ttl)
                 .arg(now)
                 .arg(tenant)
                 .arg(id)
                 .arg(fresh_generation()?)
                 .arg(self.data_ttl());
-            // The store keeps up to twice the window (the save trims lazily): only the newest
-            // slots count, and only they are read, after the script, in the same round trip.
-            let keep = self.settings.loop_window.max(1) * SLOT_BYTES;
             let mut load = redis::pipe();
-            load.add_command(call).getrange(
-                &keys[1],
-                -isize::try_from(keep).unwrap_or(isize::MAX),
-                -1,
+            load.add_command(call).getrange(&keys[1], newest, -1);
+            // The session may be made now: it is counted in its tenant's index in the same
+            // round trip (a live one is there already, and stays as it is).
+            let (loaded, counted) = futures::join!(
+                self.within(async |c| loading(&self.load, c, &load).await),
+                self.count(tenant, id, now)
             );
-            let ((created, generation), window): ((i64, String), Vec<u8>) = self
-                .within(async |c| loading(&self.load, c, &load).await)
-                .await?;
-            // Only a session made now counts toward its tenant's cap: one more round trip once
-            // per session, none per batch.
-            if created == 1
-                && let Err(error) = self.admit(tenant, id, now).await
-            {
+            let ((created, generation), window): ((i64, String), Vec<u8>) = loaded?;
+            // Only a session made now can take its tenant past the cap.
+            let evicted = match counted {
+                Ok(live) if created == 1 && live > self.settings.max_sessions => {
+                    self.evict_past_cap(tenant, id, live).await
+                }
+                Ok(_) => Ok(()),
+                Err(error) => Err(error),
+            };
+            if let Err(error) = evicted {
                 self.metrics.store_error("cap");
                 tracing::warn!(target: "toolgate::session", %error, "the tenant's session cap was not applied");
             }
@@ -183,36 +210,48 @@ async fn loading<T: redis::FromRedisValue>(
 }
 
 impl RedisStore {
-    /// Counts a session made now in its tenant's index; past the cap, samples the tenant's
-    /// sessions at random (as Redis's own LRU eviction does), forgets those that expired or
-    /// ended, and evicts the least recently used of the rest. Three more round trips, only
-    /// for a session made past the cap.
-    async fn admit(&self, tenant: &str, id: &str, now: u64) -> Result<(), StoreError> {
+    /// Counts session `id` in its tenant's index if it is not there yet; how many the index
+    /// holds.
+    async fn count(&self, tenant: &str, id: &str, now: u64) -> Result<usize, StoreError> {
         let index = tenant_index(tenant);
         let mut add = redis::pipe();
-        add.zadd(&index, id, now).ignore().zcard(&index);
+        add.cmd("ZADD")
+            .arg(&index)
+            .arg("NX")
+            .arg(now)
+            .arg(id)
+            .ignore()
+            .zcard(&index);
         let (live,): (usize,) = self.within(async |c| add.query_async(c).await).await?;
-        if live <= self.settings.max_sessions {
-            return Ok(());
-        }
+        Ok(live)
+    }
+
+    /// Past the cap (`live` sessions counted, session `id` just made among them): samples the
+    /// tenant's sessions at random (as Redis's own LRU eviction does), forgets those that
+    /// expired or ended, and evicts the least recently used of the rest. Two or three more
+    /// round trips, only for a session made past the cap.
+    async fn evict_past_cap(&self, tenant: &str, id: &str, live: usize) -> Result<(), StoreError> {
+        let index = tenant_index(tenant);
         let mut sample = redis::cmd("ZRANDMEMBER");
         sample.arg(&index).arg(EVICTION_SAMPLE);
         let sampled: Vec<String> = self.within(async |c| sample.query_async(c).await).await?;
-        // Their last use, asked all at once (each key of its own session, so its own slot).
-        let last_used = sampled.iter().filter(|o| *o != id).map(|other| async move {
-            let mut used = redis::cmd("HGET");
-            used.arg(&keys(tenant, other)[0]).arg("used_ms");
-            let used: Option<u64> = self.within(async |c| used.query_async(c).await).await?;
-            Ok::<_, StoreError>((other, used))
+        // How long each has left, asked all at once (each key of its own session, so its own
+        // slot): every use renews a meta's expiry to the idle TTL, so the least left is the
+        // least recently used.
+        let time_left = sampled.iter().filter(|o| *o != id).map(|other| async move {
+            let mut left = redis::cmd("PTTL");
+            left.arg(&keys(tenant, other)[0]);
+            let left: i64 = self.within(async |c| left.query_async(c).await).await?;
+            Ok::<_, StoreError>((other, left))
         });
         let mut gone = Vec::new();
-        let mut idle: Option<(u64, &String)> = None;
-        for answer in futures::future::join_all(last_used).await {
+        let mut idle: Option<(i64, &String)> = None;
+        for answer in futures::future::join_all(time_left).await {
             match answer? {
-                // Expired or ended elsewhere: it no longer counts.
-                (other, None) => gone.push(other),
-                (other, Some(used)) if idle.is_none_or(|(u, _)| used < u) => {
-                    idle = Some((used, other));
+                // Expired or ended elsewhere (no key: -2): it no longer counts.
+                (other, -2) => gone.push(other),
+                (other, left) if idle.is_none_or(|(l, _)| left < l) => {
+                    idle = Some((left, other));
                 }
                 _ => {}
             }

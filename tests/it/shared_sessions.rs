@@ -1583,8 +1583,8 @@ async fn a_store_that_forgot_its_scripts_is_given_them_again_and_nothing_is_lost
         .unwrap()
         .into_inner();
     assert!(first.all_succeeded);
-    // As after a failover to a replica that never saw them: both the load and the save meet
-    // NOSCRIPT, load the script and go on.
+    // As after a failover to a replica that never saw them: the live session's save, then a new
+    // session's load, meet NOSCRIPT, load their script and go on.
     assert_eq!(redis_cli(redis.port, &["SCRIPT", "FLUSH"]).trim(), "OK");
     let second = client
         .dispatch(in_session("flushed", json!([same("b")])))
@@ -1594,4 +1594,105 @@ async fn a_store_that_forgot_its_scripts_is_given_them_again_and_nothing_is_lost
     assert!(second.all_succeeded);
     assert_eq!(window_slots(redis.port, "flushed"), 2);
     assert_eq!(memory_of(&mut client, "flushed").await.unwrap().len(), 2);
+    let made = client
+        .dispatch(in_session("made-after", json!([same("c")])))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(made.all_succeeded);
+    assert_eq!(window_slots(redis.port, "made-after"), 1);
+    assert_eq!(memory_of(&mut client, "made-after").await.unwrap().len(), 1);
+}
+
+/// How many times Redis ran `command` (INFO commandstats; a script's own commands count too).
+fn calls(port: u16, command: &str) -> u64 {
+    let stats = redis_cli(port, &["INFO", "commandstats"]);
+    let prefix = format!("cmdstat_{command}:calls=");
+    stats
+        .lines()
+        .find_map(|line| line.trim().strip_prefix(prefix.as_str()))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+#[tokio::test]
+async fn a_live_session_opens_without_a_script_and_only_its_first_batch_or_a_renewal_runs_one() {
+    require_peers!(Redis);
+    let redis = Redis::start();
+    let servers = replicas(&redis, 2, "idle_ttl = \"60s\"").await;
+    let run = async |replica: usize, n: usize| {
+        let req = in_session(
+            "plain",
+            json!([{"id": "e", "name": "echo", "arguments": {"n": n}}]),
+        );
+        let r = servers[replica].client.clone().dispatch(req).await.unwrap();
+        assert!(r.into_inner().all_succeeded);
+    };
+    // Another session first, so Redis knows both scripts (an EVALSHA refused with NOSCRIPT
+    // counts as a call too).
+    for replica in &servers {
+        let warm = in_session("warm", json!([same("w")]));
+        assert!(
+            replica
+                .client
+                .clone()
+                .dispatch(warm)
+                .await
+                .unwrap()
+                .into_inner()
+                .all_succeeded
+        );
+    }
+    let (scripts, counted) = (calls(redis.port, "evalsha"), calls(redis.port, "zadd"));
+    run(0, 0).await;
+    // Made by the load script, counted toward the tenant's cap, saved by the save script.
+    assert_eq!(calls(redis.port, "evalsha") - scripts, 2);
+    assert_eq!(calls(redis.port, "zadd") - counted, 1);
+    for n in 1..=4 {
+        run(n % 2, n).await;
+    }
+    // Every later batch, on either replica: plain reads, and the save script alone.
+    assert_eq!(calls(redis.port, "evalsha") - scripts, 2 + 4);
+    assert_eq!(calls(redis.port, "zadd") - counted, 1);
+    assert_eq!(
+        memory_of(&mut servers[0].client.clone(), "plain")
+            .await
+            .unwrap()
+            .len(),
+        5
+    );
+    // Data keys due for renewal (their expiry less than an idle TTL away): the next load runs
+    // the script, which renews them past the meta.
+    let meta = "toolgate:{default:plain}:meta";
+    let soon = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        + 1_000;
+    redis_cli(redis.port, &["HSET", meta, "data_until", &soon.to_string()]);
+    for part in ["window", "memory"] {
+        let key = format!("toolgate:{{default:plain}}:{part}");
+        redis_cli(redis.port, &["PEXPIRE", &key, "1000"]);
+    }
+    let scripts = calls(redis.port, "evalsha");
+    run(1, 5).await;
+    assert_eq!(calls(redis.port, "evalsha") - scripts, 2);
+    let pttl = |key: &str| -> i64 {
+        redis_cli(redis.port, &["PTTL", key])
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    for part in ["window", "memory"] {
+        let data = pttl(&format!("toolgate:{{default:plain}}:{part}"));
+        assert!(data > pttl(meta) + 30_000, "{part} {data}");
+    }
+    assert_eq!(
+        memory_of(&mut servers[0].client.clone(), "plain")
+            .await
+            .unwrap()
+            .len(),
+        6
+    );
+    assert_eq!(window_slots(redis.port, "plain"), 6);
 }
