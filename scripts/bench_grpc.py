@@ -717,6 +717,17 @@ def render_store(by, cases, redis):
             f"Redis.",
         ]
     shard = redis.get("shard")
+    if shard and shard.get("alone"):
+        alone = shard["alone"]
+        floor = alone["window"] + alone["save"]
+        lines += [
+            "",
+            f"A lone client's two round trips (redis-benchmark, one connection): the window's "
+            f"GETRANGE, p50 {alone['window']:.0f} µs (the load's round trip is at least that), "
+            f"then the SAVE script, p50 {alone['save']:.0f} µs: {floor:.0f} µs, "
+            f"{floor / rtt['p50_us']:.2f} RTT, the least any client adds at concurrency 1 "
+            f"without overlapping them with work of its own.",
+        ]
     if shard:
         lines += [
             "",
@@ -801,8 +812,12 @@ def store_ceiling(redis, requests=100000):
         for name, command in (("save", save), ("load", load), *opened):
             got[name] = next(iter(redis.benchmark(*args, "-n", str(requests), *command).values()))
         runs.append({"args": "redis-benchmark " + " ".join(args), **got})
+    # What a lone client waits for a batch's two round trips, with nothing of its own: the
+    # load's round trip is at least that of its window read, and the save's is the script's.
+    alone = {name: next(iter(redis.benchmark("-c", "1", "-n", "20000", *command).values()))
+             ["p50_latency_ms"] * 1000 for name, command in (("save", save), ("window", opened[2][1]))}
     redis.cli("DEL", *keys)
-    return {"requests": requests, "runs": runs}
+    return {"requests": requests, "runs": runs, "alone": alone}
 
 
 def machine():
