@@ -1577,31 +1577,23 @@ async fn a_store_that_forgot_its_scripts_is_given_them_again_and_nothing_is_lost
     let redis = Redis::start();
     let servers = replicas(&redis, 1, "").await;
     let mut client = servers[0].client.clone();
-    let first = client
-        .dispatch(in_session("flushed", json!([same("a")])))
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(first.all_succeeded);
+    let mut run = async |session: &str, id: &str, calls: usize| {
+        let result = (client.clone())
+            .dispatch(in_session(session, json!([same(id)])))
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(result.all_succeeded, "{session}");
+        assert_eq!(window_slots(redis.port, session), calls, "{session}");
+        let memory = memory_of(&mut client, session).await.unwrap();
+        assert_eq!(memory.len(), calls, "{session}");
+    };
+    run("flushed", "a", 1).await;
     // As after a failover to a replica that never saw them: the live session's save, then a new
     // session's load, meet NOSCRIPT, load their script and go on.
     assert_eq!(redis_cli(redis.port, &["SCRIPT", "FLUSH"]).trim(), "OK");
-    let second = client
-        .dispatch(in_session("flushed", json!([same("b")])))
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(second.all_succeeded);
-    assert_eq!(window_slots(redis.port, "flushed"), 2);
-    assert_eq!(memory_of(&mut client, "flushed").await.unwrap().len(), 2);
-    let made = client
-        .dispatch(in_session("made-after", json!([same("c")])))
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(made.all_succeeded);
-    assert_eq!(window_slots(redis.port, "made-after"), 1);
-    assert_eq!(memory_of(&mut client, "made-after").await.unwrap().len(), 1);
+    run("flushed", "b", 2).await;
+    run("made-after", "c", 1).await;
 }
 
 /// How many times Redis ran `command` (INFO commandstats; a script's own commands count too).
