@@ -1,8 +1,8 @@
 //! The session store on Redis (or Valkey): each named session's loop window, memory, scratch
-//! files and metadata under one hash tag, read in one round trip when a batch starts (plain
-//! reads of the meta and the window's newest slots, and the meta's renewed expiry, pipelined; a
-//! script only makes the session or renews its data keys' expiry) and changed in one script
-//! call when it ends, so any replica serves any batch of a session;
+//! files and metadata under one hash tag, read in one round trip when a batch starts (reads of
+//! the meta and of the window's newest slots, pipelined; a script only makes the session or
+//! renews its data keys' expiry) and changed in one script call when it ends, so any replica
+//! serves any batch of a session;
 //! and the shared result cache. This file is the connection (one server or a cluster) and the
 //! keys; `store/session.rs`, `store/scratch.rs` and `store/cache.rs` implement the engine's
 //! traits, and `store/scripts.rs` holds every Lua script.
@@ -313,7 +313,8 @@ fn trusting(ca: &[u8]) -> redis::TlsCertificates {
     }
 }
 
-/// A tenant's index of its live sessions (id → when made), for the cap; its own hash tag.
+/// A tenant's index of its live sessions (id → when first counted), for the cap; its own hash
+/// tag.
 fn tenant_index(tenant: &str) -> String {
     format!("toolgate:{{tenant:{tenant}}}:sessions")
 }

@@ -22,14 +22,14 @@ end
 /// generation (random, drawn when it was made: a batch's later writes name it, so none lands in
 /// a session ended, evicted or expired meanwhile, or in another made under the same id since).
 /// A session is alive while its meta is; one made now drops whatever data keys an expired one of
-/// the same id left behind. `store/session.rs` `load` runs it only when plain reads found no
-/// live session, or data keys due for renewal (`keep_data`); most batches open their session
-/// with `HMGET` and `PEXPIRE` of the meta instead, no script. Either way a `GETRANGE` of the
-/// window follows in the same round trip: read inside Lua, the window (a few KiB) cost Redis more
-/// than the rest of the script (measured in BENCHMARKS.md §23), and a read after the script sees
-/// this session or a newer state of it, never an older one. Every use renews the meta's expiry
-/// to the idle TTL, so the meta with the least time left is the least recently used (the cap's
-/// eviction).
+/// the same id left behind. `store/session.rs` `load` runs it only when its reads found no live
+/// session, or data keys due for renewal (`keep_data`): most batches open their session with
+/// reads alone (and a `PEXPIRE` of the meta, bounded by its data keys, once it has used an
+/// eighth of its TTL). A `GETRANGE` of the window follows it in the same round trip: read inside
+/// Lua, the window (a few KiB) cost Redis more than the rest of the script (BENCHMARKS.md §23),
+/// and a read after the script sees this session or a newer state of it, never an older one.
+/// `used_ms` is written for replicas of earlier releases, whose cap evicts by it; this one
+/// evicts by the meta's time left.
 /// KEYS: meta, window, memory, files, dirs, answers. ARGV: idle TTL (ms), now (ms since the
 /// epoch), tenant, id, a fresh generation, the data keys' TTL (ms).
 pub(super) const LOAD: &str = concat!(
@@ -44,7 +44,7 @@ local created = 0
 if not generation then
   created, generation = 1, ARGV[5]
   redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
-  redis.call('HSET', KEYS[1], 'generation', generation, 'created_ms', ARGV[2],
+  redis.call('HSET', KEYS[1], 'generation', generation, 'created_ms', ARGV[2], 'used_ms', ARGV[2],
     'tenant', ARGV[3], 'id', ARGV[4], 'data_until', string.format('%.0f', now + data_ttl))
 else
   keep_data()

@@ -50,24 +50,39 @@ impl SessionStore for RedisStore {
             let keep = self.settings.loop_window.max(1) * SLOT_BYTES;
             let newest = -isize::try_from(keep).unwrap_or(isize::MAX);
             // Most batches find their session live, with data keys that outlive the meta's
-            // renewed expiry: then plain reads and one `PEXPIRE` open it, no script (the LOAD
-            // script cost Redis about as much as the rest of a 1-call batch's load; BENCHMARKS.md
-            // §24). The script runs when the session must be made, or its data keys' expiry
-            // renewed (once per idle TTL at most).
+            // renewed expiry: then reads alone open it, no script (the LOAD script cost Redis
+            // about as much as the rest of a 1-call batch's load; BENCHMARKS.md §24). The script
+            // runs when the session must be made, or its data keys' expiry renewed (once per
+            // idle TTL at most). Nothing here writes before that is known, so a load cut short
+            // never leaves a meta outliving its data keys.
             let mut read = redis::pipe();
             read.cmd("HMGET")
                 .arg(&keys[0])
                 .arg("generation")
                 .arg("data_until")
-                .pexpire(&keys[0], i64::try_from(ttl).unwrap_or(i64::MAX))
-                .ignore()
+                .pttl(&keys[0])
                 .getrange(&keys[1], newest, -1);
-            let ((generation, data_until), window): ((Option<String>, Option<String>), Vec<u8>) =
-                self.within(async |c| read.query_async(c).await).await?;
-            let lasting = data_until
+            let ((generation, data_until), left, window): (
+                (Option<String>, Option<String>),
+                i64,
+                Vec<u8>,
+            ) = self.within(async |c| read.query_async(c).await).await?;
+            let data_left = data_until
                 .and_then(|until| until.parse::<u64>().ok())
-                .is_some_and(|until| until.saturating_sub(now) >= ttl);
-            if let Some(generation) = generation.filter(|_| lasting) {
+                .map_or(0, |until| until.saturating_sub(now));
+            let making = generation.is_none();
+            if let Some(generation) = generation.filter(|_| data_left >= ttl) {
+                // The batch could outlast what the meta has left (the save renews it when the
+                // batch ends): renewed now, when it has used up an eighth of its TTL; its data
+                // keys outlive that.
+                let renew_below = i64::try_from(ttl - ttl / 8).unwrap_or(i64::MAX);
+                if (0..renew_below).contains(&left) {
+                    let mut renew = redis::cmd("PEXPIRE");
+                    renew
+                        .arg(&keys[0])
+                        .arg(i64::try_from(ttl).unwrap_or(i64::MAX));
+                    let _: i64 = self.within(async |c| renew.query_async(c).await).await?;
+                }
                 return Ok(Loaded { window, generation });
             }
             let mut call = evalsha(&self.load, &keys);
@@ -79,16 +94,23 @@ impl SessionStore for RedisStore {
                 .arg(self.data_ttl());
             let mut load = redis::pipe();
             load.add_command(call).getrange(&keys[1], newest, -1);
-            // The session may be made now: it is counted in its tenant's index in the same
-            // round trip (a live one is there already, and stays as it is).
+            // A session the reads did not find is likely made now: it is counted in its tenant's
+            // index in the same round trip (one made meanwhile by another replica is there
+            // already, and stays as it is).
+            let counting = async {
+                match making {
+                    true => self.count(tenant, id, now).await.map(Some),
+                    false => Ok(None),
+                }
+            };
             let (loaded, counted) = futures::join!(
                 self.within(async |c| loading(&self.load, c, &load).await),
-                self.count(tenant, id, now)
+                counting
             );
             let ((created, generation), window): ((i64, String), Vec<u8>) = loaded?;
             // Only a session made now can take its tenant past the cap.
             let evicted = match counted {
-                Ok(live) if created == 1 && live > self.settings.max_sessions => {
+                Ok(Some(live)) if created == 1 && live > self.settings.max_sessions => {
                     self.evict_past_cap(tenant, id, live).await
                 }
                 Ok(_) => Ok(()),
@@ -228,16 +250,17 @@ impl RedisStore {
 
     /// Past the cap (`live` sessions counted, session `id` just made among them): samples the
     /// tenant's sessions at random (as Redis's own LRU eviction does), forgets those that
-    /// expired or ended, and evicts the least recently used of the rest. Two or three more
-    /// round trips, only for a session made past the cap.
+    /// expired or ended, and evicts the least recently used of the rest (the least time left:
+    /// every use renews a meta to the idle TTL, which every replica should share). Up to four
+    /// more round trips, only for a session made past the cap.
     async fn evict_past_cap(&self, tenant: &str, id: &str, live: usize) -> Result<(), StoreError> {
         let index = tenant_index(tenant);
         let mut sample = redis::cmd("ZRANDMEMBER");
         sample.arg(&index).arg(EVICTION_SAMPLE);
         let sampled: Vec<String> = self.within(async |c| sample.query_async(c).await).await?;
         // How long each has left, asked all at once (each key of its own session, so its own
-        // slot): every use renews a meta's expiry to the idle TTL, so the least left is the
-        // least recently used.
+        // slot): every batch's save renews its meta's expiry to the idle TTL, so the least
+        // left is the least recently used.
         let time_left = sampled.iter().filter(|o| *o != id).map(|other| async move {
             let mut left = redis::cmd("PTTL");
             left.arg(&keys(tenant, other)[0]);
@@ -250,13 +273,15 @@ impl RedisStore {
             match answer? {
                 // Expired or ended elsewhere (no key: -2): it no longer counts.
                 (other, -2) => gone.push(other),
+                // No expiry (-1): kept on purpose by an operator, never evicted.
+                (_, -1) => {}
                 (other, left) if idle.is_none_or(|(l, _)| left < l) => {
                     idle = Some((left, other));
                 }
                 _ => {}
             }
         }
-        let evict = idle.filter(|_| live - gone.len() > self.settings.max_sessions);
+        let evict = idle.filter(|_| live.saturating_sub(gone.len()) > self.settings.max_sessions);
         let mut forget = redis::cmd("ZREM");
         forget.arg(&index).arg(&gone);
         if let Some((_, evicted)) = evict {

@@ -1608,7 +1608,8 @@ fn calls(port: u16, command: &str) -> u64 {
 }
 
 #[tokio::test]
-async fn a_live_session_opens_without_a_script_and_only_its_first_batch_or_a_renewal_runs_one() {
+async fn a_live_session_opens_with_reads_alone_and_only_a_first_batch_or_a_renewal_runs_the_script()
+{
     require_peers!(Redis);
     let redis = Redis::start();
     let servers = replicas(&redis, 2, "idle_ttl = \"60s\"").await;
@@ -1643,7 +1644,7 @@ async fn a_live_session_opens_without_a_script_and_only_its_first_batch_or_a_ren
     for n in 1..=4 {
         run(n % 2, n).await;
     }
-    // Every later batch, on either replica: plain reads, and the save script alone.
+    // Every later batch, on either replica: reads, and the save script alone.
     assert_eq!(calls(redis.port, "evalsha") - scripts, 2 + 4);
     assert_eq!(calls(redis.port, "zadd") - counted, 1);
     assert_eq!(
@@ -1653,28 +1654,64 @@ async fn a_live_session_opens_without_a_script_and_only_its_first_batch_or_a_ren
             .len(),
         5
     );
-    // Data keys due for renewal (their expiry less than an idle TTL away): the next load runs
-    // the script, which renews them past the meta.
     let meta = "toolgate:{default:plain}:meta";
-    let soon = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis()
-        + 1_000;
-    redis_cli(redis.port, &["HSET", meta, "data_until", &soon.to_string()]);
-    for part in ["window", "memory"] {
-        let key = format!("toolgate:{{default:plain}}:{part}");
-        redis_cli(redis.port, &["PEXPIRE", &key, "1000"]);
-    }
-    let scripts = calls(redis.port, "evalsha");
-    run(1, 5).await;
-    assert_eq!(calls(redis.port, "evalsha") - scripts, 2);
     let pttl = |key: &str| -> i64 {
         redis_cli(redis.port, &["PTTL", key])
             .trim()
             .parse()
             .unwrap()
     };
+    // Sets the data keys' expiry (and what the meta says of it) `ms` from now, and the meta's.
+    let expire = |data_ms: u128, meta_ms: u128| {
+        let until = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis()
+            + data_ms;
+        redis_cli(
+            redis.port,
+            &["HSET", meta, "data_until", &until.to_string()],
+        );
+        for part in ["window", "memory"] {
+            let key = format!("toolgate:{{default:plain}}:{part}");
+            redis_cli(redis.port, &["PEXPIRE", &key, &data_ms.to_string()]);
+        }
+        redis_cli(redis.port, &["PEXPIRE", meta, &meta_ms.to_string()]);
+    };
+    let data_outlive_meta = || {
+        for part in ["window", "memory"] {
+            let data = pttl(&format!("toolgate:{{default:plain}}:{part}"));
+            assert!(
+                data >= pttl(meta),
+                "{part} {data} against meta {}",
+                pttl(meta)
+            );
+        }
+    };
+    // A meta that has used more than an eighth of its TTL is renewed as the batch loads (the
+    // batch might outlast what it has left), with a command, not the script, and never past
+    // its data keys. (The save renews it too: one `PEXPIRE` more than a batch of a fresh meta.)
+    let (scripts, renewals) = (calls(redis.port, "evalsha"), calls(redis.port, "pexpire"));
+    run(1, 5).await;
+    let per_batch = calls(redis.port, "pexpire") - renewals;
+    expire(61_000, 20_000);
+    let (scripts_before, renewals) = (calls(redis.port, "evalsha"), calls(redis.port, "pexpire"));
+    run(0, 6).await;
+    assert_eq!(
+        calls(redis.port, "evalsha") - scripts_before,
+        1,
+        "the save alone"
+    );
+    assert_eq!(calls(redis.port, "pexpire") - renewals, per_batch + 1);
+    assert!(pttl(meta) > 50_000, "renewed: {}", pttl(meta));
+    data_outlive_meta();
+    assert_eq!(calls(redis.port, "evalsha") - scripts, 2);
+    // Data keys due for renewal (their expiry less than an idle TTL away): the next load runs
+    // the script, which renews them past the meta.
+    expire(10_000, 10_000);
+    let scripts = calls(redis.port, "evalsha");
+    run(1, 7).await;
+    assert_eq!(calls(redis.port, "evalsha") - scripts, 2);
     for part in ["window", "memory"] {
         let data = pttl(&format!("toolgate:{{default:plain}}:{part}"));
         assert!(data > pttl(meta) + 30_000, "{part} {data}");
@@ -1684,7 +1721,36 @@ async fn a_live_session_opens_without_a_script_and_only_its_first_batch_or_a_ren
             .await
             .unwrap()
             .len(),
-        6
+        8
     );
-    assert_eq!(window_slots(redis.port, "plain"), 6);
+    assert_eq!(window_slots(redis.port, "plain"), 8);
+}
+
+#[tokio::test]
+async fn a_batch_that_changes_nothing_in_its_session_still_renews_it() {
+    require_peers!(Redis);
+    let redis = Redis::start();
+    // No loop window and no memory: a batch's calls leave nothing to save.
+    let config = Config::from_toml(&format!(
+        "[sessions]\nstore = \"{}\"\nidle_ttl = \"60s\"\n[loop_detection]\nenabled = false\n\
+         [memory]\nmax_entries = 0\n",
+        redis.url()
+    ))
+    .unwrap();
+    let server = start_with(config).await;
+    let run = async || {
+        let req = in_session("quiet", json!([same("q")]));
+        let r = server.client.clone().dispatch(req).await.unwrap();
+        assert!(r.into_inner().all_succeeded);
+    };
+    run().await;
+    let meta = "toolgate:{default:quiet}:meta";
+    // Less left than the TTL, yet not so little that the load renews it.
+    redis_cli(redis.port, &["PEXPIRE", meta, "56000"]);
+    run().await;
+    let left: i64 = redis_cli(redis.port, &["PTTL", meta])
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(left > 57_000, "the save renewed the idle TTL: {left}");
 }

@@ -248,15 +248,16 @@ impl Dispatcher {
         Ok(report)
     }
 
-    /// The save of a shared session's changes, if it has any (taken once). A failed save
-    /// loses this batch's changes, not its results (the tools ran): it is logged and counted.
+    /// The save of a shared session (taken once): its changes, and the renewal of its idle TTL,
+    /// so a batch that changed nothing saves too. A failed save loses this batch's changes, not
+    /// its results (the tools ran): it is logged and counted.
     fn saving(
         &self,
         session: &Lease,
         tenant: &str,
     ) -> Option<impl Future<Output = ()> + Send + 'static> {
         let store = self.store.clone()?;
-        let changes = session.take_changes().filter(|c| !c.is_empty())?;
+        let changes = session.take_changes()?;
         let (tenant, id) = (tenant.to_owned(), session.id().to_owned());
         let metrics = self.pipeline.metrics.clone();
         Some(async move {

@@ -4,6 +4,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::{Mutex, MutexGuard};
 
@@ -27,6 +28,8 @@ struct Shared {
     memory: Mutex<VecDeque<String>>,
     memory_entries: usize,
     scratch: Arc<SharedScratch>,
+    /// The changes were taken (`take_changes`): a batch saves once.
+    taken: AtomicBool,
 }
 
 impl Lease {
@@ -54,6 +57,7 @@ impl Lease {
                 memory: Mutex::new(VecDeque::new()),
                 memory_entries,
                 scratch: Arc::new(scratch),
+                taken: AtomicBool::new(false),
             }),
         }
     }
@@ -113,9 +117,13 @@ impl Lease {
         memory.push_back(memory_entry(tool, input, result));
     }
 
-    /// The changes to save, for a shared session (taken once); `None` for a local one.
+    /// The changes to save, for a shared session, even none (a save renews the session's idle
+    /// expiry); `None` for a local one, and once they were taken.
     pub fn take_changes(&self) -> Option<Changes> {
         let shared = self.shared.as_ref()?;
+        if shared.taken.swap(true, Ordering::Relaxed) {
+            return None;
+        }
         Some(Changes {
             generation: shared.scratch.generation.clone(),
             window: shared.detector.lock().take_changes(),

@@ -12,16 +12,18 @@ use crate::tools::{BoxFuture, ScratchStore};
 /// A named session's shared state: its loop window, memory and scratch files, kept where every
 /// server reaches it. Keyed by tenant and id, which no other tenant can name.
 pub trait SessionStore: ScratchStore {
-    /// Opens (or creates) the session and refreshes its idle expiry; one round trip.
+    /// Opens (or creates) the session, so that it stays alive while the batch runs; one round
+    /// trip as a rule.
     fn load<'a>(
         &'a self,
         tenant: &'a str,
         id: &'a str,
     ) -> BoxFuture<'a, Result<Loaded, StoreError>>;
 
-    /// Applies a batch's changes atomically: the window's in order, then the memory entries;
-    /// true. A session that is no longer the one the batch loaded (ended, evicted or expired
-    /// meanwhile, perhaps made again) keeps nothing: false.
+    /// Applies a batch's changes atomically: the window's in order, then the memory entries,
+    /// and renews the session's idle expiry (called for every batch, changes or none); true. A
+    /// session that is no longer the one the batch loaded (ended, evicted or expired meanwhile,
+    /// perhaps made again) keeps nothing: false.
     fn save<'a>(
         &'a self,
         tenant: &'a str,
@@ -66,13 +68,6 @@ pub struct Changes {
     pub window: Vec<Change>,
     /// Memory entries to append, oldest first.
     pub memory: Vec<String>,
-}
-
-impl Changes {
-    /// Nothing to save.
-    pub fn is_empty(&self) -> bool {
-        self.window.is_empty() && self.memory.is_empty()
-    }
 }
 
 /// The session store could not be reached or did not answer in time. A batch naming a session
