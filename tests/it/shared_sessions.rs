@@ -1052,6 +1052,16 @@ async fn a_cached_result_is_shared_and_a_write_on_one_replica_invalidates_it_on_
 
 /// Runs one echo in `session` on `server`, a few milliseconds after the last (so each use has a
 /// later time).
+/// Echo call number `n` in `session` (distinct calls, so loop detection stays out of it).
+async fn echo_n(server: &TestServer, session: &str, n: usize) {
+    let req = in_session(
+        session,
+        json!([{"id": "e", "name": "echo", "arguments": {"n": n}}]),
+    );
+    let r = server.client.clone().dispatch(req).await.unwrap();
+    assert!(r.into_inner().all_succeeded);
+}
+
 async fn touch(server: &TestServer, session: &str) {
     tokio::time::sleep(Duration::from_millis(5)).await;
     let req = in_session(
@@ -1423,14 +1433,7 @@ async fn a_live_sessions_data_outlives_its_meta_and_a_session_made_again_starts_
     let written = servers[0].client.clone().dispatch(write).await.unwrap();
     assert!(written.into_inner().all_succeeded);
     // Distinct calls, so loop detection stays out of it.
-    let use_it = async |replica: usize, n: usize| {
-        let req = in_session(
-            "kept",
-            json!([{"id": "e", "name": "echo", "arguments": {"n": n}}]),
-        );
-        let r = servers[replica].client.clone().dispatch(req).await.unwrap();
-        assert!(r.into_inner().all_succeeded);
-    };
+    let use_it = async |replica: usize, n: usize| echo_n(&servers[replica], "kept", n).await;
     use_it(1, 0).await;
     // Every data key a batch made expires after the meta, which expires after the idle TTL.
     let meta = pttl("meta");
@@ -1613,14 +1616,7 @@ async fn a_live_session_opens_with_reads_alone_and_only_a_first_batch_or_a_renew
     require_peers!(Redis);
     let redis = Redis::start();
     let servers = replicas(&redis, 2, "idle_ttl = \"60s\"").await;
-    let run = async |replica: usize, n: usize| {
-        let req = in_session(
-            "plain",
-            json!([{"id": "e", "name": "echo", "arguments": {"n": n}}]),
-        );
-        let r = servers[replica].client.clone().dispatch(req).await.unwrap();
-        assert!(r.into_inner().all_succeeded);
-    };
+    let run = async |replica: usize, n: usize| echo_n(&servers[replica], "plain", n).await;
     // Another session first, so Redis knows both scripts (an EVALSHA refused with NOSCRIPT
     // counts as a call too).
     for replica in &servers {
