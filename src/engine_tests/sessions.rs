@@ -37,10 +37,11 @@ async fn a_dropped_batch_still_removes_its_ephemeral_scratch_directory() {
     let _ = std::fs::remove_dir_all(&h.base);
 }
 
-/// A shared store whose saves wait for `release`; counts the saves that finished.
+/// A shared store whose saves wait for `release`; counts the saves begun and finished.
 #[derive(Default)]
 struct GatedStore {
     release: tokio::sync::Notify,
+    begun: AtomicU32,
     saved: AtomicU32,
 }
 
@@ -94,6 +95,7 @@ impl toolgate_core::session::SessionStore for GatedStore {
         _id: &'a str,
         _changes: toolgate_core::session::Changes,
     ) -> BoxFuture<'a, Result<bool, toolgate_core::session::StoreError>> {
+        self.begun.fetch_add(1, Ordering::SeqCst);
         Box::pin(async {
             self.release.notified().await;
             self.saved.fetch_add(1, Ordering::SeqCst);
@@ -152,4 +154,6 @@ async fn a_batch_dropped_while_its_session_saves_still_saves_and_no_event_follow
     store.release.notify_one();
     dispatcher.finish_saves(Duration::from_secs(1)).await;
     assert_eq!(store.saved.load(Ordering::SeqCst), 1);
+    // Once: the drop of the batch's future hands its save on, and does not save again.
+    assert_eq!(store.begun.load(Ordering::SeqCst), 1);
 }

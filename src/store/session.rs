@@ -71,12 +71,14 @@ impl SessionStore for RedisStore {
                 .and_then(|until| until.parse::<u64>().ok())
                 .map_or(0, |until| until.saturating_sub(now));
             let making = generation.is_none();
-            if let Some(generation) = generation.filter(|_| data_left >= ttl) {
-                // The batch could outlast what the meta has left (the save renews it when the
-                // batch ends): renewed now, when it has used up an eighth of its TTL; its data
-                // keys outlive that.
-                let renew_below = i64::try_from(ttl - ttl / 8).unwrap_or(i64::MAX);
-                if (0..renew_below).contains(&left) {
+            // A meta that has used an eighth of its TTL is renewed as the batch loads (the save
+            // renews it when the batch ends, and the batch could outlast what it has left):
+            // by a command, when the data keys outlive the renewed meta with an eighth of a TTL
+            // to spare (for the time the command takes to land), else by the script.
+            let renew = (0..i64::try_from(ttl - ttl / 8).unwrap_or(i64::MAX)).contains(&left);
+            let needed = if renew { ttl + ttl / 8 } else { ttl };
+            if let Some(generation) = generation.filter(|_| data_left >= needed) {
+                if renew {
                     let mut renew = redis::cmd("PEXPIRE");
                     renew
                         .arg(&keys[0])
@@ -108,6 +110,11 @@ impl SessionStore for RedisStore {
                 counting
             );
             let ((created, generation), window): ((i64, String), Vec<u8>) = loaded?;
+            // Made although the reads found it (ended or evicted meanwhile): counted now.
+            let counted = match counted {
+                Ok(None) if created == 1 => self.count(tenant, id, now).await.map(Some),
+                counted => counted,
+            };
             // Only a session made now can take its tenant past the cap.
             let evicted = match counted {
                 Ok(Some(live)) if created == 1 && live > self.settings.max_sessions => {

@@ -264,7 +264,7 @@ impl Dispatcher {
             match store.save(&tenant, &id, changes).await {
                 Ok(true) => {}
                 Ok(false) => {
-                    tracing::info!(target: "toolgate::session", session = %id, "the session ended or expired while a batch ran: the batch's loop records and memory were dropped");
+                    tracing::info!(target: "toolgate::session", session = %id, "the session ended or expired while a batch ran: what the batch recorded in it was dropped");
                 }
                 Err(error) => {
                     metrics.store_error("save");

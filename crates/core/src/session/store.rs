@@ -12,8 +12,8 @@ use crate::tools::{BoxFuture, ScratchStore};
 /// A named session's shared state: its loop window, memory and scratch files, kept where every
 /// server reaches it. Keyed by tenant and id, which no other tenant can name.
 pub trait SessionStore: ScratchStore {
-    /// Opens (or creates) the session, so that it stays alive while the batch runs; one round
-    /// trip as a rule.
+    /// Opens (or creates) the session for a batch, renewing its idle expiry if little of it is
+    /// left; one round trip as a rule.
     fn load<'a>(
         &'a self,
         tenant: &'a str,
