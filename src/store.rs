@@ -2,10 +2,10 @@
 //! files and metadata under one hash tag, read in one round trip when a batch starts (reads of
 //! the meta and of the window's newest slots, pipelined; a script only makes the session or
 //! renews its data keys' expiry) and changed in one script call when it ends, so any replica
-//! serves any batch of a session;
-//! and the shared result cache. This file is the connection (one server or a cluster) and the
-//! keys; `store/session.rs`, `store/scratch.rs` and `store/cache.rs` implement the engine's
-//! traits, and `store/scripts.rs` holds every Lua script.
+//! serves any batch of a session; and the shared result cache. This file is the connection (one
+//! server or a cluster) and the keys; `store/session.rs`, `store/scratch.rs` and
+//! `store/cache.rs` implement the engine's traits, and `store/scripts.rs` holds every Lua
+//! script.
 //! Invariant: every write is one atomic script (or command) on the keys of one session (or of
 //! the cache), and every key of a session shares its hash tag `{tenant:id}`, so Redis Cluster
 //! keeps a session on one shard and no update is lost to a read-modify-write race. (The load's

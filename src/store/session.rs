@@ -79,11 +79,11 @@ impl SessionStore for RedisStore {
             let needed = if renew { ttl + ttl / 8 } else { ttl };
             if let Some(generation) = generation.filter(|_| data_left >= needed) {
                 if renew {
-                    let mut renew = redis::cmd("PEXPIRE");
-                    renew
+                    let mut pexpire = redis::cmd("PEXPIRE");
+                    pexpire
                         .arg(&keys[0])
                         .arg(i64::try_from(ttl).unwrap_or(i64::MAX));
-                    let _: i64 = self.within(async |c| renew.query_async(c).await).await?;
+                    let _: i64 = self.within(async |c| pexpire.query_async(c).await).await?;
                 }
                 return Ok(Loaded { window, generation });
             }
@@ -258,7 +258,7 @@ impl RedisStore {
     /// Past the cap (`live` sessions counted, session `id` just made among them): samples the
     /// tenant's sessions at random (as Redis's own LRU eviction does), forgets those that
     /// expired or ended, and evicts the least recently used of the rest (the least time left:
-    /// every use renews a meta to the idle TTL, which every replica should share). Up to four
+    /// every batch renews its meta to the idle TTL, which every replica should share). Up to four
     /// more round trips, only for a session made past the cap.
     async fn evict_past_cap(&self, tenant: &str, id: &str, live: usize) -> Result<(), StoreError> {
         let index = tenant_index(tenant);
