@@ -364,7 +364,10 @@ impl Server {
         pipeline.max_error_chars = c.output.max_error_chars;
         pipeline.metrics = self.metrics.metrics();
         pipeline.tracer = self.tracer();
-        pipeline.approvals = toolgate_core::approvals::Approvals::new(c.approvals.timeout);
+        pipeline.approvals = toolgate_core::approvals::Approvals::with_policies(
+            c.approvals.timeout,
+            build::ask_policies(c),
+        );
         Ok(pipeline)
     }
 

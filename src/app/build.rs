@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 
 use crate::config::{Config, SessionStoreUrl};
+use toolgate_core::approvals::AskPolicies;
 use toolgate_core::child::ChildEnv;
 use toolgate_core::metrics::Metrics;
 use toolgate_core::middleware::{CacheRule, MiddlewareConfig, PermissionRule};
@@ -74,6 +75,33 @@ pub(crate) fn middleware_config(
         }
     }
     Ok(m)
+}
+
+/// Who may answer the asks of each configured hook and permission rule, and whether answers may
+/// be remembered, by the name each asks under (`[approvals]` for the rest, and for hooks added
+/// in code).
+pub(crate) fn ask_policies(c: &Config) -> AskPolicies {
+    let approvals = &c.approvals;
+    let mut policies = AskPolicies::new(approvals.policy(None, true));
+    for (i, r) in c.permissions.rules.iter().enumerate() {
+        let id = r.id.clone().unwrap_or_else(|| format!("rules[{i}]"));
+        let policy = approvals.policy(r.requester_may_answer, r.remember);
+        policies.set(PermissionRule::source_of(&id), policy);
+    }
+    let hooks = &c.hooks;
+    for (i, r) in hooks.rules.iter().enumerate() {
+        let id = r.id.clone().unwrap_or_else(|| format!("rules[{i}]"));
+        policies.set(id, approvals.policy(r.requester_may_answer, r.remember));
+    }
+    for (i, h) in hooks.command.iter().enumerate() {
+        let name = h.name.clone().unwrap_or_else(|| format!("command[{i}]"));
+        policies.set(name, approvals.policy(h.requester_may_answer, h.remember));
+    }
+    for (i, h) in hooks.grpc.iter().enumerate() {
+        let name = h.name.clone().unwrap_or_else(|| format!("grpc[{i}]"));
+        policies.set(name, approvals.policy(h.requester_may_answer, h.remember));
+    }
+    policies
 }
 
 /// A configured hook that cannot be built.

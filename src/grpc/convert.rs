@@ -305,6 +305,8 @@ pub fn approval(approval: toolgate_core::approvals::Approval) -> pb::Approval {
         source: approval.source,
         expires_at: Some(prost_types::Timestamp::from(approval.expires_at)),
         requested_by: approval.requested_by,
+        requester_may_answer: approval.requester_may_answer,
+        remember_allowed: approval.remember_allowed,
     }
 }
 

@@ -110,7 +110,10 @@ impl From<RequestError> for Status {
                 match refused {
                     ResolveError::NotFound(_) => Code::NotFound,
                     ResolveError::AlreadyAnswered(_) => Code::FailedPrecondition,
-                    ResolveError::NotAllowed(_) => Code::PermissionDenied,
+                    ResolveError::NotAllowed(_) | ResolveError::OwnApproval(_) => {
+                        Code::PermissionDenied
+                    }
+                    ResolveError::RememberForbidden(_) => Code::FailedPrecondition,
                     ResolveError::StoreDown(_) => Code::Unavailable,
                 }
             }

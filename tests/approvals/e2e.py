@@ -104,6 +104,15 @@ reason = "risky echo"
 [[hooks.rules.when]]
 pointer = "/q"
 regex = "^risky"
+[[hooks.rules]]
+id = "terminal"
+tools = "echo"
+action = "ask"
+reason = "asked at the agent's terminal"
+requester_may_answer = true
+[[hooks.rules.when]]
+pointer = "/q"
+regex = "^terminal"
 [[hooks.command]]
 name = "guard"
 command = ["{python}", "{guard}"]
@@ -119,6 +128,7 @@ id = "files"
 tools = "scratch_write"
 decision = "ask"
 reason = "writing files needs a person"
+remember = false
 [tools.builtin]
 scratch_quota_bytes = 100000
 """
@@ -237,7 +247,7 @@ def results(result):
     return [json_format.MessageToDict(r, preserving_proto_field_name=True) for r in result.results]
 
 
-def resolve(tg, approval_id, decision, token="TG_BOT", **fields):
+def resolve(tg, approval_id, decision, token="TG_ALICE", **fields):
     stub, metadata = tg.client(token)
     request = pb.ResolveApprovalRequest(approval_id=approval_id, decision=decision, **fields)
     return stub.ResolveApproval(request, metadata=metadata)
@@ -276,12 +286,58 @@ def edited_arguments(tg):
     approval = batch.next("approval_requested")
     edited = struct_pb2.Struct()
     edited.update({"q": "a safer move"})
-    # The batch's own identity answers (an agent showing its user a prompt).
     resolve(tg, approval.approval_id, Decision.APPROVE, updated_arguments=edited)
     resolved = batch.next("approval_resolved")
     assert resolved.arguments_updated, resolved
     r = results(batch.finish())[0]
     assert r["content"] == '{"q":"a safer move"}', r
+
+
+def the_agent_cannot_answer_its_own(tg):
+    """The agent (role agent) answering its own ask, as anything it read could steer it to: refused,
+    with remember = SESSION or without, and the call still waits for the approver."""
+    batch = Batch(tg, [{"id": "c1", "name": "echo", "arguments": {"q": "risky: rm -rf /"}}], session="own")
+    approval = batch.next("approval_requested")
+    assert not approval.requester_may_answer and approval.remember_allowed, approval
+    for remember in (Remember.SESSION, Remember.ONCE):
+        refused = code_of(lambda: resolve(tg, approval.approval_id, Decision.APPROVE, token="TG_BOT", remember=remember))
+        assert refused == grpc.StatusCode.PERMISSION_DENIED, refused
+    # The CLI with the agent's token is refused the same way.
+    own = tg.cli("approve", approval.approval_id, token_var="TG_BOT", check=False)
+    assert own.returncode == 1 and "PermissionDenied" in own.stderr, own.stderr
+    # It still sees what waits (it is in its own stream anyway).
+    stub, metadata = tg.client("TG_BOT")
+    listed = stub.ListApprovals(pb.ListApprovalsRequest(session_id="own"), metadata=metadata)
+    assert [a.approval_id for a in listed.approvals] == [approval.approval_id], listed
+    resolve(tg, approval.approval_id, Decision.DENY, reason="not that")
+    r = results(batch.finish())[0]
+    assert r["error_class"] == "APPROVAL_DENIED", r
+
+
+def the_agent_answers_where_its_rule_lets_it(tg):
+    """A rule with requester_may_answer = true (a person at the agent's terminal): the batch's own
+    identity answers; another agent of the tenant still may not."""
+    batch = Batch(tg, [{"id": "c1", "name": "echo", "arguments": {"q": "terminal: ok?"}}], session="terminal")
+    approval = batch.next("approval_requested")
+    assert approval.source == "terminal" and approval.requester_may_answer, approval
+    peer = code_of(lambda: resolve(tg, approval.approval_id, Decision.APPROVE, token="TG_PEER"))
+    assert peer == grpc.StatusCode.PERMISSION_DENIED, peer
+    resolve(tg, approval.approval_id, Decision.APPROVE, token="TG_BOT")
+    assert batch.finish().all_succeeded
+
+
+def a_rule_can_forbid_remembering(tg):
+    """permissions[files] sets remember = false: an approver's SESSION answer is refused, and every
+    write is asked about."""
+    for n in range(2):
+        call = {"id": f"w{n}", "name": "scratch_write", "arguments": {"path": f"r{n}.txt", "content": "x"}}
+        batch = Batch(tg, [call], session="no-remember")
+        approval = batch.next("approval_requested")
+        assert approval.source == "permissions[files]" and not approval.remember_allowed, approval
+        refused = code_of(lambda: resolve(tg, approval.approval_id, Decision.APPROVE, remember=Remember.SESSION))
+        assert refused == grpc.StatusCode.FAILED_PRECONDITION, refused
+        resolve(tg, approval.approval_id, Decision.APPROVE)
+        assert batch.finish().all_succeeded
 
 
 def edited_arguments_are_validated(tg):
@@ -520,6 +576,9 @@ def cross_replica(binary, redis_server):
 
 SCENARIOS = [
     approve_by_cli,
+    the_agent_cannot_answer_its_own,
+    the_agent_answers_where_its_rule_lets_it,
+    a_rule_can_forbid_remembering,
     edited_arguments,
     edited_arguments_are_validated,
     deny_by_cli,

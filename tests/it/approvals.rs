@@ -13,9 +13,13 @@ use toolgate_proto::pb::resolve_approval_request::{Decision, Remember};
 
 use crate::support::*;
 
+/// The opt-in setup (a person at the agent's own terminal): the anonymous caller that sends the
+/// batches answers them. `the_agent_may_not_answer_its_own_ask_unless_its_rule_lets_it` covers
+/// the default.
 const CONFIG: &str = r#"
 [approvals]
 timeout = "3s"
+requester_may_answer = true
 [[hooks.rules]]
 id = "no-forbidden"
 tools = "*"
@@ -69,8 +73,31 @@ fn spawn_batch(
     tokio::sync::mpsc::UnboundedReceiver<Event>,
     tokio::task::JoinHandle<pb::BatchResult>,
 ) {
+    spawn_batch_as(ts, None, req)
+}
+
+/// `message` sent with `token` as its bearer credential (none: anonymous).
+fn as_caller<M>(token: Option<&str>, message: M) -> tonic::Request<M> {
+    let mut request = tonic::Request::new(message);
+    if let Some(token) = token {
+        let value = format!("Bearer {token}").parse().unwrap();
+        request.metadata_mut().insert("authorization", value);
+    }
+    request
+}
+
+/// `spawn_batch`, sent with `token`.
+fn spawn_batch_as(
+    ts: &TestServer,
+    token: Option<&str>,
+    req: pb::DispatchBatchRequest,
+) -> (
+    tokio::sync::mpsc::UnboundedReceiver<Event>,
+    tokio::task::JoinHandle<pb::BatchResult>,
+) {
     let mut client = ts.client.clone();
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let req = as_caller(token, req);
     let task = tokio::spawn(async move {
         let mut stream = client.dispatch_batch(req).await.unwrap().into_inner();
         while let Some(message) = stream.next().await {
@@ -288,6 +315,156 @@ async fn remember_session_answers_later_asks_and_says_so() {
     assert!(!task.await.unwrap().all_succeeded);
 }
 
+/// The agent is the party the gate holds against: it sees its own approvals but may not answer
+/// them (PERMISSION_DENIED, and the call still waits) unless the asking rule lets it; an approver
+/// of its tenant answers. A rule with `remember = false` refuses a SESSION answer and asks every
+/// time; a remembered answer covers only the rule that was answered, for the same tool.
+#[tokio::test]
+async fn the_agent_may_not_answer_its_own_ask_unless_its_rule_lets_it() {
+    let config = Config::from_toml(&format!(
+        r#"
+        [auth]
+        anonymous = "none"
+        [[auth.tokens]]
+        id = "bot"
+        tenant = "acme"
+        roles = ["agent"]
+        sha256 = "{}"
+        [[auth.tokens]]
+        id = "alice"
+        tenant = "acme"
+        roles = ["approver"]
+        sha256 = "{}"
+        [approvals]
+        timeout = "20s"
+        [[hooks.rules]]
+        id = "risky"
+        tools = "echo"
+        action = "ask"
+        reason = "risky echo"
+        [[hooks.rules.when]]
+        pointer = "/q"
+        regex = "^risky"
+        [[hooks.rules]]
+        id = "terminal"
+        tools = "echo"
+        action = "ask"
+        reason = "asked at the terminal"
+        requester_may_answer = true
+        [[hooks.rules.when]]
+        pointer = "/q"
+        regex = "^terminal"
+        [[permissions.rules]]
+        id = "clock"
+        tools = "now"
+        decision = "ask"
+        reason = "reading the clock needs a human"
+        remember = false
+        "#,
+        sha256_hex("bot-secret"),
+        sha256_hex("alice-secret"),
+    ))
+    .unwrap();
+    let ts = start_with(config).await;
+    let (bot, alice) = (Some("bot-secret"), Some("alice-secret"));
+    let answer = |id: &str, approve: bool, remember: Remember| pb::ResolveApprovalRequest {
+        approval_id: id.into(),
+        decision: if approve {
+            Decision::Approve
+        } else {
+            Decision::Deny
+        } as i32,
+        remember: remember as i32,
+        ..Default::default()
+    };
+    let mut client = ts.client.clone();
+
+    // The agent answers its own ask: refused, and the call still waits.
+    let calls = json!([{"id": "a", "name": "echo", "arguments": {"q": "risky: rm -rf /"}}]);
+    let (mut events, task) = spawn_batch_as(&ts, bot, interactive("own", calls, false));
+    let approval = next_request(&mut events).await;
+    assert!(!approval.requester_may_answer && approval.remember_allowed);
+    let own = answer(&approval.approval_id, true, Remember::Session);
+    let refused = client
+        .resolve_approval(as_caller(bot, own))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied);
+    assert_eq!(
+        refused.message(),
+        format!(
+            "approval {} may be answered only by an approver or an admin of its tenant, not by the identity that sent its batch",
+            approval.approval_id
+        )
+    );
+    // It still sees what it waits for; nothing ran.
+    let listed = client
+        .list_approvals(as_caller(bot, pb::ListApprovalsRequest::default()))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(listed.approvals.len(), 1);
+    assert!(!task.is_finished());
+    // The approver answers, remembered for the session.
+    let by_alice = answer(&approval.approval_id, true, Remember::Session);
+    client
+        .resolve_approval(as_caller(alice, by_alice))
+        .await
+        .unwrap();
+    let result = task.await.unwrap();
+    assert!(result.all_succeeded, "{result:?}");
+
+    // Remembered for the rule that was answered only: another rule about the same tool asks,
+    // and that one lets the agent answer (a person at its terminal).
+    let calls = json!([
+        {"id": "b", "name": "echo", "arguments": {"q": "risky: again"}},
+        {"id": "c", "name": "echo", "arguments": {"q": "terminal: ok?"}}
+    ]);
+    let (mut events, task) = spawn_batch_as(&ts, bot, interactive("own", calls, false));
+    let approval = next_request(&mut events).await;
+    assert_eq!(
+        (approval.id.as_str(), approval.source.as_str()),
+        ("c", "terminal")
+    );
+    assert!(approval.requester_may_answer);
+    let own = answer(&approval.approval_id, true, Remember::Once);
+    client.resolve_approval(as_caller(bot, own)).await.unwrap();
+    let result = task.await.unwrap();
+    assert!(result.all_succeeded, "{result:?}");
+
+    // A rule that forbids remembering: a SESSION answer is refused, and the next call asks again.
+    for round in 0..2 {
+        let calls = json!([{"id": format!("t{round}"), "name": "now", "arguments": {}}]);
+        let (mut events, task) = spawn_batch_as(&ts, bot, interactive("own", calls, false));
+        let approval = next_request(&mut events).await;
+        assert_eq!(approval.source, "permissions[clock]");
+        assert!(!approval.remember_allowed);
+        let session = answer(&approval.approval_id, true, Remember::Session);
+        let refused = client
+            .resolve_approval(as_caller(alice, session))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            refused.code(),
+            tonic::Code::FailedPrecondition,
+            "{refused:?}"
+        );
+        let own = answer(&approval.approval_id, true, Remember::Once);
+        let refused = client
+            .resolve_approval(as_caller(bot, own))
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::PermissionDenied);
+        let once = answer(&approval.approval_id, true, Remember::Once);
+        client
+            .resolve_approval(as_caller(alice, once))
+            .await
+            .unwrap();
+        let result = task.await.unwrap();
+        assert!(result.all_succeeded, "{result:?}");
+    }
+}
+
 #[tokio::test]
 async fn a_client_that_leaves_takes_its_pending_approvals_with_it() {
     let ts = server().await;
@@ -369,6 +546,9 @@ fn python_agents_and_the_cli_answer_approvals_end_to_end() {
     );
     for scenario in [
         "approve_by_cli",
+        "the_agent_cannot_answer_its_own",
+        "the_agent_answers_where_its_rule_lets_it",
+        "a_rule_can_forbid_remembering",
         "edited_arguments",
         "edited_arguments_are_validated",
         "deny_by_cli",
@@ -401,7 +581,7 @@ fn the_readme_example_asks_the_user_on_the_terminal() {
     std::fs::write(
         &config,
         "[[hooks.rules]]\nid = \"risky\"\ntools = \"echo\"\naction = \"ask\"\nreason = \"it deletes\"\n\
-         [[hooks.rules.when]]\npointer = \"/q\"\nregex = \"^risky\"\n",
+         requester_may_answer = true\n[[hooks.rules.when]]\npointer = \"/q\"\nregex = \"^risky\"\n",
     )
     .unwrap();
     let server = crate::peers::Binary::start(&["--config", config.to_str().unwrap()]);

@@ -162,6 +162,7 @@ export function approval(a: pb.Approval): Approval {
     approvalId: a.approvalId, sessionId: a.sessionId, index: a.index, id: a.id, tool: a.tool,
     arguments: jsonValue(a.arguments), reason: a.reason, source: a.source,
     expiresAt: a.expiresAt ? timestampDate(a.expiresAt) : undefined, requestedBy: a.requestedBy,
+    requesterMayAnswer: a.requesterMayAnswer, rememberAllowed: a.rememberAllowed,
   };
 }
 

@@ -87,6 +87,13 @@ export interface Approval {
   source: string;
   expiresAt: Date | undefined;
   requestedBy: string;
+  /**
+   * Whether `requestedBy` may answer it itself: only where the operator lets the asking rule's
+   * requester answer (`requester_may_answer`); otherwise an approver's credential does.
+   */
+  requesterMayAnswer: boolean;
+  /** Whether an answer may be remembered for the session (`rememberSession`). */
+  rememberAllowed: boolean;
 }
 
 /** What an `approve` callback may return instead of a boolean. */

@@ -27,6 +27,8 @@ listen = "127.0.0.1:0"
 listen = ""
 [approvals]
 timeout = "20s"
+# The opt-in setup the approve callbacks serve: the agent asks the person at its terminal.
+requester_may_answer = true
 [[hooks.rules]]
 id = "risky"
 tools = "echo"

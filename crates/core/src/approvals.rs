@@ -6,8 +6,10 @@
 //! With servers sharing a session store, an `ApprovalRelay` (the store's) records the pending
 //! approvals for every server to list, claims each answer once wherever it is given, and carries
 //! answers and updates to the other servers; a waiting call also polls it for its answer.
-//! Invariant: an approval is answered at most once, only by a caller of its tenant who sent its
-//! batch, is an approver or is an admin; every approval that stops pending is announced once.
+//! Invariant: an approval is answered at most once, only by an approver or an admin of its
+//! tenant, or by the identity that sent its batch where the asking hook or rule's `AskPolicy`
+//! lets it (off by default: an ask its asker can answer is no gate); every approval that stops
+//! pending is announced once.
 
 #[cfg(test)]
 mod tests;
@@ -58,8 +60,79 @@ pub struct Approval {
     pub expires_at: SystemTime,
     /// The identity that sent the batch.
     pub requested_by: String,
-    /// Who may see and answer it besides approvers and admins.
+    /// Whether that identity may answer it itself (`AskPolicy::requester_may_answer`); absent
+    /// in a record of an older server: no.
+    #[serde(default)]
+    pub requester_may_answer: bool,
+    /// Whether an answer may be remembered for the session (`AskPolicy::remember`).
+    #[serde(default = "yes")]
+    pub remember_allowed: bool,
+    /// Who may see it besides approvers and admins.
     requester: Requester,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// What the operator allows for the asks of one hook or rule (`[approvals]`, and a rule's own
+/// `requester_may_answer` and `remember`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AskPolicy {
+    /// The identity that sent the batch may answer its own approvals, as well as approvers and
+    /// admins. Off by default: with it, an agent steered by what it read can approve its own
+    /// call; it fits only a person at the agent's own terminal.
+    pub requester_may_answer: bool,
+    /// An answer may be remembered for the rest of the session (`remember = SESSION`).
+    pub remember: bool,
+}
+
+impl Default for AskPolicy {
+    fn default() -> Self {
+        AskPolicy {
+            requester_may_answer: false,
+            remember: true,
+        }
+    }
+}
+
+/// The `AskPolicy` of each hook or rule, by the name it asks under, and the one for the rest.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AskPolicies {
+    default: AskPolicy,
+    by_source: HashMap<String, AskPolicy>,
+}
+
+impl AskPolicies {
+    /// `default` for every hook and rule until `set` says otherwise.
+    pub fn new(default: AskPolicy) -> Self {
+        AskPolicies {
+            default,
+            by_source: HashMap::new(),
+        }
+    }
+
+    /// The asks recorded under `source` follow `policy` (the stricter of the two, if two hooks
+    /// or rules share the name).
+    pub fn set(&mut self, source: impl Into<String>, policy: AskPolicy) {
+        let entry = self.by_source.entry(source.into()).or_insert(policy);
+        *entry = entry.stricter(policy);
+    }
+
+    /// The policy of the asks recorded under `source`.
+    pub fn of(&self, source: &str) -> AskPolicy {
+        self.by_source.get(source).copied().unwrap_or(self.default)
+    }
+}
+
+impl AskPolicy {
+    /// The stricter of two policies (two hooks or rules recorded under one name).
+    pub fn stricter(self, other: AskPolicy) -> AskPolicy {
+        AskPolicy {
+            requester_may_answer: self.requester_may_answer && other.requester_may_answer,
+            remember: self.remember && other.remember,
+        }
+    }
 }
 
 /// A person's answer.
@@ -169,8 +242,8 @@ impl Update {
     /// Whether `viewer` may see it.
     pub fn visible_to(&self, viewer: &Caller) -> bool {
         match self {
-            Update::Requested(approval) => approval.requester.allows(viewer) == Access::Allowed,
-            Update::Ended(ended) => ended.requester.allows(viewer) == Access::Allowed,
+            Update::Requested(approval) => approval.requester.shows_to(viewer),
+            Update::Ended(ended) => ended.requester.shows_to(viewer),
         }
     }
 
@@ -195,6 +268,16 @@ pub enum ResolveError {
         "approval {0} may be answered by the identity that sent its batch, an approver or an admin of its tenant"
     )]
     NotAllowed(String),
+    /// The caller sent the approval's batch, and its asker does not let the requester answer.
+    #[error(
+        "approval {0} may be answered only by an approver or an admin of its tenant, not by the identity that sent its batch"
+    )]
+    OwnApproval(String),
+    /// `remember = SESSION` for an ask whose hook or rule forbids remembering.
+    #[error(
+        "approval {0} may not be remembered for the session: its rule forbids it; answer it with remember = ONCE"
+    )]
+    RememberForbidden(String),
     /// The store the servers share approvals through cannot be reached (the cause, which is
     /// logged, not sent).
     #[error("the session store is down: approvals of other servers cannot be reached; retry later")]
@@ -295,6 +378,9 @@ struct Requester {
 #[derive(Debug, PartialEq, Eq)]
 enum Access {
     Allowed,
+    /// The identity that sent the batch, without the approver or admin role: it may see the
+    /// approval, and answer it only where its policy lets it.
+    Requester,
     OtherTenant,
     NotAllowed,
 }
@@ -308,19 +394,25 @@ impl Requester {
         }
     }
 
-    /// Whether `viewer` may see and answer its approvals: the same identity (name and
-    /// credential kind, so a JWT subject never passes for a token's id), an approver or an
-    /// admin, of its tenant.
+    /// What `viewer` may do with its approvals: an approver or an admin of its tenant sees and
+    /// answers them; the same identity (name and credential kind, so a JWT subject never passes
+    /// for a token's id) sees them.
     fn allows(&self, viewer: &Caller) -> Access {
         if viewer.tenant != self.tenant {
             return Access::OtherTenant;
         }
-        let same = viewer.id == self.id && self.method == viewer.method;
-        if same || viewer.has(Role::Approver) || viewer.has(Role::Admin) {
+        if viewer.has(Role::Approver) || viewer.has(Role::Admin) {
             Access::Allowed
+        } else if viewer.id == self.id && self.method == viewer.method {
+            Access::Requester
         } else {
             Access::NotAllowed
         }
+    }
+
+    /// Whether `viewer` may see its approvals.
+    fn shows_to(&self, viewer: &Caller) -> bool {
+        matches!(self.allows(viewer), Access::Allowed | Access::Requester)
     }
 }
 
@@ -362,6 +454,8 @@ pub struct Approvals {
 
 struct Inner {
     timeout: Duration,
+    /// Who may answer, and what may be remembered, per asking hook or rule.
+    policies: AskPolicies,
     state: Mutex<State>,
     updates: broadcast::Sender<Update>,
     /// The store approvals are shared through, when servers share sessions.
@@ -389,14 +483,20 @@ impl Default for Approvals {
 }
 
 impl Approvals {
-    /// Approvals that expire unanswered after `timeout`.
+    /// Approvals that expire unanswered after `timeout`, with the default `AskPolicy`.
     pub fn new(timeout: Duration) -> Self {
+        Approvals::with_policies(timeout, AskPolicies::default())
+    }
+
+    /// Approvals that expire unanswered after `timeout`, each asker's under `policies`.
+    pub fn with_policies(timeout: Duration, policies: AskPolicies) -> Self {
         let (updates, _) = broadcast::channel(UPDATE_BUFFER);
         let server = crate::tools::unguessable_name("")
             .unwrap_or_else(|_| format!("pid-{}-{:?}", std::process::id(), SystemTime::now()));
         Approvals {
             inner: Arc::new(Inner {
                 timeout,
+                policies,
                 state: Mutex::new(State::default()),
                 updates,
                 relay: std::sync::OnceLock::new(),
@@ -414,6 +514,11 @@ impl Approvals {
     /// The relay, when approvals are shared.
     pub(crate) fn relay(&self) -> Option<&Arc<dyn ApprovalRelay>> {
         self.inner.relay.get()
+    }
+
+    /// The policy of the asks recorded under `source`.
+    pub fn policy(&self, source: &str) -> AskPolicy {
+        self.inner.policies.of(source)
     }
 
     /// How long an approval waits for an answer at most.
@@ -441,6 +546,7 @@ impl Approvals {
     pub async fn open(&self, request: &Request) -> Result<Ticket, OpenError> {
         let id = crate::tools::unguessable_name("").map_err(OpenError::Random)?;
         let left = request.until.saturating_duration_since(Instant::now());
+        let policy = self.policy(&request.source);
         let approval = Approval {
             id: id.clone(),
             tenant: request.caller.tenant.clone(),
@@ -453,6 +559,8 @@ impl Approvals {
             source: request.source.clone(),
             expires_at: SystemTime::now() + left,
             requested_by: request.caller.id.clone(),
+            requester_may_answer: policy.requester_may_answer,
+            remember_allowed: policy.remember,
             requester: Requester::of(&request.caller),
         };
         if let Some(relay) = self.relay() {
@@ -506,7 +614,7 @@ impl Approvals {
                 None => return Err(ResolveError::NotFound(id.to_owned())),
             }
         };
-        allowed(&approval, resolver)?;
+        allowed(&approval, resolver, &answer)?;
         if self.deliver(id, answer) {
             return Ok(approval);
         }
@@ -542,7 +650,7 @@ impl Approvals {
                 }
             },
         };
-        allowed(&approval, resolver)?;
+        allowed(&approval, resolver, &answer)?;
         match relay.claim(&approval, Some(&answer)).await.map_err(down)? {
             Claim::Claimed => {}
             Claim::Answered => return Err(ResolveError::AlreadyAnswered(id.to_owned())),
@@ -612,7 +720,7 @@ impl Approvals {
         let mut visible: Vec<(u64, Approval)> = state
             .pending
             .values()
-            .filter(|p| p.approval.requester.allows(viewer) == Access::Allowed)
+            .filter(|p| p.approval.requester.shows_to(viewer))
             .filter(|p| session_id.is_none_or(|s| p.approval.session_id == s))
             .map(|p| (p.seq, p.approval.clone()))
             .collect();
@@ -637,7 +745,7 @@ impl Approvals {
             shared
                 .into_iter()
                 .filter(|a| !seen.contains(&a.id))
-                .filter(|a| a.requester.allows(viewer) == Access::Allowed)
+                .filter(|a| a.requester.shows_to(viewer))
                 .filter(|a| session_id.is_none_or(|s| a.session_id == s)),
         );
         listed.sort_by_key(|a| a.expires_at);
@@ -707,14 +815,21 @@ fn down(error: StoreError) -> ResolveError {
     ResolveError::StoreDown(error.to_string())
 }
 
-/// Whether `resolver` may answer `approval`.
-fn allowed(approval: &Approval, resolver: &Caller) -> Result<(), ResolveError> {
+/// Whether `resolver` may answer `approval` with `answer`.
+fn allowed(approval: &Approval, resolver: &Caller, answer: &Answer) -> Result<(), ResolveError> {
     match approval.requester.allows(resolver) {
-        Access::Allowed => Ok(()),
+        Access::Allowed => {}
+        Access::Requester if approval.requester_may_answer => {}
+        // Seen, but not the asker's to answer: told so, since it may see the approval anyway.
+        Access::Requester => return Err(ResolveError::OwnApproval(approval.id.clone())),
         // Another tenant learns nothing, not even that it exists.
-        Access::OtherTenant => Err(ResolveError::NotFound(approval.id.clone())),
-        Access::NotAllowed => Err(ResolveError::NotAllowed(approval.id.clone())),
+        Access::OtherTenant => return Err(ResolveError::NotFound(approval.id.clone())),
+        Access::NotAllowed => return Err(ResolveError::NotAllowed(approval.id.clone())),
     }
+    if answer.remember == Remember::Session && !approval.remember_allowed {
+        return Err(ResolveError::RememberForbidden(approval.id.clone()));
+    }
+    Ok(())
 }
 
 /// Runs a store operation in the background, logging a failure.

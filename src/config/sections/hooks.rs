@@ -48,6 +48,13 @@ pub struct RuleConfig {
     pub reason: String,
     #[serde(default)]
     pub when: Vec<ConditionConfig>,
+    /// Whether the identity that sent the batch may answer this hook's asks; unset: the
+    /// `[approvals]` value.
+    #[serde(default)]
+    pub requester_may_answer: Option<bool>,
+    /// `false`: an answer to this hook's asks is never remembered for the session.
+    #[serde(default = "super::pipeline::remember_default")]
+    pub remember: bool,
 }
 
 /// One condition: a JSON pointer into the input and exactly one test.
@@ -108,6 +115,13 @@ pub struct CommandHookConfig {
     /// Environment variables set for this hook's program, over `hooks.env_allow`.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Whether the identity that sent the batch may answer this hook's asks; unset: the
+    /// `[approvals]` value.
+    #[serde(default)]
+    pub requester_may_answer: Option<bool>,
+    /// `false`: an answer to this hook's asks is never remembered for the session.
+    #[serde(default = "super::pipeline::remember_default")]
+    pub remember: bool,
 }
 
 fn command_timeout() -> Duration {
@@ -132,6 +146,13 @@ pub struct GrpcHookConfig {
     pub timeout: Duration,
     #[serde(default)]
     pub failure_mode: FailureMode,
+    /// Whether the identity that sent the batch may answer this hook's asks; unset: the
+    /// `[approvals]` value.
+    #[serde(default)]
+    pub requester_may_answer: Option<bool>,
+    /// `false`: an answer to this hook's asks is never remembered for the session.
+    #[serde(default = "super::pipeline::remember_default")]
+    pub remember: bool,
 }
 
 fn grpc_timeout() -> Duration {

@@ -182,21 +182,45 @@ impl Default for UnknownToolConfig {
 }
 
 /// `[approvals]`: how long a call an ask paused (in a batch with interactive approvals) waits
-/// for a person.
+/// for a person, and who that person may be.
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ApprovalsConfig {
     /// Unanswered this long, the call ends APPROVAL_TIMEOUT (never past the request's deadline).
     #[serde(with = "duration")]
     pub timeout: Duration,
+    /// The identity that sent a batch may answer its own approvals (every hook and rule that
+    /// does not say otherwise); off: only approvers and admins of the tenant.
+    pub requester_may_answer: bool,
 }
 
 impl Default for ApprovalsConfig {
     fn default() -> Self {
         ApprovalsConfig {
             timeout: Duration::from_secs(300),
+            requester_may_answer: false,
         }
     }
+}
+
+impl ApprovalsConfig {
+    /// The policy of a hook or rule that sets `requester_may_answer` (unset: this section's)
+    /// and `remember`.
+    pub fn policy(
+        &self,
+        requester_may_answer: Option<bool>,
+        remember: bool,
+    ) -> toolgate_core::approvals::AskPolicy {
+        toolgate_core::approvals::AskPolicy {
+            requester_may_answer: requester_may_answer.unwrap_or(self.requester_may_answer),
+            remember,
+        }
+    }
+}
+
+/// The default of a rule's or hook's `remember`: answers may be remembered.
+pub(crate) fn remember_default() -> bool {
+    true
 }
 
 /// `[permissions]`: rules on who may run which tool; none by default.
@@ -228,6 +252,13 @@ pub struct PermissionRuleConfig {
     /// The reason the model reads.
     #[serde(default)]
     pub reason: String,
+    /// Whether the identity that sent the batch may answer this rule's asks; unset: the
+    /// `[approvals]` value.
+    #[serde(default)]
+    pub requester_may_answer: Option<bool>,
+    /// `false`: an answer to this rule's asks is never remembered for the session.
+    #[serde(default = "remember_default")]
+    pub remember: bool,
 }
 
 /// Overrides for one tool, under `[per_tool.<name>]`; unset keys take the global settings.

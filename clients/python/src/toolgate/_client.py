@@ -339,7 +339,8 @@ class Client(_Base):
     def resolve_approval(
         self, approval_id: str, approve: bool | Answer, *, timeout: float | None = None,
     ) -> Approval:
-        """Answers a pending approval (as the agent that asked, or an approver of its tenant)."""
+        """Answers a pending approval: as an approver (or admin) of its tenant, or as the identity
+        that sent its batch where the asking rule lets it (``Approval.requester_may_answer``)."""
         request = self._resolution(
             Approval(approval_id, "", 0, "", "", None, "", "", None, ""), approve)
         try:

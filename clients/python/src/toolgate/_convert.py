@@ -267,6 +267,7 @@ def approval(a: pb.Approval) -> Approval:
         approval_id=a.approval_id, session_id=a.session_id, index=a.index, id=a.id,
         tool=a.tool, arguments=json_value(a.arguments) if a.HasField("arguments") else None,
         reason=a.reason, source=a.source, expires_at=expires, requested_by=a.requested_by,
+        requester_may_answer=a.requester_may_answer, remember_allowed=a.remember_allowed,
     )
 
 

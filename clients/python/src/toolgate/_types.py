@@ -111,6 +111,11 @@ class Approval:
     source: str
     expires_at: datetime.datetime | None
     requested_by: str
+    #: Whether ``requested_by`` may answer it itself: only where the operator lets the asking
+    #: rule's requester answer (``requester_may_answer``); otherwise an approver's credential does.
+    requester_may_answer: bool = False
+    #: Whether an answer may be remembered for the session (``Answer.remember_session``).
+    remember_allowed: bool = True
 
 
 @dataclass(frozen=True)

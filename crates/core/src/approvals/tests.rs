@@ -38,9 +38,10 @@ fn answer(approve: bool, by: &str) -> Answer {
 }
 
 #[tokio::test]
-async fn the_sender_answers_once_and_the_waiter_gets_the_answer() {
+async fn an_approver_answers_once_and_the_waiter_gets_the_answer() {
     let approvals = Approvals::default();
     let agent = caller("bot", "acme", &[Role::Agent]);
+    let alice = caller("alice", "acme", &[Role::Approver]);
     let mut updates = approvals.subscribe();
     let mut ticket = approvals
         .open(&request(&agent, "s1", Duration::from_secs(60)))
@@ -52,11 +53,18 @@ async fn the_sender_answers_once_and_the_waiter_gets_the_answer() {
     assert_eq!(approvals.list(&agent, None).len(), 1);
     assert_eq!(approvals.list(&agent, Some("other")).len(), 0);
 
-    let answered = approvals.resolve(&agent, &id, answer(true, "bot")).unwrap();
+    // The sender sees it but may not answer it: an ask the asker answers is no gate.
+    assert_eq!(
+        approvals.resolve(&agent, &id, answer(true, "bot")),
+        Err(ResolveError::OwnApproval(id.clone()))
+    );
+    let answered = approvals
+        .resolve(&alice, &id, answer(true, "alice"))
+        .unwrap();
     assert_eq!(answered.tool, "write_file");
     assert!(matches!(ticket.wait().await, Waited::Answered(a) if a.approve));
     assert_eq!(
-        approvals.resolve(&agent, &id, answer(false, "bot")),
+        approvals.resolve(&alice, &id, answer(false, "alice")),
         Err(ResolveError::AlreadyAnswered(id.clone()))
     );
     let Update::Ended(ended) = updates.recv().await.unwrap() else {
@@ -109,6 +117,57 @@ async fn who_may_see_and_answer() {
         approvals.resolve(&admin, "0123", answer(true, "root")),
         Err(ResolveError::NotFound("0123".to_owned()))
     );
+}
+
+#[tokio::test]
+async fn the_sender_answers_and_answers_are_remembered_only_where_the_rule_lets_it() {
+    let mut policies = AskPolicies::new(AskPolicy::default());
+    let terminal = AskPolicy {
+        requester_may_answer: true,
+        remember: false,
+    };
+    policies.set("terminal", terminal);
+    // Two rules under one name: the stricter wins.
+    policies.set("twice", terminal);
+    policies.set("twice", AskPolicy::default());
+    assert_eq!(
+        policies.of("twice"),
+        AskPolicy {
+            requester_may_answer: false,
+            remember: false
+        }
+    );
+    let approvals = Approvals::with_policies(Duration::from_secs(300), policies);
+    let agent = caller("bot", "acme", &[Role::Agent]);
+    let alice = caller("alice", "acme", &[Role::Approver]);
+    let asked = |source: &str| Request {
+        source: source.to_owned(),
+        ..request(&agent, "s1", Duration::from_secs(60))
+    };
+    let session = |approve| Answer {
+        remember: Remember::Session,
+        ..answer(approve, "bot")
+    };
+
+    let ticket = approvals.open(&asked("terminal")).await.unwrap();
+    let (id, approval) = (ticket.approval().id.clone(), ticket.approval().clone());
+    assert!(approval.requester_may_answer && !approval.remember_allowed);
+    for who in [&agent, &alice] {
+        assert_eq!(
+            approvals.resolve(who, &id, session(true)),
+            Err(ResolveError::RememberForbidden(id.clone()))
+        );
+    }
+    assert!(approvals.resolve(&agent, &id, answer(true, "bot")).is_ok());
+
+    let ticket = approvals.open(&asked("rules[0]")).await.unwrap();
+    let id = ticket.approval().id.clone();
+    assert!(!ticket.approval().requester_may_answer && ticket.approval().remember_allowed);
+    assert_eq!(
+        approvals.resolve(&agent, &id, session(true)),
+        Err(ResolveError::OwnApproval(id.clone()))
+    );
+    assert!(approvals.resolve(&alice, &id, session(true)).is_ok());
 }
 
 #[tokio::test(start_paused = true)]
@@ -249,6 +308,7 @@ async fn an_answer_whose_message_was_lost_is_found_in_the_store() {
     here.attach(relay.clone());
     there.attach(relay.clone());
     let agent = caller("bot", "acme", &[Role::Agent]);
+    let alice = caller("alice", "acme", &[Role::Approver]);
     let mut ticket = here
         .open(&request(&agent, "s1", Duration::from_secs(60)))
         .await
@@ -257,7 +317,7 @@ async fn an_answer_whose_message_was_lost_is_found_in_the_store() {
     // The other server lists and answers it; no message reaches this one.
     assert_eq!(there.list_anywhere(&agent, None).await.unwrap().len(), 1);
     there
-        .resolve_anywhere(&agent, &id, answer(true, "bot"))
+        .resolve_anywhere(&alice, &id, answer(true, "bot"))
         .await
         .unwrap();
     let started = Instant::now();
@@ -265,7 +325,7 @@ async fn an_answer_whose_message_was_lost_is_found_in_the_store() {
     assert!(started.elapsed() <= POLL, "found at the next poll");
     assert_eq!(here.pending(), 0);
     assert_eq!(
-        here.resolve_anywhere(&agent, &id, answer(false, "bot"))
+        here.resolve_anywhere(&alice, &id, answer(false, "bot"))
             .await,
         Err(ResolveError::AlreadyAnswered(id))
     );
@@ -278,13 +338,14 @@ async fn an_answer_given_as_it_expires_wins_and_an_expired_one_is_not_answered()
     here.attach(relay.clone());
     there.attach(relay.clone());
     let agent = caller("bot", "acme", &[Role::Agent]);
+    let alice = caller("alice", "acme", &[Role::Approver]);
     let mut ticket = here
         .open(&request(&agent, "s1", Duration::from_secs(1)))
         .await
         .unwrap();
     let id = ticket.approval().id.clone();
     there
-        .resolve_anywhere(&agent, &id, answer(false, "bot"))
+        .resolve_anywhere(&alice, &id, answer(false, "bot"))
         .await
         .unwrap();
     // Its expiry comes before the first poll: the claim finds the answer.
@@ -298,7 +359,7 @@ async fn an_answer_given_as_it_expires_wins_and_an_expired_one_is_not_answered()
     assert!(matches!(ticket.wait().await, Waited::Expired));
     assert_eq!(
         there
-            .resolve_anywhere(&agent, &id, answer(true, "bot"))
+            .resolve_anywhere(&alice, &id, answer(true, "bot"))
             .await,
         Err(ResolveError::NotFound(id))
     );

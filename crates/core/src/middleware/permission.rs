@@ -43,6 +43,11 @@ pub struct PermissionRule {
 }
 
 impl PermissionRule {
+    /// The gate-decision source the rule with `id` is recorded (and asks) under.
+    pub fn source_of(id: &str) -> String {
+        format!("permissions[{id}]")
+    }
+
     /// Whether the rule is about `caller` calling `tool`.
     pub fn matches(&self, tool: &str, caller: &Caller) -> bool {
         let any = |globs: &[String], value: &str| {
@@ -86,7 +91,7 @@ impl PermissionLayer {
         let rules = rules
             .into_iter()
             .map(|rule| {
-                let source: Arc<str> = format!("permissions[{}]", rule.id).into();
+                let source: Arc<str> = PermissionRule::source_of(&rule.id).into();
                 (rule, source)
             })
             .collect();

@@ -43,7 +43,13 @@ impl Step<'_> {
             source: source.to_owned(),
             until: self.approval_deadline(),
         };
-        if let Some(approve) = self.remembered_answer(source).await {
+        let policy = p.approvals.policy(source);
+        let remembered = match policy.remember {
+            true => self.remembered_answer(source).await,
+            // A rule that forbids remembering asks every time, whatever was said before.
+            false => None,
+        };
+        if let Some(approve) = remembered {
             let ended = Ended::remembered(&request, approve);
             self.approval_ended(&ended).await;
             p.approvals.announce(ended);
@@ -113,7 +119,8 @@ impl Step<'_> {
                     remember,
                     ..
                 } = answer;
-                if remember == Remember::Session {
+                // Checked again where it is kept: an answer relayed by an older server may ask.
+                if remember == Remember::Session && policy.remember {
                     self.remember_answer(source, approve).await;
                 }
                 if approve {
