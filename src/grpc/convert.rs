@@ -13,12 +13,12 @@ use toolgate_core::dispatch::{
     Batch, BatchOptions, BatchReport, Binding, CallResult, ErrorClass, Event, MessageFormat,
     Outcome,
 };
+use toolgate_core::identity::{Caller, Role};
 use toolgate_core::safety::breaker::BreakerState;
 use toolgate_core::safety::health::{HealthReport, Status};
 use toolgate_core::safety::hooks::Decision;
 use toolgate_core::session::validate_session_id;
-use toolgate_core::tools::Registered;
-use toolgate_core::tools::{ContentPart, ToolSource};
+use toolgate_core::tools::{ContentPart, Definition, Registered, ToolPin, ToolSource};
 use toolgate_proto::pb;
 use toolgate_proto::protojson;
 
@@ -579,14 +579,48 @@ pub fn tool_health(report: &HealthReport) -> pb::ToolHealth {
     }
 }
 
-pub fn tool_definition(registered: &Registered) -> pb::ToolDefinition {
-    use pb::tool_definition::Source;
+/// A registered tool as `viewer` may see it: admins see a quarantined tool's changed
+/// definition and what changed; everyone else sees the definition that was pinned, or nothing
+/// when it is not known. A changed description is a remote's word, and may be written to steer
+/// the model that reads it.
+pub fn tool_definition(registered: &Registered, viewer: &Caller) -> Option<pb::ToolDefinition> {
     let tool = &registered.tool;
-    let schema = match tool.input_schema() {
+    let current = Definition::of(tool.as_ref());
+    let admin = viewer.has(Role::Admin);
+    let (shown, changed_digest, change) = match &registered.pin {
+        Some(ToolPin {
+            changed_to: Some(changed),
+            accepted,
+            ..
+        }) => match (admin, accepted) {
+            (true, accepted) => {
+                let change = accepted
+                    .as_ref()
+                    .map(|was| was.changes_to(&current))
+                    .unwrap_or_default();
+                (current, changed.clone(), change)
+            }
+            (false, Some(accepted)) => ((**accepted).clone(), String::new(), String::new()),
+            (false, None) => return None,
+        },
+        _ => (current, String::new(), String::new()),
+    };
+    Some(definition(registered, shown, changed_digest, change))
+}
+
+/// `tool_definition` for a definition decided on.
+fn definition(
+    registered: &Registered,
+    shown: Definition,
+    changed_digest: String,
+    change: String,
+) -> pb::ToolDefinition {
+    use pb::tool_definition::Source;
+    let schema = match shown.input_schema {
         Value::Object(map) => protojson::Struct::from(map),
         _ => protojson::Struct::default(),
     };
-    let a = tool.annotations();
+    let a = shown.annotations;
     let source = match registered.source {
         ToolSource::Builtin => Source::Builtin,
         ToolSource::Embedded => Source::Embedded,
@@ -594,9 +628,10 @@ pub fn tool_definition(registered: &Registered) -> pb::ToolDefinition {
         ToolSource::Mcp => Source::Mcp,
         ToolSource::Http => Source::Http,
     };
+    let pin = registered.pin.as_ref();
     pb::ToolDefinition {
-        name: tool.name().to_owned(),
-        description: tool.description().to_owned(),
+        name: registered.tool.name().to_owned(),
+        description: shown.description,
         input_schema: Some(schema),
         annotations: Some(pb::ToolAnnotations {
             read_only: a.read_only,
@@ -604,29 +639,18 @@ pub fn tool_definition(registered: &Registered) -> pb::ToolDefinition {
             idempotent: a.idempotent,
             open_world: a.open_world,
         }),
-        concurrency_safe: tool.is_concurrency_safe(&Value::Object(Map::new())),
+        concurrency_safe: shown.concurrency_safe,
         source: source.into(),
-        status: match &registered.pin {
+        status: match pin {
             None => pb::tool_definition::Status::Local,
             Some(p) if p.changed_to.is_some() => pb::tool_definition::Status::Quarantined,
             Some(_) => pb::tool_definition::Status::Pinned,
         }
         .into(),
-        digest: registered
-            .pin
-            .as_ref()
-            .map(|p| p.digest.clone())
-            .unwrap_or_default(),
-        changed_digest: registered
-            .pin
-            .as_ref()
-            .and_then(|p| p.changed_to.clone())
-            .unwrap_or_default(),
-        remote: registered
-            .pin
-            .as_ref()
-            .map(|p| p.remote.clone())
-            .unwrap_or_default(),
+        digest: pin.map(|p| p.digest.clone()).unwrap_or_default(),
+        changed_digest,
+        remote: pin.map(|p| p.remote.clone()).unwrap_or_default(),
+        change,
     }
 }
 

@@ -21,6 +21,7 @@ use super::reply;
 use super::rpc_span::RpcSpan;
 use super::status::RequestError;
 use toolgate_core::dispatch::{Batch, Cancel, Dispatcher, Event, Mode, NoObserver, Observer};
+use toolgate_core::identity::Caller;
 use toolgate_core::metrics::Metrics;
 use toolgate_core::tools::BoxFuture;
 use toolgate_core::trace::Tracer;
@@ -73,13 +74,17 @@ impl ToolGateService {
         ToolGateService { state }
     }
 
-    /// The current definitions of the tools a remote contributed.
-    fn definitions_of(&self, contributed: &[Contributed]) -> pb::RegisterRemoteResponse {
+    /// The current definitions of the tools a remote contributed, as `caller` may see them.
+    fn definitions_of(
+        &self,
+        contributed: &[Contributed],
+        caller: &Caller,
+    ) -> pb::RegisterRemoteResponse {
         let registry = self.state.dispatcher.registry();
         let tools = contributed
             .iter()
             .filter_map(|c| registry.get(&c.name))
-            .map(convert::tool_definition)
+            .filter_map(|registered| convert::tool_definition(registered, caller))
             .collect();
         pb::RegisterRemoteResponse { tools }
     }
@@ -382,6 +387,7 @@ impl ToolGate for ToolGateService {
         request: Request<pb::RegisterRemoteRequest>,
     ) -> Result<Response<pb::RegisterRemoteResponse>, Status> {
         self.registration_allowed()?;
+        let caller = access::caller(&request)?;
         let definition = request.into_inner().definition.unwrap_or_default();
         let definition = definition
             .into_json_checked(&"definition")
@@ -405,7 +411,7 @@ impl ToolGate for ToolGateService {
             .register(spec)
             .await
             .map_err(RequestError::from)?;
-        Ok(Response::new(self.definitions_of(&contributed)))
+        Ok(Response::new(self.definitions_of(&contributed, &caller)))
     }
 
     async fn unregister_remote(
@@ -427,6 +433,7 @@ impl ToolGate for ToolGateService {
         request: Request<pb::RefreshRemoteRequest>,
     ) -> Result<Response<pb::RegisterRemoteResponse>, Status> {
         self.registration_allowed()?;
+        let caller = access::caller(&request)?;
         let name = request.into_inner().name;
         let contributed = self
             .state
@@ -434,7 +441,7 @@ impl ToolGate for ToolGateService {
             .refresh(&name)
             .await
             .map_err(RequestError::from)?;
-        Ok(Response::new(self.definitions_of(&contributed)))
+        Ok(Response::new(self.definitions_of(&contributed, &caller)))
     }
 
     async fn accept_tool_change(
@@ -442,28 +449,31 @@ impl ToolGate for ToolGateService {
         request: Request<pb::AcceptToolChangeRequest>,
     ) -> Result<Response<pb::ToolDefinition>, Status> {
         self.registration_allowed()?;
+        let caller = access::caller(&request)?;
         let tool = request.into_inner().tool;
         self.state
             .remotes
             .accept(&tool)
             .map_err(RequestError::from)?;
         let registry = self.state.dispatcher.registry();
-        let registered = registry
+        let shown = registry
             .get(&tool)
+            .and_then(|registered| convert::tool_definition(registered, &caller))
             .ok_or_else(|| RequestError::Invalid(format!("no tool '{tool}'")))?;
-        Ok(Response::new(convert::tool_definition(registered)))
+        Ok(Response::new(shown))
     }
 
     async fn list_tools(
         &self,
-        _request: Request<pb::ListToolsRequest>,
+        request: Request<pb::ListToolsRequest>,
     ) -> Result<Response<pb::ListToolsResponse>, Status> {
+        let caller = access::caller(&request)?;
         let tools = self
             .state
             .dispatcher
             .registry()
             .iter()
-            .map(convert::tool_definition)
+            .filter_map(|registered| convert::tool_definition(registered, &caller))
             .collect();
         Ok(Response::new(pb::ListToolsResponse { tools }))
     }

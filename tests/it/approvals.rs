@@ -76,16 +76,6 @@ fn spawn_batch(
     spawn_batch_as(ts, None, req)
 }
 
-/// `message` sent with `token` as its bearer credential (none: anonymous).
-fn as_caller<M>(token: Option<&str>, message: M) -> tonic::Request<M> {
-    let mut request = tonic::Request::new(message);
-    if let Some(token) = token {
-        let value = format!("Bearer {token}").parse().unwrap();
-        request.metadata_mut().insert("authorization", value);
-    }
-    request
-}
-
 /// `spawn_batch`, sent with `token`.
 fn spawn_batch_as(
     ts: &TestServer,

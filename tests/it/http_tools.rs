@@ -13,7 +13,8 @@ use toolgate::protojson;
 
 use crate::support::*;
 
-async fn serve() -> std::net::SocketAddr {
+/// HTTP tools on a free port: `/weather`, `/trace`, `/broken`, `/slow`.
+pub async fn serve() -> std::net::SocketAddr {
     let app = axum::Router::new()
         .route(
             "/weather",

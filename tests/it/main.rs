@@ -10,6 +10,7 @@ mod bindings;
 mod connections;
 mod dispatch;
 mod docs;
+mod gate;
 mod hardening;
 mod hooks;
 mod hosted;

@@ -68,6 +68,16 @@ pub async fn connect(addr: std::net::SocketAddr) -> Channel {
         .expect("connects")
 }
 
+/// `message` sent with `token` as its bearer credential (none: anonymous).
+pub fn as_caller<M>(token: Option<&str>, message: M) -> tonic::Request<M> {
+    let mut request = tonic::Request::new(message);
+    if let Some(token) = token {
+        let value = format!("Bearer {token}").parse().expect("a header value");
+        request.metadata_mut().insert("authorization", value);
+    }
+    request
+}
+
 /// A request with these calls (any JSON shapes) and default options.
 pub fn request(calls: Value) -> pb::DispatchBatchRequest {
     let Value::Array(calls) = calls else {

@@ -21,7 +21,7 @@ pub use catalog::Catalog;
 pub use function::FnTool;
 pub use outcome::ErrorClass;
 pub(crate) use outcome::content_of;
-pub use registry::{Registered, RegistryError, ToolPin, ToolRegistry, ToolSource};
+pub use registry::{Definition, Registered, RegistryError, ToolPin, ToolRegistry, ToolSource};
 pub use scratch::{DEFAULT_QUOTA_BYTES, remove_tree, unguessable_name};
 pub use scratch::{Entry, FileError, ScratchDir, ScratchStore, SharedScratch, entry_bytes};
 

@@ -7,13 +7,19 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::tool::{RemoteDefinition, RemoteTool};
+use super::tool::RemoteTool;
 use super::{RemoteError, RemoteKind, RemoteSpec, Signal, Signals, http, mcp, worker};
 use parking_lot::Mutex;
 use toolgate_core::glob::glob_match;
 use toolgate_core::metrics::Metrics;
-use toolgate_core::tools::ToolPin;
-use toolgate_core::tools::{Catalog, RegistryError, Tool, ToolSource};
+use toolgate_core::tools::{Catalog, Definition, RegistryError, Tool, ToolPin, ToolSource};
+
+/// An accepted definition.
+#[derive(Debug, Clone)]
+struct Pinned {
+    digest: String,
+    definition: Arc<Definition>,
+}
 
 /// A tool a remote contributed, with what `ListTools` reports about its origin.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,9 +37,10 @@ const RECONNECT_MAX: Duration = Duration::from_secs(30);
 pub struct Remotes {
     catalog: Arc<Catalog>,
     live: Mutex<BTreeMap<String, (RemoteSpec, Vec<String>)>>,
-    /// Tool name → digest of the accepted definition, for the server's lifetime: a tool that
-    /// comes back changed (on refresh or re-registration) is quarantined.
-    pins: Mutex<BTreeMap<String, String>>,
+    /// Tool name → digest of the accepted definition and the definition itself (what agents
+    /// are shown while a change waits), for the server's lifetime: a tool that comes back
+    /// changed (on refresh or re-registration) is quarantined.
+    pins: Mutex<BTreeMap<String, Pinned>>,
     signals: Signals,
     /// Open MCP sessions by remote, so a tool list change is re-listed on the same session.
     mcp: Mutex<BTreeMap<String, Arc<mcp::Connection>>>,
@@ -198,7 +205,7 @@ impl Remotes {
                 spec.tools.iter().any(|g| glob_match(g, own))
             })
             .map(|t| {
-                let pin = self.pin(spec, t.definition());
+                let pin = self.pin(spec, &t);
                 (t as Arc<dyn Tool>, pin)
             })
             .collect();
@@ -235,15 +242,17 @@ impl Remotes {
             let pin = ToolPin {
                 digest: digest.clone(),
                 changed_to: None,
+                accepted: None,
                 ..pin
             };
+            let definition = Arc::new(Definition::of(current.tool.as_ref()));
             registry
                 .register_pinned(current.tool, current.source, Some(pin))
                 .map_err(|source| RemoteError::Registry {
                     name: tool.to_owned(),
                     source,
                 })?;
-            Ok(digest)
+            Ok(Pinned { digest, definition })
         })?;
         self.pins.lock().insert(tool.to_owned(), accepted);
         tracing::info!(target: "toolgate::tools::remote::manager", tool, "changed tool definition accepted");
@@ -252,35 +261,41 @@ impl Remotes {
 
     /// The pin for a discovered tool: new tools are pinned; a changed definition is quarantined
     /// unless the remote accepts changes.
-    fn pin(&self, spec: &RemoteSpec, tool: &RemoteDefinition) -> ToolPin {
-        let digest = tool.digest();
+    fn pin(&self, spec: &RemoteSpec, tool: &RemoteTool) -> ToolPin {
+        let definition = tool.definition();
+        let digest = definition.digest();
+        let name = &definition.name;
         let mut pins = self.pins.lock();
-        let pinned = pins
-            .entry(tool.name.clone())
-            .or_insert_with(|| digest.clone())
-            .clone();
+        let seen = || Pinned {
+            digest: digest.clone(),
+            definition: Arc::new(Definition::of(tool)),
+        };
+        let pinned = pins.entry(name.clone()).or_insert_with(seen).clone();
         let remote = spec.name.clone();
-        if pinned == digest {
+        if pinned.digest == digest {
             return ToolPin {
                 remote,
                 digest,
                 changed_to: None,
+                accepted: None,
             };
         }
         if spec.accept_changes {
-            tracing::info!(target: "toolgate::tools::remote::manager", tool = %tool.name, from = %pinned, to = %digest, "tool definition changed; accepted by configuration");
-            pins.insert(tool.name.clone(), digest.clone());
+            tracing::info!(target: "toolgate::tools::remote::manager", tool = %name, from = %pinned.digest, to = %digest, "tool definition changed; accepted by configuration");
+            pins.insert(name.clone(), seen());
             return ToolPin {
                 remote,
                 digest,
                 changed_to: None,
+                accepted: None,
             };
         }
-        tracing::warn!(target: "toolgate::tools::remote::manager", tool = %tool.name, from = %pinned, to = %digest, "tool definition changed; quarantined");
+        tracing::warn!(target: "toolgate::tools::remote::manager", tool = %name, from = %pinned.digest, to = %digest, "tool definition changed; quarantined");
         ToolPin {
             remote,
-            digest: pinned,
+            digest: pinned.digest,
             changed_to: Some(digest),
+            accepted: Some(pinned.definition),
         }
     }
 

@@ -47,6 +47,69 @@ pub struct ToolPin {
     /// Set when the remote now offers a different definition: its digest. Calls are refused
     /// (QUARANTINED) until an operator accepts it.
     pub changed_to: Option<String>,
+    /// While `changed_to` is set: the accepted definition, the only one agents are shown (the
+    /// registered tool carries the changed one, for admins). `None` when it is not known.
+    pub accepted: Option<Arc<Definition>>,
+}
+
+/// What a caller is shown of a tool: its description, input schema and hints.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Definition {
+    pub description: String,
+    pub input_schema: serde_json::Value,
+    pub annotations: super::Annotations,
+    pub concurrency_safe: bool,
+}
+
+impl Definition {
+    /// `tool`'s definition as it stands.
+    pub fn of(tool: &dyn Tool) -> Self {
+        let no_input = serde_json::Value::Object(serde_json::Map::new());
+        Definition {
+            description: tool.description().to_owned(),
+            input_schema: tool.input_schema(),
+            annotations: tool.annotations(),
+            concurrency_safe: tool.is_concurrency_safe(&no_input),
+        }
+    }
+
+    /// What changed from `self` to `next`, field by field (`- was` and `+ now` lines, the
+    /// schema as canonical JSON), for the admin who decides whether to accept it.
+    pub fn changes_to(&self, next: &Definition) -> String {
+        let mut out = String::new();
+        let mut field = |name: &str, was: String, now: String| {
+            if was != now {
+                out.push_str(&format!("{name}:\n"));
+                for line in was.lines() {
+                    out.push_str(&format!("- {line}\n"));
+                }
+                for line in now.lines() {
+                    out.push_str(&format!("+ {line}\n"));
+                }
+            }
+        };
+        field(
+            "description",
+            self.description.clone(),
+            next.description.clone(),
+        );
+        field(
+            "input_schema",
+            crate::json::canonical(&self.input_schema),
+            crate::json::canonical(&next.input_schema),
+        );
+        field(
+            "annotations",
+            format!("{:?}", self.annotations),
+            format!("{:?}", next.annotations),
+        );
+        field(
+            "concurrency_safe",
+            self.concurrency_safe.to_string(),
+            next.concurrency_safe.to_string(),
+        );
+        out
+    }
 }
 
 /// Why a tool could not be registered.

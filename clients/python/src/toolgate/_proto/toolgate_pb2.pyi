@@ -526,7 +526,7 @@ class ToolAnnotations(_message.Message):
     def __init__(self, read_only: _Optional[bool] = ..., destructive: _Optional[bool] = ..., idempotent: _Optional[bool] = ..., open_world: _Optional[bool] = ...) -> None: ...
 
 class ToolDefinition(_message.Message):
-    __slots__ = ("name", "description", "input_schema", "annotations", "concurrency_safe", "source", "status", "digest", "changed_digest", "remote")
+    __slots__ = ("name", "description", "input_schema", "annotations", "concurrency_safe", "source", "status", "digest", "changed_digest", "remote", "change")
     class Source(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         SOURCE_UNSPECIFIED: _ClassVar[ToolDefinition.Source]
@@ -559,6 +559,7 @@ class ToolDefinition(_message.Message):
     DIGEST_FIELD_NUMBER: _ClassVar[int]
     CHANGED_DIGEST_FIELD_NUMBER: _ClassVar[int]
     REMOTE_FIELD_NUMBER: _ClassVar[int]
+    CHANGE_FIELD_NUMBER: _ClassVar[int]
     name: str
     description: str
     input_schema: _struct_pb2.Struct
@@ -569,7 +570,8 @@ class ToolDefinition(_message.Message):
     digest: str
     changed_digest: str
     remote: str
-    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., input_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., annotations: _Optional[_Union[ToolAnnotations, _Mapping]] = ..., concurrency_safe: _Optional[bool] = ..., source: _Optional[_Union[ToolDefinition.Source, str]] = ..., status: _Optional[_Union[ToolDefinition.Status, str]] = ..., digest: _Optional[str] = ..., changed_digest: _Optional[str] = ..., remote: _Optional[str] = ...) -> None: ...
+    change: str
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., input_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., annotations: _Optional[_Union[ToolAnnotations, _Mapping]] = ..., concurrency_safe: _Optional[bool] = ..., source: _Optional[_Union[ToolDefinition.Source, str]] = ..., status: _Optional[_Union[ToolDefinition.Status, str]] = ..., digest: _Optional[str] = ..., changed_digest: _Optional[str] = ..., remote: _Optional[str] = ..., change: _Optional[str] = ...) -> None: ...
 
 class Approval(_message.Message):
     __slots__ = ("approval_id", "session_id", "index", "id", "tool", "arguments", "reason", "source", "expires_at", "requested_by", "requester_may_answer", "remember_allowed")
