@@ -18,12 +18,13 @@ mod rpc_span;
 pub(crate) mod server;
 mod service;
 mod slots;
+mod stall;
 mod status;
 pub mod tls;
 pub(crate) mod transport;
 
-pub(crate) use batch_stream::StallWatch;
 pub(crate) use convert::RequestRules;
 pub use server::{ServeError, serve};
 pub(crate) use service::ServiceState;
+pub(crate) use stall::StallWatch;
 pub use status::RequestError;

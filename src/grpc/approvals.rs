@@ -11,7 +11,7 @@ use tonic::Status;
 
 use super::convert;
 use super::status::RequestError;
-use toolgate_core::approvals::{Answer, Approvals, MAX_WATCHES, Remember, Update, WatchSlot};
+use toolgate_core::approvals::{Answer, Approvals, Listing, Remember, Update, WatchSlot};
 use toolgate_core::dispatch::Cancel;
 use toolgate_core::identity::Caller;
 use toolgate_proto::pb;
@@ -129,14 +129,24 @@ pub(super) async fn resolve(
     })
 }
 
-/// The pending approvals `caller` may answer, of one session or all.
+/// The pending approvals `caller` may see, of one session or all, or the one named: arguments
+/// whole up to `whole_bytes` (half a reply), oldest first, the rest as previews.
 pub(super) async fn list(
     approvals: &Approvals,
     caller: &Caller,
     request: pb::ListApprovalsRequest,
+    whole_bytes: usize,
 ) -> Result<pb::ListApprovalsResponse, RequestError> {
-    let session = Some(request.session_id.as_str()).filter(|s| !s.is_empty());
-    let approvals = approvals.list_anywhere(caller, session).await?;
+    let listing = Listing {
+        session_id: Some(request.session_id.as_str()).filter(|s| !s.is_empty()),
+        approval_id: Some(request.approval_id.as_str()).filter(|s| !s.is_empty()),
+        // One named approval comes whole: it is at most what its batch sent.
+        whole_bytes: match request.approval_id.is_empty() {
+            true => whole_bytes,
+            false => usize::MAX,
+        },
+    };
+    let approvals = approvals.list_anywhere(caller, &listing).await?;
     Ok(pb::ListApprovalsResponse {
         approvals: approvals.into_iter().map(convert::approval).collect(),
     })
@@ -162,13 +172,17 @@ pub(super) async fn watch(
     request: pb::WatchApprovalsRequest,
     shutdown: Cancel,
 ) -> Result<WatchStream, RequestError> {
-    let slot = approvals
-        .watch_slot()
-        .ok_or(RequestError::TooManyWatches(MAX_WATCHES))?;
+    let slot = approvals.watch_slot(&caller)?;
     // Subscribed before listing: nothing requested in between is missed.
     let updates = approvals.subscribe();
     let session = Some(request.session_id).filter(|s| !s.is_empty());
-    let backlog = approvals.list_anywhere(&caller, session.as_deref()).await?;
+    // Previews, as the updates that follow: a backlog of large arguments is not copied whole
+    // for every watcher.
+    let listing = Listing {
+        session_id: session.as_deref(),
+        ..Listing::default()
+    };
+    let backlog = approvals.list_anywhere(&caller, &listing).await?;
     let sent = backlog.iter().map(|a| a.id.clone()).collect();
     let backlog = backlog.into_iter().map(|approval| {
         Ok(pb::WatchApprovalsResponse {

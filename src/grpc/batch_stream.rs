@@ -4,21 +4,19 @@
 //! so a watchdog cancels batches whose stream has waited on the client past `stall_timeout`.
 //! Invariant: the final result is the last item, after every event the batch emitted.
 
+use std::any::Any;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::task::{Context, Poll, Wake, Waker};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, Waker};
 
 use futures::Stream;
-use futures::task::AtomicWaker;
 use parking_lot::Mutex;
-use tokio::time::Instant;
 use tonic::Status;
 
-use super::slots::WeakSlots;
+use super::stall::{Signal, StallWatch, Stalling};
 use super::status::RequestError;
 use toolgate_proto::pb;
 
@@ -153,60 +151,10 @@ struct Shared {
     stalled: AtomicBool,
 }
 
-/// Whether the stream is owed a poll: since it handed the transport an item (the transport
-/// asks for the next one at once unless the client's window is full) or since the batch woke
-/// it. A transport that cannot send (a client that stopped reading) never polls again.
-struct Signal {
-    /// Milliseconds after `epoch` (at least 1) since when a poll is owed; 0 while none is.
-    owed_since: AtomicU64,
-    epoch: Instant,
-    /// The transport task's waker.
-    task: AtomicWaker,
-}
-
-impl Signal {
-    fn now_ms(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_millis())
-            .unwrap_or(u64::MAX)
-            .max(1)
-    }
-
-    fn owe(&self) {
-        // Already owed: keep the earlier time, and skip the clock.
-        if self.owed_since.load(Ordering::Relaxed) != 0 {
-            return;
-        }
-        let _ = self.owed_since.compare_exchange(
-            0,
-            self.now_ms(),
-            Ordering::Relaxed,
-            Ordering::Relaxed,
-        );
-    }
-}
-
-impl Wake for Signal {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.owe();
-        self.task.wake();
-    }
-}
-
 impl BatchStream {
     /// A stream over `run`, which pushes its events into `events`.
     pub(super) fn new(run: Run, events: Arc<Events>, watch: &Arc<StallWatch>) -> Self {
-        let signal = Arc::new(Signal {
-            owed_since: AtomicU64::new(0),
-            epoch: watch.epoch,
-            task: AtomicWaker::new(),
-        });
-        // A new stream is owed its first poll: a transport that never polls it at all (one that
-        // waits for window before asking for data) is a stall too.
-        signal.owe();
+        let signal = Signal::new(watch);
         let shared = Arc::new(Shared {
             run: Mutex::new(Some(run)),
             result: Mutex::new(None),
@@ -214,7 +162,8 @@ impl BatchStream {
             signal: signal.clone(),
             stalled: AtomicBool::new(false),
         });
-        let slot = watch.streams.lock().insert(Arc::downgrade(&shared));
+        let watched: Arc<dyn Stalling> = shared.clone();
+        let slot = watch.enter(Arc::downgrade(&watched));
         BatchStream {
             first: None,
             shared,
@@ -271,7 +220,7 @@ impl BatchStream {
             return Poll::Ready(Some(result));
         }
         if self.shared.stalled.swap(false, Ordering::Relaxed) {
-            let error = RequestError::Stalled(self.watch.timeout);
+            let error = RequestError::Stalled(self.watch.timeout());
             return Poll::Ready(Some(Err(error.into())));
         }
         Poll::Ready(None)
@@ -282,7 +231,7 @@ impl Drop for BatchStream {
     fn drop(&mut self) {
         // Leaving at once frees the stream's shared part now: forgotten only at the next sweep,
         // a second's worth of finished streams stayed allocated (tens of thousands under load).
-        self.watch.streams.lock().remove(self.slot);
+        self.watch.leave(self.slot);
     }
 }
 
@@ -293,9 +242,7 @@ impl Stream for BatchStream {
         if let Some(first) = self.first.take() {
             return Poll::Ready(first);
         }
-        let signal = &self.shared.signal;
-        signal.task.register(cx.waker());
-        signal.owed_since.store(0, Ordering::Relaxed);
+        self.shared.signal.polled(cx.waker());
         let item = self.next_item();
         if let Poll::Ready(Some(_)) = item {
             self.shared.signal.owe();
@@ -304,83 +251,36 @@ impl Stream for BatchStream {
     }
 }
 
-/// The watchdog over every open `DispatchBatch` stream.
-pub struct StallWatch {
-    timeout: Duration,
-    epoch: Instant,
-    /// The open streams, one slot each (a stream empties its slot when it is dropped).
-    streams: Mutex<WeakSlots<Shared>>,
-}
-
-impl StallWatch {
-    pub fn new(timeout: Duration) -> Arc<Self> {
-        Arc::new(StallWatch {
-            timeout,
-            epoch: Instant::now(),
-            streams: Mutex::new(WeakSlots::default()),
-        })
+impl Stalling for Shared {
+    fn signal(&self) -> &Signal {
+        &self.signal
     }
 
-    /// Checks the streams every quarter of the timeout (at most every second) until dropped
-    /// by its task's abort.
-    pub async fn run(self: Arc<Self>) {
-        let period = (self.timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
-        let mut ticks = tokio::time::interval(period);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            ticks.tick().await;
-            self.sweep();
+    fn give_up(&self) -> Option<Box<dyn Any + Send>> {
+        // Locked only while the transport polls it, and then it is not stalled.
+        let mut run = self.run.try_lock()?;
+        // Everything held for the client goes: the batch (which gives its capacity back), the
+        // events it queued and its result, if it finished.
+        let batch = run.take();
+        let result = self.result.lock().take();
+        let queued = self.events.clear();
+        if batch.is_none() && result.is_none() && queued == 0 {
+            return None;
         }
+        self.stalled.store(true, Ordering::Relaxed);
+        Some(Box::new(batch))
     }
 
-    /// Cancels the batches whose stream has waited on its client past the timeout; returns how
-    /// many were cancelled.
-    pub fn sweep(&self) -> usize {
-        let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let limit = u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX);
-        let mut dropped = Vec::new();
-        let streams = self.streams.lock();
-        for weak in streams.iter() {
-            // A stream empties its slot before its shared part goes, so this holds only while
-            // the stream lives; skipped, not assumed.
-            let Some(shared) = weak.upgrade() else {
-                continue;
-            };
-            let since = shared.signal.owed_since.load(Ordering::Relaxed);
-            if since != 0 && now.saturating_sub(since) >= limit {
-                // Locked only while the transport polls it, and then it is not stalled.
-                let Some(mut run) = shared.run.try_lock() else {
-                    continue;
-                };
-                // Everything held for the client goes: the batch (which gives its capacity
-                // back), the events it queued and its result, if it finished.
-                let batch = run.take();
-                let result = shared.result.lock().take();
-                let queued = shared.events.clear();
-                if batch.is_some() || result.is_some() || queued > 0 {
-                    shared.stalled.store(true, Ordering::Relaxed);
-                    dropped.extend(batch);
-                }
-            }
-        }
-        drop(streams);
-        let cancelled = dropped.len();
-        if cancelled > 0 {
-            tracing::warn!(
-                batches = cancelled,
-                timeout_ms = limit,
-                "cancelled batches whose clients stopped reading their stream"
-            );
-        }
-        // Dropped outside the lock: each drop releases the batch's capacity and fires its
-        // cancel, so its tools see their tokens fire.
-        drop(dropped);
-        cancelled
+    fn kind(&self) -> &'static str {
+        "batches"
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::AtomicU64;
+    use std::time::Duration;
+
     use futures::StreamExt;
 
     use super::*;
@@ -554,7 +454,7 @@ mod tests {
         assert!(stream.next().await.is_none());
         drop(stream);
         watch.sweep();
-        assert_eq!(watch.streams.lock().len(), 0, "a dropped stream leaves");
+        assert_eq!(watch.watched(), 0, "a dropped stream leaves");
     }
 
     #[tokio::test]
@@ -562,16 +462,16 @@ mod tests {
         let watch = watch();
         let first = BatchStream::new(pending_run().0, Events::new(1), &watch);
         let second = BatchStream::new(pending_run().0, Events::new(1), &watch);
-        assert_eq!(watch.streams.lock().len(), 2);
+        assert_eq!(watch.watched(), 2);
         let slot = first.slot;
         drop(first);
         // No sweep ran: the stream's shared part is gone already.
-        assert_eq!(watch.streams.lock().len(), 1);
+        assert_eq!(watch.watched(), 1);
         let third = BatchStream::new(pending_run().0, Events::new(1), &watch);
         assert_eq!(third.slot, slot, "the freed slot is reused");
-        assert_eq!(watch.streams.lock().capacity(), 2);
+        assert_eq!(watch.slots(), 2);
         drop((second, third));
-        assert_eq!(watch.streams.lock().len(), 0);
+        assert_eq!(watch.watched(), 0);
     }
 
     #[tokio::test(start_paused = true)]

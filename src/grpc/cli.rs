@@ -76,6 +76,7 @@ pub async fn run(target: &Target, action: Action, out: &mut dyn FnMut(&str)) -> 
         Action::List { session } => {
             let request = pb::ListApprovalsRequest {
                 session_id: session.unwrap_or_default(),
+                ..Default::default()
             };
             let listed = client.list_approvals(request).await.map_err(status_text)?;
             let approvals = listed.into_inner().approvals;

@@ -307,6 +307,7 @@ pub fn approval(approval: toolgate_core::approvals::Approval) -> pb::Approval {
         requested_by: approval.requested_by,
         requester_may_answer: approval.requester_may_answer,
         remember_allowed: approval.remember_allowed,
+        arguments_cut: approval.arguments_cut,
     }
 }
 

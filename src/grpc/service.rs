@@ -15,10 +15,11 @@ use super::access;
 use super::admission::{Admission, Holder, Refusal, Ticket};
 use super::approvals;
 use super::auth::Authenticator;
-use super::batch_stream::{BatchStream, Events, StallWatch};
+use super::batch_stream::{BatchStream, Events};
 use super::convert::{self, RequestRules};
 use super::reply;
 use super::rpc_span::RpcSpan;
+use super::stall::{StallWatch, Watched};
 use super::status::RequestError;
 use toolgate_core::dispatch::{Batch, Cancel, Dispatcher, Event, Mode, NoObserver, Observer};
 use toolgate_core::identity::Caller;
@@ -365,7 +366,10 @@ impl ToolGate for ToolGateService {
     ) -> Result<Response<pb::ListApprovalsResponse>, Status> {
         let caller = access::caller(&request)?;
         let approvals = self.state.dispatcher.approvals();
-        let listed = approvals::list(approvals, &caller, request.into_inner()).await?;
+        // Half a reply of whole arguments: the listing's other fields and previews fit beside.
+        let whole_bytes = self.state.rules.limits.max_reply_bytes / 2;
+        let request = request.into_inner();
+        let listed = approvals::list(approvals, &caller, request, whole_bytes).await?;
         Ok(Response::new(listed))
     }
 
@@ -379,7 +383,10 @@ impl ToolGate for ToolGateService {
         let approvals = self.state.dispatcher.approvals();
         let shutdown = self.state.shutdown.clone();
         let stream = approvals::watch(approvals, caller, request.into_inner(), shutdown).await?;
-        Ok(Response::new(stream))
+        // A watcher that stops reading is ended as a batch stream is: it would hold its place
+        // and keep every update it has not read in the shared buffer.
+        let stream = Watched::new(stream, &self.state.stalls, "watches");
+        Ok(Response::new(Box::pin(stream)))
     }
 
     async fn register_remote(

@@ -7,12 +7,12 @@ use std::sync::Weak;
 
 /// Weak references to live owners, one slot each.
 #[derive(Debug)]
-pub(super) struct WeakSlots<T> {
+pub(super) struct WeakSlots<T: ?Sized> {
     slots: Vec<Option<Weak<T>>>,
     free: Vec<usize>,
 }
 
-impl<T> Default for WeakSlots<T> {
+impl<T: ?Sized> Default for WeakSlots<T> {
     fn default() -> Self {
         WeakSlots {
             slots: Vec::new(),
@@ -21,7 +21,7 @@ impl<T> Default for WeakSlots<T> {
     }
 }
 
-impl<T> WeakSlots<T> {
+impl<T: ?Sized> WeakSlots<T> {
     /// Keeps `owner` in a free slot; answers the slot, for `remove`.
     pub(super) fn insert(&mut self, owner: Weak<T>) -> usize {
         match self.free.pop() {

@@ -79,8 +79,14 @@ pub enum RequestError {
     Remote(#[from] toolgate_remotes::RemoteError),
     #[error(transparent)]
     Approval(#[from] toolgate_core::approvals::ResolveError),
-    #[error("this server already serves {0} WatchApprovals streams; close one, or list instead")]
-    TooManyWatches(usize),
+    #[error(transparent)]
+    TooManyWatches(#[from] toolgate_core::approvals::WatchesFull),
+    /// The client stopped reading its `WatchApprovals` stream, so the watch was ended.
+    #[error(
+        "the watch was ended: its stream went unread for {} (server.stall_timeout); watch again (the pending approvals come first)",
+        toolgate_core::duration::readable(*.0)
+    )]
+    WatchStalled(std::time::Duration),
 }
 
 impl From<RequestError> for Status {
@@ -100,6 +106,7 @@ impl From<RequestError> for Status {
             | RequestError::TooManyWatches(_) => Code::ResourceExhausted,
             RequestError::ShuttingDown | RequestError::SessionStore(_) => Code::Unavailable,
             RequestError::Stalled(_)
+            | RequestError::WatchStalled(_)
             | RequestError::RequestStalled(_)
             | RequestError::ReplyStalled(_) => Code::DeadlineExceeded,
             RequestError::UnknownSession(_) => Code::NotFound,

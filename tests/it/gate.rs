@@ -199,3 +199,225 @@ async fn an_agent_is_shown_only_the_pinned_definition_of_a_quarantined_tool() {
     assert_eq!(agent.description, poison, "accepted, it is the definition");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+const APPROVER: &str = "approver-secret-token";
+const OTHER_APPROVER: &str = "globex-approver-token";
+
+/// `config_with_tokens`, with an approver of `acme` and one of `globex`.
+fn config_with_approvers(extra: &str) -> String {
+    config_with_tokens(&format!(
+        r#"
+[[auth.tokens]]
+id = "alice"
+tenant = "acme"
+roles = ["approver"]
+sha256 = "{}"
+[[auth.tokens]]
+id = "gina"
+tenant = "globex"
+roles = ["approver"]
+sha256 = "{}"
+{extra}
+"#,
+        sha256_hex(APPROVER),
+        sha256_hex(OTHER_APPROVER),
+    ))
+}
+
+/// The resident memory of process `pid`, in bytes.
+pub(crate) fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .expect("VmRSS");
+    kib * 1024
+}
+
+/// Opens `path` on `send` with `token`, sending `frame`, and never reads the reply (the
+/// connection's window is zero).
+async fn open_unread_as(
+    send: &h2::client::SendRequest<bytes::Bytes>,
+    path: &str,
+    token: &str,
+    frame: bytes::Bytes,
+) -> (h2::client::ResponseFuture, h2::SendStream<bytes::Bytes>) {
+    let head = http::Request::builder()
+        .method("POST")
+        .uri(format!("http://toolgate{path}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .header("authorization", format!("Bearer {token}"))
+        .body(())
+        .unwrap();
+    let mut send = send.clone().ready().await.unwrap();
+    let (response, mut body) = send.send_request(head, false).unwrap();
+    body.send_data(frame, true).unwrap();
+    (response, body)
+}
+
+/// A config whose `echo` calls starting "risky" ask a person, with `stall_timeout`.
+fn asking(stall_timeout: &str) -> String {
+    config_with_approvers(&format!(
+        r#"
+[server]
+stall_timeout = "{stall_timeout}"
+[[hooks.rules]]
+id = "risky"
+tools = "echo"
+action = "ask"
+reason = "risky echo"
+[[hooks.rules.when]]
+pointer = "/q"
+regex = "^risky"
+"#
+    ))
+}
+
+/// `n` approvals, one after another: each batch's approval is requested, then its agent leaves
+/// (the approval is withdrawn). Each carries `filler` in its arguments. The first is listed by
+/// id by the approver, whole. Answers the peak RSS of process `pid` seen after each.
+async fn approvals_come_and_go(
+    client: &mut pb::tool_gate_client::ToolGateClient<tonic::transport::Channel>,
+    n: usize,
+    filler: &str,
+    pid: u32,
+) -> u64 {
+    let mut peak = 0;
+    for round in 0..n {
+        let mut req = request(json!([{"id": "c", "name": "echo",
+            "arguments": {"q": format!("risky {round} {filler}")}}]));
+        req.options = Some(pb::DispatchOptions {
+            interactive_approvals: true,
+            ..Default::default()
+        });
+        let mut stream = client
+            .dispatch_batch(as_agent(req))
+            .await
+            .unwrap()
+            .into_inner();
+        let approval = loop {
+            let event = stream.message().await.unwrap().expect("an event");
+            if let Some(pb::dispatch_event::Event::ApprovalRequested(a)) = event.event {
+                break a;
+            }
+        };
+        if round == 0 {
+            let by_id = pb::ListApprovalsRequest {
+                approval_id: approval.approval_id.clone(),
+                ..Default::default()
+            };
+            let listed = client
+                .list_approvals(as_caller(Some(APPROVER), by_id))
+                .await
+                .unwrap()
+                .into_inner()
+                .approvals;
+            assert_eq!(listed.len(), 1);
+            assert!(!listed[0].arguments_cut);
+            let q = listed[0].arguments.clone().unwrap().into_json();
+            assert_eq!(q["q"].as_str().unwrap().len(), filler.len() + 8);
+        }
+        drop(stream);
+        peak = peak.max(rss(pid));
+    }
+    peak
+}
+
+/// A watcher that never reads while 64 approvals with 3 MB of arguments come and go: the update
+/// buffer keeps what it has not read, and holds previews, so the replica's memory stays flat
+/// (before, each update kept its whole arguments for it: ~190 MB). The arguments are whole for
+/// ListApprovals by id.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unread_watch_pins_previews_not_arguments() {
+    // Not stalled within the test: the buffer alone must hold the bound.
+    let (server, mut client, dir) = binary(&asking("10m")).await;
+    let pid = server.child.id();
+    let unread = crate::hardening::zero_window(&server.addr).await;
+    let watch = crate::hardening::grpc_frame(&pb::WatchApprovalsRequest::default());
+    let path = "/toolgate.v1.ToolGate/WatchApprovals";
+    let (_headers, _body) = open_unread_as(&unread, path, APPROVER, watch).await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let before = rss(pid);
+    let peak = approvals_come_and_go(&mut client, 64, &"x".repeat(3_000_000), pid).await;
+    let grown = peak.saturating_sub(before);
+    eprintln!(
+        "an unread watch: RSS {} MiB before, peak {} MiB",
+        before >> 20,
+        peak >> 20
+    );
+    assert!(
+        grown < 96 << 20,
+        "an unread watch made the server hold {} MiB more",
+        grown >> 20
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A watcher that stops reading while updates wait is ended once it has waited past the stall
+/// timeout, as a batch stream is: its place and what it has not read go.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unread_watch_is_ended_when_it_stalls() {
+    let (server, mut client, dir) = binary(&asking("1s")).await;
+    let pid = server.child.id();
+    let unread = crate::hardening::zero_window(&server.addr).await;
+    let watch = crate::hardening::grpc_frame(&pb::WatchApprovalsRequest::default());
+    let path = "/toolgate.v1.ToolGate/WatchApprovals";
+    let (_headers, _body) = open_unread_as(&unread, path, APPROVER, watch).await;
+    approvals_come_and_go(&mut client, 3, "x", pid).await;
+    // The watchdog looks every quarter of the timeout.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let (_, log) = server.terminate();
+    assert!(
+        log.lines().any(
+            |line| line.contains("ended streams whose clients stopped reading")
+                && line.contains("watches")
+        ),
+        "{log}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// One agent opening hundreds of watches takes its identity's share once the server is half
+/// full, and another tenant's approver still watches.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_identity_holding_many_watches_leaves_room_for_another_tenant() {
+    let (server, client, dir) = binary(&config_with_approvers("")).await;
+    let mut held = Vec::new();
+    let mut refused = None;
+    // Watches on several connections (32 streams each), as a client spreading them would.
+    let mut current = client.clone();
+    for n in 0..300 {
+        if n % 32 == 0 {
+            let channel = connect(server.addr.parse().unwrap()).await;
+            current = pb::tool_gate_client::ToolGateClient::new(channel);
+        }
+        match current
+            .watch_approvals(as_agent(pb::WatchApprovalsRequest::default()))
+            .await
+        {
+            Ok(stream) => held.push(stream),
+            Err(status) => {
+                refused = Some(status);
+                break;
+            }
+        }
+    }
+    let refused = refused.expect("the agent was refused at its share");
+    assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+    assert_eq!(
+        refused.message(),
+        "this identity already holds 32 WatchApprovals streams, its share while the server is half full; close one, or list instead"
+    );
+    assert_eq!(held.len(), 128, "alone, it took half the server");
+    let mut gina = client.clone();
+    let other = gina
+        .watch_approvals(as_caller(
+            Some(OTHER_APPROVER),
+            pb::WatchApprovalsRequest::default(),
+        ))
+        .await;
+    assert!(other.is_ok(), "{:?}", other.err());
+    let _ = std::fs::remove_dir_all(dir);
+}

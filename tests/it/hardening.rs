@@ -479,7 +479,7 @@ fn echo_frame(text: &str) -> bytes::Bytes {
 }
 
 /// `message` as a gRPC frame: flag, length, bytes.
-fn grpc_frame(message: &impl prost::Message) -> bytes::Bytes {
+pub(crate) fn grpc_frame(message: &impl prost::Message) -> bytes::Bytes {
     let body = message.encode_to_vec();
     let mut frame = Vec::with_capacity(5 + body.len());
     frame.push(0);
@@ -490,7 +490,7 @@ fn grpc_frame(message: &impl prost::Message) -> bytes::Bytes {
 
 /// A raw HTTP/2 connection to `addr` whose window is zero: the server can send it headers,
 /// never data, as to a client that never reads.
-async fn zero_window(addr: &str) -> h2::client::SendRequest<bytes::Bytes> {
+pub(crate) async fn zero_window(addr: &str) -> h2::client::SendRequest<bytes::Bytes> {
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     let (send, connection) = h2::client::Builder::new()
         .initial_window_size(0)

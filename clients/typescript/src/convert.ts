@@ -163,6 +163,7 @@ export function approval(a: pb.Approval): Approval {
     arguments: jsonValue(a.arguments), reason: a.reason, source: a.source,
     expiresAt: a.expiresAt ? timestampDate(a.expiresAt) : undefined, requestedBy: a.requestedBy,
     requesterMayAnswer: a.requesterMayAnswer, rememberAllowed: a.rememberAllowed,
+    argumentsCut: a.argumentsCut,
   };
 }
 

@@ -94,6 +94,8 @@ export interface Approval {
   requesterMayAnswer: boolean;
   /** Whether an answer may be remembered for the session (`rememberSession`). */
   rememberAllowed: boolean;
+  /** `arguments` is a preview (their JSON text, cut); listing the approval by id has them whole. */
+  argumentsCut: boolean;
 }
 
 /** What an `approve` callback may return instead of a boolean. */

@@ -25,6 +25,7 @@ use tokio::sync::{broadcast, oneshot};
 use tokio::time::Instant;
 
 use crate::identity::{Caller, Method, Role};
+use crate::json;
 use crate::session::StoreError;
 use crate::tools::BoxFuture;
 
@@ -39,6 +40,10 @@ const ANSWERED_KEPT: Duration = Duration::from_secs(15 * 60);
 const MAX_ANSWERED: usize = 10_000;
 /// Updates buffered per watcher before a slow one misses some (it is told, and lists again).
 const UPDATE_BUFFER: usize = 1024;
+/// Bytes of an approval's arguments (as JSON text) that watchers are sent: the update buffer
+/// holds `UPDATE_BUFFER` of them for the slowest watcher, so each is kept small; the whole
+/// arguments are had by id from `ListApprovals`.
+pub const PREVIEW_BYTES: usize = 2048;
 
 /// A call waiting for a person's answer, as approvers see it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -67,12 +72,54 @@ pub struct Approval {
     /// Whether an answer may be remembered for the session (`AskPolicy::remember`).
     #[serde(default = "yes")]
     pub remember_allowed: bool,
+    /// `arguments` is a preview (their JSON text, cut): see `Approval::preview`.
+    #[serde(default)]
+    pub arguments_cut: bool,
     /// Who may see it besides approvers and admins.
     requester: Requester,
 }
 
 fn yes() -> bool {
     true
+}
+
+impl Approval {
+    /// The approval as watchers are sent it: arguments whose JSON text is longer than
+    /// `PREVIEW_BYTES` become that text, cut (`arguments_cut`); the whole arguments are not
+    /// copied.
+    pub fn preview(&self) -> Approval {
+        let (arguments, cut) = match cut_arguments(&self.arguments, PREVIEW_BYTES) {
+            Some(preview) => (preview, true),
+            None => (self.arguments.clone(), self.arguments_cut),
+        };
+        Approval {
+            id: self.id.clone(),
+            tenant: self.tenant.clone(),
+            session_id: self.session_id.clone(),
+            index: self.index,
+            call_id: self.call_id.clone(),
+            tool: self.tool.clone(),
+            arguments,
+            reason: self.reason.clone(),
+            source: self.source.clone(),
+            expires_at: self.expires_at,
+            requested_by: self.requested_by.clone(),
+            requester_may_answer: self.requester_may_answer,
+            remember_allowed: self.remember_allowed,
+            arguments_cut: cut,
+            requester: self.requester.clone(),
+        }
+    }
+}
+
+/// `arguments` as a preview of at most `max` bytes of JSON text, or `None` when they fit.
+fn cut_arguments(arguments: &Value, max: usize) -> Option<Value> {
+    // Cheap first: most arguments are far under the bound.
+    if json::held_bytes(arguments) <= max {
+        return None;
+    }
+    let text = json::preview(arguments, max);
+    (text.len() > max).then_some(Value::String(text))
 }
 
 /// What the operator allows for the asks of one hook or rule (`[approvals]`, and a rule's own
@@ -352,6 +399,37 @@ pub enum RelayedUpdate {
     Answered { id: String, answer: Answer },
 }
 
+/// Which pending approvals a listing takes, and how much of their arguments it carries.
+#[derive(Debug, Clone, Default)]
+pub struct Listing<'a> {
+    /// Only this session's.
+    pub session_id: Option<&'a str>,
+    /// Only this one.
+    pub approval_id: Option<&'a str>,
+    /// Bytes of whole arguments (as `json::held_bytes` counts them) it carries, oldest first;
+    /// the approvals past them come as previews (`Approval::preview`). 0: previews only.
+    pub whole_bytes: usize,
+}
+
+impl Listing<'_> {
+    fn takes(&self, approval: &Approval, viewer: &Caller) -> bool {
+        approval.requester.shows_to(viewer)
+            && self.session_id.is_none_or(|s| approval.session_id == s)
+            && self.approval_id.is_none_or(|id| approval.id == id)
+    }
+
+    /// `approval`, whole while `left` holds its arguments (taken from `left`), else previewed.
+    fn carry(&self, approval: &Approval, left: &mut usize) -> Approval {
+        let bytes = json::held_bytes(&approval.arguments);
+        if bytes <= *left {
+            *left -= bytes;
+            return approval.clone();
+        }
+        *left = 0;
+        approval.preview()
+    }
+}
+
 /// What a batch asks a person about.
 #[derive(Debug, Clone)]
 pub struct Request {
@@ -462,8 +540,8 @@ struct Inner {
     relay: std::sync::OnceLock<Arc<dyn ApprovalRelay>>,
     /// This server, in relayed messages (random).
     server: String,
-    /// `WatchApprovals` streams open.
-    watches: std::sync::atomic::AtomicUsize,
+    /// `WatchApprovals` streams open, in all and per tenant and identity.
+    watchers: Mutex<Watchers>,
 }
 
 impl std::fmt::Debug for Approvals {
@@ -501,7 +579,7 @@ impl Approvals {
                 updates,
                 relay: std::sync::OnceLock::new(),
                 server,
-                watches: std::sync::atomic::AtomicUsize::new(0),
+                watchers: Mutex::default(),
             }),
         }
     }
@@ -526,7 +604,8 @@ impl Approvals {
         self.inner.timeout
     }
 
-    /// Tells this server's watchers, and the other servers'.
+    /// Tells this server's watchers, and the other servers'. A requested approval goes out as
+    /// its preview: the update buffer keeps what the slowest watcher has not read.
     fn notify(&self, update: Update) {
         let _ = self.inner.updates.send(update.clone());
         if let Some(relay) = self.relay().cloned() {
@@ -561,6 +640,7 @@ impl Approvals {
             requested_by: request.caller.id.clone(),
             requester_may_answer: policy.requester_may_answer,
             remember_allowed: policy.remember,
+            arguments_cut: false,
             requester: Requester::of(&request.caller),
         };
         if let Some(relay) = self.relay() {
@@ -586,7 +666,7 @@ impl Approvals {
                 },
             );
         }
-        self.notify(Update::Requested(approval.clone()));
+        self.notify(Update::Requested(approval.preview()));
         Ok(Ticket {
             approvals: self.clone(),
             approval,
@@ -705,7 +785,11 @@ impl Approvals {
                 self.deliver(&id, answer);
             }
             RelayedUpdate::Requested(approval) => {
-                let _ = self.inner.updates.send(Update::Requested(approval));
+                // Previewed by its server already, unless that one is older.
+                let _ = self
+                    .inner
+                    .updates
+                    .send(Update::Requested(approval.preview()));
             }
             RelayedUpdate::Ended(ended) => {
                 let _ = self.inner.updates.send(Update::Ended(ended));
@@ -713,56 +797,89 @@ impl Approvals {
         }
     }
 
-    /// The pending approvals `viewer` may answer on this server, of one session or all, oldest
-    /// first.
+    /// The pending approvals `viewer` may see on this server, of one session or all, oldest
+    /// first, whole.
     pub fn list(&self, viewer: &Caller, session_id: Option<&str>) -> Vec<Approval> {
-        let state = self.inner.state.lock();
-        let mut visible: Vec<(u64, Approval)> = state
-            .pending
-            .values()
-            .filter(|p| p.approval.requester.shows_to(viewer))
-            .filter(|p| session_id.is_none_or(|s| p.approval.session_id == s))
-            .map(|p| (p.seq, p.approval.clone()))
-            .collect();
-        visible.sort_by_key(|(seq, _)| *seq);
-        visible.into_iter().map(|(_, a)| a).collect()
+        let listing = Listing {
+            session_id,
+            whole_bytes: usize::MAX,
+            ..Listing::default()
+        };
+        self.list_here(viewer, &listing)
     }
 
-    /// `list`, with the other servers' too when approvals are shared (soonest to expire first:
-    /// the order they arrived in, but for those the request's deadline cut short).
+    /// The pending approvals `viewer` may see on this server that `listing` takes, oldest first.
+    fn list_here(&self, viewer: &Caller, listing: &Listing<'_>) -> Vec<Approval> {
+        let state = self.inner.state.lock();
+        let mut visible: Vec<(u64, &Approval)> = state
+            .pending
+            .values()
+            .filter(|p| listing.takes(&p.approval, viewer))
+            .map(|p| (p.seq, &p.approval))
+            .collect();
+        visible.sort_by_key(|(seq, _)| *seq);
+        // Copied under the lock, so only what the listing carries is copied.
+        let mut left = listing.whole_bytes;
+        visible
+            .into_iter()
+            .map(|(_, approval)| listing.carry(approval, &mut left))
+            .collect()
+    }
+
+    /// The pending approvals `viewer` may see that `listing` takes, with the other servers'
+    /// too when approvals are shared (soonest to expire first: the order they arrived in, but
+    /// for those the request's deadline cut short).
     pub async fn list_anywhere(
         &self,
         viewer: &Caller,
-        session_id: Option<&str>,
+        listing: &Listing<'_>,
     ) -> Result<Vec<Approval>, ResolveError> {
-        let mut listed = self.list(viewer, session_id);
+        let mut listed = self.list_here(viewer, listing);
         let Some(relay) = self.relay() else {
             return Ok(listed);
         };
         let shared = relay.pending(&viewer.tenant).await.map_err(down)?;
         let seen: HashSet<String> = listed.iter().map(|a| a.id.clone()).collect();
+        let mut left = listing
+            .whole_bytes
+            .saturating_sub(listed.iter().map(|a| json::held_bytes(&a.arguments)).sum());
         listed.extend(
             shared
-                .into_iter()
+                .iter()
                 .filter(|a| !seen.contains(&a.id))
-                .filter(|a| a.requester.shows_to(viewer))
-                .filter(|a| session_id.is_none_or(|s| a.session_id == s)),
+                .filter(|a| listing.takes(a, viewer))
+                .map(|a| listing.carry(a, &mut left)),
         );
         listed.sort_by_key(|a| a.expires_at);
         Ok(listed)
     }
 
-    /// A place for one more watcher, or `None` when `MAX_WATCHES` are watching.
-    pub fn watch_slot(&self) -> Option<WatchSlot> {
-        use std::sync::atomic::Ordering;
-        let watches = &self.inner.watches;
-        watches
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                (n < MAX_WATCHES).then_some(n + 1)
-            })
-            .ok()?;
-        Some(WatchSlot {
+    /// A place for one more watcher of `caller`'s: at most `MAX_WATCHES` watch at once, and
+    /// once half of them do, a tenant holds at most `TENANT_WATCHES` and an identity
+    /// `IDENTITY_WATCHES` (as batches share the server), so one caller holding hundreds of
+    /// watches leaves room for another tenant's approver.
+    pub fn watch_slot(&self, caller: &Caller) -> Result<WatchSlot, WatchesFull> {
+        let identity = format!("{}:{}/{}", caller.method.name(), caller.tenant, caller.id);
+        let mut watchers = self.inner.watchers.lock();
+        if watchers.total >= MAX_WATCHES {
+            return Err(WatchesFull::Server(MAX_WATCHES));
+        }
+        if watchers.total >= MAX_WATCHES / 2 {
+            let held = |map: &HashMap<String, usize>, key: &str| map.get(key).copied();
+            if held(&watchers.identities, &identity).unwrap_or(0) >= IDENTITY_WATCHES {
+                return Err(WatchesFull::Identity(IDENTITY_WATCHES));
+            }
+            if held(&watchers.tenants, &caller.tenant).unwrap_or(0) >= TENANT_WATCHES {
+                return Err(WatchesFull::Tenant(TENANT_WATCHES));
+            }
+        }
+        watchers.total += 1;
+        *watchers.tenants.entry(caller.tenant.clone()).or_default() += 1;
+        *watchers.identities.entry(identity.clone()).or_default() += 1;
+        Ok(WatchSlot {
             approvals: self.clone(),
+            tenant: caller.tenant.clone(),
+            identity,
         })
     }
 
@@ -860,18 +977,62 @@ impl Drop for Unheld {
 
 /// How many `WatchApprovals` streams a server serves at once.
 pub const MAX_WATCHES: usize = 256;
+/// How many one tenant holds once half of `MAX_WATCHES` are taken.
+pub const TENANT_WATCHES: usize = 128;
+/// How many one identity (within its tenant and credential kind) holds once half are taken.
+pub const IDENTITY_WATCHES: usize = 32;
 
-/// A watcher's place among `MAX_WATCHES`; freed when dropped.
+/// `WatchApprovals` streams open.
+#[derive(Debug, Default)]
+struct Watchers {
+    total: usize,
+    tenants: HashMap<String, usize>,
+    identities: HashMap<String, usize>,
+}
+
+impl Watchers {
+    fn leave(&mut self, tenant: &str, identity: &str) {
+        self.total = self.total.saturating_sub(1);
+        for (map, key) in [
+            (&mut self.tenants, tenant),
+            (&mut self.identities, identity),
+        ] {
+            if let Some(n) = map.get_mut(key) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    map.remove(key);
+                }
+            }
+        }
+    }
+}
+
+/// Why no place for a watcher was given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum WatchesFull {
+    #[error("this server already serves {0} WatchApprovals streams; close one, or list instead")]
+    Server(usize),
+    #[error(
+        "this tenant already holds {0} WatchApprovals streams, its share while the server is half full; close one, or list instead"
+    )]
+    Tenant(usize),
+    #[error(
+        "this identity already holds {0} WatchApprovals streams, its share while the server is half full; close one, or list instead"
+    )]
+    Identity(usize),
+}
+
+/// A watcher's place; freed when dropped.
 pub struct WatchSlot {
     approvals: Approvals,
+    tenant: String,
+    identity: String,
 }
 
 impl Drop for WatchSlot {
     fn drop(&mut self) {
-        self.approvals
-            .inner
-            .watches
-            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        let mut watchers = self.approvals.inner.watchers.lock();
+        watchers.leave(&self.tenant, &self.identity);
     }
 }
 

@@ -63,6 +63,67 @@ pub fn depth(value: &Value) -> usize {
     }
 }
 
+/// Bytes a `serde_json::Value` holds in memory, about: each value's own slot, the nodes of each
+/// object's map, and the bytes of strings and keys. It overestimates a little rather than under
+/// (an object's map allocates a whole node even for one entry), so bounds on what callers make
+/// the server hold can be set on it; one walk, no allocation.
+pub fn held_bytes(value: &Value) -> usize {
+    // `Value` is 32 bytes; a B-tree leaf of `String` keys and `Value`s holds up to 11 entries
+    // in about 640 bytes.
+    const SLOT: usize = 32;
+    const NODE: usize = 640;
+    const PER_NODE: usize = 11;
+    match value {
+        Value::String(text) => SLOT + text.len(),
+        Value::Array(items) => SLOT + items.iter().map(held_bytes).sum::<usize>(),
+        Value::Object(map) => {
+            let nodes = NODE * map.len().div_ceil(PER_NODE);
+            let entries: usize = map.iter().map(|(k, v)| k.len() + held_bytes(v)).sum();
+            SLOT + nodes + entries
+        }
+        _ => SLOT,
+    }
+}
+
+/// The JSON text of `value` cut to at most `max` bytes (at a character boundary, with `…` when
+/// cut), written only as far as needed: a large value is not serialized whole to be cut.
+pub fn preview(value: &Value, max: usize) -> String {
+    /// Takes bytes until it holds `max`, then refuses more, which stops the serializer.
+    struct Capped {
+        bytes: Vec<u8>,
+        max: usize,
+    }
+    impl std::io::Write for Capped {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            let room = self.max.saturating_sub(self.bytes.len());
+            if room == 0 {
+                return Err(std::io::ErrorKind::WriteZero.into());
+            }
+            let taken = buf.len().min(room);
+            self.bytes.extend_from_slice(&buf[..taken]);
+            Ok(taken)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    // One byte past `max` tells a value that fits exactly from one that was cut.
+    let mut capped = Capped {
+        bytes: Vec::new(),
+        max: max.saturating_add(1),
+    };
+    let whole = serde_json::to_writer(&mut capped, value).is_ok() && capped.bytes.len() <= max;
+    let text = String::from_utf8_lossy(&capped.bytes);
+    if whole {
+        return text.into_owned();
+    }
+    let mut cut = max.min(text.len());
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}…", &text[..cut])
+}
+
 /// The JSON type of a value as a model would name it ("an object", "a string", ...).
 pub(crate) fn type_name(value: &Value) -> &'static str {
     match value {
@@ -275,5 +336,27 @@ mod tests {
         ] {
             assert_eq!(Pointer::new(text).find(&doc), doc.pointer(text), "{text:?}");
         }
+    }
+
+    #[test]
+    fn held_bytes_counts_a_small_object_as_the_node_its_map_allocates() {
+        assert_eq!(held_bytes(&json!(1)), 32);
+        assert_eq!(held_bytes(&json!("abc")), 35);
+        // What an amplifying request is made of: 7 bytes of JSON, a whole B-tree leaf held.
+        assert_eq!(held_bytes(&json!({"k": 1})), 32 + 640 + 1 + 32);
+        let many = Value::Array(vec![json!({"k": 1}); 1000]);
+        assert_eq!(held_bytes(&many), 32 + 1000 * 705);
+        let big = json!({"text": "x".repeat(10_000)});
+        assert!(held_bytes(&big) > 10_000);
+    }
+
+    #[test]
+    fn a_preview_is_the_json_text_cut_without_writing_the_rest() {
+        assert_eq!(preview(&json!({"a": [1, 2]}), 100), r#"{"a":[1,2]}"#);
+        assert_eq!(preview(&json!({"a": [1, 2]}), 11), r#"{"a":[1,2]}"#);
+        assert_eq!(preview(&json!({"a": [1, 2]}), 10), r#"{"a":[1,2]…"#);
+        assert_eq!(preview(&json!("éé"), 3), "\"é…");
+        let huge = json!({"text": "y".repeat(3_000_000)});
+        assert_eq!(preview(&huge, 12).len(), 12 + '…'.len_utf8());
     }
 }

@@ -268,6 +268,7 @@ def approval(a: pb.Approval) -> Approval:
         tool=a.tool, arguments=json_value(a.arguments) if a.HasField("arguments") else None,
         reason=a.reason, source=a.source, expires_at=expires, requested_by=a.requested_by,
         requester_may_answer=a.requester_may_answer, remember_allowed=a.remember_allowed,
+        arguments_cut=a.arguments_cut,
     )
 
 

@@ -116,6 +116,9 @@ class Approval:
     requester_may_answer: bool = False
     #: Whether an answer may be remembered for the session (``Answer.remember_session``).
     remember_allowed: bool = True
+    #: ``arguments`` is a preview (their JSON text, cut): a watch sends previews of large
+    #: arguments; listing the approval by id has them whole.
+    arguments_cut: bool = False
 
 
 @dataclass(frozen=True)

@@ -315,7 +315,20 @@ async fn an_answer_whose_message_was_lost_is_found_in_the_store() {
         .unwrap();
     let id = ticket.approval().id.clone();
     // The other server lists and answers it; no message reaches this one.
-    assert_eq!(there.list_anywhere(&agent, None).await.unwrap().len(), 1);
+    assert_eq!(
+        there
+            .list_anywhere(
+                &agent,
+                &Listing {
+                    whole_bytes: usize::MAX,
+                    ..Listing::default()
+                }
+            )
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
     there
         .resolve_anywhere(&alice, &id, answer(true, "bot"))
         .await
@@ -366,12 +379,79 @@ async fn an_answer_given_as_it_expires_wins_and_an_expired_one_is_not_answered()
 }
 
 #[test]
-fn watchers_are_bounded() {
+fn watchers_are_bounded_and_shared_between_tenants_and_identities() {
     let approvals = Approvals::default();
-    let slots: Vec<_> = (0..MAX_WATCHES)
-        .map(|_| approvals.watch_slot().unwrap())
+    let agent = caller("bot", "acme", &[Role::Agent]);
+    let peer = caller("bot-2", "acme", &[Role::Agent]);
+    let approver = caller("alice", "globex", &[Role::Approver]);
+    // Alone on an idle server, the agent takes half; then its identity's share is full.
+    let mut held: Vec<_> = (0..MAX_WATCHES / 2)
+        .map(|_| approvals.watch_slot(&agent).unwrap())
         .collect();
-    assert!(approvals.watch_slot().is_none());
-    drop(slots);
-    assert!(approvals.watch_slot().is_some());
+    assert_eq!(
+        approvals.watch_slot(&agent).err(),
+        Some(WatchesFull::Identity(IDENTITY_WATCHES))
+    );
+    // Its tenant's share too, for another identity of it.
+    assert_eq!(
+        approvals.watch_slot(&peer).err(),
+        Some(WatchesFull::Tenant(TENANT_WATCHES))
+    );
+    // Another tenant's approver still watches, up to the server's bound.
+    held.extend((0..IDENTITY_WATCHES).map(|_| approvals.watch_slot(&approver).unwrap()));
+    assert_eq!(
+        approvals.watch_slot(&approver).err(),
+        Some(WatchesFull::Identity(IDENTITY_WATCHES))
+    );
+    let others: Vec<_> = (0..MAX_WATCHES - held.len())
+        .map(|n| {
+            approvals
+                .watch_slot(&caller(&format!("a{n}"), &format!("t{n}"), &[]))
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(
+        approvals.watch_slot(&caller("late", "late", &[])).err(),
+        Some(WatchesFull::Server(MAX_WATCHES))
+    );
+    // Places come back as their watchers leave.
+    drop(others);
+    drop(held);
+    assert!(approvals.inner.watchers.lock().tenants.is_empty());
+    assert!(approvals.watch_slot(&peer).is_ok());
+}
+
+#[test]
+fn watchers_are_sent_a_bounded_preview_of_large_arguments() {
+    let approvals = Approvals::default();
+    let mut updates = approvals.subscribe();
+    let agent = caller("bot", "acme", &[Role::Agent]);
+    let big = Request {
+        arguments: json!({"text": "x".repeat(3_000_000)}),
+        ..request(&agent, "s1", Duration::from_secs(60))
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let ticket = runtime.block_on(approvals.open(&big)).unwrap();
+    assert!(
+        !ticket.approval().arguments_cut,
+        "the batch keeps them whole"
+    );
+    let Ok(Update::Requested(sent)) = updates.try_recv() else {
+        panic!("a request")
+    };
+    assert!(sent.arguments_cut);
+    let text = sent.arguments.as_str().unwrap();
+    assert!(text.len() <= PREVIEW_BYTES + 3 && text.starts_with(r#"{"text":"xxx"#));
+    // Small arguments go whole.
+    let small = runtime
+        .block_on(approvals.open(&request(&agent, "s2", Duration::from_secs(60))))
+        .unwrap();
+    let Ok(Update::Requested(sent)) = updates.try_recv() else {
+        panic!("a request")
+    };
+    assert_eq!(sent.arguments, small.approval().arguments);
+    assert!(!sent.arguments_cut);
 }

@@ -574,7 +574,7 @@ class ToolDefinition(_message.Message):
     def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., input_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., annotations: _Optional[_Union[ToolAnnotations, _Mapping]] = ..., concurrency_safe: _Optional[bool] = ..., source: _Optional[_Union[ToolDefinition.Source, str]] = ..., status: _Optional[_Union[ToolDefinition.Status, str]] = ..., digest: _Optional[str] = ..., changed_digest: _Optional[str] = ..., remote: _Optional[str] = ..., change: _Optional[str] = ...) -> None: ...
 
 class Approval(_message.Message):
-    __slots__ = ("approval_id", "session_id", "index", "id", "tool", "arguments", "reason", "source", "expires_at", "requested_by", "requester_may_answer", "remember_allowed")
+    __slots__ = ("approval_id", "session_id", "index", "id", "tool", "arguments", "reason", "source", "expires_at", "requested_by", "requester_may_answer", "remember_allowed", "arguments_cut")
     APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
@@ -587,6 +587,7 @@ class Approval(_message.Message):
     REQUESTED_BY_FIELD_NUMBER: _ClassVar[int]
     REQUESTER_MAY_ANSWER_FIELD_NUMBER: _ClassVar[int]
     REMEMBER_ALLOWED_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_CUT_FIELD_NUMBER: _ClassVar[int]
     approval_id: str
     session_id: str
     index: int
@@ -599,7 +600,8 @@ class Approval(_message.Message):
     requested_by: str
     requester_may_answer: bool
     remember_allowed: bool
-    def __init__(self, approval_id: _Optional[str] = ..., session_id: _Optional[str] = ..., index: _Optional[int] = ..., id: _Optional[str] = ..., tool: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., reason: _Optional[str] = ..., source: _Optional[str] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., requested_by: _Optional[str] = ..., requester_may_answer: _Optional[bool] = ..., remember_allowed: _Optional[bool] = ...) -> None: ...
+    arguments_cut: bool
+    def __init__(self, approval_id: _Optional[str] = ..., session_id: _Optional[str] = ..., index: _Optional[int] = ..., id: _Optional[str] = ..., tool: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., reason: _Optional[str] = ..., source: _Optional[str] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., requested_by: _Optional[str] = ..., requester_may_answer: _Optional[bool] = ..., remember_allowed: _Optional[bool] = ..., arguments_cut: _Optional[bool] = ...) -> None: ...
 
 class ApprovalResolved(_message.Message):
     __slots__ = ("approval_id", "index", "id", "tool", "decision", "resolved_by", "reason", "how", "arguments_updated", "remember", "source", "session_id")
@@ -674,10 +676,12 @@ class ResolveApprovalResponse(_message.Message):
     def __init__(self, approval: _Optional[_Union[Approval, _Mapping]] = ...) -> None: ...
 
 class ListApprovalsRequest(_message.Message):
-    __slots__ = ("session_id",)
+    __slots__ = ("session_id", "approval_id")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
     session_id: str
-    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+    approval_id: str
+    def __init__(self, session_id: _Optional[str] = ..., approval_id: _Optional[str] = ...) -> None: ...
 
 class ListApprovalsResponse(_message.Message):
     __slots__ = ("approvals",)
