@@ -427,6 +427,62 @@ async fn a_registration_cannot_smuggle_a_url_past_the_egress_check() {
     assert!(!tools.contains("meta"), "{tools}");
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_registration_cannot_reach_this_host_through_an_embedded_ipv4() {
+    let server = serve(
+        "embedded-ipv4",
+        "[auth]\nanonymous_roles = [\"agent\", \"admin\"]\n[remote_registration]\nenabled = true\n",
+    );
+    let mut client = ToolGateClient::new(connect(server.addr.parse().unwrap()).await);
+    // Loopback, and this host's own address as other hosts reach it (192.0.2.2 in the review),
+    // each carried in NAT64, local-use NAT64, IPv4-compatible, SIIT, 6to4 and Teredo forms.
+    let mut carried = vec!["7f00:1".to_owned()];
+    let probe = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+    if probe.connect("192.0.2.1:9").is_ok()
+        && let Ok(own) = probe.local_addr()
+        && let std::net::IpAddr::V4(own) = own.ip()
+        && !own.is_loopback()
+    {
+        let bits = u32::from(own);
+        carried.push(format!("{:x}:{:x}", bits >> 16, bits & 0xffff));
+    }
+    for low in carried {
+        let (hi, lo) = low.split_once(':').unwrap();
+        let teredo = |x: &str| format!("{:x}", !u16::from_str_radix(x, 16).unwrap());
+        for host in [
+            format!("64:ff9b::{low}"),
+            format!("64:ff9b:1::{low}"),
+            format!("::{low}"),
+            format!("::ffff:0:{low}"),
+            format!("2002:{low}::1"),
+            format!("2001:0:4136:e378:8000:63bf:{}:{}", teredo(hi), teredo(lo)),
+        ] {
+            let definition = json!({"name": "h", "kind": "http",
+                "url": format!("http://[{host}]:9464/metrics"), "definition": {"name": "t"}});
+            let refused = client
+                .register_remote(pb::RegisterRemoteRequest {
+                    definition: definition
+                        .as_object()
+                        .cloned()
+                        .map(toolgate::protojson::Struct::from),
+                })
+                .await
+                .unwrap_err();
+            assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{host}");
+            assert!(
+                refused.message().contains("egress_allow"),
+                "{host}: {refused:?}"
+            );
+        }
+    }
+    let listed = client
+        .list_tools(pb::ListToolsRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(listed.tools.iter().all(|t| t.name != "t"));
+}
+
 /// The binary serving the config `toml`, written to a fresh folder named `name`.
 fn serve(name: &str, toml: &str) -> Binary {
     let config = write(&folder(name), "toolgate.toml", toml);

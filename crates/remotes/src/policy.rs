@@ -194,18 +194,23 @@ impl RegistrationPolicy {
         Ok(name.map(|name| (name, addresses)))
     }
 
+    /// Whether a registered remote may reach `ip`: listed in `egress_allow`, or neither denied
+    /// by default nor this host's own, and likewise every IPv4 address it carries (NAT64,
+    /// IPv4-compatible, SIIT, 6to4, Teredo): those reach the IPv4 host, so every IPv4 rule
+    /// applies to them.
     fn ip_allowed(&self, ip: IpAddr) -> bool {
         let ip = unmapped(ip);
         if self.egress_allow.iter().any(|r| r.contains(ip)) {
             return true;
         }
-        // The IPv4 address a NAT64 or 6to4 address carries reaches the same host.
-        if let Some(v4) = embedded_v4(ip)
-            && self.egress_allow.iter().any(|r| r.contains(IpAddr::V4(v4)))
-        {
-            return true;
+        if denied_by_default(ip) || is_this_host(ip) {
+            return false;
         }
-        !denied_by_default(ip) && !is_this_host(ip)
+        embedded_v4(ip).into_iter().flatten().all(|v4| {
+            let v4 = IpAddr::V4(v4);
+            self.egress_allow.iter().any(|r| r.contains(v4))
+                || (!denied_by_default(v4) && !is_this_host(v4))
+        })
     }
 }
 
@@ -277,7 +282,7 @@ pub enum RegistrationRefusal {
         source: std::io::Error,
     },
     #[error(
-        "'{url}' reaches {ip}, a loopback, link-local, metadata, unspecified or this host's own address; list it in [remote_registration] egress_allow to allow it"
+        "'{url}' reaches {ip}, a loopback, link-local, metadata, unspecified or this host's own address (or an IPv6 address carrying one); list it in [remote_registration] egress_allow to allow it"
     )]
     Egress { url: String, ip: IpAddr },
 }
@@ -291,13 +296,10 @@ fn unmapped(ip: IpAddr) -> IpAddr {
 }
 
 /// Addresses no registered remote reaches unless listed: this host, link-local (cloud metadata
-/// at 169.254.169.254 included), "this network" (0.0.0.0/8), multicast, broadcast, the other
-/// well-known metadata addresses, and any of them carried in a NAT64, 6to4 or IPv4-compatible
-/// IPv6 address.
+/// at 169.254.169.254 included), "this network" (0.0.0.0/8), multicast, broadcast and the other
+/// well-known metadata addresses. The IPv4 addresses an IPv6 address carries are checked apart
+/// (`embedded_v4`).
 fn denied_by_default(ip: IpAddr) -> bool {
-    if let Some(v4) = embedded_v4(ip) {
-        return denied_by_default(IpAddr::V4(v4));
-    }
     match ip {
         IpAddr::V4(v4) => {
             v4.is_loopback()
@@ -319,21 +321,29 @@ fn denied_by_default(ip: IpAddr) -> bool {
     }
 }
 
-/// The IPv4 address an IPv6 address carries, for the forms that reach it: NAT64 (64:ff9b::/96
-/// and the local-use 64:ff9b:1::/48), 6to4 (2002::/16) and the deprecated IPv4-compatible
-/// ::/96 (not :: and ::1).
-fn embedded_v4(ip: IpAddr) -> Option<Ipv4Addr> {
+/// The IPv4 addresses an IPv6 address carries, for the forms whose packets reach them: NAT64
+/// (64:ff9b::/96 and the local-use 64:ff9b:1::/48), the deprecated IPv4-compatible ::/96 (not
+/// :: and ::1), SIIT's IPv4-translated ::ffff:0:0/96, 6to4 (2002::/16), and Teredo (2001::/32:
+/// the server's address, and the client's, stored inverted). IPv4-mapped addresses are unmapped
+/// before (`unmapped`).
+fn embedded_v4(ip: IpAddr) -> [Option<Ipv4Addr>; 2] {
     let IpAddr::V6(v6) = ip else {
-        return None;
+        return [None, None];
     };
     let s = v6.segments();
-    let low = |hi: u16, lo: u16| Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo));
+    let v4 = |hi: u16, lo: u16| Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo));
+    let one = |hi: u16, lo: u16| [Some(v4(hi, lo)), None];
     match s {
-        [0x64, 0xff9b, 0, 0, 0, 0, hi, lo] => Some(low(hi, lo)),
-        [0x64, 0xff9b, 1, _, _, _, hi, lo] => Some(low(hi, lo)),
-        [0x2002, hi, lo, ..] => Some(low(hi, lo)),
-        [0, 0, 0, 0, 0, 0, hi, lo] if u32::from(hi) << 16 | u32::from(lo) > 1 => Some(low(hi, lo)),
-        _ => None,
+        [0x64, 0xff9b, 0, 0, 0, 0, hi, lo] => one(hi, lo),
+        [0x64, 0xff9b, 1, _, _, _, hi, lo] => one(hi, lo),
+        [0, 0, 0, 0, 0, 0, hi, lo] if (u32::from(hi) << 16 | u32::from(lo)) > 1 => one(hi, lo),
+        [0, 0, 0, 0, 0xffff, 0, hi, lo] => one(hi, lo),
+        [0x2002, hi, lo, ..] => one(hi, lo),
+        [0x2001, 0, server_hi, server_lo, _, _, client_hi, client_lo] => [
+            Some(v4(server_hi, server_lo)),
+            Some(v4(!client_hi, !client_lo)),
+        ],
+        _ => [None, None],
     }
 }
 
@@ -521,6 +531,73 @@ mod tests {
         let redirecting = spec(serde_json::json!({"name": "h", "kind": "http",
             "url": "http://10.0.0.5/", "definition": {"name": "t"}, "follow_redirects": true}));
         assert!(open.check(&redirecting).await.is_err());
+    }
+
+    /// `v4` in every IPv6 form that carries it: NAT64, local-use NAT64, IPv4-compatible, SIIT,
+    /// 6to4, a Teredo client (behind an ordinary server) and a Teredo server.
+    fn embedded_forms(v4: Ipv4Addr) -> Vec<std::net::Ipv6Addr> {
+        let [a, b] = [(u32::from(v4) >> 16) as u16, u32::from(v4) as u16];
+        [
+            [0x64, 0xff9b, 0, 0, 0, 0, a, b],
+            [0x64, 0xff9b, 1, 0, 0, 0, a, b],
+            [0, 0, 0, 0, 0, 0, a, b],
+            [0, 0, 0, 0, 0xffff, 0, a, b],
+            [0x2002, a, b, 0, 0, 0, 0, 1],
+            [0x2001, 0, 0x4136, 0xe378, 0x8000, 0x63bf, !a, !b],
+            [0x2001, 0, a, b, 0x8000, 0x63bf, 0x3fff, 0xfdd2],
+        ]
+        .into_iter()
+        .map(std::net::Ipv6Addr::from)
+        .collect()
+    }
+
+    #[track_caller]
+    fn check(policy: &RegistrationPolicy, ip: IpAddr, allowed: bool) {
+        assert_eq!(policy.ip_allowed(ip), allowed, "{ip}");
+    }
+
+    #[test]
+    fn ipv4_rules_apply_to_every_embedded_ipv4() {
+        let open = RegistrationPolicy::default();
+        let mut denied: Vec<Ipv4Addr> =
+            ["127.0.0.1", "169.254.169.254", "0.1.2.3", "100.100.100.200"]
+                .into_iter()
+                .map(|a| a.parse().unwrap())
+                .collect();
+        // This host's own address, as other hosts reach it (192.0.2.2 in the review).
+        let probe = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+        if probe.connect("192.0.2.1:9").is_ok()
+            && let Ok(own) = probe.local_addr()
+            && let IpAddr::V4(own) = own.ip()
+            && !own.is_loopback()
+        {
+            denied.push(own);
+        }
+        for v4 in &denied {
+            check(&open, IpAddr::V4(*v4), false);
+            for v6 in embedded_forms(*v4) {
+                check(&open, IpAddr::V6(v6), false);
+            }
+        }
+        // An ordinary address is as allowed in each form as it is alone.
+        for v6 in embedded_forms(Ipv4Addr::new(10, 1, 2, 3)) {
+            check(&open, IpAddr::V6(v6), true);
+        }
+        // The Teredo example of RFC 4380: server 65.54.227.120, client 192.0.2.45.
+        check(
+            &open,
+            "2001:0:4136:e378:8000:63bf:3fff:fdd2".parse().unwrap(),
+            true,
+        );
+        // Listing the IPv4 block allows its embedded forms.
+        let listed = RegistrationPolicy {
+            egress_allow: vec![EgressRule::parse("127.0.0.0/8").unwrap()],
+            ..RegistrationPolicy::default()
+        };
+        for v6 in embedded_forms(Ipv4Addr::LOCALHOST) {
+            check(&listed, IpAddr::V6(v6), true);
+        }
+        check(&listed, "::1".parse().unwrap(), false);
     }
 
     #[test]
