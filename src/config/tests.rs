@@ -224,6 +224,27 @@ fn the_unknown_section_message_lists_every_section() {
 }
 
 #[test]
+fn a_binding_named_after_a_built_in_tool_is_a_config_error() {
+    let err = Config::from_toml("[bindings.echo]\ntool = \"now\"").unwrap_err();
+    assert!(
+        err.to_string().contains(
+            "bindings.echo: 'echo' is a built-in tool's name, which a binding to another tool ('now') may not shadow"
+        ),
+        "{err}"
+    );
+    // Excluded or disabled, the name is free.
+    for free in [
+        "[tools.builtin]\nexclude = [\"echo\"]",
+        "[tools.builtin]\nenabled = false",
+    ] {
+        assert!(
+            Config::from_toml(&format!("{free}\n[bindings.echo]\ntool = \"now\"")).is_ok(),
+            "{free}"
+        );
+    }
+}
+
+#[test]
 fn a_malformed_binding_reference_is_a_warning_not_an_error() {
     let c = Config::from_toml(
         "[auth]\nanonymous_roles = [\"agent\"]\n[bindings.x]\ntool = \"echo\"\ninput = { user = \"ctx.user.\" }",

@@ -244,3 +244,41 @@ async fn a_private_sibling_never_reaches_the_tool_results_messages_or_events() {
         .count();
     assert_eq!(posts, 1, "tool_post carries a preview of the result");
 }
+
+#[tokio::test]
+async fn a_binding_cannot_shadow_a_registered_tool() {
+    let ts = start().await;
+    // The model calls `echo`; a request binding `echo → now` would run `now` in its place.
+    let mut req = request(json!([{"id": "a", "name": "echo", "arguments": {"x": 1}}]));
+    req.bindings
+        .insert("echo".into(), binding("now", json!({})));
+    let status = ts.client.clone().dispatch(req).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert_eq!(
+        status.message(),
+        "binding 'echo': 'echo' is a registered tool's name, which a binding to another tool ('now') may not shadow"
+    );
+    // In the config, a built-in's name is a load error, and any other tool's a start error.
+    let built_in = Config::from_toml("[bindings.echo]\ntool = \"now\"").unwrap_err();
+    assert!(
+        built_in.to_string().contains("may not shadow"),
+        "{built_in}"
+    );
+    let config = Config::from_toml("[bindings.clock]\ntool = \"echo\"").unwrap();
+    let clock = toolgate::tools::FnTool::new("clock", "an embedded tool", |_input, _ctx| async {
+        Ok(toolgate::tools::ToolOutput::Text("noon".into()))
+    });
+    let Err(error) = toolgate::Server::new(config)
+        .tool(clock)
+        .start_local()
+        .await
+    else {
+        panic!("a config binding named after the embedded tool `clock` must not start");
+    };
+    assert!(
+        error
+            .to_string()
+            .contains("binding 'clock': 'clock' is a registered tool's name"),
+        "{error}"
+    );
+}

@@ -159,3 +159,74 @@ def test_a_name_providers_refuse_is_given_as_an_alias_that_runs_its_tool(
     assert (r.name, r.tool) == ("py_get_weather", "py.get_weather")
     assert r.result == {"city": "Oslo", "sky": "clear"}
     assert out.messages[0]["parts"][0]["functionResponse"]["name"] == "py_get_weather"
+
+
+def test_aliases_are_made_anew_from_each_tool_list() -> None:
+    """After a real tool `x_y` appears, the model's call to `x_y` runs it, not `x.y` (whose
+    alias `x_y` was once)."""
+    import http.server
+    import json
+    import threading
+
+    from google.protobuf import struct_pb2
+
+    from conftest import BASE
+    from toolgate._proto import toolgate_pb2 as pb
+
+    class Named(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["content-length"]))
+            reply = json.dumps({"served": self.path}).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(reply)))
+            self.end_headers()
+            self.wfile.write(reply)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    http_server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Named)
+    threading.Thread(target=http_server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{http_server.server_address[1]}"
+    server = Server(BASE + f"""
+[auth]
+anonymous_roles = ["agent", "admin"]
+[remote_registration]
+enabled = true
+egress_allow = ["127.0.0.0/8"]
+[[remotes]]
+name = "x"
+kind = "http"
+prefix = "x."
+url = "{base}/dotted"
+required = true
+[remotes.definition]
+name = "y"
+description = "The dotted tool."
+""")
+    try:
+        with Client(server.addr) as tg:
+            chat = tg.tools("openai")
+            assert [t["function"]["name"] for t in chat if "x" in t["function"]["name"]] == [
+                "x_y"]
+            definition = struct_pb2.Struct()
+            definition.update({"name": "x-plain", "kind": "http", "url": f"{base}/plain",
+                               "definition": {"name": "x_y", "description": "The plain tool."}})
+            register = tg._channel.unary_unary(
+                "/toolgate.v1.ToolGate/RegisterRemote",
+                request_serializer=pb.RegisterRemoteRequest.SerializeToString,
+                response_deserializer=pb.RegisterRemoteResponse.FromString)
+            register(pb.RegisterRemoteRequest(definition=definition), timeout=30)
+            names = sorted(t["function"]["name"] for t in tg.tools("openai"))
+            assert "x_y" in names and "x_y_2" in names, names
+            out = tg.dispatch([{"id": "a", "name": "x_y", "arguments": {}},
+                               {"id": "b", "name": "x_y_2", "arguments": {}}])
+    finally:
+        server.stop()
+        http_server.shutdown()
+    assert out.all_succeeded, out.failed
+    assert [(r.name, r.tool, r.result) for r in out.results] == [
+        ("x_y", "x_y", {"served": "/plain"}),
+        ("x_y_2", "x.y", {"served": "/dotted"}),
+    ]

@@ -70,8 +70,12 @@ export class ToolGate {
   readonly #sessions: Http2SessionManager;
   readonly #headers: Record<string, string>;
   readonly #timeoutMs: number | undefined;
-  /** The aliases tools() gave tools whose names a provider refuses, to the tools: sent as bindings. */
-  readonly #aliases = new Map<string, string>();
+  /**
+   * The aliases of tools whose names a provider refuses, to the tools: sent as bindings. Made
+   * anew from each ListTools answer: an alias kept from an older one could name a tool that has
+   * appeared since (`x_y`), and would send the model's calls to it elsewhere (`x.y`).
+   */
+  #aliases = new Map<string, string>();
 
   constructor(options: ToolGateOptions = {}) {
     const address = options.address ?? "127.0.0.1:50051";
@@ -184,7 +188,11 @@ export class ToolGate {
   /** Every tool toolgate serves, quarantined ones included (see `status`). */
   async listTools(options: { timeoutMs?: number } = {}): Promise<Tool[]> {
     const reply = await this.#unary(() => this.#client.listTools({}, this.#call(options.timeoutMs)));
-    return reply.tools.map(convert.tool);
+    const tools = reply.tools.map(convert.tool);
+    const aliases = new Map<string, string>();
+    for (const [name, alias] of convert.modelNames(tools)) if (alias !== name) aliases.set(alias, name);
+    this.#aliases = aliases;
+    return tools;
   }
 
   /**
@@ -194,9 +202,7 @@ export class ToolGate {
    */
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
   async tools(format: Format = "openai", options: { timeoutMs?: number } = {}): Promise<any[]> {
-    const tools = await this.listTools(options);
-    for (const [name, alias] of convert.modelNames(tools)) if (alias !== name) this.#aliases.set(alias, name);
-    return convert.toolDefinitions(tools, format);
+    return convert.toolDefinitions(await this.listTools(options), format);
   }
 
   /** The session's memory entries, oldest first. */

@@ -155,3 +155,60 @@ input_schema = { type = "object", properties = { city = { type = "string" } } }
     weather.close();
   }
 });
+
+test("aliases are made anew from each tool list", async () => {
+  // After a real tool `x_y` appears, the model's call to `x_y` runs it, not `x.y` (whose alias
+  // `x_y` was once).
+  const { createServer: createHttpServer } = await import("node:http");
+  const { createClient } = await import("@connectrpc/connect");
+  const { createGrpcTransport } = await import("@connectrpc/connect-node");
+  const pb = await import("../dist/gen/toolgate/v1/toolgate_pb.js");
+  const named = createHttpServer((req, res) => {
+    req.resume();
+    req.on("end", () => {
+      res.writeHead(200, { "content-type": "application/json" });
+      res.end(JSON.stringify({ served: req.url }));
+    });
+  });
+  await new Promise((resolve) => named.listen(0, "127.0.0.1", resolve));
+  const base = `http://127.0.0.1:${named.address().port}`;
+  const remote = await start(`${BASE}
+[auth]
+anonymous_roles = ["agent", "admin"]
+[remote_registration]
+enabled = true
+egress_allow = ["127.0.0.0/8"]
+[[remotes]]
+name = "x"
+kind = "http"
+prefix = "x."
+url = "${base}/dotted"
+required = true
+[remotes.definition]
+name = "y"
+description = "The dotted tool."
+`);
+  try {
+    await using({ address: remote.addr }, async (tg) => {
+      const names = async () => (await tg.tools("openai")).map((t) => t.function.name).filter((n) => n.startsWith("x"));
+      assert.deepEqual(await names(), ["x_y"]);
+      const admin = createClient(pb.ToolGate, createGrpcTransport({ baseUrl: `http://${remote.addr}` }));
+      await admin.registerRemote({
+        definition: {
+          name: "x-plain", kind: "http", url: `${base}/plain`,
+          definition: { name: "x_y", description: "The plain tool." },
+        },
+      });
+      assert.deepEqual((await names()).sort(), ["x_y", "x_y_2"]);
+      const out = await tg.dispatch([{ id: "a", name: "x_y", arguments: {} }, { id: "b", name: "x_y_2", arguments: {} }]);
+      assert.ok(out.allSucceeded, JSON.stringify(out.failed));
+      assert.deepEqual(out.results.map((r) => [r.name, r.tool, r.result]), [
+        ["x_y", "x_y", { served: "/plain" }],
+        ["x_y_2", "x.y", { served: "/dotted" }],
+      ]);
+    });
+  } finally {
+    remote.stop();
+    named.close();
+  }
+});

@@ -97,16 +97,26 @@ impl Dispatcher {
         Ok(self)
     }
 
-    /// Checks bindings before any call uses them: every target is registered and every
-    /// mapping is an object whose `$literal`s stand alone. Lists every problem. (A malformed
-    /// reference is not one: it resolves to null.)
+    /// Checks bindings before any call uses them: no name is a registered tool's unless the
+    /// binding runs that tool itself (a binding `echo → now` would run `now` when the model
+    /// calls `echo`; `echo → echo` only maps its input), every target is registered
+    /// and every mapping is an object whose `$literal`s stand alone. Lists every problem. (A
+    /// malformed reference is not one: it resolves to null.)
     pub fn check_bindings(
         &self,
         bindings: &BTreeMap<String, Binding>,
     ) -> Result<(), BindingProblems> {
+        let registry = self.catalog.snapshot();
         let mut problems = Vec::new();
         for (name, binding) in bindings {
-            if self.catalog.snapshot().get(&binding.tool).is_none() {
+            if *name != binding.tool && registry.get(name).is_some() {
+                problems.push(format!(
+                    "binding '{name}': '{name}' is a registered tool's name, which a binding to \
+                     another tool ('{}') may not shadow",
+                    binding.tool
+                ));
+            }
+            if registry.get(&binding.tool).is_none() {
                 problems.push(format!(
                     "binding '{name}': tool '{}' is not registered",
                     binding.tool
@@ -397,10 +407,13 @@ impl Dispatcher {
                         metadata,
                     };
                 }
+                // A registered tool's name runs that tool, whatever binding was checked
+                // against an older registry (a remote may add the name later).
                 let binding = batch
                     .bindings
                     .get(&call.name)
-                    .or_else(|| self.bindings.get(&call.name));
+                    .or_else(|| self.bindings.get(&call.name))
+                    .filter(|b| b.tool == call.name || registry.get(&call.name).is_none());
                 let target = binding.map_or(call.name.as_str(), |b| b.tool.as_str());
                 let input = match binding.and_then(|b| b.input.as_ref()) {
                     Some(spec) => {

@@ -269,9 +269,22 @@ pub(super) fn remotes(c: &Config, p: &mut Problems) {
     }
 }
 
-/// A binding's input is a table of references that can resolve.
+/// A binding's input is a table of references that can resolve, and its name is not a
+/// built-in tool's unless it runs that tool (it would shadow it; other tools' names are
+/// checked at start, once the remotes are known).
 pub(super) fn bindings(c: &Config, p: &mut Problems) {
     for (name, binding) in &c.bindings {
+        let builtin = c.tools.builtin.enabled
+            && *name != binding.tool
+            && BUILTIN_NAMES.contains(&name.as_str())
+            && !c.tools.builtin.exclude.contains(name);
+        if builtin {
+            p.add(format!(
+                "bindings.{name}: '{name}' is a built-in tool's name, which a binding to \
+                 another tool ('{}') may not shadow",
+                binding.tool
+            ));
+        }
         match &binding.input {
             None => {}
             Some(input @ serde_json::Value::Object(_)) => {

@@ -217,6 +217,16 @@ async fn malformed_requests_are_invalid_argument_with_the_field_named() {
             }),
             "binding 'lookup': tool 'ghost' is not registered",
         ),
+        (
+            edited(json!([echo]), |r| {
+                let shadow = pb::Binding {
+                    tool: "now".into(),
+                    input: None,
+                };
+                r.bindings.insert("echo".into(), shadow);
+            }),
+            "binding 'echo': 'echo' is a registered tool's name, which a binding to another tool ('now') may not shadow",
+        ),
     ];
     for (request, message) in cases {
         let status = refusal(&service, request).await;

@@ -82,14 +82,17 @@ class _Base:
     def __init__(self, token: str | None, timeout: float | None) -> None:
         self._metadata: Metadata = (("authorization", f"Bearer {token}"),) if token else ()
         self._timeout = timeout
-        # The aliases tools() gave tools whose names a provider refuses, to the tools: sent as
-        # bindings with each batch, so a call to an alias runs its tool.
+        # The aliases of tools whose names a provider refuses, to the tools: sent as bindings
+        # with each batch, so a call to an alias runs its tool. Made anew from each ListTools
+        # answer: an alias kept from an older one could name a tool that has appeared since
+        # (`x_y`), and would send the model's calls to it elsewhere (`x.y`).
         self._aliases: dict[str, str] = {}
 
-    def _definitions(self, tools: list[Tool], fmt: Format) -> list[Any]:
+    def _learn(self, reply: Any) -> list[Tool]:
+        tools = [convert.tool(t) for t in reply.tools]
         names = convert.model_names(tools)
-        self._aliases.update({alias: name for name, alias in names.items() if alias != name})
-        return convert.tool_definitions(tools, fmt)
+        self._aliases = {alias: name for name, alias in names.items() if alias != name}
+        return tools
 
     def _prepare(
         self, response: Any, session_id: str | None, format: Format | None,
@@ -357,14 +360,14 @@ class Client(_Base):
                                      timeout=timeout if timeout is not None else self._timeout)
         except grpc.RpcError as error:
             raise from_rpc(error) from None
-        return [convert.tool(t) for t in reply.tools]
+        return self._learn(reply)
 
     def tools(self, format: Format = "openai", *, timeout: float | None = None,
               ) -> list[Any]:
         """The tools as the provider's ``tools=`` list (plain dicts of its tool params), without
         quarantined ones. A name a provider refuses (``py.get_weather``) is given as a portable
         alias (``py_get_weather``); this client's batches bind the alias to the tool."""
-        return self._definitions(self.list_tools(timeout=timeout), format)
+        return convert.tool_definitions(self.list_tools(timeout=timeout), format)
 
     def session_memory(self, session_id: str, *, timeout: float | None = None) -> list[str]:
         """The session's memory entries, oldest first."""
@@ -524,12 +527,12 @@ class AsyncClient(_Base):
                 timeout=timeout if timeout is not None else self._timeout)
         except grpc.RpcError as error:
             raise from_rpc(error) from None
-        return [convert.tool(t) for t in reply.tools]
+        return self._learn(reply)
 
     async def tools(self, format: Format = "openai", *, timeout: float | None = None,
                     ) -> list[Any]:
         """See ``Client.tools``."""
-        return self._definitions(await self.list_tools(timeout=timeout), format)
+        return convert.tool_definitions(await self.list_tools(timeout=timeout), format)
 
     async def session_memory(self, session_id: str, *, timeout: float | None = None,
                              ) -> list[str]:
