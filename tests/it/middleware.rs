@@ -245,3 +245,38 @@ async fn provider_keys_never_come_back_in_a_result() {
         assert!(content.contains(kept), "{kept} missing in {content}");
     }
 }
+
+#[tokio::test]
+async fn registry_passwords_dsns_vault_tokens_and_encoded_keys_never_come_back() {
+    let ts = start().await;
+    let text = "docker login -u ci -p Hunt3r registry.example.com\n\
+        SENTRY_DSN=https://0123456789abcdef0123456789abcdef@o123456.ingest.sentry.io/4504\n\
+        VAULT_TOKEN=hvs.Q2hBU0lHc1p2VjNrb1pNd0pUc2xWdUxkc3V3S0doakJuSUY0a0JrQmpy\n\
+        client-key-data: LS0tLS1CRUdJTiBFQyBQUklWQVRFIEtFWS0tLS0tCk1IY0NBUUVFSUJrZzRMVldNOW51d05TazN5Qnl4WnBZUlRCblZKazVBRHlpOE1sM21QeitvQW9HQ0NxR1NNNDkKLS0tLS1FTkQgRUMgUFJJVkFURSBLRVktLS0tLQo=\n\
+        certificate-authority-data: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUJrVENCK3dJSkFLSEJmcGVnUGpNQ01BMEdDU3FHU0liM0RRRUJDd1VBTUJFeER6QU5CZ05WQkFNTUJuUmwKLS0tLS1FTkQgQ0VSVElGSUNBVEUtLS0tLQo=\n\
+        docker login -u ci registry.example.com; git clone https://alice@git.example.com/x.git";
+    let result = dispatch(
+        &ts,
+        request(json!([{"id": "e", "name": "echo", "arguments": {"text": text}}])),
+    )
+    .await;
+    let content = &result.results[0].content;
+    for leaked in [
+        "Hunt3r",
+        "0123456789abcdef0123456789abcdef",
+        "hvs.Q2hBU0lH",
+        "LS0tLS1CRUdJTiBFQyBQUklWQVRF",
+    ] {
+        assert!(!content.contains(leaked), "{leaked} in {content}");
+    }
+    for kept in [
+        "-p [REDACTED:docker_password] registry.example.com",
+        "https://[REDACTED:sentry_dsn]@o123456.ingest.sentry.io/4504",
+        "VAULT_TOKEN=[REDACTED:vault_token]",
+        "client-key-data: [REDACTED:pem_private_key]",
+        "certificate-authority-data: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0t",
+        "docker login -u ci registry.example.com; git clone https://alice@git.example.com/x.git",
+    ] {
+        assert!(content.contains(kept), "{kept} missing in {content}");
+    }
+}

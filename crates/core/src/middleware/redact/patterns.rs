@@ -61,6 +61,14 @@ pub(super) const BUILTIN: &[Pattern] = &[
         "pem_private_key",
         r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----(?:[\s\S]*?-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|[\s\S]*)",
     ),
+    // The same block base64-encoded (a Kubernetes secret's `tls.key`, a kubeconfig's
+    // `client-key-data`): `-----BEGIN` encodes to `LS0tLS1CRUdJTi`. The whole run goes, its
+    // wrapped lines included; a certificate (public) is left.
+    checked(
+        "pem_private_key",
+        r"\bLS0tLS1CRUdJTi[A-Za-z0-9+/_\-]*(?:\r?\n[A-Za-z0-9+/_\-]+)*={0,2}",
+        encodes_a_private_key,
+    ),
     // URLs that are secrets in themselves: the host stays, the path goes.
     rule(
         "webhook_url",
@@ -144,7 +152,13 @@ pub(super) const BUILTIN: &[Pattern] = &[
     ),
     rule("digitalocean_token", r"\bdo[opr]_v1_[0-9a-f]{64}\b"),
     rule("databricks_token", r"\bdapi[0-9a-f]{32}(?:-\d)?\b"),
-    rule("vault_token", r"\bhv[sb]\.[A-Za-z0-9_\-]{90,}"),
+    // HashiCorp Vault's service, batch and recovery tokens: `hvs.` and 24 characters or
+    // (with an HMAC or a namespace) many more.
+    checked(
+        "vault_token",
+        r"\bhv[sbr]\.[A-Za-z0-9_\-]{24,}",
+        has_two_character_classes,
+    ),
     rule(
         "doppler_token",
         r"\bdp\.(?:pt|st|sa|ct|scim|audit)\.[A-Za-z0-9]{40,}",
@@ -172,12 +186,25 @@ pub(super) const BUILTIN: &[Pattern] = &[
     ),
     rule("atlassian_token", r"\bATATT3[A-Za-z0-9_\-=]{150,}"),
     rule("sentry_token", r"\bsntry[us]_[A-Za-z0-9+/=_]{40,}"),
+    // A Sentry DSN, sentry.io's or self-hosted: `https://<32 hex>[:<32 hex>]@host/<project>`.
+    // The key goes; host and project stay.
+    rule(
+        "sentry_dsn",
+        r"(?P<k>\bhttps?://)[0-9a-fA-F]{32}(?::[0-9a-fA-F]{32})?(?P<t>@[A-Za-z0-9.\-]+(?::\d{1,5})?/(?:[^\s/?#@]+/)*\d+)\b",
+    ),
     rule("postman_key", r"\bPMAK-[0-9a-f]{24}-[0-9a-f]{34}\b"),
     // Credential files and headers whose shape says where the secret is.
     // Docker's config.json: `"auth": "<base64 of user:password>"`, and its identity token.
     rule(
         "docker_auth",
         r#"(?P<k>"(?:auth|identitytoken)"[ \t]*:[ \t]*")[A-Za-z0-9+/=._\-]{8,}"#,
+    ),
+    // `docker login -p SECRET` (or `--password SECRET`, `--password=SECRET`), and podman's and
+    // nerdctl's: whatever follows the flag is the password, short or plain. Not a variable
+    // (`$PASSWORD`, quoted or not), a placeholder or `--password-stdin`.
+    rule(
+        "docker_password",
+        r#"(?P<k>\b(?:docker|podman|nerdctl)[ \t]+(?:[^\n|;&]*?[ \t])?login\b[^\n|;&]*?[ \t](?:-p|--password)(?:[ \t]+|=))["']?[^\s\-$<{\["'][^\s]*"#,
     ),
     // Cookie headers: every cookie is a session until known otherwise.
     rule(
@@ -213,10 +240,11 @@ pub(super) const BUILTIN: &[Pattern] = &[
         "jwt",
         r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}",
     ),
-    // `scheme://user:password@`, the user optional (`redis://:password@host`).
+    // `scheme://user:password@`, the user optional (`redis://:password@host`), and not a
+    // marker an earlier rule left (`https://[REDACTED:sentry_dsn]@`).
     rule(
         "url_credentials",
-        r"(?i)(?P<k>\b[a-z][a-z0-9+.\-]*://)[^/\s:@]*:[^/\s@]+(?P<t>@)",
+        r"(?i)(?P<k>\b[a-z][a-z0-9+.\-]*://)(?:[^/\s:@\[][^/\s:@]*)?:[^/\s@]+(?P<t>@)",
     ),
     rule(
         "curl_user",
@@ -318,6 +346,50 @@ fn is_a_literal_secret(value: &str) -> bool {
                 .all(|c| case(c) || c.is_ascii_digit() || *c == b'_')
     };
     digit && !code && !name_case(u8::is_ascii_uppercase) && !name_case(u8::is_ascii_lowercase)
+}
+
+/// Whether a token's random part mixes at least two of lower case, upper case and digits, as a
+/// generated token does (`hvs.6j4cuewowBGit65rheNoceI7`) and a name in prose or code does not
+/// (`hvs.service_token_prefix`).
+fn has_two_character_classes(matched: &str) -> bool {
+    let random = matched.split_once('.').map_or(matched, |(_, rest)| rest);
+    let has = |class: fn(&u8) -> bool| random.bytes().any(|c| class(&c));
+    let classes = [
+        has(u8::is_ascii_lowercase),
+        has(u8::is_ascii_uppercase),
+        has(u8::is_ascii_digit),
+    ];
+    classes.iter().filter(|c| **c).count() >= 2
+}
+
+/// Whether a base64 run opening with `-----BEGIN` encodes a private key's header (`-----BEGIN
+/// RSA PRIVATE KEY-----`), not a certificate's or a public key's.
+fn encodes_a_private_key(run: &str) -> bool {
+    use base64::Engine;
+    // The header is within the first 64 characters (48 bytes); decode them only.
+    let head: String = run
+        .chars()
+        .filter(|c| !c.is_ascii_whitespace())
+        .map(|c| match c {
+            '-' => '+',
+            '_' => '/',
+            c => c,
+        })
+        .take(64)
+        .collect();
+    let whole = head.len() - head.len() % 4;
+    let Ok(decoded) = base64::engine::general_purpose::STANDARD_NO_PAD.decode(&head[..whole])
+    else {
+        return false;
+    };
+    let Some(header) = decoded.strip_prefix(b"-----BEGIN ") else {
+        return false;
+    };
+    let end = header
+        .windows(5)
+        .position(|w| w == b"-----")
+        .unwrap_or(header.len());
+    header[..end].ends_with(b"PRIVATE KEY") || header[..end].ends_with(b"PRIVATE KEY BLOCK")
 }
 
 /// A token, not a word: it has a digit or a symbol, or a capital after its first letter.
