@@ -306,6 +306,52 @@ fn capacity_limits_are_checked_and_a_share_as_large_as_the_server_warns() {
 }
 
 #[test]
+fn every_share_above_its_total_is_a_config_error() {
+    let err = Config::from_toml(
+        "[server]\nmax_concurrent_batches = 8\nmax_concurrent_calls = 16\nmax_connections = 4\n\
+         [limits]\nmax_buffered_request_bytes = 4194304\nmax_unread_reply_bytes = 4194304",
+    )
+    .unwrap_err();
+    let shares: Vec<&str> = err
+        .problems
+        .iter()
+        .filter(|p| p.contains("a share cannot exceed its total"))
+        .filter_map(|p| p.split(':').next())
+        .collect();
+    assert_eq!(
+        shares,
+        [
+            "server.max_batches_per_connection",
+            "server.max_batches_per_tenant",
+            "server.max_batches_per_identity",
+            "server.max_calls_per_connection",
+            "server.max_calls_per_tenant",
+            "server.max_calls_per_identity",
+            "server.max_connections_per_address",
+            "limits.max_buffered_request_bytes_per_connection",
+            "limits.max_unread_reply_bytes_per_connection",
+        ],
+        "{err}"
+    );
+    assert!(
+        err.problems.contains(
+            &"server.max_batches_per_tenant: 128 is above server.max_concurrent_batches (8); a share cannot exceed its total, lower it to at most 8 too"
+                .to_owned()
+        ),
+        "{err}"
+    );
+    // A share equal to its total, and no per-address bound (0), are fine.
+    assert!(
+        Config::from_toml(
+            "[server]\nmax_concurrent_batches = 8\nmax_batches_per_connection = 8\n\
+             max_batches_per_tenant = 8\nmax_batches_per_identity = 8\n\
+             max_connections = 4\nmax_connections_per_address = 0"
+        )
+        .is_ok()
+    );
+}
+
+#[test]
 fn log_filter_field_values_match_as_text_not_as_regexes() {
     // As a regex `a(` does not compile; as text it is a value like any other.
     assert!(log_filter("toolgate[batch{tool=a(}]=debug").is_ok());

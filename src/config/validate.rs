@@ -39,6 +39,7 @@ const RULES: &[Rule] = &[
     // Export, capacity, request limits and timeouts.
     rules::telemetry_export,
     rules::server_capacity,
+    rules::shares_within_totals,
     rules::connection_timeouts,
     rules::request_limits,
     // (Here, not with the security rules, so problems list in the order they always did.)

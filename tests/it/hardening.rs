@@ -862,6 +862,7 @@ async fn one_token_over_many_connections_cannot_take_every_batch_slot() {
             r#"
             [server]
             max_concurrent_batches = 8
+            max_batches_per_connection = 8
             max_batches_per_identity = 2
             max_batches_per_tenant = 3
             [auth]

@@ -97,7 +97,8 @@ fn sleeps() -> pb::DispatchBatchRequest {
 async fn clients_that_never_read_lose_their_slots_and_everyone_else_is_served() {
     let config = Config::from_toml(
         "[server]\nmax_concurrent_batches = 2\nstall_timeout = \"500ms\"\n\
-         max_streams_per_connection = 7",
+         max_streams_per_connection = 7\nmax_batches_per_connection = 2\n\
+         max_batches_per_tenant = 2\nmax_batches_per_identity = 2",
     )
     .unwrap();
     let ts = start_with(config).await;
@@ -144,9 +145,11 @@ async fn clients_that_never_read_lose_their_slots_and_everyone_else_is_served() 
 
 #[tokio::test]
 async fn one_connection_gets_its_share_and_another_connection_still_gets_in() {
-    let config =
-        Config::from_toml("[server]\nmax_concurrent_batches = 4\nmax_batches_per_connection = 1")
-            .unwrap();
+    let config = Config::from_toml(
+        "[server]\nmax_concurrent_batches = 4\nmax_batches_per_connection = 1\n\
+             max_batches_per_tenant = 4\nmax_batches_per_identity = 4",
+    )
+    .unwrap();
     let ts = start_with(config).await;
     let sleeping = || request(json!([{"name": "wait_cancel"}]));
     let mut held = Vec::new();
@@ -187,7 +190,11 @@ async fn one_connection_gets_its_share_and_another_connection_still_gets_in() {
 
 #[tokio::test]
 async fn calls_running_at_once_are_bounded_server_wide() {
-    let config = Config::from_toml("[server]\nmax_concurrent_calls = 4").unwrap();
+    let config = Config::from_toml(
+        "[server]\nmax_concurrent_calls = 4\nmax_calls_per_connection = 4\n\
+         max_calls_per_tenant = 4\nmax_calls_per_identity = 4",
+    )
+    .unwrap();
     let ts = start_with(config).await;
     // A PARALLEL batch of 8 that asks for 8 at once runs with the 4 call slots there are.
     let calls: Vec<_> = (0..8)

@@ -174,7 +174,11 @@ async fn deeply_nested_argument_text_is_a_soft_error() {
 
 #[tokio::test]
 async fn batches_beyond_the_concurrency_limit_are_resource_exhausted() {
-    let config = Config::from_toml("[server]\nmax_concurrent_batches = 1").unwrap();
+    let config = Config::from_toml(
+        "[server]\nmax_concurrent_batches = 1\nmax_batches_per_connection = 1\n\
+         max_batches_per_tenant = 1\nmax_batches_per_identity = 1",
+    )
+    .unwrap();
     let ts = start_with(config).await;
     let mut first = ts
         .client

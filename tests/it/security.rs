@@ -652,6 +652,61 @@ fn a_public_listener_needs_tls_or_an_explicit_insecure() {
 }
 
 #[test]
+fn a_share_above_its_lowered_total_is_refused_by_check_config_and_at_start() {
+    // An operator lowers the total to 8 and leaves the shares at their defaults (128 per
+    // tenant): one tenant could take all 8, so the config is refused until the shares say.
+    let dir = folder("shares");
+    let lowered = write(
+        &dir,
+        "lowered.toml",
+        "[server]\nmax_concurrent_batches = 8\nmax_connections = 16\n",
+    );
+    let run = |args: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+            .args(args)
+            .env_remove("TOOLGATE_CONFIG")
+            .output()
+            .unwrap();
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        (output.status.success(), said)
+    };
+    for args in [
+        vec!["check-config", lowered.as_str()],
+        vec![
+            "serve",
+            "--config",
+            lowered.as_str(),
+            "--listen",
+            "127.0.0.1:0",
+        ],
+    ] {
+        let (ok, said) = run(&args);
+        assert!(!ok, "{args:?}: {said}");
+        for problem in [
+            "server.max_batches_per_tenant: 128 is above server.max_concurrent_batches (8)",
+            "server.max_batches_per_connection: 64 is above server.max_concurrent_batches (8)",
+            "server.max_batches_per_identity: 64 is above server.max_concurrent_batches (8)",
+            "server.max_connections_per_address: 64 is above server.max_connections (16)",
+        ] {
+            assert!(said.contains(problem), "{args:?}: no {problem:?} in {said}");
+        }
+    }
+    let shared = write(
+        &dir,
+        "shared.toml",
+        "[server]\nmax_concurrent_batches = 8\nmax_batches_per_connection = 4\n\
+         max_batches_per_tenant = 4\nmax_batches_per_identity = 2\n",
+    );
+    let (ok, said) = run(&["check-config", &shared]);
+    assert!(ok, "{said}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn a_newline_in_a_call_id_cannot_forge_a_text_log_line() {
     let server = Binary::start_with(&[], &[("RUST_LOG", "debug")]);
     let runtime = tokio::runtime::Runtime::new().unwrap();

@@ -70,6 +70,74 @@ pub(super) fn server_capacity(c: &Config, p: &mut Problems) {
     p.at_least_one("server.max_connections", s.max_connections);
 }
 
+/// A share (what one connection, tenant, identity or address may hold) is at most its total:
+/// shares are absolute, so one left at its default above a lowered total would not bound
+/// anything (`max_batches_per_tenant = 128` of `max_concurrent_batches = 8` lets one tenant take
+/// all 8), and the operator must say what each share is.
+pub(super) fn shares_within_totals(c: &Config, p: &mut Problems) {
+    let (s, l) = (&c.server, &c.limits);
+    let batches = ("server.max_concurrent_batches", s.max_concurrent_batches);
+    let calls = ("server.max_concurrent_calls", s.max_concurrent_calls);
+    let buffered = (
+        "limits.max_buffered_request_bytes",
+        l.max_buffered_request_bytes,
+    );
+    let unread = ("limits.max_unread_reply_bytes", l.max_unread_reply_bytes);
+    for (key, share, (total_key, total)) in [
+        (
+            "server.max_batches_per_connection",
+            s.max_batches_per_connection,
+            batches,
+        ),
+        (
+            "server.max_batches_per_tenant",
+            s.max_batches_per_tenant,
+            batches,
+        ),
+        (
+            "server.max_batches_per_identity",
+            s.max_batches_per_identity,
+            batches,
+        ),
+        (
+            "server.max_calls_per_connection",
+            s.max_calls_per_connection,
+            calls,
+        ),
+        ("server.max_calls_per_tenant", s.max_calls_per_tenant, calls),
+        (
+            "server.max_calls_per_identity",
+            s.max_calls_per_identity,
+            calls,
+        ),
+        (
+            // 0: no bound.
+            "server.max_connections_per_address",
+            s.max_connections_per_address,
+            ("server.max_connections", s.max_connections),
+        ),
+        (
+            "limits.max_buffered_request_bytes_per_connection",
+            l.max_buffered_request_bytes_per_connection,
+            buffered,
+        ),
+        (
+            "limits.max_unread_reply_bytes_per_connection",
+            l.max_unread_reply_bytes_per_connection,
+            unread,
+        ),
+    ] {
+        // A total of 0 is refused on its own (`server_capacity`).
+        p.check(
+            total == 0 || share <= total,
+            format_args!(
+                "{key}: {share} is above {total_key} ({total}); a share cannot exceed its \
+                 total, lower it to at most {total} too"
+            ),
+        );
+    }
+}
+
 pub(super) fn connection_timeouts(c: &Config, p: &mut Problems) {
     // Shorter would close connections of clients on slow or distant links.
     p.check(

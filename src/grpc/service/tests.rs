@@ -126,7 +126,10 @@ async fn a_draining_server_refuses_batches_as_unavailable_before_reading_them() 
 
 #[tokio::test]
 async fn a_server_at_its_batch_limit_refuses_more_as_resource_exhausted() {
-    let (service, state) = wire("[server]\nmax_concurrent_batches = 1");
+    let (service, state) = wire(
+        "[server]\nmax_concurrent_batches = 1\nmax_batches_per_connection = 1\n\
+         max_batches_per_tenant = 1\nmax_batches_per_identity = 1",
+    );
     // An open stream holds its slot until it is dropped, read or not.
     let long = request(json!([{"name": "sleep", "arguments": {"ms": 3_600_000}}]));
     let Ok(running) = service.dispatch_batch(local(long)).await else {
