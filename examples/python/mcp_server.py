@@ -11,6 +11,9 @@ Tools:
   reword_greeting {description}
                           changes greet's description and sends list_changed (a "rug pull")
   cancellations {}        how many calls this server saw cancelled
+  list_changed_burst {count}
+                          sends notifications/tools/list_changed `count` times in a row
+  list_calls_seen {}      how many times a client listed this server's tools
   pid {}                  this server's process id
   request_header {name}   over streamable HTTP: the value of one HTTP request header ("" if absent)
 
@@ -35,6 +38,18 @@ from mcp.types import ToolAnnotations
 
 server = MCPServer("toolgate-demo")
 cancelled = 0
+list_calls = 0
+_list_tools = server.list_tools
+
+
+async def _counted_list_tools():  # type: ignore[no-untyped-def]
+    global list_calls
+    list_calls += 1
+    return await _list_tools()
+
+
+# Every tools/list request goes through `list_tools`, so `list_calls` counts them.
+server.list_tools = _counted_list_tools  # type: ignore[method-assign]
 
 
 @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
@@ -83,6 +98,20 @@ async def reword_greeting(description: str, ctx: Context) -> str:
     server.add_tool(greet, description=description)
     await ctx.session.send_tool_list_changed()
     return "reworded greet"
+
+
+@server.tool()
+async def list_changed_burst(count: int, ctx: Context) -> int:
+    """Tells the client `count` times in a row that the tool list changed (it did not)."""
+    for _ in range(count):
+        await ctx.session.send_tool_list_changed()
+    return count
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def list_calls_seen() -> int:
+    """How many times a client listed this server's tools."""
+    return list_calls
 
 
 @server.tool(annotations=ToolAnnotations(readOnlyHint=True))

@@ -381,6 +381,55 @@ async fn tool_list_changes_are_followed_and_pinned_and_a_crashed_server_is_resta
 }
 
 #[tokio::test]
+async fn a_burst_of_tool_list_changes_is_refreshed_at_its_start_and_once_after() {
+    crate::peers::require_peers!(TestEnv);
+    let ts =
+        start_with(Config::from_toml(&stdio_remote("pymcp", "pm.", &python_server())).unwrap())
+            .await;
+    let listed = async || {
+        let seen = dispatch(
+            &ts,
+            request(json!([{"id": "n", "name": "pm.list_calls_seen"}])),
+        )
+        .await;
+        let value = json_of(&seen.results[0].result);
+        value["result"]
+            .as_u64()
+            .or(value.as_u64())
+            .unwrap_or_else(|| panic!("{value}"))
+    };
+    let before = listed().await;
+    let started = std::time::Instant::now();
+    // 500 notifications in a row: each used to re-list the server and swap its tools in.
+    let burst = dispatch(
+        &ts,
+        request(json!([{"id": "b", "name": "pm.list_changed_burst", "arguments": {"count": 500}}])),
+    )
+    .await;
+    assert!(burst.all_succeeded, "{burst:?}");
+    // One more change after the burst: once its tool is listed, the burst has been followed.
+    let learned = dispatch(
+        &ts,
+        request(json!([{"id": "l", "name": "pm.learn_greeting"}])),
+    )
+    .await;
+    assert!(learned.all_succeeded, "{learned:?}");
+    let sent_for = started.elapsed();
+    eventually("the change after the burst was followed", async || {
+        names(&ts).await.contains(&"pm.greet".to_owned())
+    })
+    .await;
+    let refreshes = listed().await - before;
+    // A remote's list is refreshed at most once a second (the manager's interval): at the
+    // first change, then once per second the changes went on, and once after them.
+    let most = 2 + u64::try_from(sent_for.as_millis().div_ceil(1000)).unwrap();
+    assert!(
+        (1..=most).contains(&refreshes),
+        "{refreshes} refreshes for changes sent over {sent_for:?}"
+    );
+}
+
+#[tokio::test]
 async fn a_python_sdk_server_over_streamable_http_gets_the_configured_headers() {
     crate::peers::require_peers!(TestEnv);
     let port = free_port();

@@ -5,6 +5,7 @@ mod builtin;
 mod catalog;
 mod function;
 mod outcome;
+mod progress;
 pub(crate) mod registry;
 mod scratch;
 
@@ -21,6 +22,7 @@ pub use catalog::Catalog;
 pub use function::FnTool;
 pub use outcome::ErrorClass;
 pub(crate) use outcome::content_of;
+pub use progress::{PROGRESS_QUEUE, Progress, ProgressReceiver, ProgressSink};
 pub use registry::{Definition, Registered, RegistryError, ToolPin, ToolRegistry, ToolSource};
 pub use scratch::{DEFAULT_QUOTA_BYTES, remove_tree, unguessable_name};
 pub use scratch::{Entry, FileError, ScratchDir, ScratchStore, SharedScratch, entry_bytes};
@@ -93,17 +95,6 @@ pub struct ToolContext {
     /// Who sent the batch (its tenant namespaces the session and the cache).
     pub caller: Arc<crate::identity::Caller>,
 }
-
-/// A progress report from a running tool.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Progress {
-    pub progress: f64,
-    pub total: Option<f64>,
-    pub message: String,
-}
-
-/// Sends progress reports to the batch's observer.
-pub type ProgressSink = tokio::sync::mpsc::UnboundedSender<Progress>;
 
 /// What a tool learns about the model's call besides its (possibly mapped) input.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -3,7 +3,7 @@
 //! the registry of connected remotes, `tool` what every remote tool shares (its definition and
 //! the one `Tool` impl), and each protocol has one adapter (`worker`, `mcp`, `http`) that turns
 //! a call into that protocol and its answer back into a tool output (`sse` is MCP's older
-//! HTTP+SSE transport). `tls` builds every HTTP client's TLS settings, `credentials` the bearer
+//! HTTP+SSE transport), and `signals` carries what adapters tell the manager. `tls` builds every HTTP client's TLS settings, `credentials` the bearer
 //! token of a remote over HTTP (a variable, a file, OAuth client credentials).
 
 mod assertion;
@@ -14,6 +14,7 @@ mod manager;
 pub mod mcp;
 mod mcp_http;
 mod policy;
+mod signals;
 mod spec;
 mod sse;
 pub mod tls;
@@ -28,6 +29,7 @@ pub use policy::{
     CommandRule, EgressRule, EgressRuleError, PatternError, RegistrationPolicy,
     RegistrationRefusal, anchored,
 };
+pub use signals::{Signal, Signals};
 pub use spec::{
     AuthSpec, HttpToolDefinition, McpTransport, OAuthSpec, RemoteKind, RemoteSpec, SpecError,
     TlsSpec,
@@ -49,16 +51,3 @@ pub enum RemoteError {
     #[error("tool '{0}' has no definition change awaiting approval")]
     NothingToAccept(String),
 }
-
-/// What an adapter tells the remote manager, out of band.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Signal {
-    /// The remote says its tool list changed (MCP `notifications/tools/list_changed`).
-    ListChanged(String),
-    /// The remote's connection is gone (a stdio server exited, a worker is unavailable, a config
-    /// remote was down at start): reconnect and re-list, with backoff.
-    Lost(String),
-}
-
-/// Where adapters send signals.
-pub type Signals = tokio::sync::mpsc::UnboundedSender<Signal>;

@@ -53,7 +53,7 @@ impl Remotes {
     /// The manager and its background task, which refreshes remotes that report a changed tool
     /// list and reconnects lost ones with exponential backoff. The task ends with the manager.
     pub fn new(catalog: Arc<Catalog>, metrics: Arc<Metrics>) -> Arc<Self> {
-        let (signals, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let (signals, mut inbox) = Signals::channel();
         let remotes = Arc::new(Remotes {
             catalog,
             live: Mutex::default(),
@@ -64,34 +64,47 @@ impl Remotes {
             metrics,
         });
         let weak = Arc::downgrade(&remotes);
+        // Signals coalesce while a refresh runs: a remote that sends `tools/list_changed` in a
+        // burst is refreshed at most twice (the refresh running and one after it), not once per
+        // notification, each of which re-lists the remote and swaps its tools in.
         tokio::spawn(async move {
-            while let Some(signal) = rx.recv().await {
-                let Some(remotes) = weak.upgrade() else { break };
-                match signal {
-                    Signal::Lost(name) => {
-                        // One reconnect loop per remote, each on its own task, so a remote that
-                        // stays down never delays another's reconnect or list refresh.
-                        let fresh = remotes.reconnecting.lock().insert(name.clone());
-                        if fresh {
-                            tokio::spawn(reconnect(Arc::downgrade(&remotes), name));
-                        }
-                    }
-                    Signal::ListChanged(name) => match remotes.refresh(&name).await {
-                        Ok(_) => {}
-                        // A server may announce a change while it is still being discovered
-                        // (server-everything does, during initialize): discovery lists the tools
-                        // itself, so there is nothing to refresh yet and nothing to warn about.
-                        Err(RemoteError::Unknown(_)) => {
-                            tracing::debug!(target: "toolgate::tools::remote::manager", remote = %name, "tool list changed before registration");
-                        }
-                        Err(error) => {
-                            tracing::warn!(target: "toolgate::tools::remote::manager", remote = %name, %error, "refresh after a tool list change failed");
-                        }
-                    },
+            while let Some(batch) = inbox.next().await {
+                for signal in batch {
+                    let Some(remotes) = weak.upgrade() else {
+                        return;
+                    };
+                    remotes.signalled(signal).await;
                 }
             }
         });
         remotes
+    }
+
+    /// Carries out one signal: a lost remote gets its reconnect loop, a changed tool list a
+    /// refresh.
+    async fn signalled(self: Arc<Self>, signal: Signal) {
+        match signal {
+            Signal::Lost(name) => {
+                // One reconnect loop per remote, each on its own task, so a remote that stays
+                // down never delays another's reconnect or list refresh.
+                let fresh = self.reconnecting.lock().insert(name.clone());
+                if fresh {
+                    tokio::spawn(reconnect(Arc::downgrade(&self), name));
+                }
+            }
+            Signal::ListChanged(name) => match self.refresh(&name).await {
+                Ok(_) => {}
+                // A server may announce a change while it is still being discovered
+                // (server-everything does, during initialize): discovery lists the tools itself,
+                // so there is nothing to refresh yet and nothing to warn about.
+                Err(RemoteError::Unknown(_)) => {
+                    tracing::debug!(target: "toolgate::tools::remote::manager", remote = %name, "tool list changed before registration");
+                }
+                Err(error) => {
+                    tracing::warn!(target: "toolgate::tools::remote::manager", remote = %name, %error, "refresh after a tool list change failed");
+                }
+            },
+        }
     }
 
     /// Connects, discovers the remote's tools and registers them all, or nothing.
@@ -130,7 +143,7 @@ impl Remotes {
             Err(RemoteError::Unreachable { name, reason }) if !required => {
                 tracing::warn!(target: "toolgate::tools::remote::manager", remote = %name, %reason, "remote unreachable at start; connecting in the background");
                 self.lock().insert(name.clone(), (pending, Vec::new()));
-                let _ = self.signals.send(Signal::Lost(name));
+                self.signals.send(Signal::Lost(name));
                 Ok(Vec::new())
             }
             other => other,
@@ -355,6 +368,13 @@ impl Remotes {
                 Ok((tools, ToolSource::Mcp))
             }
         }
+    }
+}
+
+impl Drop for Remotes {
+    /// Ends the background task: adapters may still hold senders, but nobody is left to act.
+    fn drop(&mut self) {
+        self.signals.close();
     }
 }
 

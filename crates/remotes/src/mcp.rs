@@ -32,7 +32,7 @@ use super::{McpTransport, RemoteError, RemoteSpec, Signal, Signals};
 use toolgate_core::child::{ChildEnv, ProcessGroup};
 use toolgate_core::metrics::Metrics;
 use toolgate_core::tools::{
-    Annotations, BoxFuture, ContentPart, Progress, ProgressSink, ToolContext, ToolError, ToolOutput,
+    Annotations, BoxFuture, ContentPart, ProgressSink, ToolContext, ToolError, ToolOutput,
 };
 
 type Sinks = Arc<Mutex<HashMap<ProgressToken, ProgressSink>>>;
@@ -54,11 +54,8 @@ impl ClientHandler for Handler {
     ) -> impl Future<Output = ()> + Send + '_ {
         let sink = self.sinks.lock().get(&params.progress_token).cloned();
         if let Some(sink) = sink {
-            let _ = sink.send(Progress {
-                progress: params.progress,
-                total: params.total,
-                message: params.message.unwrap_or_default(),
-            });
+            let message = params.message.unwrap_or_default();
+            sink.report(params.progress, params.total, &message);
         }
         std::future::ready(())
     }
@@ -67,7 +64,7 @@ impl ClientHandler for Handler {
         &self,
         _context: NotificationContext<RoleClient>,
     ) -> impl Future<Output = ()> + Send + '_ {
-        let _ = self.signals.send(Signal::ListChanged(self.remote.clone()));
+        self.signals.send(Signal::ListChanged(self.remote.clone()));
         std::future::ready(())
     }
 }
@@ -350,7 +347,7 @@ impl Connection {
                     e,
                     ServiceError::TransportClosed | ServiceError::TransportSend(_)
                 ) {
-                    let _ = self.signals.send(Signal::Lost(self.remote.clone()));
+                    self.signals.send(Signal::Lost(self.remote.clone()));
                 }
                 return Err(from_service_error(&self.remote, &e));
             }
@@ -369,7 +366,7 @@ impl Connection {
         guard.id = None;
         drop(guard);
         if matches!(answer, Err(ServiceError::TransportClosed)) {
-            let _ = self.signals.send(Signal::Lost(self.remote.clone()));
+            self.signals.send(Signal::Lost(self.remote.clone()));
         }
         match answer.map_err(|e| from_service_error(&self.remote, &e))? {
             ServerResult::CallToolResult(result) => {

@@ -12,7 +12,7 @@ use tonic::{Code, Status};
 use super::tool::{Invoke, RemoteDefinition, RemoteTool, remote_timeout};
 use super::{RemoteError, RemoteSpec, Signal, Signals};
 use toolgate_core::tools::{
-    Annotations, BoxFuture, ContentPart, Progress, ToolContext, ToolError, ToolOutput,
+    Annotations, BoxFuture, ContentPart, ToolContext, ToolError, ToolOutput,
 };
 use toolgate_proto::pb;
 use toolgate_proto::pb::tool_worker_client::ToolWorkerClient;
@@ -194,7 +194,7 @@ impl Worker {
     /// Maps a failed call's status; an unreachable worker is also reported to the manager.
     fn failed(&self, status: &Status) -> ToolError {
         if status.code() == Code::Unavailable {
-            let _ = self.signals.send(Signal::Lost(self.remote.clone()));
+            self.signals.send(Signal::Lost(self.remote.clone()));
         }
         from_status(&self.remote, status)
     }
@@ -311,11 +311,7 @@ impl Worker {
                 Some(pb::invoke_event::Event::Progress(p)) => {
                     if let Some(sink) = &ctx.progress {
                         let total = (p.total > 0.0).then_some(p.total);
-                        let _ = sink.send(Progress {
-                            progress: p.progress,
-                            total,
-                            message: p.message,
-                        });
+                        sink.report(p.progress, total, &p.message);
                     }
                 }
                 Some(pb::invoke_event::Event::Result(result)) => {

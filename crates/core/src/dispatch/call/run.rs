@@ -11,7 +11,9 @@ use super::steps::{Admitted, Refusal, Step};
 use crate::dispatch::events::Event;
 use crate::dispatch::result::CallResult;
 use crate::middleware::{Invocation, Invoked, Reply};
-use crate::tools::{CallMetadata, ErrorClass, Progress, ToolContext};
+use crate::tools::{
+    CallMetadata, ErrorClass, Progress, ProgressReceiver, ProgressSink, ToolContext,
+};
 
 impl Step<'_> {
     /// Steps 5 and 6: runs the middleware stack raced against the batch's cancel, and stamps the
@@ -115,7 +117,7 @@ impl Step<'_> {
         // listens.
         let (progress_tx, mut progress_rx) = match self.wants_events() {
             true => {
-                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+                let (tx, rx) = ProgressSink::channel(self.scope.pipeline.preview_chars);
                 (Some(tx), Some(rx))
             }
             false => (None, None),
@@ -161,8 +163,13 @@ impl Step<'_> {
         token.cancel();
         // Reports sent just before the tool returned still reach the observer, in order.
         if let Some(rx) = progress_rx.as_mut() {
-            while let Ok(report) = rx.try_recv() {
+            while let Some(report) = rx.try_recv() {
                 self.progress(report).await;
+            }
+            let dropped = rx.dropped();
+            if dropped > 0 {
+                let metrics = &self.scope.pipeline.metrics;
+                metrics.evicted("progress", "queue_full", dropped);
             }
         }
         invoked
@@ -197,20 +204,16 @@ impl Step<'_> {
             tool: self.tool.to_owned(),
             progress: report.progress,
             total: report.total,
-            // A tool's progress text is bounded like every preview an event carries.
-            message: crate::json::truncate_chars(
-                &report.message,
-                self.scope.pipeline.preview_chars,
-            ),
+            // A tool's progress text is bounded like every preview an event carries (the sink
+            // cut it as it was queued).
+            message: report.message,
         })
         .await;
     }
 }
 
 /// The next progress report, or never when nobody listens.
-async fn next_progress(
-    rx: &mut Option<tokio::sync::mpsc::UnboundedReceiver<Progress>>,
-) -> Option<Progress> {
+async fn next_progress(rx: &mut Option<ProgressReceiver>) -> Option<Progress> {
     match rx {
         Some(rx) => rx.recv().await,
         None => std::future::pending().await,
