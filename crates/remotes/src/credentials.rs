@@ -121,8 +121,7 @@ impl Credentials {
         Ok(Credentials { source })
     }
 
-    /// The token to send now; `None`: send the request without one (an OAuth remote whose
-    /// authorization server is found from its first `401`).
+    /// The token to send now.
     pub async fn token(&self) -> Result<Option<Secret>, CredentialError> {
         match &self.source {
             Source::Env(secret) => Ok(Some(secret.clone())),
@@ -131,17 +130,14 @@ impl Credentials {
         }
     }
 
-    /// The remote answered `401` to `sent` (with `challenge`, its `WWW-Authenticate`): the
-    /// token to retry with once, or `None` when there is no other (the failure stands).
-    pub async fn rejected(
-        &self,
-        sent: Option<&Secret>,
-        challenge: Option<&str>,
-    ) -> Result<Option<Secret>, CredentialError> {
+    /// The remote answered `401` to `sent`: the token to retry with once, or `None` when there
+    /// is no other (the failure stands). Its `WWW-Authenticate` is not read: where toolgate's
+    /// credentials go is configured, never named by the remote.
+    pub async fn rejected(&self, sent: Option<&Secret>) -> Result<Option<Secret>, CredentialError> {
         let fresh = match &self.source {
             Source::Env(_) => return Ok(None),
             Source::File(file) => file.read(true)?,
-            Source::OAuth(oauth) => oauth.rejected(sent, challenge).await?,
+            Source::OAuth(oauth) => oauth.rejected(sent).await?,
         };
         Ok((Some(&fresh) != sent).then_some(fresh))
     }

@@ -222,13 +222,8 @@ impl Endpoint {
         if response.status() == reqwest::StatusCode::UNAUTHORIZED
             && let Some(credentials) = &self.credentials
         {
-            let challenge = response
-                .headers()
-                .get(reqwest::header::WWW_AUTHENTICATE)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned);
             let fresh = credentials
-                .rejected(sent.as_ref(), challenge.as_deref())
+                .rejected(sent.as_ref())
                 .await
                 .map_err(|e| self.credential_failure(&e))?;
             if let Some(fresh) = fresh {

@@ -90,15 +90,12 @@ impl AuthedHttp {
             .await
             .map_err(|e| self.refuse(Refusal::Credentials(e)))?;
         let first = call(token.as_ref().map(|t| t.expose().to_owned())).await;
-        let challenge = match &first {
-            Err(StreamableHttpError::AuthRequired(c)) => Some(c.www_authenticate_header.clone()),
-            Err(e) if status_of(e) == Some(reqwest::StatusCode::UNAUTHORIZED) => None,
+        match &first {
+            Err(StreamableHttpError::AuthRequired(_)) => {}
+            Err(e) if status_of(e) == Some(reqwest::StatusCode::UNAUTHORIZED) => {}
             _ => return self.observe(first),
-        };
-        match credentials
-            .rejected(token.as_ref(), challenge.as_deref())
-            .await
-        {
+        }
+        match credentials.rejected(token.as_ref()).await {
             Ok(Some(fresh)) => self.observe(call(Some(expose(&fresh))).await),
             Ok(None) => self.observe(first),
             Err(e) => Err(self.refuse(Refusal::Credentials(e))),

@@ -136,8 +136,9 @@ pub struct AuthSpec {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OAuthSpec {
-    /// The authorization server's token endpoint; unset: discovered from the remote's `401`
-    /// (`WWW-Authenticate: Bearer resource_metadata=...`, RFC 9728, then RFC 8414).
+    /// The authorization server's token endpoint; unset: the one `issuer` publishes (RFC 8414).
+    /// One of the two is required: the client's secret or assertion goes only there, never to a
+    /// server the remote names.
     #[serde(default)]
     pub token_url: Option<String>,
     pub client_id: String,
@@ -160,8 +161,8 @@ pub struct OAuthSpec {
     /// (configured or discovered), else the token endpoint.
     #[serde(default)]
     pub audience: Option<String>,
-    /// The authorization server's issuer (RFC 8414): discovery must find this one, since the
-    /// remote names the server that receives the client's secret; unset: whichever it names.
+    /// The authorization server's issuer (RFC 8414): its metadata, read at its own well-known
+    /// address, names the token endpoint (unless `token_url` does).
     #[serde(default)]
     pub issuer: Option<String>,
     /// Scopes asked for; empty: the authorization server's default.
@@ -217,6 +218,9 @@ impl AuthSpec {
                 && let Some((field, _)) = secrets[3..].iter().find(|(_, v)| v.is_some())
             {
                 return Err(SpecError::KeyOnly(field));
+            }
+            if oauth.token_url.is_none() && oauth.issuer.is_none() {
+                return Err(SpecError::Unpinned);
             }
             for url in [&oauth.token_url, &oauth.issuer].into_iter().flatten() {
                 http_url(url)?;
@@ -411,12 +415,6 @@ impl RemoteSpec {
                 ));
             }
         }
-        let secret_to_whoever = oauth.is_some_and(|o| {
-            o.token_url.is_none() && o.issuer.is_none() && o.private_key_file.is_none()
-        });
-        if secret_to_whoever {
-            warnings.push("auth.oauth: the client secret goes to whichever authorization server the remote names; pin it with issuer or token_url".to_owned());
-        }
         for name in self.headers.keys().filter(|n| holds_credential(n)) {
             warnings.push(format!(
                 "headers.{name} writes a credential into the config file; keep it in a file or an environment variable with [remotes.auth] bearer_file or bearer_env"
@@ -525,6 +523,12 @@ pub enum SpecError {
     ClientSecret,
     #[error("auth.{0} applies only with auth.oauth.private_key_file")]
     KeyOnly(&'static str),
+    /// A secret or key for whichever authorization server the remote's `401` names would be
+    /// handed to the remote.
+    #[error(
+        "auth.oauth: a client secret or private key goes only to a pinned authorization server; set issuer or token_url"
+    )]
+    Unpinned,
     #[error("a worker needs an endpoint")]
     NoEndpoint,
     #[error("an http remote needs a url")]
@@ -623,7 +627,7 @@ mod tests {
     fn oauth_takes_one_way_to_prove_the_client() {
         let url = "https://mcp.example.com/mcp";
         let oauth = |fields: Value| {
-            let mut oauth = json!({"client_id": "toolgate"});
+            let mut oauth = json!({"client_id": "toolgate", "issuer": "https://as.example.com"});
             oauth
                 .as_object_mut()
                 .unwrap()
@@ -649,6 +653,30 @@ mod tests {
             oauth(json!({"private_key_file": ""})),
             Err("auth.oauth.private_key_file is empty"),
         );
+    }
+
+    #[test]
+    fn a_client_secret_or_key_needs_a_pinned_authorization_server() {
+        let unpinned = "auth.oauth: a client secret or private key goes only to a pinned authorization server; set issuer or token_url";
+        let remote = |oauth: Value| json!({"name": "m", "kind": "mcp", "url": "https://mcp.example.com/mcp", "auth": {"oauth": oauth}});
+        for proof in [
+            json!({"client_id": "c", "client_secret_env": "S"}),
+            json!({"client_id": "c", "client_secret_file": "/s"}),
+            json!({"client_id": "c", "private_key_file": "/k.pem", "audience": "https://as"}),
+        ] {
+            check(remote(proof.clone()), Err(unpinned));
+            for pin in [
+                json!({"issuer": "https://as.example.com"}),
+                json!({"token_url": "https://as.example.com/token"}),
+            ] {
+                let mut pinned = proof.clone();
+                pinned
+                    .as_object_mut()
+                    .unwrap()
+                    .extend(pin.as_object().unwrap().clone());
+                check(remote(pinned), Ok(()));
+            }
+        }
     }
 
     #[test]
@@ -699,28 +727,6 @@ mod tests {
         assert_eq!(w.len(), 1, "{w:?}");
         assert!(
             w[0].starts_with("auth.oauth.token_url 'http://auth.example.com/token' is plaintext")
-        );
-        // A secret for whichever authorization server the remote names is warned about; a
-        // pinned issuer, a token URL or a key (whose assertion names its audience) is not.
-        let oauth = |extra: Value| {
-            let mut oauth = json!({"client_id": "c", "client_secret_env": "S"});
-            oauth
-                .as_object_mut()
-                .unwrap()
-                .extend(extra.as_object().unwrap().clone());
-            warnings(
-                json!({"name": "m", "kind": "mcp", "url": "https://mcp.example.com/mcp", "auth": {"oauth": oauth}}),
-            )
-        };
-        assert_eq!(
-            oauth(json!({})),
-            [
-                "auth.oauth: the client secret goes to whichever authorization server the remote names; pin it with issuer or token_url"
-            ]
-        );
-        assert_eq!(
-            oauth(json!({"issuer": "https://auth.example.com"})),
-            Vec::<String>::new()
         );
     }
 

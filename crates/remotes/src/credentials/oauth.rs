@@ -1,6 +1,6 @@
 //! OAuth 2.1 client credentials for one remote: where the authorization server is (the
-//! configured token endpoint, or RFC 9728 and RFC 8414 discovery from the remote's `401`,
-//! through rmcp's `AuthorizationManager`), how toolgate's client proves itself (a secret, with
+//! configured token endpoint, or the RFC 8414 metadata the configured issuer publishes; never
+//! one the remote names, since it receives the client's secret), how toolgate's client proves itself (a secret, with
 //! rmcp's exchange; or a `private_key_jwt` assertion, with the oauth2 crate's request), and
 //! when a token is fetched: cached, fetched again before it expires, once on a `401`, one fetch
 //! for concurrent callers while a still-valid token keeps serving. Every request goes through
@@ -28,7 +28,8 @@ pub(super) struct OAuth {
     /// endpoint).
     key_id: Option<String>,
     audience: Option<String>,
-    /// The one authorization server discovery may find (its RFC 8414 `issuer`).
+    /// The authorization server whose own metadata names the token endpoint (its RFC 8414
+    /// `issuer`), when `token_url` is unset.
     issuer: Option<String>,
     http: Arc<HttpForOAuth>,
     base_url: String,
@@ -51,6 +52,16 @@ struct Server {
     manager: AuthorizationManager,
     token_endpoint: String,
     issuer: Option<String>,
+}
+
+/// Why a secret or a key without a pinned authorization server is refused.
+const UNPINNED: &str = "oauth: a client secret or private key goes only to a pinned authorization server; set auth.oauth.issuer or auth.oauth.token_url";
+
+/// The part of an authorization server's RFC 8414 metadata this grant uses.
+#[derive(serde::Deserialize)]
+struct Published {
+    issuer: Option<String>,
+    token_endpoint: String,
 }
 
 /// RFC 7523's client assertion type.
@@ -121,6 +132,11 @@ impl OAuth {
                 ));
             }
         };
+        // The configuration check refuses this too; a remote built without it must not send
+        // the secret wherever the remote points.
+        if spec.token_url.is_none() && spec.issuer.is_none() {
+            return Err(CredentialError::Source(UNPINNED.to_owned()));
+        }
         Ok(OAuth {
             client_id: spec.client_id.clone(),
             scopes: spec.scopes.clone(),
@@ -166,11 +182,7 @@ impl OAuth {
         {
             return Ok(Some(token.value.clone()));
         }
-        if server.is_none() && self.token_url.is_none() {
-            // The authorization server is found from the remote's first 401: go without.
-            return Ok(current.filter(|t| t.valid(now)).map(|t| t.value));
-        }
-        match self.fetch(&mut server, None).await {
+        match self.fetch(&mut server).await {
             Ok(token) => Ok(Some(token)),
             // A token still valid serves until it expires; the next call tries again.
             Err(error) => match current.filter(|t| t.valid(now)) {
@@ -183,11 +195,9 @@ impl OAuth {
         }
     }
 
-    pub(super) async fn rejected(
-        &self,
-        sent: Option<&Secret>,
-        challenge: Option<&str>,
-    ) -> Result<Secret, CredentialError> {
+    /// The remote refused `sent`: a new token. The remote's challenge is not read: the server
+    /// that gets the client's credentials is the configured one, whatever the remote names.
+    pub(super) async fn rejected(&self, sent: Option<&Secret>) -> Result<Secret, CredentialError> {
         let mut server = self.fetching.lock().await;
         // Another caller already replaced the rejected token: use its.
         if let Some(token) = self.current()
@@ -196,19 +206,15 @@ impl OAuth {
         {
             return Ok(token.value);
         }
-        self.fetch(&mut server, challenge).await
+        self.fetch(&mut server).await
     }
 
     /// Fetches a token (finding the authorization server first if it is not known yet),
     /// keeps it as the current one and answers it. The caller holds `fetching`.
-    async fn fetch(
-        &self,
-        server: &mut Option<Server>,
-        challenge: Option<&str>,
-    ) -> Result<Secret, CredentialError> {
+    async fn fetch(&self, server: &mut Option<Server>) -> Result<Secret, CredentialError> {
         let server = match server {
             Some(server) => server,
-            None => server.insert(self.authorization_server(challenge).await?),
+            None => server.insert(self.authorization_server().await?),
         };
         let started = Instant::now();
         let (value, lifetime) = match &self.secret {
@@ -290,51 +296,26 @@ impl OAuth {
         Ok(issued(&response))
     }
 
-    /// The authorization server: the configured token endpoint, or the one the remote's
-    /// protected-resource metadata names (from `challenge`, or the well-known paths).
-    async fn authorization_server(
-        &self,
-        challenge: Option<&str>,
-    ) -> Result<Server, CredentialError> {
+    /// The authorization server: the configured token endpoint, or the one the configured
+    /// issuer's metadata names. Nothing the remote names is fetched: its `401` may point at
+    /// any address (an internal service, the cloud's metadata endpoint) and at a token
+    /// endpoint of its own, which would receive the client's secret.
+    async fn authorization_server(&self) -> Result<Server, CredentialError> {
         let http: Arc<dyn OAuthHttpClient> = self.http.clone();
         let mut manager =
             AuthorizationManager::new_with_oauth_http_client(self.base_url.as_str(), http)
                 .await
                 .map_err(|e| CredentialError::Discovery(e.to_string()))?;
-        let metadata = match &self.token_url {
-            Some(token_url) => {
-                let mut metadata = AuthorizationMetadata::default();
-                metadata.token_endpoint = token_url.clone();
-                metadata.issuer = self.issuer.clone();
-                // Required by oauth2's client type, never used by this grant.
-                metadata.authorization_endpoint = token_url.clone();
-                metadata
-            }
-            None => {
-                let found = manager
-                    .resolve_metadata_from_challenge(challenge)
-                    .await
-                    .map_err(|e| CredentialError::Discovery(e.to_string()))?;
-                if !found.source.is_discovered() {
-                    return Err(CredentialError::Discovery(format!(
-                        "'{}' publishes no OAuth metadata (RFC 9728 or RFC 8414); set auth.oauth.token_url",
-                        self.base_url
-                    )));
-                }
-                // The remote names its authorization server, which receives the client's
-                // secret: with `issuer` set, only that one.
-                if let Some(pinned) = &self.issuer
-                    && found.metadata.issuer.as_deref() != Some(pinned.as_str())
-                {
-                    return Err(CredentialError::Discovery(format!(
-                        "'{}' names the authorization server '{}', not auth.oauth.issuer '{pinned}'",
-                        self.base_url,
-                        found.metadata.issuer.as_deref().unwrap_or("(no issuer)")
-                    )));
-                }
-                found.metadata
-            }
+        let token_endpoint = match (&self.token_url, &self.issuer) {
+            (Some(token_url), _) => token_url.clone(),
+            (None, Some(issuer)) => self.published_token_endpoint(issuer).await?,
+            (None, None) => return Err(CredentialError::Source(UNPINNED.to_owned())),
         };
+        let mut metadata = AuthorizationMetadata::default();
+        metadata.token_endpoint = token_endpoint.clone();
+        metadata.issuer = self.issuer.clone();
+        // Required by oauth2's client type, never used by this grant.
+        metadata.authorization_endpoint = token_endpoint;
         if !secure_endpoint(&metadata.token_endpoint) {
             return Err(CredentialError::Discovery(format!(
                 "the token endpoint '{}' is not https:// (nor on loopback): the client's credentials would cross the network in the clear",
@@ -350,6 +331,70 @@ impl OAuth {
             issuer,
         })
     }
+
+    /// The token endpoint `issuer` publishes in its RFC 8414 (or OpenID Connect) metadata, read
+    /// at the addresses the issuer itself gives: the document must name that same issuer.
+    async fn published_token_endpoint(&self, issuer: &str) -> Result<String, CredentialError> {
+        for url in metadata_urls(issuer)? {
+            let request = http::Request::get(url.as_str())
+                .header(http::header::ACCEPT, "application/json")
+                .body(Vec::new())
+                .map_err(|e| CredentialError::Discovery(format!("'{url}': {e}")))?;
+            let response = self
+                .http
+                .send(request, None)
+                .await
+                .map_err(|e| CredentialError::Discovery(format!("'{url}': {e}")))?;
+            if response.status() != http::StatusCode::OK {
+                continue;
+            }
+            let Ok(published) = serde_json::from_slice::<Published>(response.body()) else {
+                continue;
+            };
+            if !same_issuer(published.issuer.as_deref(), issuer) {
+                return Err(CredentialError::Discovery(format!(
+                    "'{url}' names the issuer '{}', not auth.oauth.issuer '{issuer}'",
+                    published.issuer.as_deref().unwrap_or("(no issuer)")
+                )));
+            }
+            return Ok(published.token_endpoint);
+        }
+        Err(CredentialError::Discovery(format!(
+            "the issuer '{issuer}' publishes no OAuth metadata (RFC 8414); set auth.oauth.token_url"
+        )))
+    }
+}
+
+/// Where an issuer's metadata is: RFC 8414's well-known path inserted before the issuer's
+/// path, then OpenID Connect's inserted and appended forms.
+fn metadata_urls(issuer: &str) -> Result<Vec<String>, CredentialError> {
+    let url = url::Url::parse(issuer)
+        .map_err(|e| CredentialError::Discovery(format!("issuer '{issuer}': {e}")))?;
+    let origin = url.origin().ascii_serialization();
+    let path = url.path().trim_end_matches('/');
+    let mut urls = vec![
+        format!("{origin}/.well-known/oauth-authorization-server{path}"),
+        format!("{origin}/.well-known/openid-configuration{path}"),
+    ];
+    if !path.is_empty() {
+        urls.push(format!("{origin}{path}/.well-known/openid-configuration"));
+    }
+    Ok(urls)
+}
+
+/// Whether a metadata document's `issuer` is the configured one (a root path's trailing
+/// slash aside, which URL libraries add and drop).
+fn same_issuer(published: Option<&str>, configured: &str) -> bool {
+    let Some(published) = published else {
+        return false;
+    };
+    let bare = |s: &str| -> String {
+        match url::Url::parse(s) {
+            Ok(u) if u.path() == "/" && u.query().is_none() => s.trim_end_matches('/').to_owned(),
+            _ => s.to_owned(),
+        }
+    };
+    bare(published) == bare(configured)
 }
 
 /// The token a token response carries, and its lifetime if the server gave one.
@@ -479,6 +524,51 @@ mod tests {
             ("not a url", false),
         ] {
             assert_eq!(secure_endpoint(url), secure, "{url}");
+        }
+    }
+
+    #[test]
+    fn an_issuers_metadata_is_read_at_the_issuers_own_well_known_addresses() {
+        assert_eq!(
+            metadata_urls("https://auth.example.com/").unwrap(),
+            [
+                "https://auth.example.com/.well-known/oauth-authorization-server",
+                "https://auth.example.com/.well-known/openid-configuration",
+            ]
+        );
+        assert_eq!(
+            metadata_urls("https://auth.example.com:8443/tenant/a").unwrap(),
+            [
+                "https://auth.example.com:8443/.well-known/oauth-authorization-server/tenant/a",
+                "https://auth.example.com:8443/.well-known/openid-configuration/tenant/a",
+                "https://auth.example.com:8443/tenant/a/.well-known/openid-configuration",
+            ]
+        );
+        assert!(metadata_urls("not a url").is_err());
+        for (published, configured, same) in [
+            (
+                Some("https://as.example.com"),
+                "https://as.example.com/",
+                true,
+            ),
+            (
+                Some("https://as.example.com/"),
+                "https://as.example.com",
+                true,
+            ),
+            (
+                Some("https://as.example.com/t/"),
+                "https://as.example.com/t",
+                false,
+            ),
+            (
+                Some("https://evil.example.com"),
+                "https://as.example.com",
+                false,
+            ),
+            (None, "https://as.example.com", false),
+        ] {
+            assert_eq!(same_issuer(published, configured), same, "{published:?}");
         }
     }
 
