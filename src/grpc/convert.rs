@@ -289,6 +289,7 @@ pub fn error_class(class: ErrorClass) -> pb::ErrorClass {
         ErrorClass::Quarantined => pb::ErrorClass::Quarantined,
         ErrorClass::ApprovalDenied => pb::ErrorClass::ApprovalDenied,
         ErrorClass::ApprovalTimeout => pb::ErrorClass::ApprovalTimeout,
+        ErrorClass::StoreUnavailable => pb::ErrorClass::StoreUnavailable,
     }
 }
 

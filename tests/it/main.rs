@@ -30,6 +30,7 @@ mod scratch;
 mod security;
 mod server;
 mod shared_sessions;
+mod store_failures;
 mod support;
 mod tidy;
 mod traces;

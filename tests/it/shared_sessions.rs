@@ -259,7 +259,7 @@ impl Cluster {
 }
 
 /// What `redis-cli -p PORT ARGS...` prints.
-fn redis_cli(port: u16, args: &[&str]) -> String {
+pub(crate) fn redis_cli(port: u16, args: &[&str]) -> String {
     let out = Command::new("redis-cli")
         .args(["-p", &port.to_string()])
         .args(args)
@@ -305,7 +305,7 @@ async fn replicas_of(url: &str, n: usize, extra: &str) -> Vec<TestServer> {
     servers
 }
 
-fn in_session(session: &str, calls: serde_json::Value) -> pb::DispatchBatchRequest {
+pub(crate) fn in_session(session: &str, calls: serde_json::Value) -> pb::DispatchBatchRequest {
     let mut req = request(calls);
     req.session_id = session.into();
     req

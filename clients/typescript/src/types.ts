@@ -5,12 +5,13 @@ export type Format = "openai" | "openai_responses" | "anthropic" | "gemini";
 
 /**
  * Why a call failed (toolgate.v1.ErrorClass); "NONE" for a call that succeeded. Every enum-valued
- * field holds a value newer than this client as its number in text ("18").
+ * field holds a value newer than this client as its number in text ("99").
  */
 export type ErrorClass =
   | "NONE" | "INVALID_CALL" | "INVALID_ARGUMENTS" | "DUPLICATE_ID" | "UNKNOWN_TOOL" | "BLOCKED"
   | "PERMISSION_DENIED" | "CIRCUIT_OPEN" | "TIMEOUT" | "CANCELLED" | "TOOL_ERROR" | "PANIC"
-  | "TRANSPORT" | "LOOP_STOPPED" | "SKIPPED" | "QUARANTINED" | "APPROVAL_DENIED" | "APPROVAL_TIMEOUT";
+  | "TRANSPORT" | "LOOP_STOPPED" | "SKIPPED" | "QUARANTINED" | "APPROVAL_DENIED" | "APPROVAL_TIMEOUT"
+  | "STORE_UNAVAILABLE";
 
 export type Outcome = "COMPLETED" | "FAILED_FAST" | "CANCELLED" | "LOOP_DETECTED" | "RECOVERY_EXHAUSTED";
 export type BreakerState = "CLOSED" | "OPEN" | "HALF_OPEN";

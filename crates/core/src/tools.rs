@@ -188,6 +188,9 @@ pub enum ToolErrorKind {
     InvalidInput,
     /// A remote tool could not be reached (the breaker counts it; idempotent tools are retried).
     Transport,
+    /// The session store the tool keeps its data in failed, and nothing was changed: not the
+    /// tool's failure, so the breaker does not count it.
+    StoreUnavailable,
 }
 
 /// A tool failure; its message is what the model reads.
@@ -225,6 +228,14 @@ impl ToolError {
     pub fn transport(message: impl Into<String>) -> Self {
         ToolError {
             kind: ToolErrorKind::Transport,
+            ..ToolError::failed(message)
+        }
+    }
+
+    /// The session store failed and the call changed nothing.
+    pub fn store_unavailable(message: impl Into<String>) -> Self {
+        ToolError {
+            kind: ToolErrorKind::StoreUnavailable,
             ..ToolError::failed(message)
         }
     }

@@ -10,11 +10,12 @@ from typing import Any, Literal, Union
 Format = Literal["openai", "openai_responses", "anthropic", "gemini"]
 
 #: Why a call failed (``toolgate.v1.ErrorClass``); ``"NONE"`` for a call that succeeded. Every
-#: enum-valued field holds a value newer than this client as its number in text (``"18"``).
+#: enum-valued field holds a value newer than this client as its number in text (``"99"``).
 ErrorClass = Literal[
     "NONE", "INVALID_CALL", "INVALID_ARGUMENTS", "DUPLICATE_ID", "UNKNOWN_TOOL", "BLOCKED",
     "PERMISSION_DENIED", "CIRCUIT_OPEN", "TIMEOUT", "CANCELLED", "TOOL_ERROR", "PANIC",
     "TRANSPORT", "LOOP_STOPPED", "SKIPPED", "QUARANTINED", "APPROVAL_DENIED", "APPROVAL_TIMEOUT",
+    "STORE_UNAVAILABLE",
 ]
 
 #: How a batch ended (``BatchResult.Outcome``).

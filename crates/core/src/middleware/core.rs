@@ -65,6 +65,7 @@ impl Service<Invocation> for Core {
                         ToolErrorKind::InvalidInput => ErrorClass::InvalidArguments,
                         ToolErrorKind::Failed => ErrorClass::ToolError,
                         ToolErrorKind::Transport => ErrorClass::Transport,
+                        ToolErrorKind::StoreUnavailable => ErrorClass::StoreUnavailable,
                     },
                     message: error.message,
                     retryable: error.retryable,

@@ -29,6 +29,8 @@ pub enum ErrorClass {
     ApprovalDenied,
     /// Nobody answered the call's approval in time.
     ApprovalTimeout,
+    /// The session store failed and the call's change was not applied (not the tool's fault).
+    StoreUnavailable,
 }
 
 impl ErrorClass {
@@ -53,6 +55,7 @@ impl ErrorClass {
             ErrorClass::Quarantined => "QUARANTINED",
             ErrorClass::ApprovalDenied => "APPROVAL_DENIED",
             ErrorClass::ApprovalTimeout => "APPROVAL_TIMEOUT",
+            ErrorClass::StoreUnavailable => "STORE_UNAVAILABLE",
         }
     }
 }

@@ -306,7 +306,8 @@ fn joined(parts: &[OsString]) -> Result<String, ToolError> {
 
 /// Why a shared store did not do it, as the call's answer: the classes of a directory on disk
 /// (`refused`), and its texts where the store has the same case (a missing file, a directory,
-/// the quota); a store that cannot be reached, or a session that ended, is the tool failing.
+/// the quota); a session that ended is the tool failing; a store that failed is its own class,
+/// which no breaker counts.
 fn unwritten(path: &str, error: FileError) -> ToolError {
     match error {
         FileError::NotFound => ToolError::invalid_input(format!("'{path}' does not exist")),
@@ -322,9 +323,8 @@ fn unwritten(path: &str, error: FileError) -> ToolError {
         )),
         FileError::Unavailable(why) => {
             tracing::warn!(target: "toolgate::session", error = %why, "scratch store unavailable");
-            ToolError::failed(
-                "the session store is unavailable: the scratch files cannot be reached; retry later"
-                    .to_owned(),
+            ToolError::store_unavailable(
+                "the session store is unavailable: the scratch files cannot be reached; retry later",
             )
         }
     }

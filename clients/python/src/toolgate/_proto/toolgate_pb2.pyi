@@ -32,6 +32,7 @@ class ErrorClass(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     QUARANTINED: _ClassVar[ErrorClass]
     APPROVAL_DENIED: _ClassVar[ErrorClass]
     APPROVAL_TIMEOUT: _ClassVar[ErrorClass]
+    STORE_UNAVAILABLE: _ClassVar[ErrorClass]
 
 class BreakerState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -56,6 +57,7 @@ SKIPPED: ErrorClass
 QUARANTINED: ErrorClass
 APPROVAL_DENIED: ErrorClass
 APPROVAL_TIMEOUT: ErrorClass
+STORE_UNAVAILABLE: ErrorClass
 CLOSED: BreakerState
 OPEN: BreakerState
 HALF_OPEN: BreakerState

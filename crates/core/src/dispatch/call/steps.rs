@@ -549,6 +549,9 @@ fn health_outcome(result: &CallResult) -> HealthOutcome {
         ErrorClass::ToolError | ErrorClass::Timeout | ErrorClass::Transport | ErrorClass::Panic => {
             HealthOutcome::Failure(result.duration)
         }
+        // The shared session store failed, not the tool: one tenant filling the store must
+        // not open a breaker that every tenant's calls of the tool go through.
+        ErrorClass::StoreUnavailable => HealthOutcome::Neutral,
         _ => HealthOutcome::Neutral,
     }
 }

@@ -1,0 +1,99 @@
+//! What a call is told when the shared session store (a real `redis-server`) fails under it: a
+//! store that refuses writes is its own outcome, which opens no breaker that other tenants'
+//! calls go through.
+
+use serde_json::json;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+use toolgate::config::Config;
+use toolgate::pb;
+use toolgate::pb::ErrorClass;
+use toolgate::pb::tool_gate_client::ToolGateClient;
+
+use crate::peers::require_peers;
+use crate::shared_sessions::{Redis, in_session, redis_cli};
+use crate::support::*;
+
+type Tenant = ToolGateClient<
+    InterceptedService<
+        Channel,
+        Box<dyn FnMut(tonic::Request<()>) -> tonic::Result<tonic::Request<()>> + Send>,
+    >,
+>;
+
+/// Two tenants, `acme` and `globex`, each with an agent token (`<tenant>-secret`).
+fn two_tenants() -> String {
+    format!(
+        "[auth]\nanonymous = \"none\"\n\
+         [[auth.tokens]]\nid = \"acme-agent\"\ntenant = \"acme\"\nroles = [\"agent\"]\nsha256 = \"{}\"\n\
+         [[auth.tokens]]\nid = \"globex-agent\"\ntenant = \"globex\"\nroles = [\"agent\"]\nsha256 = \"{}\"\n",
+        sha256_hex("acme-secret"),
+        sha256_hex("globex-secret"),
+    )
+}
+
+/// A server on `redis` with `extra` config.
+async fn server_on(redis: &Redis, extra: &str) -> TestServer {
+    let config = format!(
+        "[sessions]\nstore = \"{}\"\n{}{extra}",
+        redis.url(),
+        two_tenants()
+    );
+    start_with(Config::from_toml(&config).unwrap()).await
+}
+
+/// A client of `server` presenting `tenant`'s token.
+fn as_tenant(server: &TestServer, tenant: &str) -> Tenant {
+    let header: tonic::metadata::MetadataValue<_> =
+        format!("Bearer {tenant}-secret").parse().unwrap();
+    let add: Box<dyn FnMut(tonic::Request<()>) -> tonic::Result<tonic::Request<()>> + Send> =
+        Box::new(move |mut r: tonic::Request<()>| {
+            r.metadata_mut().insert("authorization", header.clone());
+            Ok(r)
+        });
+    ToolGateClient::with_interceptor(server.channel.clone(), add)
+}
+
+/// One `scratch_write` of `path` in `session`: its result.
+async fn write(client: &mut Tenant, session: &str, path: &str, content: &str) -> pb::CallResult {
+    let call = json!([{"id": "w", "name": "scratch_write",
+                       "arguments": {"path": path, "content": content}}]);
+    let result = client.dispatch(in_session(session, call)).await.unwrap();
+    result.into_inner().results.into_iter().next().unwrap()
+}
+
+#[tokio::test]
+async fn a_store_that_refuses_one_tenants_writes_opens_no_breaker_for_another_tenant() {
+    require_peers!(Redis);
+    let redis = Redis::start();
+    let server = server_on(
+        &redis,
+        "[breaker]\nfailure_threshold = 2\ncooldown = \"10m\"\n",
+    )
+    .await;
+    let (mut acme, mut globex) = (as_tenant(&server, "acme"), as_tenant(&server, "globex"));
+    let first = write(&mut acme, "filling", "a.txt", "a").await;
+    assert!(first.success, "{first:?}");
+
+    // The store is full (maxmemory reached, no eviction, as the shipped manifests run it): it
+    // refuses acme's writes, more of them than the breaker's threshold.
+    redis_cli(
+        redis.port,
+        &["CONFIG", "SET", "maxmemory-policy", "noeviction"],
+    );
+    redis_cli(redis.port, &["CONFIG", "SET", "maxmemory", "1"]);
+    for i in 0..4 {
+        let refused = write(&mut acme, "filling", &format!("b{i}.txt"), "b").await;
+        assert_eq!(class(&refused), ErrorClass::StoreUnavailable, "{refused:?}");
+        assert_eq!(
+            refused.content,
+            "the session store is unavailable: the scratch files cannot be reached; retry later"
+        );
+    }
+
+    // Room again: globex's tiny write runs; the store's failures were not the tool's.
+    redis_cli(redis.port, &["CONFIG", "SET", "maxmemory", "0"]);
+    let tiny = write(&mut globex, "tiny", "t.txt", "t").await;
+    assert!(tiny.success, "{tiny:?}");
+    assert_ne!(class(&tiny), ErrorClass::CircuitOpen);
+}
