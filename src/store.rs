@@ -182,12 +182,18 @@ impl RedisStore {
 
     /// Runs `op` on a connection within the timeout (connecting included), noting whether the
     /// store answered.
+    /// An error says whether the operation may have been applied: it was handed to a connection
+    /// and no answer came (a timeout, a connection lost meanwhile), as opposed to an answer that
+    /// refused it, a refused connection, or a timeout before any connection was had.
     async fn within<T>(
         &self,
         op: impl AsyncFnOnce(&mut Connection) -> redis::RedisResult<T>,
     ) -> Result<T, StoreError> {
+        let sent = AtomicBool::new(false);
         let run = async {
             let mut connection = self.redis.connection().await?;
+            // From here the command may reach the server whatever becomes of its answer.
+            sent.store(true, Ordering::Relaxed);
             op(&mut connection).await
         };
         let (answer, reached) = match tokio::time::timeout(self.settings.timeout, run).await {
@@ -199,15 +205,27 @@ impl RedisStore {
                     || error.is_connection_refusal()
                     || error.is_timeout()
                     || error.is_unrecoverable_error());
-                (Err(StoreError::new(error)), reached)
+                // An answer refused it, and a refused connection carried nothing; a connection
+                // that broke with the command on it says nothing about whether it ran.
+                let lost =
+                    sent.load(Ordering::Relaxed) && !reached && !error.is_connection_refusal();
+                let error = match lost {
+                    true => StoreError::in_flight(error),
+                    false => StoreError::new(error),
+                };
+                (Err(error), reached)
             }
-            Err(_) => (
-                Err(StoreError::new(format!(
+            Err(_) => {
+                let why = format!(
                     "no answer within {}",
                     toolgate_core::duration::readable(self.settings.timeout)
-                ))),
-                false,
-            ),
+                );
+                let error = match sent.load(Ordering::Relaxed) {
+                    true => StoreError::in_flight(why),
+                    false => StoreError::new(why),
+                };
+                (Err(error), false)
+            }
         };
         self.up.store(reached, Ordering::Relaxed);
         answer

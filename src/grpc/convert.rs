@@ -290,6 +290,7 @@ pub fn error_class(class: ErrorClass) -> pb::ErrorClass {
         ErrorClass::ApprovalDenied => pb::ErrorClass::ApprovalDenied,
         ErrorClass::ApprovalTimeout => pb::ErrorClass::ApprovalTimeout,
         ErrorClass::StoreUnavailable => pb::ErrorClass::StoreUnavailable,
+        ErrorClass::OutcomeUnknown => pb::ErrorClass::OutcomeUnknown,
     }
 }
 

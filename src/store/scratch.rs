@@ -6,12 +6,20 @@ use toolgate_core::tools::{BoxFuture, Entry, FileError, ScratchStore, SharedScra
 use super::{RedisStore, keys};
 
 impl RedisStore {
-    /// Runs a scratch script, the store's own failures as `Unavailable`.
-    async fn scratch(&self, call: redis::ScriptInvocation<'_>) -> Result<Vec<String>, FileError> {
+    /// Runs a scratch script, the store's own failures as `Unavailable`; a write sent whose
+    /// answer never came as `OutcomeUnknown` (a read changes nothing either way).
+    async fn scratch(
+        &self,
+        call: redis::ScriptInvocation<'_>,
+        writes: bool,
+    ) -> Result<Vec<String>, FileError> {
         let reply = self.within(async |c| call.invoke_async(c).await).await;
         let reply = reply.map_err(|e| {
             self.metrics.store_error("scratch");
-            FileError::Unavailable(e.to_string())
+            match writes && e.maybe_applied {
+                true => FileError::OutcomeUnknown(e.to_string()),
+                false => FileError::Unavailable(e.to_string()),
+            }
         })?;
         answered(reply)
     }
@@ -36,7 +44,7 @@ impl ScratchStore for RedisStore {
                 .arg(toolgate_core::tools::entry_bytes())
                 .arg(self.data_ttl())
                 .arg(&owner.generation);
-            match self.scratch(call).await {
+            match self.scratch(call, true).await {
                 Ok(_) => Ok(()),
                 Err(FileError::OverQuota { needed, .. }) => Err(FileError::OverQuota {
                     needed,
@@ -56,7 +64,7 @@ impl ScratchStore for RedisStore {
             let [_, _, _, files, dirs, _] = keys(&owner.tenant, &owner.session);
             let mut call = self.read.prepare_invoke();
             call.key(files).key(dirs).arg(path);
-            let mut values = self.scratch(call).await?;
+            let mut values = self.scratch(call, false).await?;
             Ok(values.pop().unwrap_or_default())
         })
     }
@@ -71,7 +79,7 @@ impl ScratchStore for RedisStore {
             let [_, _, _, files, dirs, _] = keys(&owner.tenant, &owner.session);
             let mut call = self.list.prepare_invoke();
             call.key(files).key(dirs).arg(dir).arg(max);
-            let values = self.scratch(call).await?;
+            let values = self.scratch(call, false).await?;
             let entries = values
                 .chunks_exact(2)
                 .take(max)

@@ -108,6 +108,17 @@ impl Redis {
         panic!("redis-server did not answer PING on {}", self.port);
     }
 
+    /// Sends it `signal` (`STOP`, `CONT`): a stopped server holds its connections open and
+    /// answers nothing, as a stalled host or a long command would have it.
+    pub fn signal(&self, signal: &str) {
+        let sent = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(sent.success(), "kill -{signal}");
+    }
+
     /// Kills it at once (SIGKILL), as a crash or a network cut would.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

@@ -1,6 +1,9 @@
 //! What a call is told when the shared session store (a real `redis-server`) fails under it: a
 //! store that refuses writes is its own outcome, which opens no breaker that other tenants'
-//! calls go through.
+//! calls go through; a write whose answer never came is said to be of unknown outcome, when
+//! the store timeout runs out.
+
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 use tonic::service::interceptor::InterceptedService;
@@ -32,10 +35,10 @@ fn two_tenants() -> String {
     )
 }
 
-/// A server on `redis` with `extra` config.
-async fn server_on(redis: &Redis, extra: &str) -> TestServer {
+/// A server on `redis` with `sessions` lines in its `[sessions]` and `extra` config.
+async fn server_on(redis: &Redis, sessions: &str, extra: &str) -> TestServer {
     let config = format!(
-        "[sessions]\nstore = \"{}\"\n{}{extra}",
+        "[sessions]\nstore = \"{}\"\n{sessions}\n{}{extra}",
         redis.url(),
         two_tenants()
     );
@@ -68,6 +71,7 @@ async fn a_store_that_refuses_one_tenants_writes_opens_no_breaker_for_another_te
     let redis = Redis::start();
     let server = server_on(
         &redis,
+        "",
         "[breaker]\nfailure_threshold = 2\ncooldown = \"10m\"\n",
     )
     .await;
@@ -96,4 +100,59 @@ async fn a_store_that_refuses_one_tenants_writes_opens_no_breaker_for_another_te
     let tiny = write(&mut globex, "tiny", "t.txt", "t").await;
     assert!(tiny.success, "{tiny:?}");
     assert_ne!(class(&tiny), ErrorClass::CircuitOpen);
+}
+
+#[tokio::test]
+async fn a_write_the_frozen_store_may_have_applied_is_answered_outcome_unknown_when_the_store_timeout_ends()
+ {
+    require_peers!(Redis);
+    let redis = Redis::start();
+    let store_timeout = Duration::from_secs(2);
+    let server = server_on(&redis, "store_timeout = \"2s\"", "").await;
+    let mut acme = as_tenant(&server, "acme");
+    let first = write(&mut acme, "frozen", "plan.md", "first").await;
+    assert!(first.success, "{first:?}");
+
+    // The batch loads its session, then Redis freezes while the first call sleeps: the write
+    // reaches a server that answers nothing until it wakes.
+    let sleep = Duration::from_millis(500);
+    let batch = in_session(
+        "frozen",
+        json!([
+            {"id": "s", "name": "sleep", "arguments": {"ms": sleep.as_millis() as u64}},
+            {"id": "w", "name": "scratch_write", "arguments": {"path": "plan.md", "content": "second"}},
+        ]),
+    );
+    let mut running = as_tenant(&server, "acme");
+    let started = Instant::now();
+    let running = tokio::spawn(async move { running.dispatch(batch).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    redis.signal("STOP");
+    let result = running.await.unwrap();
+    let answered = started.elapsed();
+    redis.signal("CONT");
+    let result = result.unwrap().into_inner();
+    let written = &result.results[1];
+    assert_eq!(class(written), ErrorClass::OutcomeUnknown, "{written:?}");
+    assert_eq!(
+        written.content,
+        "'plan.md' may or may not have been written: the session store did not answer in time; check before retrying (read it back with scratch_read)"
+    );
+    // Answered when the write's store timeout ran out, not after another one for the batch's
+    // save (the margin is generous: the bug it guards against adds a whole store timeout).
+    let bound = sleep + store_timeout + Duration::from_millis(1500);
+    assert!(
+        answered < bound,
+        "answered after {answered:?}, not within {bound:?}"
+    );
+
+    // Awake, the store ran the write it had been sent: "check before retrying" was the truth.
+    let read = json!([{"id": "r", "name": "scratch_read", "arguments": {"path": "plan.md"}}]);
+    let read = acme.dispatch(in_session("frozen", read)).await.unwrap();
+    let read = read.into_inner().results.into_iter().next().unwrap();
+    assert_eq!(
+        (read.success, read.content.as_str()),
+        (true, "second"),
+        "{read:?}"
+    );
 }

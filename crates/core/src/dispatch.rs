@@ -250,10 +250,16 @@ impl Dispatcher {
         let report = self
             .run_in(&session, batch, observer, cancel, started)
             .await;
-        // Saved before the batch is answered, so the agent's next batch sees it on any server.
+        // Saved before the batch is answered, so the agent's next batch sees it on any server;
+        // unless a call of the batch found the store failing: a save awaited then would hold the
+        // answer for another `store_timeout` (a write that timed out was answered after two).
         if let Some(saving) = self.saving(&session, tenant) {
-            observer.finishing();
-            Finishing::new(saving, &self.saves).await;
+            if met_a_failing_store(&report) {
+                in_background(&self.saves, saving);
+            } else {
+                observer.finishing();
+                Finishing::new(saving, &self.saves).await;
+            }
         }
         Ok(report)
     }
@@ -644,6 +650,16 @@ impl Drop for Release<'_> {
             in_background(&self.dispatcher.saves, saving);
         }
     }
+}
+
+/// Whether a call of the batch was answered with the session store failing under it.
+fn met_a_failing_store(report: &BatchReport) -> bool {
+    report.results.iter().any(|r| {
+        matches!(
+            r.error_class,
+            ErrorClass::StoreUnavailable | ErrorClass::OutcomeUnknown
+        )
+    })
 }
 
 /// Finishes `saving` on a task tracked by `saves` (`finish_saves` waits for it at stop); outside

@@ -191,6 +191,9 @@ pub enum ToolErrorKind {
     /// The session store the tool keeps its data in failed, and nothing was changed: not the
     /// tool's failure, so the breaker does not count it.
     StoreUnavailable,
+    /// A change was sent to the session store and its answer never came: it may have been
+    /// applied. Not the tool's failure either.
+    OutcomeUnknown,
 }
 
 /// A tool failure; its message is what the model reads.
@@ -236,6 +239,14 @@ impl ToolError {
     pub fn store_unavailable(message: impl Into<String>) -> Self {
         ToolError {
             kind: ToolErrorKind::StoreUnavailable,
+            ..ToolError::failed(message)
+        }
+    }
+
+    /// A change was sent to the session store and may or may not have been applied.
+    pub fn outcome_unknown(message: impl Into<String>) -> Self {
+        ToolError {
+            kind: ToolErrorKind::OutcomeUnknown,
             ..ToolError::failed(message)
         }
     }

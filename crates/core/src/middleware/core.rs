@@ -66,6 +66,7 @@ impl Service<Invocation> for Core {
                         ToolErrorKind::Failed => ErrorClass::ToolError,
                         ToolErrorKind::Transport => ErrorClass::Transport,
                         ToolErrorKind::StoreUnavailable => ErrorClass::StoreUnavailable,
+                        ToolErrorKind::OutcomeUnknown => ErrorClass::OutcomeUnknown,
                     },
                     message: error.message,
                     retryable: error.retryable,

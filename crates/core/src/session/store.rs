@@ -77,12 +77,25 @@ pub struct Changes {
 pub struct StoreError {
     #[source]
     pub source: Box<dyn Error + Send + Sync>,
+    /// The operation was sent and no answer came (a timeout, a connection lost meanwhile): the
+    /// store may have applied it. False: it was not (refused, or never sent).
+    pub maybe_applied: bool,
 }
 
 impl StoreError {
+    /// An operation the store did not apply.
     pub fn new(source: impl Into<Box<dyn Error + Send + Sync>>) -> Self {
         StoreError {
             source: source.into(),
+            maybe_applied: false,
+        }
+    }
+
+    /// An operation sent to the store whose answer never came: it may have been applied.
+    pub fn in_flight(source: impl Into<Box<dyn Error + Send + Sync>>) -> Self {
+        StoreError {
+            maybe_applied: true,
+            ..StoreError::new(source)
         }
     }
 }

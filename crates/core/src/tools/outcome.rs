@@ -31,6 +31,9 @@ pub enum ErrorClass {
     ApprovalTimeout,
     /// The session store failed and the call's change was not applied (not the tool's fault).
     StoreUnavailable,
+    /// The call's change was sent to the session store and no answer came: it may have been
+    /// applied (the model should check before retrying).
+    OutcomeUnknown,
 }
 
 impl ErrorClass {
@@ -56,6 +59,7 @@ impl ErrorClass {
             ErrorClass::ApprovalDenied => "APPROVAL_DENIED",
             ErrorClass::ApprovalTimeout => "APPROVAL_TIMEOUT",
             ErrorClass::StoreUnavailable => "STORE_UNAVAILABLE",
+            ErrorClass::OutcomeUnknown => "OUTCOME_UNKNOWN",
         }
     }
 }

@@ -307,7 +307,8 @@ fn joined(parts: &[OsString]) -> Result<String, ToolError> {
 /// Why a shared store did not do it, as the call's answer: the classes of a directory on disk
 /// (`refused`), and its texts where the store has the same case (a missing file, a directory,
 /// the quota); a session that ended is the tool failing; a store that failed is its own class,
-/// which no breaker counts.
+/// which no breaker counts, and a write whose answer never came is another (it may have
+/// happened).
 fn unwritten(path: &str, error: FileError) -> ToolError {
     match error {
         FileError::NotFound => ToolError::invalid_input(format!("'{path}' does not exist")),
@@ -326,6 +327,14 @@ fn unwritten(path: &str, error: FileError) -> ToolError {
             ToolError::store_unavailable(
                 "the session store is unavailable: the scratch files cannot be reached; retry later",
             )
+        }
+        // Told "retry", a model would write again what may be there already (an append twice,
+        // a file it meanwhile replaced): it is told to look first.
+        FileError::OutcomeUnknown(why) => {
+            tracing::warn!(target: "toolgate::session", error = %why, "scratch write outcome unknown");
+            ToolError::outcome_unknown(format!(
+                "'{path}' may or may not have been written: the session store did not answer in time; check before retrying (read it back with scratch_read)"
+            ))
         }
     }
 }

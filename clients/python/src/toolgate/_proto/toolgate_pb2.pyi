@@ -33,6 +33,7 @@ class ErrorClass(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     APPROVAL_DENIED: _ClassVar[ErrorClass]
     APPROVAL_TIMEOUT: _ClassVar[ErrorClass]
     STORE_UNAVAILABLE: _ClassVar[ErrorClass]
+    OUTCOME_UNKNOWN: _ClassVar[ErrorClass]
 
 class BreakerState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -58,6 +59,7 @@ QUARANTINED: ErrorClass
 APPROVAL_DENIED: ErrorClass
 APPROVAL_TIMEOUT: ErrorClass
 STORE_UNAVAILABLE: ErrorClass
+OUTCOME_UNKNOWN: ErrorClass
 CLOSED: BreakerState
 OPEN: BreakerState
 HALF_OPEN: BreakerState

@@ -551,7 +551,7 @@ fn health_outcome(result: &CallResult) -> HealthOutcome {
         }
         // The shared session store failed, not the tool: one tenant filling the store must
         // not open a breaker that every tenant's calls of the tool go through.
-        ErrorClass::StoreUnavailable => HealthOutcome::Neutral,
+        ErrorClass::StoreUnavailable | ErrorClass::OutcomeUnknown => HealthOutcome::Neutral,
         _ => HealthOutcome::Neutral,
     }
 }

@@ -76,9 +76,13 @@ pub enum FileError {
     /// The session ended (or expired, or was evicted) while the call ran.
     #[error("the session ended while the call ran")]
     Ended,
-    /// The store could not be reached; the text is for the log, not the model.
+    /// The store refused or could not be reached, and nothing was changed; the text is for
+    /// the log, not the model.
     #[error("the session store is unavailable: {0}")]
     Unavailable(String),
+    /// A write was sent to the store and no answer came in time: it may have been applied.
+    #[error("the session store did not answer; the write may have been applied: {0}")]
+    OutcomeUnknown(String),
 }
 
 /// What one more entry costs against the quota.
