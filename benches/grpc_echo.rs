@@ -131,6 +131,7 @@ fn store() -> Result<Option<Store>, Box<dyn Error>> {
         loop_window: 100,
         memory_entries: 100,
         max_sessions: 10_000,
+        tenant_scratch_bytes: 64 * 1024 * 1024,
     };
     Ok(Some(Store {
         redis: RedisStore::new(settings, Arc::default())?,

@@ -51,6 +51,9 @@ pub struct RedisSettings {
     /// Live sessions per tenant, across every replica; one more evicts one of the tenant's
     /// least recently used.
     pub max_sessions: usize,
+    /// Scratch bytes all of a tenant's sessions may hold together, across every replica; 0: no
+    /// bound.
+    pub tenant_scratch_bytes: u64,
 }
 
 /// The settings without the password, in the URL or beside it.
@@ -100,6 +103,9 @@ pub struct RedisStore {
     cache_put: Script,
     cache_invalidate: Script,
     approval_claim: Script,
+    tenant_reserve: Script,
+    tenant_settle: Script,
+    tenant_release: Script,
     /// Where approval updates are listened to (a connection of its own: a subscribed
     /// connection serves nothing else).
     pubsub: redis::Client,
@@ -171,6 +177,9 @@ impl RedisStore {
             cache_put: Script::new(scripts::CACHE_PUT),
             cache_invalidate: Script::new(scripts::CACHE_INVALIDATE),
             approval_claim: Script::new(scripts::APPROVAL_CLAIM),
+            tenant_reserve: Script::new(scripts::TENANT_RESERVE),
+            tenant_settle: Script::new(scripts::TENANT_SETTLE),
+            tenant_release: Script::new(scripts::TENANT_RELEASE),
             pubsub,
         })
     }
@@ -337,6 +346,13 @@ fn tenant_index(tenant: &str) -> String {
     format!("toolgate:{{tenant:{tenant}}}:sessions")
 }
 
+/// The tenant's scratch ledger (`scripts.rs` `TENANT_RESERVE`): what each session holds, the
+/// generation charged for it, the total; under the tenant index's hash tag.
+fn tenant_scratch(tenant: &str) -> [String; 3] {
+    ["scratch_held", "scratch_generations", "scratch_total"]
+        .map(|part| format!("toolgate:{{tenant:{tenant}}}:{part}"))
+}
+
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
@@ -377,6 +393,7 @@ mod tests {
                 loop_window: 100,
                 memory_entries: 100,
                 max_sessions: 10,
+                tenant_scratch_bytes: 0,
             },
             Arc::default(),
         )

@@ -317,6 +317,7 @@ pub(super) fn session_store(
                 0
             },
             max_sessions: s.max_sessions,
+            tenant_scratch_bytes: s.tenant_scratch_bytes,
         },
         metrics,
     )?;

@@ -134,13 +134,16 @@ return redis.call('LRANGE', KEYS[2], -tonumber(ARGV[1]), -1)
 ";
 
 /// Writes a scratch file within the session's quota (content bytes plus one entry's bytes per
-/// file and per directory, as on disk), making its parent directories.
+/// file and per directory, as on disk), making its parent directories; answers `ok` and how
+/// many bytes the session's files grew by (negative: shrank).
 /// A session that is not the generation the batch loaded is not written: `gone`.
+/// With the tenant's bound reached (`tenant_ledger` granted nothing), a write that would grow the
+/// session's files is refused: `tenant`.
 /// `store/scratch.rs` `write`.
 /// The files and directories keys get the data keys' expiry (see `keep_data`); the meta's is
 /// renewed by the batch's save.
 /// KEYS: meta, files, dirs. ARGV: path, content, quota (0: none), entry bytes, the data keys'
-/// TTL (ms), the generation.
+/// TTL (ms), the generation, '1' when the write may not grow the files.
 pub(super) const WRITE: &str = r"
 if redis.call('HGET', KEYS[1], 'generation') ~= ARGV[6] then return {'gone'} end
 local path, content = ARGV[1], ARGV[2]
@@ -159,11 +162,73 @@ local needed = used - redis.call('HSTRLEN', KEYS[2], path) + #content + #new_dir
 if redis.call('HEXISTS', KEYS[2], path) == 0 then needed = needed + entry end
 -- As on disk, a write that takes no more than it replaces is never refused.
 if quota > 0 and needed > used and needed > quota then return {'quota', tostring(needed)} end
+if ARGV[7] == '1' and needed > used then return {'tenant'} end
 redis.call('HSET', KEYS[2], path, content)
 if #new_dirs > 0 then redis.call('SADD', KEYS[3], unpack(new_dirs)) end
 redis.call('HSET', KEYS[1], 'scratch_bytes', needed)
 for i = 2, 3 do redis.call('PEXPIRE', KEYS[i], ARGV[5]) end
-return {'ok'}
+return {'ok', tostring(needed - used)}
+";
+
+// A tenant's scratch bytes in the store, across the fleet: its total, and what each of its
+// sessions (by id, with the generation charged) holds of it, so the bytes of a session that
+// ended or expired can be given back. A write first reserves the most it can add here
+// (`TENANT_RESERVE`), then writes (`WRITE`, on the session's own keys, perhaps another shard),
+// then settles the reservation to what it did add (`TENANT_SETTLE`): the bound holds at every
+// moment, and a replica that dies between leaves bytes charged, never missing, until its
+// session goes. Each is one atomic script on the tenant's keys (one hash tag, one slot).
+
+/// Reserves bytes for session `id` of `generation` within the tenant's bound: 1 if granted, 0
+/// if the total would pass it. A generation other than the one charged (the id's session ended
+/// and was made again) gives the old one's bytes back first. `store/scratch.rs` `reserve`.
+/// KEYS: held (hash id → bytes), generations (hash id → generation), total. ARGV: id,
+/// generation, bytes, the bound, the keys' TTL (ms).
+pub(super) const TENANT_RESERVE: &str = r"
+local id, generation = ARGV[1], ARGV[2]
+local want, bound = tonumber(ARGV[3]), tonumber(ARGV[4])
+local total = tonumber(redis.call('GET', KEYS[3]) or '0')
+if redis.call('HGET', KEYS[2], id) ~= generation then
+  total = math.max(0, total - tonumber(redis.call('HGET', KEYS[1], id) or '0'))
+  redis.call('HSET', KEYS[1], id, 0)
+  redis.call('HSET', KEYS[2], id, generation)
+end
+local granted = 0
+if total + want <= bound then
+  redis.call('HINCRBY', KEYS[1], id, want)
+  total, granted = total + want, 1
+end
+redis.call('SET', KEYS[3], string.format('%.0f', total), 'PX', ARGV[5])
+for i = 1, 2 do redis.call('PEXPIRE', KEYS[i], ARGV[5]) end
+return granted
+";
+
+/// Corrects session `id`'s charge by a signed number of bytes (what a write added, less what it
+/// reserved), if `generation` is still the one charged; never below zero.
+/// `store/scratch.rs` `settle`. KEYS: as `TENANT_RESERVE`. ARGV: id, generation, the correction,
+/// the keys' TTL (ms).
+pub(super) const TENANT_SETTLE: &str = r"
+if redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[2] then return 0 end
+local by = tonumber(ARGV[3])
+local held = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
+if held + by < 0 then by = -held end
+redis.call('HINCRBY', KEYS[1], ARGV[1], by)
+local total = math.max(0, tonumber(redis.call('GET', KEYS[3]) or '0') + by)
+redis.call('SET', KEYS[3], string.format('%.0f', total), 'PX', ARGV[4])
+return 1
+";
+
+/// Gives back everything session `id` holds, if it is charged as `generation` ('': whichever):
+/// it ended, expired or was evicted. `store/scratch.rs` `release`. KEYS: as `TENANT_RESERVE`.
+/// ARGV: id, generation or '', the keys' TTL (ms).
+pub(super) const TENANT_RELEASE: &str = r"
+local charged = redis.call('HGET', KEYS[2], ARGV[1])
+if not charged or (ARGV[2] ~= '' and charged ~= ARGV[2]) then return 0 end
+local held = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
+redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
+local total = math.max(0, tonumber(redis.call('GET', KEYS[3]) or '0') - held)
+redis.call('SET', KEYS[3], string.format('%.0f', total), 'PX', ARGV[3])
+return 1
 ";
 
 /// Reads a scratch file. KEYS: files, dirs. ARGV: path.

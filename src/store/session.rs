@@ -197,6 +197,7 @@ impl SessionStore for RedisStore {
             del.arg(&keys(tenant, id)[..]);
             let removed: i64 = self.within(async |c| del.query_async(c).await).await?;
             self.forget(&tenant_index(tenant), id).await?;
+            self.release(tenant, id, "").await?;
             Ok(removed > 0)
         })
     }

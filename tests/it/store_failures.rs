@@ -108,7 +108,10 @@ async fn a_write_the_frozen_store_may_have_applied_is_answered_outcome_unknown_w
     require_peers!(Redis);
     let redis = Redis::start();
     let store_timeout = Duration::from_secs(2);
-    let server = server_on(&redis, "store_timeout = \"2s\"", "").await;
+    // No tenant bound: the write is the call's one store operation (with a bound, a
+    // reservation comes first, and one frozen is answered STORE_UNAVAILABLE: nothing was sent).
+    let sessions = "store_timeout = \"2s\"\ntenant_scratch_bytes = 0";
+    let server = server_on(&redis, sessions, "").await;
     let mut acme = as_tenant(&server, "acme");
     let first = write(&mut acme, "frozen", "plan.md", "first").await;
     assert!(first.success, "{first:?}");
@@ -155,4 +158,57 @@ async fn a_write_the_frozen_store_may_have_applied_is_answered_outcome_unknown_w
         (true, "second"),
         "{read:?}"
     );
+}
+
+#[tokio::test]
+async fn a_tenants_sessions_together_hold_no_more_scratch_bytes_than_its_bound_across_replicas() {
+    require_peers!(Redis);
+    let redis = Redis::start();
+    // Each write below charges 8000 bytes and a file's 4096: four fit in 50000, a fifth does not.
+    let sessions = "tenant_scratch_bytes = 50000";
+    let extra = "[tools.builtin]\nscratch_quota_bytes = 1000000\n";
+    let (a, b) = (
+        server_on(&redis, sessions, extra).await,
+        server_on(&redis, sessions, extra).await,
+    );
+    let content = "x".repeat(8000);
+    // Ten sessions of one tenant write at once on two replicas: the bound holds across them.
+    let writes = (0..10).map(|i| {
+        let mut client = as_tenant(if i % 2 == 0 { &a } else { &b }, "acme");
+        let content = content.clone();
+        async move { write(&mut client, &format!("s{i}"), "big.txt", &content).await }
+    });
+    let results = futures::future::join_all(writes).await;
+    let (written, refused): (Vec<_>, Vec<_>) = results.iter().partition(|r| r.success);
+    assert_eq!(written.len(), 4, "{results:?}");
+    for r in &refused {
+        assert_eq!(class(r), ErrorClass::InvalidArguments, "{r:?}");
+        assert_eq!(
+            r.content,
+            "'big.txt' was not written: the scratch files of this tenant's sessions would take more than 50000 bytes (overwrite files with less, or end sessions no longer needed)"
+        );
+    }
+    let full: Vec<usize> = (0..10).filter(|i| results[*i].success).collect();
+
+    // Another tenant's bound is its own.
+    let mut globex = as_tenant(&a, "globex");
+    let theirs = write(&mut globex, "g", "big.txt", &content).await;
+    assert!(theirs.success, "{theirs:?}");
+
+    // Full, acme may still replace a file with less.
+    let mut acme = as_tenant(&b, "acme");
+    let first = format!("s{}", full[0]);
+    let smaller = write(&mut acme, &first, "big.txt", "small now").await;
+    assert!(smaller.success, "{smaller:?}");
+    // What it gave back makes room for a write of that size, and no more.
+    let fits = write(&mut acme, "late", "note.txt", &"y".repeat(3000)).await;
+    assert!(fits.success, "{fits:?}");
+    let past = write(&mut acme, "later", "big.txt", &content).await;
+    assert_eq!(class(&past), ErrorClass::InvalidArguments, "{past:?}");
+
+    // A session that went (its meta expired) gives its bytes back to the tenant.
+    let gone = format!("toolgate:{{acme:s{}}}:meta", full[1]);
+    redis_cli(redis.port, &["DEL", &gone]);
+    let after = write(&mut acme, "later", "big.txt", &content).await;
+    assert!(after.success, "{after:?}");
 }

@@ -39,6 +39,9 @@ pub struct SessionsConfig {
     /// Longest one store operation may take before the batch is refused `UNAVAILABLE`.
     #[serde(with = "duration")]
     pub store_timeout: Duration,
+    /// With a Redis store: scratch bytes all of a tenant's sessions may hold together (0: no
+    /// bound).
+    pub tenant_scratch_bytes: u64,
 }
 
 impl Default for SessionsConfig {
@@ -53,6 +56,7 @@ impl Default for SessionsConfig {
             store_ca_file: None,
             store_cluster: false,
             store_timeout: Duration::from_secs(1),
+            tenant_scratch_bytes: 64 * 1024 * 1024,
         }
     }
 }

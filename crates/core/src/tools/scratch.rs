@@ -319,6 +319,9 @@ fn unwritten(path: &str, error: FileError) -> ToolError {
         FileError::OverQuota { needed, quota } => {
             refused(path, BeneathError::OverQuota { needed, quota })
         }
+        FileError::TenantOverQuota { quota } => ToolError::invalid_input(format!(
+            "'{path}' was not written: the scratch files of this tenant's sessions would take more than {quota} bytes (overwrite files with less, or end sessions no longer needed)"
+        )),
         FileError::Ended => ToolError::failed(format!(
             "'{path}' was not written: the session ended while the call ran"
         )),

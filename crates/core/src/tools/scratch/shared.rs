@@ -73,6 +73,10 @@ pub enum FileError {
     NotADirectory,
     #[error("over quota: {needed} bytes needed, {quota} allowed")]
     OverQuota { needed: u64, quota: u64 },
+    /// The tenant's sessions together hold their bound of scratch bytes in the store, and the
+    /// write would add to them.
+    #[error("over the tenant's quota of {quota} bytes")]
+    TenantOverQuota { quota: u64 },
     /// The session ended (or expired, or was evicted) while the call ran.
     #[error("the session ended while the call ran")]
     Ended,
