@@ -132,6 +132,7 @@ fn store() -> Result<Option<Store>, Box<dyn Error>> {
         memory_entries: 100,
         max_sessions: 10_000,
         tenant_scratch_bytes: 64 * 1024 * 1024,
+        tenant_memory_bytes: 32 * 1024 * 1024,
     };
     Ok(Some(Store {
         redis: RedisStore::new(settings, Arc::default())?,

@@ -26,6 +26,7 @@ use toolgate_core::session::StoreError;
 
 mod approvals;
 mod cache;
+mod ledger;
 mod scratch;
 mod scripts;
 mod session;
@@ -54,6 +55,8 @@ pub struct RedisSettings {
     /// Scratch bytes all of a tenant's sessions may hold together, across every replica; 0: no
     /// bound.
     pub tenant_scratch_bytes: u64,
+    /// Memory entry bytes all of a tenant's sessions may hold together; 0: no bound.
+    pub tenant_memory_bytes: u64,
 }
 
 /// The settings without the password, in the URL or beside it.
@@ -346,13 +349,6 @@ fn tenant_index(tenant: &str) -> String {
     format!("toolgate:{{tenant:{tenant}}}:sessions")
 }
 
-/// The tenant's scratch ledger (`scripts.rs` `TENANT_RESERVE`): what each session holds, the
-/// generation charged for it, the total; under the tenant index's hash tag.
-fn tenant_scratch(tenant: &str) -> [String; 3] {
-    ["scratch_held", "scratch_generations", "scratch_total"]
-        .map(|part| format!("toolgate:{{tenant:{tenant}}}:{part}"))
-}
-
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
@@ -394,6 +390,7 @@ mod tests {
                 memory_entries: 100,
                 max_sessions: 10,
                 tenant_scratch_bytes: 0,
+                tenant_memory_bytes: 0,
             },
             Arc::default(),
         )

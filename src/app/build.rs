@@ -318,6 +318,7 @@ pub(super) fn session_store(
             },
             max_sessions: s.max_sessions,
             tenant_scratch_bytes: s.tenant_scratch_bytes,
+            tenant_memory_bytes: s.tenant_memory_bytes,
         },
         metrics,
     )?;

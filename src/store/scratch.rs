@@ -1,14 +1,11 @@
 //! The scratch tools' `ScratchStore` on Redis: a session's files in a hash and its directories in
-//! a set, under the session's hash tag; and the tenant's ledger that bounds what all of its
-//! sessions hold together, across the fleet.
+//! a set, under the session's hash tag; each write reserved in its tenant's ledger
+//! (`ledger.rs`) first, so all of the tenant's sessions together stay within its bound.
 
 use toolgate_core::tools::{BoxFuture, Entry, FileError, ScratchStore, SharedScratch, entry_bytes};
 
-use super::{RedisStore, keys, tenant_scratch};
-
-/// Sessions of a tenant whose charges a full ledger checks (as the session cap's eviction
-/// samples): those that ended, expired or were made again give their bytes back.
-const LEDGER_SAMPLE: isize = 64;
+use super::ledger::Ledger;
+use super::{RedisStore, keys};
 
 impl RedisStore {
     /// Runs a scratch script, the store's own failures as `Unavailable`; a write sent whose
@@ -28,116 +25,6 @@ impl RedisStore {
         })?;
         answered(reply)
     }
-
-    /// Reserves `most` bytes in `owner`'s tenant's ledger: `most` if granted, 0 if the tenant's
-    /// sessions hold its `bound` already, even after the ledger gave back what sessions that
-    /// went held.
-    async fn reserve(
-        &self,
-        owner: &SharedScratch,
-        most: u64,
-        bound: u64,
-    ) -> Result<u64, FileError> {
-        for attempt in 0..2 {
-            let mut call = self.tenant_reserve.prepare_invoke();
-            for key in tenant_scratch(&owner.tenant) {
-                call.key(key);
-            }
-            call.arg(&owner.session)
-                .arg(&owner.generation)
-                .arg(most)
-                .arg(bound)
-                .arg(self.data_ttl());
-            let granted: i64 = self
-                .within(async |c| call.invoke_async(c).await)
-                .await
-                .map_err(|e| {
-                    self.metrics.store_error("scratch");
-                    FileError::Unavailable(e.to_string())
-                })?;
-            if granted == 1 {
-                return Ok(most);
-            }
-            if attempt == 0 {
-                self.give_back_gone(&owner.tenant).await;
-            }
-        }
-        Ok(0)
-    }
-
-    /// Corrects `owner`'s charge by `by` bytes once its write is done. A correction lost (the
-    /// store failed meanwhile) leaves the tenant charged too much until the session goes.
-    async fn settle(&self, owner: &SharedScratch, by: i64) {
-        if by == 0 {
-            return;
-        }
-        let mut call = self.tenant_settle.prepare_invoke();
-        for key in tenant_scratch(&owner.tenant) {
-            call.key(key);
-        }
-        call.arg(&owner.session)
-            .arg(&owner.generation)
-            .arg(by)
-            .arg(self.data_ttl());
-        let settled: Result<i64, _> = self.within(async |c| call.invoke_async(c).await).await;
-        if let Err(error) = settled {
-            self.metrics.store_error("scratch");
-            tracing::warn!(target: "toolgate::session", %error, "a tenant's scratch charge was not corrected; it holds too much until the session goes");
-        }
-    }
-
-    /// Gives back what session `id` of `tenant` holds in its ledger, if it is charged as
-    /// `generation` (`""`: whichever).
-    pub(super) async fn release(
-        &self,
-        tenant: &str,
-        id: &str,
-        generation: &str,
-    ) -> Result<(), toolgate_core::session::StoreError> {
-        let mut call = self.tenant_release.prepare_invoke();
-        for key in tenant_scratch(tenant) {
-            call.key(key);
-        }
-        call.arg(id).arg(generation).arg(self.data_ttl());
-        let _: i64 = self.within(async |c| call.invoke_async(c).await).await?;
-        Ok(())
-    }
-
-    /// A full ledger checks a sample of the sessions it charges: one whose meta is gone (ended,
-    /// expired, evicted) or names another generation (made again) gives its bytes back. Up to
-    /// three round trips, only when a tenant is full.
-    async fn give_back_gone(&self, tenant: &str) {
-        let [_, generations, _] = tenant_scratch(tenant);
-        let mut sample = redis::cmd("HRANDFIELD");
-        sample
-            .arg(&generations)
-            .arg(LEDGER_SAMPLE)
-            .arg("WITHVALUES");
-        let Ok(sampled) = self
-            .within(async |c| sample.query_async::<Vec<String>>(c).await)
-            .await
-        else {
-            return;
-        };
-        let checks = sampled.chunks_exact(2).map(|pair| async move {
-            let (id, charged) = (&pair[0], &pair[1]);
-            let mut current = redis::cmd("HGET");
-            current.arg(&keys(tenant, id)[0]).arg("generation");
-            let current: Option<String> = self
-                .within(async |c| current.query_async(c).await)
-                .await
-                .ok()?;
-            if current.as_deref() == Some(charged.as_str()) {
-                return None;
-            }
-            self.release(tenant, id, charged).await.ok()
-        });
-        let given_back = futures::future::join_all(checks).await;
-        let sessions = given_back.iter().flatten().count();
-        if sessions > 0 {
-            tracing::debug!(target: "toolgate::session", %tenant, sessions, "scratch bytes of sessions that went given back");
-        }
-    }
 }
 
 impl ScratchStore for RedisStore {
@@ -155,9 +42,18 @@ impl ScratchStore for RedisStore {
             let most = u64::try_from(content.len())
                 .unwrap_or(u64::MAX)
                 .saturating_add(entry_bytes().saturating_mul(dirs.saturating_add(1)));
+            let session = (owner.session.as_str(), owner.generation.as_str());
             let reserved = match bound {
                 0 => 0,
-                _ => self.reserve(owner, most, bound).await?,
+                _ => {
+                    let reserving =
+                        self.reserve(Ledger::Scratch, &owner.tenant, session, most, bound);
+                    let granted = reserving.await.map_err(|e| {
+                        self.metrics.store_error("scratch");
+                        FileError::Unavailable(e.to_string())
+                    })?;
+                    if granted { most } else { 0 }
+                }
             };
             // Nothing granted: the tenant is full, and only a write that does not grow the
             // session's files may go on.
@@ -185,7 +81,9 @@ impl ScratchStore for RedisStore {
                 };
                 if let Some(grew) = grew {
                     let reserved = i64::try_from(reserved).unwrap_or(i64::MAX);
-                    self.settle(owner, grew.saturating_sub(reserved)).await;
+                    let by = grew.saturating_sub(reserved);
+                    self.settle(Ledger::Scratch, &owner.tenant, session, by)
+                        .await;
                 }
             }
             match written {

@@ -63,19 +63,35 @@ return {created, generation}
 /// read) and cut to its newest `window` slots once it holds twice that: what a batch loads ends
 /// with the same window as trimming at every push would leave. A clear trims first, so it never
 /// brings back slots the window had let go. `store/session.rs` `save`.
+/// The meta counts the memory entries' bytes (`memory_bytes`) and what the tenant's memory
+/// ledger granted the session (`memory_allowed`, raised by `grant`). In `keep` mode, entries
+/// that would take the session past its allowance change nothing and answer the bytes missing,
+/// negated; the caller reserves them in the ledger and saves again with the grant, or in `drop`
+/// mode, which saves everything but the entries (`free`: no tenant bound).
 /// KEYS: meta, window, memory, files, dirs, answers. ARGV: the generation, idle TTL (ms), now
-/// (ms since the epoch), the data keys' TTL (ms), window (slots), memory entries kept, slot bytes, the
-/// number of window changes, the changes, then the memory entries.
+/// (ms since the epoch), the data keys' TTL (ms), window (slots), memory entries kept, slot
+/// bytes, bytes granted now, the memory mode (`keep`, `drop`, `free`), the number of window
+/// changes, the changes, then the memory entries.
 pub(super) const SAVE: &str = concat!(
     r"
-local meta = redis.call('HMGET', KEYS[1], 'generation', 'data_until')
+local meta = redis.call('HMGET', KEYS[1], 'generation', 'data_until', 'memory_bytes', 'memory_allowed')
 if meta[1] ~= ARGV[1] then return 0 end
 local ttl, now, data_ttl = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local data_until = tonumber(meta[2] or '0')
+local held, grant, mode = tonumber(meta[3] or '0'), tonumber(ARGV[8]), ARGV[9]
+local slot, n = tonumber(ARGV[7]), tonumber(ARGV[10])
+local first = 11 + n
+if mode == 'drop' then first = #ARGV + 1 end
+local adding = 0
+for j = first, #ARGV do adding = adding + #ARGV[j] end
+if mode == 'keep' and adding > 0 then
+  local allowed = tonumber(meta[4] or '0') + grant
+  if held + adding > allowed then return -(held + adding - allowed) end
+end
+if grant > 0 then redis.call('HINCRBY', KEYS[1], 'memory_allowed', grant) end
 ",
     keep_data!(),
     r"
-local slot, n = tonumber(ARGV[7]), tonumber(ARGV[8])
 local keep = tonumber(ARGV[5]) * slot
 local pushed = {}
 local function flush()
@@ -88,7 +104,7 @@ local function flush()
     redis.call('SET', KEYS[2], redis.call('GETRANGE', KEYS[2], -keep, -1), 'KEEPTTL')
   end
 end
-for i = 9, 8 + n do
+for i = 11, 10 + n do
   local kind, body = string.sub(ARGV[i], 1, 1), string.sub(ARGV[i], 2)
   if kind == 'p' then
     pushed[#pushed + 1] = body
@@ -109,16 +125,20 @@ for i = 9, 8 + n do
   end
 end
 flush()
-if #ARGV >= 9 + n then
+if first <= #ARGV then
   local len = 0
-  for j = 9 + n, #ARGV, 500 do
+  for j = first, #ARGV, 500 do
     len = redis.call('RPUSH', KEYS[3], unpack(ARGV, j, math.min(j + 499, #ARGV)))
   end
-  if len == #ARGV - 8 - n then redis.call('PEXPIRE', KEYS[3], data_ttl) end
+  if len == #ARGV - first + 1 then redis.call('PEXPIRE', KEYS[3], data_ttl) end
   local entries = tonumber(ARGV[6])
   if len > entries + math.max(1, math.floor(entries / 8)) then
+    for _, gone in ipairs(redis.call('LRANGE', KEYS[3], 0, len - entries - 1)) do
+      adding = adding - #gone
+    end
     redis.call('LTRIM', KEYS[3], -entries, -1)
   end
+  redis.call('HSET', KEYS[1], 'memory_bytes', math.max(0, held + adding))
 end
 keep_data()
 redis.call('PEXPIRE', KEYS[1], ttl)

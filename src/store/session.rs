@@ -9,6 +9,7 @@ use toolgate_core::safety::detector::{Change, SLOT_BYTES};
 use toolgate_core::session::{Changes, Loaded, SessionStore, StoreError};
 use toolgate_core::tools::BoxFuture;
 
+use super::ledger::Ledger;
 use super::{RedisStore, keys, millis, tenant_index};
 
 /// A value no other session made anywhere has: 128 random bits drawn once per process, and a
@@ -32,6 +33,11 @@ fn fresh_generation() -> Result<String, StoreError> {
 
 /// Sessions of a tenant the cap's eviction samples: the least recently used among them goes.
 const EVICTION_SAMPLE: isize = 16;
+
+/// The least a session's memory allowance grows by at once in its tenant's ledger: a few dozen
+/// entries, so most saves find room and only a session's first entries, and then every chunk of
+/// growth, cost a reservation.
+const MEMORY_CHUNK: u64 = 32 * 1024;
 
 impl SessionStore for RedisStore {
     fn load<'a>(
@@ -138,41 +144,35 @@ impl SessionStore for RedisStore {
         changes: Changes,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
         Box::pin(async move {
-            let now = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, millis);
-            let mut call = evalsha(&self.save, &keys(tenant, id));
-            call.arg(&changes.generation)
-                .arg(millis(self.settings.idle_ttl))
-                .arg(now)
-                .arg(self.data_ttl())
-                .arg(self.settings.loop_window.max(1))
-                .arg(self.settings.memory_entries.max(1))
-                .arg(SLOT_BYTES)
-                .arg(changes.window.len());
-            for change in &changes.window {
-                let mut arg = Vec::with_capacity(26);
-                match change {
-                    Change::Pushed(slot) => {
-                        arg.push(b'p');
-                        arg.extend_from_slice(slot);
-                    }
-                    Change::Cleared(call) => {
-                        arg.push(b'c');
-                        arg.extend_from_slice(call);
-                    }
+            let bound = self.settings.tenant_memory_bytes;
+            if bound == 0 {
+                return Ok(self.save_once(tenant, id, &changes, 0, "free").await? == 1);
+            }
+            let saved = self.save_once(tenant, id, &changes, 0, "keep").await?;
+            if saved >= 0 {
+                return Ok(saved == 1);
+            }
+            // The session's memory outgrows what the tenant's ledger granted it: a chunk more,
+            // if the tenant has it (a session's first entries, then every chunk of growth).
+            let missing = saved.unsigned_abs();
+            let want = missing.max(MEMORY_CHUNK);
+            let session = (id, changes.generation.as_str());
+            if self
+                .reserve(Ledger::Memory, tenant, session, want, bound)
+                .await?
+            {
+                let saved = self.save_once(tenant, id, &changes, want, "keep").await?;
+                if saved >= 0 {
+                    return Ok(saved == 1);
                 }
-                call.arg(arg);
             }
-            for entry in &changes.memory {
-                call.arg(entry);
-            }
-            let mut save = redis::pipe();
-            save.add_command(call);
-            let (saved,): (i64,) = self
-                .within(async |c| loading(&self.save, c, &save).await)
-                .await?;
-            Ok(saved == 1)
+            // The tenant holds its bound of memory: the batch's entries are not kept, the rest
+            // of its changes are.
+            let dropped = u64::try_from(changes.memory.len()).unwrap_or(u64::MAX);
+            self.metrics
+                .evicted("session_memory", "tenant_memory_bytes", dropped);
+            tracing::debug!(target: "toolgate::session", session = %id, %tenant, dropped, "memory entries not kept: the tenant holds tenant_memory_bytes");
+            Ok(self.save_once(tenant, id, &changes, 0, "drop").await? == 1)
         })
     }
 
@@ -197,7 +197,8 @@ impl SessionStore for RedisStore {
             del.arg(&keys(tenant, id)[..]);
             let removed: i64 = self.within(async |c| del.query_async(c).await).await?;
             self.forget(&tenant_index(tenant), id).await?;
-            self.release(tenant, id, "").await?;
+            self.release(Ledger::Scratch, tenant, id, "").await?;
+            self.release(Ledger::Memory, tenant, id, "").await?;
             Ok(removed > 0)
         })
     }
@@ -240,6 +241,55 @@ async fn loading<T: redis::FromRedisValue>(
 }
 
 impl RedisStore {
+    /// One `SAVE` of `changes` (`scripts.rs` says what `grant` and `mode` are): 1 saved, 0 the
+    /// session is gone, negative the memory bytes the session's allowance lacks.
+    async fn save_once(
+        &self,
+        tenant: &str,
+        id: &str,
+        changes: &Changes,
+        grant: u64,
+        mode: &str,
+    ) -> Result<i64, StoreError> {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, millis);
+        let mut call = evalsha(&self.save, &keys(tenant, id));
+        call.arg(&changes.generation)
+            .arg(millis(self.settings.idle_ttl))
+            .arg(now)
+            .arg(self.data_ttl())
+            .arg(self.settings.loop_window.max(1))
+            .arg(self.settings.memory_entries.max(1))
+            .arg(SLOT_BYTES)
+            .arg(grant)
+            .arg(mode)
+            .arg(changes.window.len());
+        for change in &changes.window {
+            let mut arg = Vec::with_capacity(26);
+            match change {
+                Change::Pushed(slot) => {
+                    arg.push(b'p');
+                    arg.extend_from_slice(slot);
+                }
+                Change::Cleared(call) => {
+                    arg.push(b'c');
+                    arg.extend_from_slice(call);
+                }
+            }
+            call.arg(arg);
+        }
+        for entry in &changes.memory {
+            call.arg(entry);
+        }
+        let mut save = redis::pipe();
+        save.add_command(call);
+        let (saved,): (i64,) = self
+            .within(async |c| loading(&self.save, c, &save).await)
+            .await?;
+        Ok(saved)
+    }
+
     /// Counts session `id` in its tenant's index if it is not there yet; how many the index
     /// holds.
     async fn count(&self, tenant: &str, id: &str, now: u64) -> Result<usize, StoreError> {

@@ -212,3 +212,60 @@ async fn a_tenants_sessions_together_hold_no_more_scratch_bytes_than_its_bound_a
     let after = write(&mut acme, "later", "big.txt", &content).await;
     assert!(after.success, "{after:?}");
 }
+
+/// `tenant`'s memory entries of `session` on `server` (none when it has none or is not live).
+async fn memory_of(server: &TestServer, tenant: &str, session: &str) -> usize {
+    let request = pb::GetSessionMemoryRequest {
+        session_id: session.into(),
+    };
+    match as_tenant(server, tenant).get_session_memory(request).await {
+        Ok(reply) => reply.into_inner().entries.len(),
+        Err(status) => {
+            assert_eq!(status.code(), tonic::Code::NotFound, "{status:?}");
+            0
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_tenants_sessions_together_keep_no_more_memory_bytes_than_its_bound() {
+    require_peers!(Redis);
+    let redis = Redis::start();
+    // A session's allowance grows in 32 KiB chunks: one session's fits in 40000, a second's not.
+    let server = server_on(&redis, "tenant_memory_bytes = 40000", "").await;
+    let (mut acme, mut globex) = (as_tenant(&server, "acme"), as_tenant(&server, "globex"));
+    let echo = |session: &str| {
+        in_session(
+            session,
+            json!([{"id": "e", "name": "echo", "arguments": {"say": "remember me"}}]),
+        )
+    };
+    for _ in 0..3 {
+        let r = acme.dispatch(echo("first")).await.unwrap().into_inner();
+        assert!(r.all_succeeded);
+    }
+    assert_eq!(memory_of(&server, "acme", "first").await, 3);
+    // The second session's calls run; what they would have it remember is not kept.
+    let r = acme.dispatch(echo("second")).await.unwrap().into_inner();
+    assert!(r.all_succeeded);
+    assert_eq!(memory_of(&server, "acme", "second").await, 0);
+    let dropped = "toolgate_evictions_total{toolgate_reason=\"tenant_memory_bytes\",toolgate_store=\"session_memory\"} 1";
+    let metrics = metrics_text(&server).await;
+    assert!(metrics.contains(dropped), "{metrics}");
+    // Another tenant's bound is its own.
+    let r = globex.dispatch(echo("second")).await.unwrap().into_inner();
+    assert!(r.all_succeeded);
+    assert_eq!(memory_of(&server, "globex", "second").await, 1);
+
+    // The first session ends: its allowance goes back to the tenant, and the second remembers.
+    let ended = acme
+        .end_session(pb::EndSessionRequest {
+            session_id: "first".into(),
+        })
+        .await
+        .unwrap();
+    assert!(ended.into_inner().ended);
+    let r = acme.dispatch(echo("second")).await.unwrap().into_inner();
+    assert!(r.all_succeeded);
+    assert_eq!(memory_of(&server, "acme", "second").await, 1);
+}

@@ -42,6 +42,9 @@ pub struct SessionsConfig {
     /// With a Redis store: scratch bytes all of a tenant's sessions may hold together (0: no
     /// bound).
     pub tenant_scratch_bytes: u64,
+    /// With a Redis store: memory entry bytes all of a tenant's sessions may hold together (0:
+    /// no bound).
+    pub tenant_memory_bytes: u64,
 }
 
 impl Default for SessionsConfig {
@@ -57,6 +60,7 @@ impl Default for SessionsConfig {
             store_cluster: false,
             store_timeout: Duration::from_secs(1),
             tenant_scratch_bytes: 64 * 1024 * 1024,
+            tenant_memory_bytes: 32 * 1024 * 1024,
         }
     }
 }
