@@ -407,6 +407,7 @@ impl RemoteSpec {
                 "auth.oauth.token_url",
                 oauth.and_then(|o| o.token_url.as_deref()),
             ),
+            ("auth.oauth.issuer", oauth.and_then(|o| o.issuer.as_deref())),
         ];
         for (field, url) in urls {
             if let Some(url) = url.and_then(plaintext_off_loopback) {
@@ -727,6 +728,15 @@ mod tests {
         assert_eq!(w.len(), 1, "{w:?}");
         assert!(
             w[0].starts_with("auth.oauth.token_url 'http://auth.example.com/token' is plaintext")
+        );
+        let w = warnings(
+            json!({"name": "m", "kind": "mcp", "url": "https://mcp.example.com/mcp",
+            "auth": {"oauth": {"client_id": "c", "client_secret_env": "S", "issuer": "http://auth.example.com"}}}),
+        );
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].starts_with("auth.oauth.issuer 'http://auth.example.com' is plaintext"),
+            "{w:?}"
         );
     }
 

@@ -335,6 +335,12 @@ impl OAuth {
     /// The token endpoint `issuer` publishes in its RFC 8414 (or OpenID Connect) metadata, read
     /// at the addresses the issuer itself gives: the document must name that same issuer.
     async fn published_token_endpoint(&self, issuer: &str) -> Result<String, CredentialError> {
+        // Read in the clear, the metadata could be made to name another token endpoint.
+        if !secure_endpoint(issuer) {
+            return Err(CredentialError::Discovery(format!(
+                "the issuer '{issuer}' is not https:// (nor on loopback): its metadata, which names where the client's credentials go, would cross the network in the clear"
+            )));
+        }
         for url in metadata_urls(issuer)? {
             let request = http::Request::get(url.as_str())
                 .header(http::header::ACCEPT, "application/json")
