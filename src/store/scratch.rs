@@ -25,6 +25,28 @@ impl RedisStore {
         })?;
         answered(reply)
     }
+
+    /// Settles a write's reservation to what it added (`WRITE` answers it; nothing, when it
+    /// was refused). One sent and unanswered may have been applied: its reservation stays
+    /// charged, too much and never too little, until the session goes.
+    async fn settle_write(
+        &self,
+        owner: &SharedScratch,
+        reserved: u64,
+        written: &Result<Vec<String>, FileError>,
+    ) {
+        let grew = match written {
+            Ok(values) => values.first().and_then(|n| n.parse::<i64>().ok()),
+            Err(FileError::OutcomeUnknown(_)) => None,
+            Err(_) => Some(0),
+        };
+        if let Some(grew) = grew {
+            let by = grew.saturating_sub(i64::try_from(reserved).unwrap_or(i64::MAX));
+            let session = (owner.session.as_str(), owner.generation.as_str());
+            self.settle(Ledger::Scratch, &owner.tenant, session, by)
+                .await;
+        }
+    }
 }
 
 impl ScratchStore for RedisStore {
@@ -72,19 +94,7 @@ impl ScratchStore for RedisStore {
                 .arg(if may_grow { "0" } else { "1" });
             let written = self.scratch(call, true).await;
             if bound > 0 {
-                let grew = match &written {
-                    Ok(values) => values.first().and_then(|n| n.parse::<i64>().ok()),
-                    // Sent and unanswered, it may have been applied: the reservation stays
-                    // charged (too much, never too little) until the session goes.
-                    Err(FileError::OutcomeUnknown(_)) => None,
-                    Err(_) => Some(0),
-                };
-                if let Some(grew) = grew {
-                    let reserved = i64::try_from(reserved).unwrap_or(i64::MAX);
-                    let by = grew.saturating_sub(reserved);
-                    self.settle(Ledger::Scratch, &owner.tenant, session, by)
-                        .await;
-                }
+                self.settle_write(owner, reserved, &written).await;
             }
             match written {
                 Ok(_) => Ok(()),
