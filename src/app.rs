@@ -17,6 +17,7 @@ use crate::config::{Config, ConfigError};
 use crate::grpc::StallWatch;
 use crate::grpc::admission::{Admission, Capacity};
 use crate::grpc::auth::Authenticator;
+use crate::grpc::decoded::{DecodedBudget, DecodedLimits};
 use crate::grpc::server::ServeSettings;
 use crate::grpc::tls::{Tls, TlsSettings};
 use crate::grpc::transport::{Budgets, Connections, TransportSettings};
@@ -223,6 +224,7 @@ impl Server {
             tracker: TaskTracker::new(),
             shutdown: Cancel::new(),
             admission: Admission::new(Capacity::from(&self.config.server)),
+            decoded: DecodedBudget::new(DecodedLimits::from(&self.config.limits)),
             stalls: StallWatch::new(self.config.server.stall_timeout),
             metrics: self.metrics.metrics(),
             tracer: self.tracer(),

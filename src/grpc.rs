@@ -11,6 +11,7 @@ pub(crate) mod budget;
 pub mod cli;
 pub(crate) mod coalesce;
 pub mod convert;
+pub(crate) mod decoded;
 pub(crate) mod per_address;
 pub mod probe;
 pub mod reply;

@@ -65,6 +65,36 @@ pub(crate) fn session_named(
 }
 
 /// Parses and checks a dispatch request; nothing has run when this fails.
+/// What `request`'s JSON holds once decoded, and once its argument texts are parsed
+/// (`json::held_bytes_if_parsed`): what `batch_from_request` would make of it, weighed before.
+pub fn decoded_weight(request: &pb::DispatchBatchRequest) -> usize {
+    use toolgate_core::json::held_bytes_if_parsed as weigh;
+    let calls: usize = request.calls.iter().map(|c| weigh(c.json())).sum();
+    let message = request
+        .assistant_message
+        .as_ref()
+        .map_or(0, |m| weigh(m.json()));
+    let context = request
+        .context
+        .as_ref()
+        .map_or(0, |c| weigh_fields(c.fields()));
+    let bindings: usize = request
+        .bindings
+        .values()
+        .filter_map(|b| b.input.as_ref())
+        .map(|input| weigh_fields(input.fields()))
+        .sum();
+    calls + message + context + bindings
+}
+
+/// `held_bytes_if_parsed` of an object's members.
+fn weigh_fields(fields: &Map<String, Value>) -> usize {
+    fields
+        .iter()
+        .map(|(k, v)| 64 + k.len() + toolgate_core::json::held_bytes_if_parsed(v))
+        .sum()
+}
+
 pub fn batch_from_request(
     request: pb::DispatchBatchRequest,
     caller: std::sync::Arc<toolgate_core::identity::Caller>,

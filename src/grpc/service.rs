@@ -17,6 +17,7 @@ use super::approvals;
 use super::auth::Authenticator;
 use super::batch_stream::{BatchStream, Events};
 use super::convert::{self, RequestRules};
+use super::decoded::{Decoded, DecodedBudget};
 use super::reply;
 use super::rpc_span::RpcSpan;
 use super::stall::{StallWatch, Watched};
@@ -46,6 +47,8 @@ pub struct ServiceState {
     pub shutdown: Cancel,
     /// Batch and call capacity, server-wide and per connection.
     pub admission: Arc<Admission>,
+    /// What running batches' requests hold once decoded.
+    pub decoded: Arc<DecodedBudget>,
     /// The watchdog over `DispatchBatch` streams whose clients stopped reading.
     pub stalls: Arc<StallWatch>,
     /// The open connections (the transport admits and counts them).
@@ -123,7 +126,7 @@ impl ToolGateService {
         connection: Option<SocketAddr>,
         caller: Arc<toolgate_core::identity::Caller>,
         request: pb::DispatchBatchRequest,
-    ) -> Result<(Batch, Ticket), RequestError> {
+    ) -> Result<(Batch, Ticket, Decoded), RequestError> {
         if self.state.tracker.is_closed() {
             return Err(RequestError::ShuttingDown);
         }
@@ -133,6 +136,12 @@ impl ToolGateService {
             .admission
             .check(&holder)
             .map_err(|refusal| self.refused(refusal))?;
+        // Weighed before anything in it is parsed: arguments sent as JSON text count as parsed.
+        let weight = convert::decoded_weight(&request);
+        let decoded = self.state.decoded.take(&holder, weight).map_err(|full| {
+            self.state.metrics.refused(full.capacity_name());
+            RequestError::Decoded(full)
+        })?;
         let mut batch = convert::batch_from_request(request, caller, &self.state.rules)?;
         self.state.dispatcher.check_bindings(&batch.bindings)?;
         let wanted = match batch.options.mode {
@@ -149,7 +158,7 @@ impl ToolGateService {
         if let Mode::Parallel { max_concurrency } = &mut batch.options.mode {
             *max_concurrency = (*max_concurrency).min(ticket.calls());
         }
-        Ok((batch, ticket))
+        Ok((batch, ticket, decoded))
     }
 }
 
@@ -160,6 +169,8 @@ struct Started {
     batch: Batch,
     /// The batch's capacity, given back when dropped.
     ticket: Ticket,
+    /// What its request holds once decoded, given back when dropped.
+    decoded: Decoded,
     /// The client's `grpc-timeout`.
     deadline: Option<Duration>,
     /// The batch's cancel, a child of the server's shutdown.
@@ -182,7 +193,7 @@ impl ToolGateService {
             body.session_id = convert::session_named(body.session_id, &metadata)?;
             self.admit(connection, caller, body)
         });
-        let (mut batch, ticket) = match admitted {
+        let (mut batch, ticket, decoded) = match admitted {
             Ok(admitted) => admitted,
             Err(error) => return rpc.finish_with(Err(error.into())),
         };
@@ -192,6 +203,7 @@ impl ToolGateService {
             rpc,
             batch,
             ticket,
+            decoded,
             deadline,
             cancel: self.state.shutdown.child(),
         })
@@ -237,6 +249,7 @@ impl ToolGate for ToolGateService {
             rpc,
             batch,
             ticket,
+            decoded,
             deadline,
             cancel,
         } = self.start("DispatchBatch", request)?;
@@ -246,7 +259,7 @@ impl ToolGate for ToolGateService {
         let max_reply = self.state.rules.limits.max_reply_bytes;
         let context = rpc.span().context().clone();
         let run = async move {
-            let _ticket = ticket;
+            let _held = (ticket, decoded);
             // The stream owns this future: a client that leaves drops it, and the guard then
             // fires the batch's cancel so tool tokens fire too (and the span ends CANCELLED).
             let _guard = cancel.token().clone().drop_guard();
@@ -283,6 +296,7 @@ impl ToolGate for ToolGateService {
             rpc,
             batch,
             ticket: _ticket,
+            decoded: _decoded,
             cancel,
             ..
         } = self.start("Dispatch", request)?;

@@ -79,6 +79,9 @@ pub enum RequestError {
     Remote(#[from] toolgate_remotes::RemoteError),
     #[error(transparent)]
     Approval(#[from] toolgate_core::approvals::ResolveError),
+    /// What the request holds once decoded would pass a bound (`decoded.rs`).
+    #[error("{}", decoded_text(.0))]
+    Decoded(super::decoded::DecodedFull),
     #[error(transparent)]
     TooManyWatches(#[from] toolgate_core::approvals::WatchesFull),
     /// The client stopped reading its `WatchApprovals` stream, so the watch was ended.
@@ -100,6 +103,7 @@ impl From<RequestError> for Status {
             | RequestError::TooManyCalls { .. }
             | RequestError::Unsupported(_) => Code::InvalidArgument,
             RequestError::Overloaded(_)
+            | RequestError::Decoded(_)
             | RequestError::ReplyTooLarge { .. }
             | RequestError::RequestBacklog(_)
             | RequestError::ReplyBacklog(_)
@@ -163,6 +167,32 @@ fn reply_backlog_text(full: &super::budget::Full) -> String {
             "replies clients have not read hold {n} bytes (limits.max_unread_reply_bytes); retry later"
         ),
     }
+}
+
+/// Which decoded-bytes bound the request would pass.
+fn decoded_text(full: &super::decoded::DecodedFull) -> String {
+    use super::decoded::DecodedFull;
+    let (whose, n, key) = match full {
+        DecodedFull::Server(n) => ("running batches", n, "limits.max_decoded_bytes"),
+        DecodedFull::Tenant(n) => (
+            "this tenant's running batches",
+            n,
+            "limits.max_decoded_bytes_per_tenant",
+        ),
+        DecodedFull::Identity(n) => (
+            "this identity's running batches",
+            n,
+            "limits.max_decoded_bytes_per_identity",
+        ),
+        DecodedFull::Connection(n) => (
+            "this connection's running batches",
+            n,
+            "limits.max_decoded_bytes_per_connection",
+        ),
+    };
+    format!(
+        "{whose} and this request would hold more than {n} bytes once decoded ({key}); send less, or retry when a batch ends"
+    )
 }
 
 /// Which capacity was full, and that retrying later helps.

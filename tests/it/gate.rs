@@ -421,3 +421,154 @@ async fn one_identity_holding_many_watches_leaves_room_for_another_tenant() {
     assert!(other.is_ok(), "{:?}", other.err());
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A second agent of `acme`, for the shares.
+const AGENT_2: &str = "second-agent-token";
+
+/// The peak RSS of `pid` while `work` runs (sampled every 50 ms), and `work`'s output.
+async fn peak_rss_during<T>(pid: u32, work: impl std::future::Future<Output = T>) -> (u64, T) {
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let done = done.clone();
+        tokio::spawn(async move {
+            let mut peak = rss(pid);
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                peak = peak.max(rss(pid));
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            peak.max(rss(pid))
+        })
+    };
+    let out = work.await;
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    (sampler.await.unwrap(), out)
+}
+
+/// Requests under the 4 MiB message limit that decode to hundreds of MiB: 190,000 objects
+/// `{"k":1}` as a protobuf Struct (3.8 MB on the wire), or 450,000 as the JSON text of an OpenAI
+/// `function.arguments`. Four at once took a replica past 770 MiB, and it stayed there. Now the
+/// first stops being decoded at 64 MiB and the second is weighed before it is parsed; both are
+/// refused RESOURCE_EXHAUSTED and the replica stays small.
+#[tokio::test(flavor = "multi_thread")]
+async fn requests_that_decode_to_hundreds_of_mib_are_refused_before_they_are_held() {
+    let (server, client, dir) = binary(&config_with_tokens("")).await;
+    let pid = server.child.id();
+    let objects = |n: usize| vec![json!({"k": 1}); n];
+    let as_struct =
+        request(json!([{"id": "a", "name": "echo", "arguments": {"items": objects(190_000)}}]));
+    let text = json!({"items": objects(450_000)}).to_string();
+    let as_text = request(json!([{"id": "b", "type": "function",
+        "function": {"name": "echo", "arguments": text}}]));
+    for req in [&as_struct, &as_text] {
+        let size = prost::Message::encoded_len(req);
+        assert!((3_000_000..4_000_000).contains(&size), "{size}");
+    }
+    let before = rss(pid);
+    let (peak, answers) = peak_rss_during(pid, async {
+        let sends = (0..4)
+            .flat_map(|_| [as_struct.clone(), as_text.clone()])
+            .map(|req| {
+                let mut client = client.clone();
+                async move { client.dispatch(as_agent(req)).await }
+            });
+        futures::future::join_all(sends).await
+    })
+    .await;
+    for (n, answer) in answers.iter().enumerate() {
+        let status = answer.as_ref().expect_err("refused");
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+        let expected = match n % 2 {
+            0 => "once decoded (small objects cost far more decoded than on the wire)",
+            _ => {
+                "would hold more than 67108864 bytes once decoded (limits.max_decoded_bytes_per_connection)"
+            }
+        };
+        assert!(status.message().contains(expected), "{}", status.message());
+    }
+    eprintln!(
+        "amplification: RSS {} MiB before, peak {} MiB",
+        before >> 20,
+        peak >> 20
+    );
+    assert!(
+        peak.saturating_sub(before) < 160 << 20,
+        "the amplifying requests made the server hold {} MiB more",
+        (peak - before) >> 20
+    );
+    // The connection is still served.
+    let mut client = client;
+    let small = request(json!([{"id": "c", "name": "echo", "arguments": {"items": objects(10)}}]));
+    assert!(
+        client
+            .dispatch(as_agent(small))
+            .await
+            .unwrap()
+            .into_inner()
+            .all_succeeded
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// One identity keeping batches of 3.9 MB in flight (each sleeps) holds at most its share of
+/// decoded bytes (96 MiB): the one past it is refused RESOURCE_EXHAUSTED naming the identity's
+/// bound, and another identity of the same tenant is still served.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_identity_holds_at_most_its_share_of_decoded_requests() {
+    let config = config_with_tokens(&format!(
+        "[[auth.tokens]]\nid = \"agent-2\"\ntenant = \"acme\"\nroles = [\"agent\"]\nsha256 = \"{}\"\n",
+        sha256_hex(AGENT_2)
+    ));
+    let (server, client, dir) = binary(&config).await;
+    let pid = server.child.id();
+    let padding = "y".repeat(3_900_000);
+    let held_batch = |n: usize| {
+        request(json!([
+            {"id": format!("s{n}"), "name": "sleep", "arguments": {"ms": 60_000}},
+            {"id": format!("e{n}"), "name": "echo", "arguments": {"text": padding}}
+        ]))
+    };
+    let before = rss(pid);
+    let (peak, (streams, refused)) = peak_rss_during(pid, async {
+        let mut streams = Vec::new();
+        let mut refused = None;
+        for n in 0..40 {
+            // A connection each: what is measured is the identity's share, not a connection's.
+            let channel = connect(server.addr.parse().unwrap()).await;
+            let mut own = pb::tool_gate_client::ToolGateClient::new(channel);
+            match own.dispatch_batch(as_agent(held_batch(n))).await {
+                Ok(stream) => streams.push((own, stream)),
+                Err(status) => {
+                    refused = Some((n, status));
+                    break;
+                }
+            }
+        }
+        (streams, refused)
+    })
+    .await;
+    let (n, status) = refused.expect("the identity met its share");
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+    assert!(
+        status.message().starts_with("this identity's running batches and this request would hold more than 100663296 bytes once decoded"),
+        "{}",
+        status.message()
+    );
+    assert!((20..=25).contains(&n), "{n} batches of 3.9 MB were held");
+    eprintln!(
+        "in flight: {n} batches held, RSS {} MiB before, peak {} MiB",
+        before >> 20,
+        peak >> 20
+    );
+    assert!(
+        peak.saturating_sub(before) < 320 << 20,
+        "{n} batches of 3.9 MB made the server hold {} MiB more",
+        (peak - before) >> 20
+    );
+    // Another identity of the tenant is served meanwhile.
+    let mut other = client.clone();
+    let quick = request(json!([{"id": "o", "name": "echo", "arguments": {"text": padding}}]));
+    let answer = other.dispatch(as_caller(Some(AGENT_2), quick)).await;
+    assert!(answer.unwrap().into_inner().all_succeeded);
+    drop(streams);
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -85,6 +85,63 @@ pub fn held_bytes(value: &Value) -> usize {
     }
 }
 
+/// `held_bytes`, plus what parsing each string that looks like a JSON object or array would
+/// hold (`text_held_bytes`): arguments may arrive as JSON text (`function.arguments`), which
+/// the server parses, so a request is weighed before anything in it is parsed.
+pub fn held_bytes_if_parsed(value: &Value) -> usize {
+    match value {
+        Value::String(text) => {
+            let looks_like_json = matches!(text.trim_start().as_bytes().first(), Some(b'{' | b'['));
+            held_bytes(value)
+                + if looks_like_json {
+                    text_held_bytes(text)
+                } else {
+                    0
+                }
+        }
+        Value::Array(items) => 32 + items.iter().map(held_bytes_if_parsed).sum::<usize>(),
+        Value::Object(map) => {
+            let nodes = 640 * map.len().div_ceil(11);
+            let entries: usize = map
+                .iter()
+                .map(|(k, v)| k.len() + held_bytes_if_parsed(v))
+                .sum();
+            32 + nodes + entries
+        }
+        _ => held_bytes(value),
+    }
+}
+
+/// What parsing JSON `text` would hold, about (`held_bytes` of the result, or a little more),
+/// found by one scan that allocates nothing: the text's bytes, a slot per value, a map node
+/// per object and a share of one per member. Text that is not JSON is weighed all the same.
+pub fn text_held_bytes(text: &str) -> usize {
+    let (mut in_string, mut escaped) = (false, false);
+    let mut held = text.len() + 32;
+    for byte in text.bytes() {
+        if in_string {
+            match byte {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        held += match byte {
+            b'"' => {
+                in_string = true;
+                0
+            }
+            b'{' => 32 + 640,
+            b'[' | b',' => 32,
+            b':' => 64 + 32,
+            _ => 0,
+        };
+    }
+    held
+}
+
 /// The JSON text of `value` cut to at most `max` bytes (at a character boundary, with `…` when
 /// cut), written only as far as needed: a large value is not serialized whole to be cut.
 pub fn preview(value: &Value, max: usize) -> String {
@@ -358,5 +415,34 @@ mod tests {
         assert_eq!(preview(&json!("éé"), 3), "\"é…");
         let huge = json!({"text": "y".repeat(3_000_000)});
         assert_eq!(preview(&huge, 12).len(), 12 + '…'.len_utf8());
+    }
+
+    #[test]
+    fn text_is_weighed_as_parsing_it_would_hold() {
+        for text in [
+            r#"{"k":1}"#,
+            r#"[{"k":1},{"k":2}]"#,
+            r#"{"a":"x,{[:","b":[1,2,3]}"#,
+        ] {
+            let parsed: Value = serde_json::from_str(text).unwrap();
+            let (estimate, held) = (text_held_bytes(text), held_bytes(&parsed));
+            assert!(
+                estimate >= held && estimate <= held * 2,
+                "{text}: {estimate} vs {held}"
+            );
+        }
+        // Brackets inside strings are text, not values.
+        assert_eq!(text_held_bytes(r#""{{{{""#), 6 + 32);
+        let amplifying = format!("[{}]", vec![r#"{"k":1}"#; 1000].join(","));
+        assert!(text_held_bytes(&amplifying) > 700_000);
+        // Only strings that look like JSON are weighed as parsed.
+        assert_eq!(
+            held_bytes_if_parsed(&json!({"q": "{}"})),
+            held_bytes(&json!({"q": "{}"})) + 2 + 32 + 672
+        );
+        assert_eq!(
+            held_bytes_if_parsed(&json!({"q": "plain"})),
+            held_bytes(&json!({"q": "plain"}))
+        );
     }
 }

@@ -20,6 +20,7 @@ use tonic_prost::{ProstCodec, ProstDecoder};
 use self::batch_result::WireBatchResult;
 use crate::pb;
 use crate::pb::dispatch_event::Event;
+use crate::protojson;
 
 /// `ProstCodec` with decode errors mapped to INVALID_ARGUMENT.
 #[derive(Debug, Clone, Default)]
@@ -116,7 +117,16 @@ impl<U: Message + Default> Decoder for ToolgateDecoder<U> {
     type Error = Status;
 
     fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
-        self.inner.decode(buf).map_err(|status| {
+        let limit = protojson::MAX_DECODED_BYTES;
+        let (decoded, cost) = protojson::metered(limit, || self.inner.decode(buf));
+        if cost.exceeded {
+            return Err(Status::resource_exhausted(format!(
+                "the request's JSON values would hold more than {} MiB once decoded (small \
+                 objects cost far more decoded than on the wire); send less per request",
+                limit >> 20
+            )));
+        }
+        decoded.map_err(|status| {
             Status::invalid_argument(format!(
                 "the message could not be decoded (malformed, or nested deeper than 100 \
                  protobuf messages): {}",

@@ -2,7 +2,10 @@
 //! public API, the worker protocol, the hook protocol) decodes them straight into `serde_json`
 //! and encodes them straight from it (`wire`), with no intermediate protobuf tree.
 
+mod meter;
 mod wire;
+
+pub use meter::{Metered, metered};
 
 use std::fmt::Display;
 
@@ -18,6 +21,13 @@ pub const MAX_REPLY_DEPTH: usize = 32;
 /// into, and marks the value too deep (`Value::into_json_within` refuses it); it is above every
 /// `limits.max_json_depth` a configuration may set (at most `MAX_REPLY_DEPTH`).
 pub const MAX_DECODE_DEPTH: usize = 64;
+
+/// The most bytes (as `held_bytes` counts them) the JSON values of one message may hold once
+/// decoded. Small objects cost far more decoded than on the wire (`{"k":1}` is a few bytes
+/// there and a whole map node here), so a message under the size limit could otherwise decode
+/// to hundreds of MiB; past this its decoding stops (`meter`), and the server refuses it with
+/// RESOURCE_EXHAUSTED.
+pub const MAX_DECODED_BYTES: usize = 64 << 20;
 
 /// Largest integer magnitude a protobuf double carries exactly (2^53).
 const MAX_EXACT_INTEGER: f64 = 9_007_199_254_740_992.0;

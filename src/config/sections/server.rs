@@ -113,6 +113,12 @@ pub struct Limits {
     pub max_unread_reply_bytes: usize,
     /// The same, on one connection.
     pub max_unread_reply_bytes_per_connection: usize,
+    /// What running batches' requests hold once decoded, server-wide (0: no bound).
+    pub max_decoded_bytes: usize,
+    /// The same, per tenant, per identity and per connection (0: no bound).
+    pub max_decoded_bytes_per_tenant: usize,
+    pub max_decoded_bytes_per_identity: usize,
+    pub max_decoded_bytes_per_connection: usize,
 }
 
 impl Default for Limits {
@@ -128,6 +134,10 @@ impl Default for Limits {
             max_buffered_request_bytes_per_connection: 16 * 1024 * 1024,
             max_unread_reply_bytes: 64 * 1024 * 1024,
             max_unread_reply_bytes_per_connection: 16 * 1024 * 1024,
+            max_decoded_bytes: 192 * 1024 * 1024,
+            max_decoded_bytes_per_tenant: 128 * 1024 * 1024,
+            max_decoded_bytes_per_identity: 96 * 1024 * 1024,
+            max_decoded_bytes_per_connection: 64 * 1024 * 1024,
         }
     }
 }

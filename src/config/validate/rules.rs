@@ -83,6 +83,7 @@ pub(super) fn shares_within_totals(c: &Config, p: &mut Problems) {
         l.max_buffered_request_bytes,
     );
     let unread = ("limits.max_unread_reply_bytes", l.max_unread_reply_bytes);
+    let decoded = ("limits.max_decoded_bytes", l.max_decoded_bytes);
     for (key, share, (total_key, total)) in [
         (
             "server.max_batches_per_connection",
@@ -125,6 +126,21 @@ pub(super) fn shares_within_totals(c: &Config, p: &mut Problems) {
             "limits.max_unread_reply_bytes_per_connection",
             l.max_unread_reply_bytes_per_connection,
             unread,
+        ),
+        (
+            "limits.max_decoded_bytes_per_tenant",
+            l.max_decoded_bytes_per_tenant,
+            decoded,
+        ),
+        (
+            "limits.max_decoded_bytes_per_identity",
+            l.max_decoded_bytes_per_identity,
+            decoded,
+        ),
+        (
+            "limits.max_decoded_bytes_per_connection",
+            l.max_decoded_bytes_per_connection,
+            decoded,
         ),
     ] {
         // A total of 0 is refused on its own (`server_capacity`).

@@ -23,6 +23,7 @@ fn wire(config: &str) -> (ToolGateService, Arc<ServiceState>) {
         tracker: TaskTracker::new(),
         shutdown: Cancel::new(),
         admission: Admission::new((&config.server).into()),
+        decoded: crate::grpc::decoded::DecodedBudget::new((&config.limits).into()),
         stalls: StallWatch::new(config.server.stall_timeout),
         connections: crate::grpc::transport::Connections::new(
             crate::grpc::transport::TransportSettings::from_config(&config.server),

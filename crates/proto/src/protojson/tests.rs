@@ -297,3 +297,22 @@ fn merging_into_a_value_made_from_json_counts_the_depth_it_already_had() {
     assert!(object.clone().into_json_within(3, &"x").is_ok());
     assert!(object.into_json_within(2, &"x").is_err());
 }
+
+#[test]
+fn a_metered_decode_stops_building_once_its_allowance_is_spent() {
+    use prost::Message;
+    let small = serde_json::json!({"items": vec![serde_json::json!({"k": 1}); 1000]});
+    let bytes = super::Value::from(small.clone()).encode_to_vec();
+    assert!(bytes.len() < 25_000, "{}", bytes.len());
+    // Whole within a generous allowance, costing what `held_bytes` would say, about.
+    let (decoded, cost) = super::metered(usize::MAX, || super::Value::decode(&bytes[..]));
+    assert_eq!(decoded.unwrap().into_json(), small);
+    assert!(!cost.exceeded);
+    assert!((600_000..900_000).contains(&cost.spent), "{}", cost.spent);
+    // Past a small one, the rest is read past, not built.
+    let (decoded, cost) = super::metered(50_000, || super::Value::decode(&bytes[..]));
+    assert!(cost.exceeded);
+    // (What was built is dropped: the codec refuses the message.)
+    let partial = decoded.unwrap().into_json();
+    assert!(partial.to_string().len() < 1_000, "{partial}");
+}

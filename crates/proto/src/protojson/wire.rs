@@ -15,7 +15,21 @@ use prost::encoding::{
 use prost::{DecodeError, Message};
 use serde_json::{Map, Value as Json};
 
+use super::meter::charge;
 use super::{Found, MAX_DECODE_DEPTH, Struct, Value, json_number};
+
+/// What a decoded value holds besides its content (`json::held_bytes`'s figures): its slot, a
+/// new object's first map node, an object member's share of its map's nodes.
+const SLOT: usize = 32;
+const FIRST_NODE: usize = 640;
+const MEMBER: usize = 64;
+
+/// Charges `bytes` to the running decode (`meter`); `false` once its allowance is spent: then
+/// nothing more is built (what follows is read past, as nesting too deep is), and the codec
+/// refuses the message.
+fn spend(bytes: usize) -> bool {
+    charge(bytes)
+}
 
 const NULL: u32 = 1;
 const NUMBER: u32 = 2;
@@ -100,9 +114,11 @@ fn merge_value(
         NULL => {
             let mut ignored = 0;
             int32::merge(wire_type, &mut ignored, buf, ctx)?;
+            spend(SLOT);
             *target = Json::Null;
         }
         NUMBER => {
+            spend(SLOT);
             let mut n = 0.0;
             double::merge(wire_type, &mut n, buf, ctx)?;
             *target = json_number(n).unwrap_or_else(|| {
@@ -113,15 +129,21 @@ fn merge_value(
         STRING => {
             let mut text = String::new();
             string::merge(wire_type, &mut text, buf, ctx)?;
-            *target = Json::String(text);
+            if spend(SLOT + text.len()) {
+                *target = Json::String(text);
+            }
         }
         BOOL => {
+            spend(SLOT);
             let mut b = false;
             pbool::merge(wire_type, &mut b, buf, ctx)?;
             *target = Json::Bool(b);
         }
         STRUCT => {
             if !target.is_object() {
+                if !spend(SLOT + FIRST_NODE) {
+                    return skip_field(wire_type, tag, buf, ctx);
+                }
                 *target = Json::Object(Map::new());
             }
             if let Json::Object(map) = target
@@ -139,6 +161,9 @@ fn merge_value(
         }
         LIST => {
             if !target.is_array() {
+                if !spend(SLOT) {
+                    return skip_field(wire_type, tag, buf, ctx);
+                }
                 *target = Json::Array(Vec::new());
             }
             if let Json::Array(items) = target
@@ -149,7 +174,10 @@ fn merge_value(
                     if tag == FIRST {
                         let mut item = Json::Null;
                         merge_message(&mut item, wire_type, buf, ctx, level + 1, found)?;
-                        items.push(item);
+                        // Even an empty item takes its slot.
+                        if spend(SLOT) {
+                            items.push(item);
+                        }
                         Ok(())
                     } else {
                         skip_field(wire_type, tag, buf, ctx)
@@ -218,7 +246,9 @@ fn merge_entry(
             _ => skip_field(wire_type, tag, buf, ctx),
         }
     })?;
-    map.insert(entry.0, entry.1);
+    if spend(MEMBER + entry.0.len()) {
+        map.insert(entry.0, entry.1);
+    }
     Ok(())
 }
 
