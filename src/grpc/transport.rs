@@ -37,6 +37,7 @@ use super::bodies::{Received, Replies, Reply};
 use super::budget::{ByteBudget, Share};
 use super::coalesce::Coalesced;
 use super::per_address::{AddressTurn, PerAddress};
+use super::slots::WeakSlots;
 use super::tls::Tls;
 use toolgate_core::metrics::Metrics;
 
@@ -46,8 +47,15 @@ use toolgate_core::metrics::Metrics;
 const HELLO_TIMEOUT: Duration = Duration::from_secs(2);
 /// TLS handshakes in progress at most, server-wide (they cost CPU).
 const MAX_HANDSHAKES: usize = 256;
-/// TLS handshakes in progress at most from one address, so one client cannot take the rest.
-const HANDSHAKES_PER_ADDRESS: usize = 16;
+/// TLS handshakes in progress at most from one address, so one client cannot take the rest
+/// (32 addresses of stalled handshakes fill the server's bound).
+const HANDSHAKES_PER_ADDRESS: usize = 8;
+/// Under pressure (fewer than a quarter of the handshake slots free), a handshake that has held
+/// its slot this long is dropped, so clients that stall after their ClientHello cannot keep the
+/// slots from the ones that finish in a few round trips.
+const PRESSURED_HANDSHAKE: Duration = Duration::from_millis(300);
+/// How often a handshake in progress looks at the pressure.
+const PRESSURE_CHECK: Duration = Duration::from_millis(50);
 /// Bytes of one stream's reply hyper buffers at most (its default is 400 KiB): with replies
 /// handed over in pieces, what the transport holds for a stream nobody reads stays small (this
 /// and one piece, 32 KiB, per stream sending a reply).
@@ -98,6 +106,26 @@ pub struct Connections {
     handshakes: Arc<Semaphore>,
     handshaking: Arc<PerAddress>,
     metrics: Arc<Metrics>,
+    /// The connections being served, for closing an idle one when the table is full.
+    live: Mutex<WeakSlots<Live>>,
+}
+
+/// A connection being served, as the table sees it: whether it has streams, and how to close
+/// it.
+struct Live {
+    streams: Arc<Streams>,
+    /// Set once it was picked to make room (it funds exactly one new connection).
+    evicted: AtomicBool,
+    evict: tokio::sync::Notify,
+}
+
+impl std::fmt::Debug for Live {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Live")
+            .field("streams", &self.streams.open.load(Ordering::Relaxed))
+            .field("evicted", &self.evicted.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
 }
 
 /// One open connection's place; given back when it closes.
@@ -182,6 +210,7 @@ impl Connections {
             handshakes: Arc::new(Semaphore::new(MAX_HANDSHAKES)),
             handshaking: Arc::default(),
             metrics,
+            live: Mutex::default(),
         })
     }
 
@@ -190,14 +219,24 @@ impl Connections {
         self.open.load(Ordering::Relaxed)
     }
 
-    /// A place for a connection from `ip`, or why there is none.
+    /// A place for a connection from `ip`, or why there is none. With every place taken, the
+    /// connection idle longest (no stream open) is closed to make room, as proxies shorten idle
+    /// timeouts under pressure: connections that open and then idle cannot keep real clients
+    /// out, whatever `idle_timeout` is.
     fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<Slot, ConnectionRefusal> {
         let settings = &self.settings;
-        self.open
+        let admitted = self
+            .open
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |open| {
                 (open < settings.max_connections).then_some(open + 1)
-            })
-            .map_err(|_| ConnectionRefusal::Connections)?;
+            });
+        if admitted.is_err() {
+            if !self.evict_idlest() {
+                return Err(ConnectionRefusal::Connections);
+            }
+            // Over the bound only until the evicted connection's task ends, at its next poll.
+            self.open.fetch_add(1, Ordering::Relaxed);
+        }
         // The slot exists from here: a refusal below drops it, which gives the place back.
         let Some(address) = self
             .by_address
@@ -210,6 +249,25 @@ impl Connections {
             connections: self.clone(),
             _address: address,
         })
+    }
+
+    /// Closes the connection idle longest, if one is idle; whether one was.
+    fn evict_idlest(&self) -> bool {
+        let live = self.live.lock();
+        let idlest = live
+            .iter()
+            .filter_map(Weak::upgrade)
+            .filter(|c| !c.evicted.load(Ordering::Relaxed))
+            .filter(|c| c.streams.open.load(Ordering::Relaxed) == 0)
+            .min_by_key(|c| *c.streams.idle_since.lock());
+        let Some(idlest) = idlest else {
+            return false;
+        };
+        if idlest.evicted.swap(true, Ordering::Relaxed) {
+            return false;
+        }
+        idlest.evict.notify_one();
+        true
     }
 
     fn refuse(&self, refusal: ConnectionRefusal, peer: SocketAddr) {
@@ -370,6 +428,26 @@ impl Connection {
         }
     }
 
+    /// `handshake`, given up (`None`) once it has held its slot for `PRESSURED_HANDSHAKE` while
+    /// fewer than a quarter of the slots are free.
+    async fn under_pressure<F: Future>(&self, handshake: F) -> Option<F::Output> {
+        let held_since = Instant::now();
+        let handshakes = &self.connections.handshakes;
+        tokio::pin!(handshake);
+        let mut checks = tokio::time::interval(PRESSURE_CHECK);
+        loop {
+            tokio::select! {
+                done = &mut handshake => return Some(done),
+                _ = checks.tick() => {
+                    let pressed = handshakes.available_permits() < MAX_HANDSHAKES / 4;
+                    if pressed && held_since.elapsed() >= PRESSURED_HANDSHAKE {
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+
     /// The TLS handshake, bounded: its ClientHello within `HELLO_TIMEOUT` (before it takes a
     /// slot), all of it by `deadline`, a few at once per address. `None`: the connection is
     /// dropped.
@@ -414,10 +492,18 @@ impl Connection {
             tracing::debug!(%peer, "no TLS handshake slot in time");
             return None;
         };
-        match tokio::time::timeout_at(deadline, start.into_stream(tls.config())).await {
-            Ok(Ok(stream)) => Some(stream),
-            Ok(Err(error)) => {
+        let handshake = self.under_pressure(start.into_stream(tls.config()));
+        match tokio::time::timeout_at(deadline, handshake).await {
+            Ok(Some(Ok(stream))) => Some(stream),
+            Ok(Some(Err(error))) => {
                 tracing::debug!(%peer, %error, "a TLS handshake failed");
+                None
+            }
+            Ok(None) => {
+                tracing::debug!(%peer, "a slow TLS handshake dropped under pressure");
+                self.connections
+                    .metrics
+                    .connection_closed("handshake_pressure");
                 None
             }
             Err(_) => {
@@ -452,6 +538,12 @@ impl Connection {
         let io = TokioIo::new(Preface::new(io, preface.clone()));
         let connection = self.served.builder.serve_connection(io, service);
         tokio::pin!(connection);
+        let live = Arc::new(Live {
+            streams: streams.clone(),
+            evicted: AtomicBool::new(false),
+            evict: tokio::sync::Notify::new(),
+        });
+        let _listed = Listed::new(&self.connections, &live);
         let period = check_period(&settings);
         // Set once the connection was asked to finish: it is dropped if it has not by then.
         let mut closing: Option<Instant> = None;
@@ -466,6 +558,19 @@ impl Connection {
                 () = self.stop.cancelled(), if closing.is_none() => {
                     connection.as_mut().graceful_shutdown();
                     closing = Some(Instant::now() + CLOSE_GRACE);
+                }
+                () = live.evict.notified() => {
+                    self.connections.metrics.connection_closed("evicted_idle");
+                    // Idle when picked: closed at once, its place goes to the new connection.
+                    // A stream that began since is let finish, as on shutdown.
+                    if streams.open.load(Ordering::Relaxed) == 0 {
+                        tracing::debug!(peer = %self.peer, "idle connection closed to make room");
+                        return;
+                    }
+                    if closing.is_none() {
+                        connection.as_mut().graceful_shutdown();
+                        closing = Some(Instant::now() + CLOSE_GRACE);
+                    }
                 }
                 () = tokio::time::sleep(period) => {
                     let now = Instant::now();
@@ -493,6 +598,25 @@ impl Connection {
                 }
             }
         }
+    }
+}
+
+/// A connection's entry in the table of live ones; leaves it when dropped.
+struct Listed<'c> {
+    connections: &'c Connections,
+    slot: usize,
+}
+
+impl<'c> Listed<'c> {
+    fn new(connections: &'c Connections, live: &Arc<Live>) -> Self {
+        let slot = connections.live.lock().insert(Arc::downgrade(live));
+        Listed { connections, slot }
+    }
+}
+
+impl Drop for Listed<'_> {
+    fn drop(&mut self) {
+        self.connections.live.lock().remove(self.slot);
     }
 }
 
