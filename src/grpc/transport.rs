@@ -138,6 +138,9 @@ struct Slot {
 /// replies hold, for evicting what a client does not read.
 struct Streams {
     open: AtomicUsize,
+    /// Whether any stream was ever opened: a connection that never served one goes first when
+    /// room is made.
+    served: AtomicBool,
     /// When the last stream ended (or the connection opened), while none is open.
     idle_since: Mutex<Instant>,
     replies: Arc<Replies<StreamGuard>>,
@@ -251,7 +254,9 @@ impl Connections {
         })
     }
 
-    /// Closes the connection idle longest, if one is idle; whether one was.
+    /// Closes a connection with no stream open, if there is one; whether there was. Those that
+    /// never served a stream go first (a flood of connections that only idle), then the one
+    /// idle longest.
     fn evict_idlest(&self) -> bool {
         let live = self.live.lock();
         let idlest = live
@@ -259,7 +264,10 @@ impl Connections {
             .filter_map(Weak::upgrade)
             .filter(|c| !c.evicted.load(Ordering::Relaxed))
             .filter(|c| c.streams.open.load(Ordering::Relaxed) == 0)
-            .min_by_key(|c| *c.streams.idle_since.lock());
+            .min_by_key(|c| {
+                let served = c.streams.served.load(Ordering::Relaxed);
+                (served, *c.streams.idle_since.lock())
+            });
         let Some(idlest) = idlest else {
             return false;
         };
@@ -285,6 +293,7 @@ impl Drop for Slot {
 impl Streams {
     fn begin(self: &Arc<Self>) -> StreamGuard {
         self.open.fetch_add(1, Ordering::Relaxed);
+        self.served.store(true, Ordering::Relaxed);
         StreamGuard(self.clone())
     }
 
@@ -525,6 +534,7 @@ impl Connection {
         let preface = Arc::new(AtomicBool::new(false));
         let streams = Arc::new(Streams {
             open: AtomicUsize::new(0),
+            served: AtomicBool::new(false),
             idle_since: Mutex::new(Instant::now()),
             replies: Arc::default(),
         });

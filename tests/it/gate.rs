@@ -572,3 +572,83 @@ async fn one_identity_holds_at_most_its_share_of_decoded_requests() {
     drop(streams);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A client that opens an HTTP/2 connection (preface and SETTINGS) and then idles on it, and
+/// opens another a second after the server closes it, from `tasks` loops, until `stop`: a
+/// flood of idle connections (the review's reopened every few minutes).
+fn idle_flood(
+    addr: &str,
+    tasks: usize,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<usize>> {
+    (0..tasks)
+        .map(|_| {
+            let (addr, stop) = (addr.to_owned(), stop.clone());
+            tokio::spawn(async move {
+                let mut opened = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) && opened < 10_000 {
+                    let Ok(tcp) = tokio::net::TcpStream::connect(&addr).await else {
+                        continue;
+                    };
+                    let Ok((_send, connection)) = h2::client::handshake(tcp).await else {
+                        continue;
+                    };
+                    opened += 1;
+                    // Held, idle, until the server closes it (or the test ends).
+                    let _ =
+                        tokio::time::timeout(std::time::Duration::from_secs(5), connection).await;
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                }
+                opened
+            })
+        })
+        .collect()
+}
+
+/// Connections that send the preface and SETTINGS and then idle, reopened as fast as they are
+/// closed, filled the table: real clients got UNAVAILABLE for as long as the flood ran. Now a
+/// full table closes the connection idle longest to admit a new one, and a real client is
+/// served while the flood runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn idle_connections_make_room_for_a_real_client_while_the_flood_runs() {
+    let config = config_with_tokens(
+        "[server]\nmax_connections = 48\nmax_connections_per_address = 48\nidle_timeout = \"10m\"\n",
+    );
+    let (server, _first, dir) = binary(&config).await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flood = idle_flood(&server.addr, 64, stop.clone());
+    // The table is full of idle connections.
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    for n in 0..5 {
+        let channel = connect(server.addr.parse().unwrap()).await;
+        let mut client = pb::tool_gate_client::ToolGateClient::new(channel);
+        let call = request(json!([{"id": format!("r{n}"), "name": "echo", "arguments": {"n": n}}]));
+        let answer = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            client.dispatch(as_agent(call)),
+        )
+        .await
+        .expect("answered");
+        assert!(answer.unwrap().into_inner().all_succeeded);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let opened: usize = futures::future::join_all(flood)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .sum();
+    assert!(
+        opened > 48,
+        "the flood filled the table ({opened} connections)"
+    );
+    let evicted = crate::hardening::counter(
+        &server,
+        "toolgate_connections_closed_total{toolgate_reason=\"evicted_idle\"}",
+    )
+    .await;
+    assert!(
+        evicted >= 5,
+        "{evicted} idle connections were closed to make room"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

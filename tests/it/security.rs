@@ -961,6 +961,83 @@ fn idle_sockets_cannot_starve_tls_handshakes() {
     }
 }
 
+/// A whole TLS 1.3 ClientHello, as a client sends it first.
+fn client_hello() -> Vec<u8> {
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let mut client = rustls::ClientConnection::new(std::sync::Arc::new(config), name).unwrap();
+    let mut hello = Vec::new();
+    client.write_tls(&mut hello).unwrap();
+    hello
+}
+
+/// 40 addresses x 8 sockets that send a whole ClientHello and then stall, as many as every
+/// handshake slot and more: they held the slots to the handshake timeout, and legitimate
+/// handshakes waited past theirs. Now slow handshakes give up their slots under pressure, and
+/// legitimate clients keep connecting.
+#[test]
+fn stalled_tls_handshakes_cannot_keep_legitimate_ones_out() {
+    crate::peers::require_peers!(TestEnv);
+    let dir = folder("tls-stalled-hello");
+    let ca = Ca::new();
+    let (cert, key) = ca.sign(&["localhost"]);
+    let ca_file = write(&dir, "ca.pem", &ca.pem);
+    let config = write(
+        &dir,
+        "toolgate.toml",
+        &format!(
+            "[server]\nmax_connections_per_address = 0\n[tls]\ncert_file = \"{}\"\nkey_file = \"{}\"\nhandshake_timeout = \"10s\"\n",
+            write(&dir, "server.pem", &cert),
+            write(&dir, "server.key", &key),
+        ),
+    );
+    let server = Binary::start(&["--config", &config]);
+    let target: std::net::SocketAddr = server.addr.parse().unwrap();
+    let hello = client_hello();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let _stalling = runtime.block_on(async {
+        use tokio::io::AsyncWriteExt;
+        let mut stalling = Vec::new();
+        for host in 2..42u8 {
+            for _ in 0..8 {
+                let socket = tokio::net::TcpSocket::new_v4().unwrap();
+                socket
+                    .bind((std::net::Ipv4Addr::new(127, 0, 0, host), 0).into())
+                    .unwrap();
+                let mut stream = socket.connect(target).await.unwrap();
+                stream.write_all(&hello).await.unwrap();
+                stalling.push(stream);
+            }
+        }
+        stalling
+    });
+    let addr = server.addr.replace("127.0.0.1", "localhost");
+    for _ in 0..5 {
+        let (ok, out) = grpcurl(
+            &[
+                "-cacert",
+                &ca_file,
+                "-connect-timeout",
+                "4",
+                "-max-time",
+                "5",
+            ],
+            &addr,
+            &["list"],
+        );
+        assert!(ok && out.contains("toolgate.v1.ToolGate"), "{out}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn a_client_certificate_that_maps_to_no_identity_is_refused_not_anonymous() {
     crate::peers::require_peers!(TestEnv);
