@@ -480,7 +480,7 @@ async fn requests_that_decode_to_hundreds_of_mib_are_refused_before_they_are_hel
         let expected = match n % 2 {
             0 => "once decoded (small objects cost far more decoded than on the wire)",
             _ => {
-                "would hold more than 67108864 bytes once decoded (limits.max_decoded_bytes_per_connection)"
+                "would hold more than 50331648 bytes once decoded (limits.max_decoded_bytes_per_connection)"
             }
         };
         assert!(status.message().contains(expected), "{}", status.message());
@@ -510,7 +510,7 @@ async fn requests_that_decode_to_hundreds_of_mib_are_refused_before_they_are_hel
 }
 
 /// One identity keeping batches of 3.9 MB in flight (each sleeps) holds at most its share of
-/// decoded bytes (96 MiB): the one past it is refused RESOURCE_EXHAUSTED naming the identity's
+/// decoded bytes (64 MiB): the one past it is refused RESOURCE_EXHAUSTED naming the identity's
 /// bound, and another identity of the same tenant is still served.
 #[tokio::test(flavor = "multi_thread")]
 async fn one_identity_holds_at_most_its_share_of_decoded_requests() {
@@ -549,11 +549,11 @@ async fn one_identity_holds_at_most_its_share_of_decoded_requests() {
     let (n, status) = refused.expect("the identity met its share");
     assert_eq!(status.code(), tonic::Code::ResourceExhausted);
     assert!(
-        status.message().starts_with("this identity's running batches and this request would hold more than 100663296 bytes once decoded"),
+        status.message().starts_with("this identity's running batches and this request would hold more than 67108864 bytes once decoded"),
         "{}",
         status.message()
     );
-    assert!((20..=25).contains(&n), "{n} batches of 3.9 MB were held");
+    assert!((14..=17).contains(&n), "{n} batches of 3.9 MB were held");
     eprintln!(
         "in flight: {n} batches held, RSS {} MiB before, peak {} MiB",
         before >> 20,

@@ -134,10 +134,10 @@ impl Default for Limits {
             max_buffered_request_bytes_per_connection: 16 * 1024 * 1024,
             max_unread_reply_bytes: 64 * 1024 * 1024,
             max_unread_reply_bytes_per_connection: 16 * 1024 * 1024,
-            max_decoded_bytes: 192 * 1024 * 1024,
-            max_decoded_bytes_per_tenant: 128 * 1024 * 1024,
-            max_decoded_bytes_per_identity: 96 * 1024 * 1024,
-            max_decoded_bytes_per_connection: 64 * 1024 * 1024,
+            max_decoded_bytes: 128 * 1024 * 1024,
+            max_decoded_bytes_per_tenant: 96 * 1024 * 1024,
+            max_decoded_bytes_per_identity: 64 * 1024 * 1024,
+            max_decoded_bytes_per_connection: 48 * 1024 * 1024,
         }
     }
 }
