@@ -59,7 +59,7 @@ impl Drop for AddressTurn {
 }
 
 /// The address a client is counted under.
-fn client_of(ip: IpAddr) -> IpAddr {
+pub(crate) fn client_of(ip: IpAddr) -> IpAddr {
     match ip.to_canonical() {
         IpAddr::V6(v6) => {
             let s = v6.segments();

@@ -114,6 +114,8 @@ pub struct Connections {
 /// it.
 struct Live {
     streams: Arc<Streams>,
+    /// The address it is counted under (`per_address::client_of`).
+    client: IpAddr,
     /// Set once it was picked to make room (it funds exactly one new connection).
     evicted: AtomicBool,
     evict: tokio::sync::Notify,
@@ -234,17 +236,23 @@ impl Connections {
                 (open < settings.max_connections).then_some(open + 1)
             });
         if admitted.is_err() {
-            if !self.evict_idlest() {
+            if !self.evict_idlest(None) {
                 return Err(ConnectionRefusal::Connections);
             }
             // Over the bound only until the evicted connection's task ends, at its next poll.
             self.open.fetch_add(1, Ordering::Relaxed);
         }
-        // The slot exists from here: a refusal below drops it, which gives the place back.
-        let Some(address) = self
-            .by_address
-            .take(ip, settings.max_connections_per_address)
-        else {
+        // The place is taken from here: a refusal below gives it back. An address at its bound
+        // makes room the same way, from its own idle connections.
+        let per_address = settings.max_connections_per_address;
+        let address = self.by_address.take(ip, per_address).or_else(|| {
+            let client = super::per_address::client_of(ip);
+            // Each victim funds one connection: over the bound only until it has closed.
+            (per_address > 0 && self.evict_idlest(Some(client)))
+                .then(|| self.by_address.take(ip, 0))
+                .flatten()
+        });
+        let Some(address) = address else {
             self.open.fetch_sub(1, Ordering::Relaxed);
             return Err(ConnectionRefusal::ConnectionsPerAddress);
         };
@@ -257,11 +265,13 @@ impl Connections {
     /// Closes a connection with no stream open, if there is one; whether there was. Those that
     /// never served a stream go first (a flood of connections that only idle), then the one
     /// idle longest.
-    fn evict_idlest(&self) -> bool {
+    /// `client`: only among the connections of that address.
+    fn evict_idlest(&self, client: Option<IpAddr>) -> bool {
         let live = self.live.lock();
         let idlest = live
             .iter()
             .filter_map(Weak::upgrade)
+            .filter(|c| client.is_none_or(|ip| c.client == ip))
             .filter(|c| !c.evicted.load(Ordering::Relaxed))
             .filter(|c| c.streams.open.load(Ordering::Relaxed) == 0)
             .min_by_key(|c| {
@@ -550,6 +560,7 @@ impl Connection {
         tokio::pin!(connection);
         let live = Arc::new(Live {
             streams: streams.clone(),
+            client: super::per_address::client_of(self.peer.ip()),
             evicted: AtomicBool::new(false),
             evict: tokio::sync::Notify::new(),
         });

@@ -652,3 +652,59 @@ async fn idle_connections_make_room_for_a_real_client_while_the_flood_runs() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The agent writes its request's bindings: one named after a registered tool would swap that
+/// tool for another (`echo → now` ran `now` when the model called `echo`). Refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_cannot_swap_a_tool_for_another_with_a_binding() {
+    let (_server, mut client, dir) = binary(&config_with_tokens("")).await;
+    let mut req = request(json!([{"id": "a", "name": "echo", "arguments": {"x": 1}}]));
+    req.bindings.insert(
+        "echo".into(),
+        pb::Binding {
+            tool: "now".into(),
+            input: None,
+        },
+    );
+    let status = client.dispatch(as_agent(req)).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert_eq!(
+        status.message(),
+        "binding 'echo': 'echo' is a registered tool's name, which a binding to another tool ('now') may not shadow"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Secrets a tool echoes (as a tool's output might carry them into the model's context) are
+/// redacted by the binary: registry passwords, Sentry DSN keys, Vault tokens, base64 PEM keys;
+/// their look-alikes stay.
+#[tokio::test(flavor = "multi_thread")]
+async fn secrets_in_tool_output_do_not_reach_the_agent() {
+    let (_server, mut client, dir) = binary(&config_with_tokens("")).await;
+    let text = "docker login -u ci -p Hunt3r registry.example.com\n\
+        SENTRY_DSN=https://0123456789abcdef0123456789abcdef@o123456.ingest.sentry.io/4504\n\
+        VAULT_TOKEN=hvs.Q2hBU0lHc1p2VjNrb1pNd0pUc2xWdUxkc3V3S0doakJuSUY0a0JrQmpy\n\
+        client-key-data: LS0tLS1CRUdJTiBFQyBQUklWQVRFIEtFWS0tLS0tCk1IY0NBUUVFSUJrZzRMVldNOW51d05TazN5Qnl4WnBZUlRCblZKazVBRHlpOE1sM21QeitvQW9HQ0NxR1NNNDkKLS0tLS1FTkQgRUMgUFJJVkFURSBLRVktLS0tLQo=\n\
+        docker login -u ci registry.example.com; git clone https://alice@git.example.com/x.git";
+    let req = request(json!([{"id": "e", "name": "echo", "arguments": {"text": text}}]));
+    let result = client.dispatch(as_agent(req)).await.unwrap().into_inner();
+    let content = &result.results[0].content;
+    for leaked in [
+        "Hunt3r",
+        "0123456789abcdef0123456789abcdef",
+        "hvs.Q2hBU0lH",
+        "LS0tLS1CRUdJTiBFQyBQUklWQVRF",
+    ] {
+        assert!(!content.contains(leaked), "{leaked} in {content}");
+    }
+    for kept in [
+        "[REDACTED:docker_password]",
+        "[REDACTED:sentry_dsn]",
+        "[REDACTED:vault_token]",
+        "[REDACTED:pem_private_key]",
+        "docker login -u ci registry.example.com; git clone https://alice@git.example.com/x.git",
+    ] {
+        assert!(content.contains(kept), "{kept} missing in {content}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
