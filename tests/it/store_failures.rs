@@ -13,7 +13,7 @@ use toolgate::pb;
 use toolgate::pb::ErrorClass;
 use toolgate::pb::tool_gate_client::ToolGateClient;
 
-use crate::peers::require_peers;
+use crate::peers::{Binary, require_peers};
 use crate::shared_sessions::{Redis, in_session, redis_cli};
 use crate::support::*;
 
@@ -35,18 +35,59 @@ fn two_tenants() -> String {
     )
 }
 
-/// A server on `redis` with `sessions` lines in its `[sessions]` and `extra` config.
-async fn server_on(redis: &Redis, sessions: &str, extra: &str) -> TestServer {
+/// The binary serving on a free port, and a channel to it.
+struct Replica {
+    binary: Binary,
+    channel: Channel,
+    dir: std::path::PathBuf,
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The binary on `redis` with `sessions` lines in its `[sessions]` and `extra` config.
+async fn server_on(redis: &Redis, sessions: &str, extra: &str) -> Replica {
     let config = format!(
         "[sessions]\nstore = \"{}\"\n{sessions}\n{}{extra}",
         redis.url(),
         two_tenants()
     );
-    start_with(Config::from_toml(&config).unwrap()).await
+    // Checked here, so a mistake reads as a config error rather than a binary that exits.
+    Config::from_toml(&config).unwrap();
+    let dir = std::env::temp_dir().join(format!(
+        "toolgate-it-store-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("toolgate.toml");
+    std::fs::write(&path, config).unwrap();
+    let binary = Binary::start(&["--config", path.to_str().unwrap()]);
+    let channel = connect(binary.addr.parse().unwrap()).await;
+    Replica {
+        binary,
+        channel,
+        dir,
+    }
+}
+
+static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The `/metrics` text of `server`'s admin listener.
+async fn metrics_of(server: &Replica) -> String {
+    http_get(format!("http://{}/metrics", server.binary.admin))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
 }
 
 /// A client of `server` presenting `tenant`'s token.
-fn as_tenant(server: &TestServer, tenant: &str) -> Tenant {
+fn as_tenant(server: &Replica, tenant: &str) -> Tenant {
     let header: tonic::metadata::MetadataValue<_> =
         format!("Bearer {tenant}-secret").parse().unwrap();
     let add: Box<dyn FnMut(tonic::Request<()>) -> tonic::Result<tonic::Request<()>> + Send> =
@@ -214,7 +255,7 @@ async fn a_tenants_sessions_together_hold_no_more_scratch_bytes_than_its_bound_a
 }
 
 /// `tenant`'s memory entries of `session` on `server` (none when it has none or is not live).
-async fn memory_of(server: &TestServer, tenant: &str, session: &str) -> usize {
+async fn memory_of(server: &Replica, tenant: &str, session: &str) -> usize {
     let request = pb::GetSessionMemoryRequest {
         session_id: session.into(),
     };
@@ -250,7 +291,7 @@ async fn a_tenants_sessions_together_keep_no_more_memory_bytes_than_its_bound() 
     assert!(r.all_succeeded);
     assert_eq!(memory_of(&server, "acme", "second").await, 0);
     let dropped = "toolgate_evictions_total{toolgate_reason=\"tenant_memory_bytes\",toolgate_store=\"session_memory\"} 1";
-    let metrics = metrics_text(&server).await;
+    let metrics = metrics_of(&server).await;
     assert!(metrics.contains(dropped), "{metrics}");
     // Another tenant's bound is its own.
     let r = globex.dispatch(echo("second")).await.unwrap().into_inner();
