@@ -235,28 +235,6 @@ pub(crate) fn rss(pid: u32) -> u64 {
     kib * 1024
 }
 
-/// Opens `path` on `send` with `token`, sending `frame`, and never reads the reply (the
-/// connection's window is zero).
-async fn open_unread_as(
-    send: &h2::client::SendRequest<bytes::Bytes>,
-    path: &str,
-    token: &str,
-    frame: bytes::Bytes,
-) -> (h2::client::ResponseFuture, h2::SendStream<bytes::Bytes>) {
-    let head = http::Request::builder()
-        .method("POST")
-        .uri(format!("http://toolgate{path}"))
-        .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .header("authorization", format!("Bearer {token}"))
-        .body(())
-        .unwrap();
-    let mut send = send.clone().ready().await.unwrap();
-    let (response, mut body) = send.send_request(head, false).unwrap();
-    body.send_data(frame, true).unwrap();
-    (response, body)
-}
-
 /// A config whose `echo` calls starting "risky" ask a person, with `stall_timeout`.
 fn asking(stall_timeout: &str) -> String {
     config_with_approvers(&format!(
@@ -337,7 +315,8 @@ async fn an_unread_watch_pins_previews_not_arguments() {
     let unread = crate::hardening::zero_window(&server.addr).await;
     let watch = crate::hardening::grpc_frame(&pb::WatchApprovalsRequest::default());
     let path = "/toolgate.v1.ToolGate/WatchApprovals";
-    let (_headers, _body) = open_unread_as(&unread, path, APPROVER, watch).await;
+    let (_headers, _body) =
+        crate::hardening::open_unread_with(&unread, path, Some(APPROVER), watch).await;
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     let before = rss(pid);
     let peak = approvals_come_and_go(&mut client, 64, &"x".repeat(3_000_000), pid).await;
@@ -364,7 +343,8 @@ async fn an_unread_watch_is_ended_when_it_stalls() {
     let unread = crate::hardening::zero_window(&server.addr).await;
     let watch = crate::hardening::grpc_frame(&pb::WatchApprovalsRequest::default());
     let path = "/toolgate.v1.ToolGate/WatchApprovals";
-    let (_headers, _body) = open_unread_as(&unread, path, APPROVER, watch).await;
+    let (_headers, _body) =
+        crate::hardening::open_unread_with(&unread, path, Some(APPROVER), watch).await;
     approvals_come_and_go(&mut client, 3, "x", pid).await;
     // The watchdog looks every quarter of the timeout.
     tokio::time::sleep(std::time::Duration::from_secs(3)).await;

@@ -1012,13 +1012,25 @@ async fn open_unread(
     path: &str,
     frame: bytes::Bytes,
 ) -> (h2::client::ResponseFuture, h2::SendStream<bytes::Bytes>) {
-    let head = http::Request::builder()
+    open_unread_with(send, path, None, frame).await
+}
+
+/// `open_unread`, with `token` as its bearer credential.
+pub(crate) async fn open_unread_with(
+    send: &h2::client::SendRequest<bytes::Bytes>,
+    path: &str,
+    token: Option<&str>,
+    frame: bytes::Bytes,
+) -> (h2::client::ResponseFuture, h2::SendStream<bytes::Bytes>) {
+    let mut head = http::Request::builder()
         .method("POST")
         .uri(format!("http://toolgate{path}"))
         .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .body(())
-        .unwrap();
+        .header("te", "trailers");
+    if let Some(token) = token {
+        head = head.header("authorization", format!("Bearer {token}"));
+    }
+    let head = head.body(()).unwrap();
     let mut send = send.clone().ready().await.unwrap();
     let (response, mut body) = send.send_request(head, false).unwrap();
     body.send_data(frame, true).unwrap();

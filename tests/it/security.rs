@@ -900,11 +900,10 @@ fn by_default_anonymous_callers_are_let_in_only_from_this_machine() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-#[test]
-fn idle_sockets_cannot_starve_tls_handshakes() {
-    crate::peers::require_peers!(TestEnv);
-    use std::io::Read;
-    let dir = folder("tls-starve");
+/// The binary serving TLS (a certificate for `localhost` from a new CA) with no bound on
+/// connections per address, in folder `name`: the server, the CA file and the folder.
+fn tls_binary(name: &str) -> (Binary, String, std::path::PathBuf) {
+    let dir = folder(name);
     let ca = Ca::new();
     let (cert, key) = ca.sign(&["localhost"]);
     let ca_file = write(&dir, "ca.pem", &ca.pem);
@@ -912,12 +911,20 @@ fn idle_sockets_cannot_starve_tls_handshakes() {
         &dir,
         "toolgate.toml",
         &format!(
-            "[server]\nmax_connections_per_address = 0\n[tls]\ncert_file = \"{}\"\nkey_file = \"{}\"\n",
+            "[server]\nmax_connections_per_address = 0\n[tls]\ncert_file = \"{}\"\nkey_file = \"{}\"\nhandshake_timeout = \"10s\"\n",
             write(&dir, "server.pem", &cert),
             write(&dir, "server.key", &key),
         ),
     );
     let server = Binary::start(&["--config", &config]);
+    (server, ca_file, dir)
+}
+
+#[test]
+fn idle_sockets_cannot_starve_tls_handshakes() {
+    crate::peers::require_peers!(TestEnv);
+    use std::io::Read;
+    let (server, ca_file, _dir) = tls_binary("tls-starve");
     // More silent sockets than the server runs handshakes at once (256).
     let mut silent: Vec<std::net::TcpStream> = (0..300)
         .map(|_| std::net::TcpStream::connect(&server.addr).unwrap())
@@ -983,20 +990,7 @@ fn client_hello() -> Vec<u8> {
 #[test]
 fn stalled_tls_handshakes_cannot_keep_legitimate_ones_out() {
     crate::peers::require_peers!(TestEnv);
-    let dir = folder("tls-stalled-hello");
-    let ca = Ca::new();
-    let (cert, key) = ca.sign(&["localhost"]);
-    let ca_file = write(&dir, "ca.pem", &ca.pem);
-    let config = write(
-        &dir,
-        "toolgate.toml",
-        &format!(
-            "[server]\nmax_connections_per_address = 0\n[tls]\ncert_file = \"{}\"\nkey_file = \"{}\"\nhandshake_timeout = \"10s\"\n",
-            write(&dir, "server.pem", &cert),
-            write(&dir, "server.key", &key),
-        ),
-    );
-    let server = Binary::start(&["--config", &config]);
+    let (server, ca_file, dir) = tls_binary("tls-stalled-hello");
     let target: std::net::SocketAddr = server.addr.parse().unwrap();
     let hello = client_hello();
     let runtime = tokio::runtime::Builder::new_current_thread()
