@@ -39,6 +39,11 @@ impl PerAddress {
         })
     }
 
+    /// How many turns `client` (an address as `client_of` counts it) holds.
+    pub(crate) fn held(&self, client: IpAddr) -> usize {
+        self.counts.lock().get(&client).copied().unwrap_or(0)
+    }
+
     /// How many addresses hold a turn.
     #[cfg(test)]
     pub(crate) fn addresses(&self) -> usize {

@@ -230,6 +230,28 @@ impl Connections {
     /// out, whatever `idle_timeout` is.
     fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<Slot, ConnectionRefusal> {
         let settings = &self.settings;
+        let client = super::per_address::client_of(ip);
+        // The address's bound first, so a connection refused there closes nobody's: an address
+        // at its bound makes room only from its own connections, and the place that frees in
+        // the table is the one it takes. Each victim funds one connection, over the bounds only
+        // until it has closed.
+        let Some(address) = self
+            .by_address
+            .take(ip, settings.max_connections_per_address)
+        else {
+            if !self.evict_idlest(Some(client)) {
+                return Err(ConnectionRefusal::ConnectionsPerAddress);
+            }
+            let address = self
+                .by_address
+                .take(ip, 0)
+                .ok_or(ConnectionRefusal::ConnectionsPerAddress)?;
+            self.open.fetch_add(1, Ordering::Relaxed);
+            return Ok(Slot {
+                connections: self.clone(),
+                _address: address,
+            });
+        };
         let admitted = self
             .open
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |open| {
@@ -239,33 +261,18 @@ impl Connections {
             if !self.evict_idlest(None) {
                 return Err(ConnectionRefusal::Connections);
             }
-            // Over the bound only until the evicted connection's task ends, at its next poll.
             self.open.fetch_add(1, Ordering::Relaxed);
         }
-        // The place is taken from here: a refusal below gives it back. An address at its bound
-        // makes room the same way, from its own idle connections.
-        let per_address = settings.max_connections_per_address;
-        let address = self.by_address.take(ip, per_address).or_else(|| {
-            let client = super::per_address::client_of(ip);
-            // Each victim funds one connection: over the bound only until it has closed.
-            (per_address > 0 && self.evict_idlest(Some(client)))
-                .then(|| self.by_address.take(ip, 0))
-                .flatten()
-        });
-        let Some(address) = address else {
-            self.open.fetch_sub(1, Ordering::Relaxed);
-            return Err(ConnectionRefusal::ConnectionsPerAddress);
-        };
         Ok(Slot {
             connections: self.clone(),
             _address: address,
         })
     }
 
-    /// Closes a connection with no stream open, if there is one; whether there was. Those that
-    /// never served a stream go first (a flood of connections that only idle), then the one
-    /// idle longest.
-    /// `client`: only among the connections of that address.
+    /// Closes a connection with no stream open, if there is one (`client`: one of that
+    /// address's); whether there was. Those of the address holding the most connections go
+    /// first (a flood comes from few addresses, and anything it sends makes its connections
+    /// look used), then those that never served a stream, then the one idle longest.
     fn evict_idlest(&self, client: Option<IpAddr>) -> bool {
         let live = self.live.lock();
         let idlest = live
@@ -275,8 +282,13 @@ impl Connections {
             .filter(|c| !c.evicted.load(Ordering::Relaxed))
             .filter(|c| c.streams.open.load(Ordering::Relaxed) == 0)
             .min_by_key(|c| {
+                let held = self.by_address.held(c.client);
                 let served = c.streams.served.load(Ordering::Relaxed);
-                (served, *c.streams.idle_since.lock())
+                (
+                    std::cmp::Reverse(held),
+                    served,
+                    *c.streams.idle_since.lock(),
+                )
             });
         let Some(idlest) = idlest else {
             return false;

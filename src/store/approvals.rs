@@ -14,23 +14,26 @@ use toolgate_core::tools::BoxFuture;
 
 use super::{RedisStore, keys, millis};
 
-/// The channel every replica publishes approval updates on and listens to.
-const CHANNEL: &str = "toolgate:{approvals}:updates";
+/// The channel every replica publishes approval updates on and listens to. Every key and the
+/// channel carry the relay's version (`v2`: who may answer is decided by the asking rule's
+/// policy): a replica of an earlier release, during a rolling upgrade, neither sees nor
+/// answers the approvals of this one, since it would let an agent answer its own.
+const CHANNEL: &str = "toolgate:{approvals}:v2:updates";
 /// How long an answered id is kept, so answering it again is "already answered".
 const ANSWERED_KEPT: Duration = Duration::from_secs(15 * 60);
 /// How long a tenant's index of pending approvals outlives its last change.
 const INDEX_KEPT: Duration = Duration::from_secs(24 * 3600);
 
 fn pending_key(id: &str) -> String {
-    format!("toolgate:{{approvals}}:pending:{id}")
+    format!("toolgate:{{approvals}}:v2:pending:{id}")
 }
 
 fn answered_key(id: &str) -> String {
-    format!("toolgate:{{approvals}}:answered:{id}")
+    format!("toolgate:{{approvals}}:v2:answered:{id}")
 }
 
 fn index_key(tenant: &str) -> String {
-    format!("toolgate:{{approvals}}:tenant:{tenant}")
+    format!("toolgate:{{approvals}}:v2:tenant:{tenant}")
 }
 
 /// A session's remembered answers, under its hash tag (dropped with its other keys).

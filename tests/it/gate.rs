@@ -359,8 +359,8 @@ async fn an_unread_watch_is_ended_when_it_stalls() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// One agent opening hundreds of watches takes its identity's share once the server is half
-/// full, and another tenant's approver still watches.
+/// One agent opening hundreds of watches holds its identity's share at most, and its tenant's
+/// approver and another tenant's still watch.
 #[tokio::test(flavor = "multi_thread")]
 async fn one_identity_holding_many_watches_leaves_room_for_another_tenant() {
     let (server, client, dir) = binary(&config_with_approvers("")).await;
@@ -388,9 +388,17 @@ async fn one_identity_holding_many_watches_leaves_room_for_another_tenant() {
     assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
     assert_eq!(
         refused.message(),
-        "this identity already holds 32 WatchApprovals streams, its share while the server is half full; close one, or list instead"
+        "this identity already holds 32 WatchApprovals streams, its share; close one, or list instead"
     );
-    assert_eq!(held.len(), 128, "alone, it took half the server");
+    assert_eq!(held.len(), 32, "its identity's share");
+    let mut alice = client.clone();
+    let own = alice
+        .watch_approvals(as_caller(
+            Some(APPROVER),
+            pb::WatchApprovalsRequest::default(),
+        ))
+        .await;
+    assert!(own.is_ok(), "{:?}", own.err());
     let mut gina = client.clone();
     let other = gina
         .watch_approvals(as_caller(
@@ -686,5 +694,47 @@ async fn secrets_in_tool_output_do_not_reach_the_agent() {
     ] {
         assert!(content.contains(kept), "{kept} missing in {content}");
     }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A request of 2,000,000 empty calls (two bytes each on the wire, under the 4 MiB limit)
+/// would take ~100 MiB as decoded values before anything weighed it: its fields are paid for
+/// before it is decoded, and it is refused RESOURCE_EXHAUSTED.
+#[tokio::test(flavor = "multi_thread")]
+async fn millions_of_empty_elements_are_refused_before_they_are_decoded() {
+    let (server, _client, dir) = binary(&config_with_tokens("")).await;
+    let pid = server.child.id();
+    let body = [0x12u8, 0x00].repeat(2_000_000);
+    let mut frame = vec![0u8];
+    frame.extend_from_slice(&u32::try_from(body.len()).unwrap().to_be_bytes());
+    frame.extend_from_slice(&body);
+    let before = rss(pid);
+    let (peak, statuses) = peak_rss_during(pid, async {
+        let send = crate::hardening::zero_window(&server.addr).await;
+        let mut statuses = Vec::new();
+        for _ in 0..4 {
+            let (response, _body) = crate::hardening::open_unread_with(
+                &send,
+                "/toolgate.v1.ToolGate/Dispatch",
+                Some(AGENT),
+                frame.clone().into(),
+            )
+            .await;
+            let response = response.await.unwrap();
+            let status = response.headers().get("grpc-status").cloned();
+            statuses.push(status.map(|s| s.to_str().unwrap().to_owned()));
+        }
+        statuses
+    })
+    .await;
+    assert!(
+        statuses.iter().all(|s| s.as_deref() == Some("8")),
+        "{statuses:?}"
+    );
+    assert!(
+        peak.saturating_sub(before) < 96 << 20,
+        "empty elements made the server hold {} MiB more",
+        (peak - before) >> 20
+    );
     let _ = std::fs::remove_dir_all(dir);
 }

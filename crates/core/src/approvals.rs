@@ -854,24 +854,31 @@ impl Approvals {
         Ok(listed)
     }
 
-    /// A place for one more watcher of `caller`'s: at most `MAX_WATCHES` watch at once, and
-    /// once half of them do, a tenant holds at most `TENANT_WATCHES` and an identity
-    /// `IDENTITY_WATCHES` (as batches share the server), so one caller holding hundreds of
-    /// watches leaves room for another tenant's approver.
+    /// A place for one more watcher of `caller`'s: at most `MAX_WATCHES` watch at once, one
+    /// identity at most `IDENTITY_WATCHES`, and once half of them do, a tenant at most
+    /// `TENANT_WATCHES` (as batches share the server), so one caller holding many watches
+    /// leaves room for its tenant's approvers and for other tenants.
     pub fn watch_slot(&self, caller: &Caller) -> Result<WatchSlot, WatchesFull> {
-        let identity = format!("{}:{}/{}", caller.method.name(), caller.tenant, caller.id);
+        // The parts kept apart (no text joins them ambiguously: a tenant may hold a '/').
+        let identity = format!(
+            "{}\u{0}{}\u{0}{}",
+            caller.method.name(),
+            caller.tenant,
+            caller.id
+        );
         let mut watchers = self.inner.watchers.lock();
         if watchers.total >= MAX_WATCHES {
             return Err(WatchesFull::Server(MAX_WATCHES));
         }
-        if watchers.total >= MAX_WATCHES / 2 {
-            let held = |map: &HashMap<String, usize>, key: &str| map.get(key).copied();
-            if held(&watchers.identities, &identity).unwrap_or(0) >= IDENTITY_WATCHES {
-                return Err(WatchesFull::Identity(IDENTITY_WATCHES));
-            }
-            if held(&watchers.tenants, &caller.tenant).unwrap_or(0) >= TENANT_WATCHES {
-                return Err(WatchesFull::Tenant(TENANT_WATCHES));
-            }
+        let held = |map: &HashMap<String, usize>, key: &str| map.get(key).copied().unwrap_or(0);
+        // Always: one identity (an agent) cannot take its own tenant's approvers' places.
+        if held(&watchers.identities, &identity) >= IDENTITY_WATCHES {
+            return Err(WatchesFull::Identity(IDENTITY_WATCHES));
+        }
+        if watchers.total >= MAX_WATCHES / 2
+            && held(&watchers.tenants, &caller.tenant) >= TENANT_WATCHES
+        {
+            return Err(WatchesFull::Tenant(TENANT_WATCHES));
         }
         watchers.total += 1;
         *watchers.tenants.entry(caller.tenant.clone()).or_default() += 1;
@@ -979,7 +986,7 @@ impl Drop for Unheld {
 pub const MAX_WATCHES: usize = 256;
 /// How many one tenant holds once half of `MAX_WATCHES` are taken.
 pub const TENANT_WATCHES: usize = 128;
-/// How many one identity (within its tenant and credential kind) holds once half are taken.
+/// How many one identity (within its tenant and credential kind) holds at once.
 pub const IDENTITY_WATCHES: usize = 32;
 
 /// `WatchApprovals` streams open.
@@ -1017,7 +1024,7 @@ pub enum WatchesFull {
     )]
     Tenant(usize),
     #[error(
-        "this identity already holds {0} WatchApprovals streams, its share while the server is half full; close one, or list instead"
+        "this identity already holds {0} WatchApprovals streams, its share; close one, or list instead"
     )]
     Identity(usize),
 }

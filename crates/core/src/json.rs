@@ -134,7 +134,8 @@ pub fn text_held_bytes(text: &str) -> usize {
                 0
             }
             b'{' => 32 + 640,
-            b'[' | b',' => 32,
+            // A `Vec` grows by doubling: an element may take two slots.
+            b'[' | b',' => 64,
             b':' => 64 + 32,
             _ => 0,
         };

@@ -11,7 +11,7 @@ use std::any::Any;
 use std::marker::PhantomData;
 
 use prost::Message;
-use prost::bytes::BufMut;
+use prost::bytes::{Buf, BufMut};
 use prost::encoding::{WireType, encode_key, encode_varint};
 use tonic::Status;
 use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
@@ -118,7 +118,14 @@ impl<U: Message + Default> Decoder for ToolgateDecoder<U> {
 
     fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
         let limit = protojson::MAX_DECODED_BYTES;
-        let (decoded, cost) = protojson::metered(limit, || self.inner.decode(buf));
+        let (decoded, cost) = protojson::metered(limit, || {
+            // The message's own elements first: empty ones never reach the value decoders.
+            let whole = buf.chunk().len() == buf.remaining();
+            if whole && !protojson::prepay_fields(buf.chunk()) {
+                return Ok(None);
+            }
+            self.inner.decode(buf)
+        });
         if cost.exceeded {
             return Err(Status::resource_exhausted(format!(
                 "the request's JSON values would hold more than {} MiB once decoded (small \

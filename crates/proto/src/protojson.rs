@@ -5,7 +5,7 @@
 mod meter;
 mod wire;
 
-pub use meter::{Metered, metered};
+pub use meter::{Metered, metered, prepay_fields};
 
 use std::fmt::Display;
 

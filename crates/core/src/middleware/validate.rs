@@ -72,7 +72,20 @@ impl<S> Validate<S> {
         if let Some(found) = compiled.get(tool) {
             return found.clone();
         }
-        let schema = self.catalog.snapshot().get(tool)?.tool.input_schema();
+        let snapshot = self.catalog.snapshot();
+        let registered = snapshot.get(tool)?;
+        // A quarantined tool's schema is the remote's unaccepted word, and its violations would
+        // quote it (a `const`, an `enum`) to the model: the call is refused QUARANTINED further
+        // in, unvalidated.
+        if registered
+            .pin
+            .as_ref()
+            .is_some_and(|p| p.changed_to.is_some())
+        {
+            compiled.insert(tool.to_owned(), None);
+            return None;
+        }
+        let schema = registered.tool.input_schema();
         let validator = match jsonschema::validator_for(&schema) {
             Ok(v) => Some(Arc::new(v)),
             Err(error) => {

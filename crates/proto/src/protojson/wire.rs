@@ -174,8 +174,8 @@ fn merge_value(
                     if tag == FIRST {
                         let mut item = Json::Null;
                         merge_message(&mut item, wire_type, buf, ctx, level + 1, found)?;
-                        // Even an empty item takes its slot.
-                        if spend(SLOT) {
+                        // Even an empty item takes its slot, and a `Vec` grows by doubling.
+                        if spend(2 * SLOT) {
                             items.push(item);
                         }
                         Ok(())

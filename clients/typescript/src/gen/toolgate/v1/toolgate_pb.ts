@@ -2371,7 +2371,7 @@ export const ToolGate: GenService<{
    * is over 2 KiB come as previews (`arguments_cut`); ListApprovals with the id has them whole.
    * A watcher that stops reading for `server.stall_timeout` while updates wait is ended
    * (DEADLINE_EXCEEDED); one that falls 1,024 updates behind is ended ABORTED. At most 256
-   * watches per server; once half are taken, 128 per tenant and 32 per identity
+   * watches per server; 32 per identity, and once half are taken, 128 per tenant
    * (RESOURCE_EXHAUSTED past them).
    *
    * @generated from rpc toolgate.v1.ToolGate.WatchApprovals
