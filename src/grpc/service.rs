@@ -471,10 +471,11 @@ impl ToolGate for ToolGateService {
     ) -> Result<Response<pb::ToolDefinition>, Status> {
         self.registration_allowed()?;
         let caller = access::caller(&request)?;
-        let tool = request.into_inner().tool;
+        let pb::AcceptToolChangeRequest { tool, digest } = request.into_inner();
+        let reviewed = Some(digest.as_str()).filter(|d| !d.is_empty());
         self.state
             .remotes
-            .accept(&tool)
+            .accept(&tool, reviewed)
             .map_err(RequestError::from)?;
         let registry = self.state.dispatcher.registry();
         let shown = registry

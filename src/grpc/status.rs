@@ -135,7 +135,9 @@ impl From<RequestError> for Status {
                     RemoteError::Duplicate(_) | RemoteError::Registry { .. } => Code::AlreadyExists,
                     RemoteError::Unknown(_) => Code::NotFound,
                     RemoteError::Unreachable { .. } => Code::Unavailable,
-                    RemoteError::NothingToAccept(_) => Code::FailedPrecondition,
+                    RemoteError::NothingToAccept(_) | RemoteError::ChangedSinceReview { .. } => {
+                        Code::FailedPrecondition
+                    }
                 }
             }
         };

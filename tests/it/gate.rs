@@ -178,6 +178,7 @@ async fn an_agent_is_shown_only_the_pinned_definition_of_a_quarantined_tool() {
     // The agent may neither accept the change nor run the tool meanwhile.
     let accept = || pb::AcceptToolChangeRequest {
         tool: "weather_now".into(),
+        ..Default::default()
     };
     let refused = client.accept_tool_change(as_agent(accept())).await;
     assert_eq!(refused.unwrap_err().code(), tonic::Code::PermissionDenied);
@@ -194,8 +195,26 @@ async fn an_agent_is_shown_only_the_pinned_definition_of_a_quarantined_tool() {
     );
     assert!(!format!("{result:?}").contains("id_rsa"), "{result:?}");
 
+    // Accepting names the change reviewed: another one is refused.
+    let stale = pb::AcceptToolChangeRequest {
+        tool: "weather_now".into(),
+        digest: "0".repeat(64),
+    };
+    let refused = client
+        .accept_tool_change(as_admin(stale))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused.code(),
+        tonic::Code::FailedPrecondition,
+        "{refused:?}"
+    );
+    let reviewed = pb::AcceptToolChangeRequest {
+        tool: "weather_now".into(),
+        digest: admin.changed_digest.clone(),
+    };
     let accepted = client
-        .accept_tool_change(as_admin(accept()))
+        .accept_tool_change(as_admin(reviewed))
         .await
         .unwrap()
         .into_inner();

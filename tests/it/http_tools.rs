@@ -209,6 +209,7 @@ async fn http_remotes_can_be_registered_at_run_time() {
         .clone()
         .accept_tool_change(pb::AcceptToolChangeRequest {
             tool: "weather_now".into(),
+            ..Default::default()
         })
         .await
         .unwrap();

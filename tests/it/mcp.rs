@@ -340,6 +340,7 @@ async fn tool_list_changes_are_followed_and_pinned_and_a_crashed_server_is_resta
         .clone()
         .accept_tool_change(pb::AcceptToolChangeRequest {
             tool: "pm.greet".into(),
+            ..Default::default()
         })
         .await
         .unwrap();

@@ -468,6 +468,7 @@ async fn a_changed_definition_is_quarantined_until_accepted() {
     let accepted = client
         .accept_tool_change(pb::AcceptToolChangeRequest {
             tool: "py.word_count".into(),
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -486,6 +487,7 @@ async fn a_changed_definition_is_quarantined_until_accepted() {
     let again = client
         .accept_tool_change(pb::AcceptToolChangeRequest {
             tool: "py.word_count".into(),
+            ..Default::default()
         })
         .await
         .unwrap_err();

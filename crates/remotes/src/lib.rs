@@ -50,4 +50,13 @@ pub enum RemoteError {
     Registry { name: String, source: RegistryError },
     #[error("tool '{0}' has no definition change awaiting approval")]
     NothingToAccept(String),
+    /// The change awaiting approval is not the one the admin named.
+    #[error(
+        "tool '{tool}' now awaits approval of definition {awaiting}, not {reviewed}; review it again"
+    )]
+    ChangedSinceReview {
+        tool: String,
+        awaiting: String,
+        reviewed: String,
+    },
 }

@@ -240,8 +240,9 @@ impl Remotes {
         Ok((names, source))
     }
 
-    /// Accepts a quarantined tool's new definition: it is pinned and runs again.
-    pub fn accept(&self, tool: &str) -> Result<(), RemoteError> {
+    /// Accepts a quarantined tool's new definition: it is pinned and runs again. With
+    /// `reviewed`, only while the change awaiting approval has that digest.
+    pub fn accept(&self, tool: &str, reviewed: Option<&str>) -> Result<(), RemoteError> {
         let nothing = || RemoteError::NothingToAccept(tool.to_owned());
         let accepted = self.catalog.update(|registry| {
             let current = registry.get(tool).cloned().ok_or_else(nothing)?;
@@ -251,6 +252,15 @@ impl Remotes {
                 .filter(|p| p.changed_to.is_some())
                 .ok_or_else(nothing)?;
             let digest = pin.changed_to.clone().unwrap_or_default();
+            if let Some(reviewed) = reviewed
+                && reviewed != digest
+            {
+                return Err(RemoteError::ChangedSinceReview {
+                    tool: tool.to_owned(),
+                    awaiting: digest,
+                    reviewed: reviewed.to_owned(),
+                });
+            }
             registry.remove(tool);
             let pin = ToolPin {
                 digest: digest.clone(),

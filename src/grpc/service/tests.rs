@@ -331,7 +331,10 @@ async fn remote_registration_is_permission_denied_unless_enabled_and_allowlisted
             .await
             .unwrap_err(),
         service
-            .accept_tool_change(local(pb::AcceptToolChangeRequest { tool: "x".into() }))
+            .accept_tool_change(local(pb::AcceptToolChangeRequest {
+                tool: "x".into(),
+                ..Default::default()
+            }))
             .await
             .unwrap_err(),
     ];

@@ -490,10 +490,12 @@ class RefreshRemoteRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class AcceptToolChangeRequest(_message.Message):
-    __slots__ = ("tool",)
+    __slots__ = ("tool", "digest")
     TOOL_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
     tool: str
-    def __init__(self, tool: _Optional[str] = ...) -> None: ...
+    digest: str
+    def __init__(self, tool: _Optional[str] = ..., digest: _Optional[str] = ...) -> None: ...
 
 class UnregisterRemoteRequest(_message.Message):
     __slots__ = ("name",)
