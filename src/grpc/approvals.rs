@@ -34,13 +34,7 @@ pub(super) async fn resolve(
     if request.approval_id.is_empty() {
         return Err(RequestError::Invalid("approval_id is required".to_owned()));
     }
-    // What every approval id is: nothing else reaches the store's keys or the audit log.
-    let id = &request.approval_id;
-    if id.len() != 32 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(RequestError::Invalid(
-            "approval_id: not an approval id (32 hexadecimal digits)".to_owned(),
-        ));
-    }
+    checked_approval_id(&request.approval_id)?;
     let approve = match Decision::try_from(request.decision) {
         Ok(Decision::Approve) => true,
         Ok(Decision::Deny) => false,
@@ -129,6 +123,17 @@ pub(super) async fn resolve(
     })
 }
 
+/// What every approval id is (32 hexadecimal digits): nothing else reaches the store's keys or
+/// the audit log.
+fn checked_approval_id(id: &str) -> Result<(), RequestError> {
+    if id.len() != 32 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(RequestError::Invalid(
+            "approval_id: not an approval id (32 hexadecimal digits)".to_owned(),
+        ));
+    }
+    Ok(())
+}
+
 /// The pending approvals `caller` may see, of one session or all, or the one named: arguments
 /// whole up to `whole_bytes` (half a reply), oldest first, the rest as previews.
 pub(super) async fn list(
@@ -137,6 +142,9 @@ pub(super) async fn list(
     request: pb::ListApprovalsRequest,
     whole_bytes: usize,
 ) -> Result<pb::ListApprovalsResponse, RequestError> {
+    if !request.approval_id.is_empty() {
+        checked_approval_id(&request.approval_id)?;
+    }
     let listing = Listing {
         session_id: Some(request.session_id.as_str()).filter(|s| !s.is_empty()),
         approval_id: Some(request.approval_id.as_str()).filter(|s| !s.is_empty()),

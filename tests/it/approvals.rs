@@ -654,6 +654,21 @@ regex = "^risky"
         listed.unwrap().into_inner().approvals,
         std::slice::from_ref(&approval)
     );
+    // And by id, read alone from the store.
+    for (id, expected) in [(approval.approval_id.clone(), 1), ("0".repeat(32), 0)] {
+        let by_id = pb::ListApprovalsRequest {
+            approval_id: id,
+            ..Default::default()
+        };
+        let listed = b.client.clone().list_approvals(by_id).await.unwrap();
+        assert_eq!(listed.into_inner().approvals.len(), expected);
+    }
+    let odd = pb::ListApprovalsRequest {
+        approval_id: "../pending:*".into(),
+        ..Default::default()
+    };
+    let refused = b.client.clone().list_approvals(odd).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
     let seen = tokio::time::timeout(Duration::from_secs(5), watch.next())
         .await
         .unwrap();
