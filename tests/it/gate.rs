@@ -12,27 +12,21 @@ use crate::support::*;
 const AGENT: &str = "agent-secret-token";
 const ADMIN: &str = "admin-secret-token";
 
+/// A `[[auth.tokens]]` entry: `id` of `tenant` with `role`, presenting `secret`.
+fn token(id: &str, tenant: &str, role: &str, secret: &str) -> String {
+    format!(
+        "[[auth.tokens]]\nid = \"{id}\"\ntenant = \"{tenant}\"\nroles = [\"{role}\"]\nsha256 = \"{}\"\n",
+        sha256_hex(secret)
+    )
+}
+
 /// A config with an agent token and an admin token, both of tenant `acme`, and nothing for
 /// anonymous callers; `extra` is appended.
 fn config_with_tokens(extra: &str) -> String {
     format!(
-        r#"
-[auth]
-anonymous = "none"
-[[auth.tokens]]
-id = "agent"
-tenant = "acme"
-roles = ["agent"]
-sha256 = "{}"
-[[auth.tokens]]
-id = "ops"
-tenant = "acme"
-roles = ["admin"]
-sha256 = "{}"
-{extra}
-"#,
-        sha256_hex(AGENT),
-        sha256_hex(ADMIN),
+        "[auth]\nanonymous = \"none\"\n{}{}{extra}\n",
+        token("agent", "acme", "agent", AGENT),
+        token("ops", "acme", "admin", ADMIN),
     )
 }
 
@@ -238,21 +232,9 @@ const OTHER_APPROVER: &str = "globex-approver-token";
 /// `config_with_tokens`, with an approver of `acme` and one of `globex`.
 fn config_with_approvers(extra: &str) -> String {
     config_with_tokens(&format!(
-        r#"
-[[auth.tokens]]
-id = "alice"
-tenant = "acme"
-roles = ["approver"]
-sha256 = "{}"
-[[auth.tokens]]
-id = "gina"
-tenant = "globex"
-roles = ["approver"]
-sha256 = "{}"
-{extra}
-"#,
-        sha256_hex(APPROVER),
-        sha256_hex(OTHER_APPROVER),
+        "{}{}{extra}",
+        token("alice", "acme", "approver", APPROVER),
+        token("gina", "globex", "approver", OTHER_APPROVER),
     ))
 }
 
@@ -534,10 +516,7 @@ async fn requests_that_decode_to_hundreds_of_mib_are_refused_before_they_are_hel
 /// bound, and another identity of the same tenant is still served.
 #[tokio::test(flavor = "multi_thread")]
 async fn one_identity_holds_at_most_its_share_of_decoded_requests() {
-    let config = config_with_tokens(&format!(
-        "[[auth.tokens]]\nid = \"agent-2\"\ntenant = \"acme\"\nroles = [\"agent\"]\nsha256 = \"{}\"\n",
-        sha256_hex(AGENT_2)
-    ));
+    let config = config_with_tokens(&token("agent-2", "acme", "agent", AGENT_2));
     let (server, client, dir) = binary(&config).await;
     let pid = server.child.id();
     let padding = "y".repeat(3_900_000);
