@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use futures::StreamExt;
-use toolgate_core::approvals::{Answer, Approval, ApprovalRelay, Approvals, Claim, Relayed};
+use toolgate_core::approvals::{
+    Answer, Approval, ApprovalRelay, Approvals, Claim, Previewed, Relayed,
+};
 use toolgate_core::session::StoreError;
 use toolgate_core::tools::BoxFuture;
 
@@ -23,7 +25,12 @@ const CHANNEL: &str = "toolgate:{approvals}:v2:updates";
 const ANSWERED_KEPT: Duration = Duration::from_secs(15 * 60);
 /// How long a tenant's index of pending approvals outlives its last change.
 const INDEX_KEPT: Duration = Duration::from_secs(24 * 3600);
+/// The fields of a pending approval's hash.
+const WHOLE: &str = "whole";
+const PREVIEW: &str = "preview";
 
+/// A pending approval: a hash of its record whole (`WHOLE`) and its preview with the size of
+/// its whole arguments (`PREVIEW`), so listing a tenant reads previews only.
 fn pending_key(id: &str) -> String {
     format!("toolgate:{{approvals}}:v2:pending:{id}")
 }
@@ -49,6 +56,16 @@ fn decode<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, StoreError> {
     serde_json::from_str(text).map_err(StoreError::new)
 }
 
+/// A pending approval's record, or `None` when it cannot be read (another version's): one
+/// unreadable record does not hide the rest.
+fn readable<T: serde::de::DeserializeOwned>(id: &str, text: String) -> Option<T> {
+    decode(&text)
+        .inspect_err(|error| {
+            tracing::warn!(target: "toolgate::approvals", %error, approval = %id, "a pending approval in the store could not be read");
+        })
+        .ok()
+}
+
 impl ApprovalRelay for RedisStore {
     fn open<'a>(&'a self, approval: &'a Approval) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
@@ -57,12 +74,19 @@ impl ApprovalRelay for RedisStore {
                 .duration_since(SystemTime::now())
                 .unwrap_or_default();
             let index = index_key(&approval.tenant);
+            let key = pending_key(&approval.id);
             let mut open = redis::pipe();
-            open.cmd("SET")
-                .arg(pending_key(&approval.id))
-                .arg(encode(approval)?)
-                .arg("PX")
-                .arg(millis(left + Duration::from_secs(1)))
+            // One transaction: a record never outlives its expiry for want of a PEXPIRE.
+            open.atomic()
+                .hset_multiple(
+                    &key,
+                    &[
+                        (WHOLE, encode(approval)?),
+                        (PREVIEW, encode(&Previewed::of(approval))?),
+                    ],
+                )
+                .ignore()
+                .pexpire(&key, millis(left + Duration::from_secs(1)) as i64)
                 .ignore()
                 .sadd(&index, &approval.id)
                 .ignore()
@@ -74,10 +98,29 @@ impl ApprovalRelay for RedisStore {
 
     fn peek<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Approval>, StoreError>> {
         Box::pin(async move {
-            let mut get = redis::cmd("GET");
-            get.arg(pending_key(id));
+            let mut get = redis::cmd("HGET");
+            get.arg(pending_key(id)).arg(WHOLE);
             let text: Option<String> = self.within(async |c| get.query_async(c).await).await?;
             text.as_deref().map(decode).transpose()
+        })
+    }
+
+    fn whole<'a>(
+        &'a self,
+        ids: &'a [String],
+    ) -> BoxFuture<'a, Result<Vec<Option<Approval>>, StoreError>> {
+        Box::pin(async move {
+            let mut get = redis::pipe();
+            for id in ids {
+                get.hget(pending_key(id), WHOLE);
+            }
+            let found: Vec<Option<String>> =
+                self.within(async |c| get.query_async(c).await).await?;
+            Ok(ids
+                .iter()
+                .zip(found)
+                .map(|(id, text)| readable::<Approval>(id, text?))
+                .collect())
         })
     }
 
@@ -116,7 +159,7 @@ impl ApprovalRelay for RedisStore {
         })
     }
 
-    fn pending<'a>(&'a self, tenant: &'a str) -> BoxFuture<'a, Result<Vec<Approval>, StoreError>> {
+    fn pending<'a>(&'a self, tenant: &'a str) -> BoxFuture<'a, Result<Vec<Previewed>, StoreError>> {
         Box::pin(async move {
             let index = index_key(tenant);
             let mut members = redis::cmd("SMEMBERS");
@@ -125,21 +168,17 @@ impl ApprovalRelay for RedisStore {
             if ids.is_empty() {
                 return Ok(Vec::new());
             }
-            let mut get = redis::cmd("MGET");
-            get.arg(ids.iter().map(|id| pending_key(id)).collect::<Vec<_>>());
+            let mut get = redis::pipe();
+            for id in &ids {
+                get.hget(pending_key(id), PREVIEW);
+            }
             let found: Vec<Option<String>> =
                 self.within(async |c| get.query_async(c).await).await?;
-            let mut approvals = Vec::new();
+            let mut previews = Vec::new();
             let mut gone = Vec::new();
             for (id, text) in ids.iter().zip(found) {
                 match text {
-                    Some(text) => match decode::<Approval>(&text) {
-                        Ok(approval) => approvals.push(approval),
-                        // One unreadable record (another version's) does not hide the rest.
-                        Err(error) => {
-                            tracing::warn!(target: "toolgate::approvals", %error, approval = %id, "a pending approval in the store could not be read");
-                        }
-                    },
+                    Some(text) => previews.extend(readable::<Previewed>(id, text)),
                     // Expired, with the server that held it gone: the index forgets it.
                     None => gone.push(id),
                 }
@@ -149,7 +188,7 @@ impl ApprovalRelay for RedisStore {
                 forget.arg(&index).arg(gone);
                 let _: i64 = self.within(async |c| forget.query_async(c).await).await?;
             }
-            Ok(approvals)
+            Ok(previews)
         })
     }
 

@@ -707,6 +707,42 @@ regex = "^risky"
     assert!(result.all_succeeded);
     assert!(events.iter().any(|e| matches!(e, Event::ApprovalResolved(r)
         if r.how == pb::approval_resolved::How::Remembered as i32)));
+    // Large arguments waiting on A: B's watcher is sent their preview from the store, and
+    // its listing reads them whole.
+    let big = format!("risky {}", "x".repeat(20_000));
+    let calls = json!([{"id": "c4", "name": "echo", "arguments": {"q": big}}]);
+    let (mut events, task) = spawn_batch(a, interactive("big", calls, false));
+    let approval = next_request(&mut events).await;
+    let mut watch = b
+        .client
+        .clone()
+        .watch_approvals(pb::WatchApprovalsRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let backlog = tokio::time::timeout(Duration::from_secs(5), watch.next())
+        .await
+        .unwrap();
+    let pb::watch_approvals_response::Update::Requested(previewed) =
+        backlog.unwrap().unwrap().update.unwrap()
+    else {
+        panic!("the backlog first")
+    };
+    assert_eq!(previewed.approval_id, approval.approval_id);
+    assert!(previewed.arguments_cut);
+    let listed = b
+        .client
+        .clone()
+        .list_approvals(pb::ListApprovalsRequest::default())
+        .await;
+    let listed = listed.unwrap().into_inner().approvals;
+    assert_eq!(listed.len(), 1);
+    assert!(!listed[0].arguments_cut);
+    assert_eq!(listed[0].arguments, approval.arguments);
+    resolve(b, &approval.approval_id, Decision::Deny, "too big")
+        .await
+        .unwrap();
+    assert!(!task.await.unwrap().all_succeeded);
     // Unanswered, it expires everywhere.
     let calls = json!([{"id": "c3", "name": "echo", "arguments": {"q": "risky 3"}}]);
     let (mut events, task) = spawn_batch(b, interactive("other", calls, false));

@@ -346,8 +346,14 @@ pub trait ApprovalRelay: Send + Sync {
     ) -> BoxFuture<'a, Result<Claim, StoreError>>;
     /// The answer an approval was given, if it was.
     fn answered<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Answer>, StoreError>>;
-    /// Every pending approval of `tenant`.
-    fn pending<'a>(&'a self, tenant: &'a str) -> BoxFuture<'a, Result<Vec<Approval>, StoreError>>;
+    /// Every pending approval of `tenant`, previewed: a listing reads whole (`whole`) only
+    /// those it carries, so listing a tenant with many large approvals holds their previews.
+    fn pending<'a>(&'a self, tenant: &'a str) -> BoxFuture<'a, Result<Vec<Previewed>, StoreError>>;
+    /// The pending approvals `ids`, whole, in that order (`None`: no longer pending).
+    fn whole<'a>(
+        &'a self,
+        ids: &'a [String],
+    ) -> BoxFuture<'a, Result<Vec<Option<Approval>>, StoreError>>;
     /// Tells the other servers.
     fn publish<'a>(&'a self, message: &'a Relayed) -> BoxFuture<'a, Result<(), StoreError>>;
     /// A session's remembered answer for asks about `tool`; `source` names the hook or rule
@@ -397,6 +403,23 @@ pub enum RelayedUpdate {
     Ended(Ended),
     /// For the server whose batch waits on approval `id`.
     Answered { id: String, answer: Answer },
+}
+
+/// A pending approval as the relay lists it: its preview, and how many bytes its whole
+/// arguments hold (as `json::held_bytes` counts them).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Previewed {
+    pub preview: Approval,
+    pub whole_bytes: usize,
+}
+
+impl Previewed {
+    pub fn of(approval: &Approval) -> Self {
+        Previewed {
+            preview: approval.preview(),
+            whole_bytes: json::held_bytes(&approval.arguments),
+        }
+    }
 }
 
 /// Which pending approvals a listing takes, and how much of their arguments it carries.
@@ -849,17 +872,55 @@ impl Approvals {
             }
             return Ok(listed);
         }
-        let shared = relay.pending(&viewer.tenant).await.map_err(down)?;
         let seen: HashSet<String> = listed.iter().map(|a| a.id.clone()).collect();
+        let mut shared: Vec<Previewed> = relay
+            .pending(&viewer.tenant)
+            .await
+            .map_err(down)?
+            .into_iter()
+            .filter(|p| !seen.contains(&p.preview.id) && listing.takes(&p.preview, viewer))
+            .collect();
+        // Oldest first take what is left of the listing's whole bytes; only those whose
+        // preview was cut are read again, whole.
+        shared.sort_by_key(|p| p.preview.expires_at);
         let mut left = listing
             .whole_bytes
             .saturating_sub(listed.iter().map(|a| json::held_bytes(&a.arguments)).sum());
+        let mut wanted = Vec::new();
+        for (at, previewed) in shared.iter().enumerate() {
+            if previewed.whole_bytes > left {
+                break;
+            }
+            left -= previewed.whole_bytes;
+            if previewed.preview.arguments_cut {
+                wanted.push(at);
+            }
+        }
+        let ids: Vec<String> = wanted
+            .iter()
+            .map(|&at| shared[at].preview.id.clone())
+            .collect();
+        let wholes = if ids.is_empty() {
+            Vec::new()
+        } else {
+            relay.whole(&ids).await.map_err(down)?
+        };
+        let mut gone = HashSet::new();
+        for (&at, whole) in wanted.iter().zip(wholes) {
+            match whole {
+                Some(whole) if whole.id == shared[at].preview.id => shared[at].preview = whole,
+                // Answered or expired since it was listed: no longer pending.
+                _ => {
+                    gone.insert(at);
+                }
+            }
+        }
         listed.extend(
             shared
-                .iter()
-                .filter(|a| !seen.contains(&a.id))
-                .filter(|a| listing.takes(a, viewer))
-                .map(|a| listing.carry(a, &mut left)),
+                .into_iter()
+                .enumerate()
+                .filter(|(at, _)| !gone.contains(at))
+                .map(|(_, p)| p.preview),
         );
         listed.sort_by_key(|a| a.expires_at);
         Ok(listed)

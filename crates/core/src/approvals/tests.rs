@@ -231,6 +231,8 @@ fn answered_ids_are_bounded() {
 struct Deaf {
     pending: Mutex<HashMap<String, Approval>>,
     answered: Mutex<HashMap<String, Answer>>,
+    /// How many approvals were read whole by a listing.
+    read_whole: Mutex<usize>,
 }
 
 impl ApprovalRelay for Deaf {
@@ -267,14 +269,23 @@ impl ApprovalRelay for Deaf {
         let found = self.answered.lock().get(id).cloned();
         Box::pin(async move { Ok(found) })
     }
-    fn pending<'a>(&'a self, tenant: &'a str) -> BoxFuture<'a, Result<Vec<Approval>, StoreError>> {
+    fn pending<'a>(&'a self, tenant: &'a str) -> BoxFuture<'a, Result<Vec<Previewed>, StoreError>> {
         let found = self
             .pending
             .lock()
             .values()
             .filter(|a| a.tenant == tenant)
-            .cloned()
+            .map(Previewed::of)
             .collect();
+        Box::pin(async move { Ok(found) })
+    }
+    fn whole<'a>(
+        &'a self,
+        ids: &'a [String],
+    ) -> BoxFuture<'a, Result<Vec<Option<Approval>>, StoreError>> {
+        *self.read_whole.lock() += ids.len();
+        let pending = self.pending.lock();
+        let found = ids.iter().map(|id| pending.get(id).cloned()).collect();
         Box::pin(async move { Ok(found) })
     }
     fn publish<'a>(&'a self, _message: &'a Relayed) -> BoxFuture<'a, Result<(), StoreError>> {
@@ -342,6 +353,40 @@ async fn an_answer_whose_message_was_lost_is_found_in_the_store() {
             .await,
         Err(ResolveError::AlreadyAnswered(id))
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_listing_of_the_other_servers_approvals_reads_whole_only_what_it_carries() {
+    let relay = Arc::new(Deaf::default());
+    let (here, there) = (Approvals::default(), Approvals::default());
+    here.attach(relay.clone());
+    there.attach(relay.clone());
+    let agent = caller("bot", "acme", &[Role::Agent]);
+    let mut tickets = Vec::new();
+    for n in 0..10 {
+        let mut asked = request(&agent, "s1", Duration::from_secs(60 + n));
+        asked.arguments = json!({"content": "x".repeat(100_000), "n": n});
+        tickets.push(here.open(&asked).await.unwrap());
+    }
+    let whole = json::held_bytes(&tickets[0].approval().arguments);
+    let listing = Listing {
+        whole_bytes: 2 * whole + whole / 2,
+        ..Listing::default()
+    };
+    let listed = there.list_anywhere(&agent, &listing).await.unwrap();
+    assert_eq!(listed.len(), 10);
+    // The two oldest whole, the rest previews; only those two were read whole.
+    let cut: Vec<bool> = listed.iter().map(|a| a.arguments_cut).collect();
+    assert_eq!(cut, [[false; 2].as_slice(), &[true; 8]].concat());
+    assert_eq!(listed[0].arguments, tickets[0].approval().arguments);
+    assert_eq!(*relay.read_whole.lock(), 2);
+    // Previews only: nothing is read whole.
+    let listed = there
+        .list_anywhere(&agent, &Listing::default())
+        .await
+        .unwrap();
+    assert!(listed.iter().all(|a| a.arguments_cut));
+    assert_eq!(*relay.read_whole.lock(), 2);
 }
 
 #[tokio::test(start_paused = true)]
