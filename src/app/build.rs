@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::sync::Semaphore;
 
-use crate::config::{Config, SessionStoreUrl};
+use crate::config::{Config, SessionStoreUrl, fingerprint};
 use toolgate_core::approvals::AskPolicies;
 use toolgate_core::child::ChildEnv;
 use toolgate_core::metrics::Metrics;
@@ -30,7 +30,7 @@ pub(crate) fn middleware_config(
         .iter()
         .enumerate()
         .map(|(i, r)| PermissionRule {
-            id: r.id.clone().unwrap_or_else(|| format!("rules[{i}]")),
+            id: r.name(i),
             tools: r.tools.clone(),
             identities: r.identities.clone(),
             tenants: r.tenants.clone(),
@@ -83,23 +83,30 @@ pub(crate) fn middleware_config(
 pub(crate) fn ask_policies(c: &Config) -> AskPolicies {
     let approvals = &c.approvals;
     let mut policies = AskPolicies::new(approvals.policy(None, true));
+    let mut set = |source: String, policy, fingerprint| {
+        policies.set(source.clone(), policy);
+        policies.version(source, fingerprint);
+    };
     for (i, r) in c.permissions.rules.iter().enumerate() {
-        let id = r.id.clone().unwrap_or_else(|| format!("rules[{i}]"));
         let policy = approvals.policy(r.requester_may_answer, r.remember);
-        policies.set(PermissionRule::source_of(&id), policy);
+        set(
+            PermissionRule::source_of(&r.name(i)),
+            policy,
+            fingerprint(r),
+        );
     }
     let hooks = &c.hooks;
     for (i, r) in hooks.rules.iter().enumerate() {
-        let id = r.id.clone().unwrap_or_else(|| format!("rules[{i}]"));
-        policies.set(id, approvals.policy(r.requester_may_answer, r.remember));
+        let policy = approvals.policy(r.requester_may_answer, r.remember);
+        set(r.name(i), policy, fingerprint(r));
     }
     for (i, h) in hooks.command.iter().enumerate() {
-        let name = h.name.clone().unwrap_or_else(|| format!("command[{i}]"));
-        policies.set(name, approvals.policy(h.requester_may_answer, h.remember));
+        let policy = approvals.policy(h.requester_may_answer, h.remember);
+        set(h.name(i), policy, fingerprint(h));
     }
     for (i, h) in hooks.grpc.iter().enumerate() {
-        let name = h.name.clone().unwrap_or_else(|| format!("grpc[{i}]"));
-        policies.set(name, approvals.policy(h.requester_may_answer, h.remember));
+        let policy = approvals.policy(h.requester_may_answer, h.remember);
+        set(h.name(i), policy, fingerprint(h));
     }
     policies
 }
@@ -135,7 +142,7 @@ pub(super) fn configured_hooks(config: &Config) -> Result<Vec<Arc<dyn Hook>>, Ho
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let id = rule.id.clone().unwrap_or_else(|| format!("rules[{i}]"));
+        let id = rule.name(i);
         hooks.push(Arc::new(RuleHook::new(
             id,
             rule.tools.clone(),
@@ -146,7 +153,7 @@ pub(super) fn configured_hooks(config: &Config) -> Result<Vec<Arc<dyn Hook>>, Ho
     }
     let processes = Arc::new(Semaphore::new(config.limits.max_hook_processes));
     for (i, h) in config.hooks.command.iter().enumerate() {
-        let name = h.name.clone().unwrap_or_else(|| format!("command[{i}]"));
+        let name = h.name(i);
         let env = ChildEnv::new(config.hooks.env_allow.iter().map(String::as_str), &h.env);
         let hook = CommandHook::new(name, &h.command, h.tools.clone(), h.timeout, h.failure_mode)
             .ok_or(HookError::NoProgram(i))?
@@ -155,7 +162,7 @@ pub(super) fn configured_hooks(config: &Config) -> Result<Vec<Arc<dyn Hook>>, Ho
         hooks.push(Arc::new(hook));
     }
     for (i, h) in config.hooks.grpc.iter().enumerate() {
-        let name = h.name.clone().unwrap_or_else(|| format!("grpc[{i}]"));
+        let name = h.name(i);
         let hook = GrpcHook::new(
             name,
             &h.endpoint,

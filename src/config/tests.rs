@@ -575,3 +575,46 @@ fn the_session_store_is_memory_or_a_redis_url_and_never_shows_its_password() {
     assert!(error.to_string().contains("tools.builtin.scratch_quota_bytes: 0 (no quota) cannot be used with a Redis sessions.store"), "{error}");
     assert!(Config::from_toml("[tools.builtin]\nscratch_quota_bytes = 0").is_ok());
 }
+
+#[test]
+fn hooks_and_permission_rules_need_distinct_names() {
+    let problems = Config::from_toml(
+        r#"
+[[hooks.rules]]
+id = "command[0]"
+action = "block"
+[[hooks.command]]
+command = ["true"]
+[[hooks.rules]]
+action = "ask"
+[[hooks.rules]]
+id = "rules[1]"
+action = "block"
+[[permissions.rules]]
+id = "shell"
+decision = "ask"
+[[permissions.rules]]
+id = "shell"
+decision = "deny"
+[[permissions.rules]]
+id = "command[0]"
+decision = "deny"
+"#,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        problems.contains("hooks.command[0]: the name 'command[0]' is also hooks.rules[0]'s"),
+        "{problems}"
+    );
+    assert!(
+        problems.contains("hooks.rules[2]: the name 'rules[1]' is also hooks.rules[1]'s"),
+        "{problems}"
+    );
+    assert!(
+        problems.contains("permissions.rules[1]: the name 'shell' is also permissions.rules[0]'s"),
+        "{problems}"
+    );
+    // A permission rule and a hook are told apart by their section.
+    assert!(!problems.contains("permissions.rules[2]"), "{problems}");
+}

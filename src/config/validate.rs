@@ -51,6 +51,7 @@ const RULES: &[Rule] = &[
     rules::loop_window,
     rules::retry_backoff,
     // What runs around a call: hooks, redaction, remotes, bindings, per-tool settings, logs.
+    rules::distinct_names,
     rules::hook_conditions,
     rules::hook_environment,
     rules::command_hooks,

@@ -707,6 +707,19 @@ regex = "^risky"
     assert!(result.all_succeeded);
     assert!(events.iter().any(|e| matches!(e, Event::ApprovalResolved(r)
         if r.how == pb::approval_resolved::How::Remembered as i32)));
+    // A replica whose rule under that name is configured otherwise (an edit, or rules
+    // reordered so a position names another) does not take the remembered answer: it asks.
+    let edited = extra.replace("^risky", "^(risky|danger)");
+    let c = crate::shared_sessions::replicas(&redis, 1, &edited)
+        .await
+        .remove(0);
+    let calls = json!([{"id": "c2b", "name": "echo", "arguments": {"q": "risky 2b"}}]);
+    let (mut events, task) = spawn_batch(&c, interactive("shared", calls, false));
+    let asked = next_request(&mut events).await;
+    resolve(&c, &asked.approval_id, Decision::Deny, "asked again")
+        .await
+        .unwrap();
+    assert!(!task.await.unwrap().all_succeeded);
     // Large arguments waiting on A: B's watcher is sent their preview from the store, and
     // its listing reads them whole.
     let big = format!("risky {}", "x".repeat(20_000));

@@ -148,6 +148,8 @@ impl Default for AskPolicy {
 pub struct AskPolicies {
     default: AskPolicy,
     by_source: HashMap<String, AskPolicy>,
+    /// What the hook or rule under each name is configured as (`version`).
+    versions: HashMap<String, String>,
 }
 
 impl AskPolicies {
@@ -156,6 +158,22 @@ impl AskPolicies {
         AskPolicies {
             default,
             by_source: HashMap::new(),
+            versions: HashMap::new(),
+        }
+    }
+
+    /// The hook or rule under `source` is configured as `version` (a digest of its settings):
+    /// its remembered answers are kept under both, so an answer given to one rule is not taken
+    /// for another's once the config changes what the name means.
+    pub fn version(&mut self, source: impl Into<String>, version: impl Into<String>) {
+        self.versions.insert(source.into(), version.into());
+    }
+
+    /// The name an answer to `source`'s asks is remembered under.
+    pub fn remembered_as(&self, source: &str) -> String {
+        match self.versions.get(source) {
+            Some(version) => format!("{source}@{version}"),
+            None => source.to_owned(),
         }
     }
 
@@ -620,6 +638,11 @@ impl Approvals {
     /// The policy of the asks recorded under `source`.
     pub fn policy(&self, source: &str) -> AskPolicy {
         self.inner.policies.of(source)
+    }
+
+    /// The name an answer to `source`'s asks is remembered under (`AskPolicies::remembered_as`).
+    pub fn remembered_as(&self, source: &str) -> String {
+        self.inner.policies.remembered_as(source)
     }
 
     /// How long an approval waits for an answer at most.

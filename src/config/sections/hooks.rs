@@ -57,6 +57,34 @@ pub struct RuleConfig {
     pub remember: bool,
 }
 
+impl RuleConfig {
+    /// The name the `i`th rule decides and asks under.
+    pub fn name(&self, i: usize) -> String {
+        self.id.clone().unwrap_or_else(|| format!("rules[{i}]"))
+    }
+}
+
+impl CommandHookConfig {
+    /// The name the `i`th command hook decides and asks under.
+    pub fn name(&self, i: usize) -> String {
+        self.name.clone().unwrap_or_else(|| format!("command[{i}]"))
+    }
+}
+
+impl GrpcHookConfig {
+    /// The name the `i`th gRPC hook decides and asks under.
+    pub fn name(&self, i: usize) -> String {
+        self.name.clone().unwrap_or_else(|| format!("grpc[{i}]"))
+    }
+}
+
+/// What a hook or rule is configured as, in a few characters (a digest of its settings): an
+/// answer remembered for a session is kept under its name and this, so once the entry under a
+/// name changes (edited, or rules reordered so a position names another), it is asked again.
+pub fn fingerprint(entry: &impl std::fmt::Debug) -> String {
+    toolgate_core::json::digest(&serde_json::Value::String(format!("{entry:?}")))
+}
+
 /// One condition: a JSON pointer into the input and exactly one test.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -231,6 +231,14 @@ pub struct PermissionsConfig {
     pub rules: Vec<PermissionRuleConfig>,
 }
 
+impl PermissionRuleConfig {
+    /// The name the `i`th rule decides and asks under (`PermissionRule::source_of` adds the
+    /// section).
+    pub fn name(&self, i: usize) -> String {
+        self.id.clone().unwrap_or_else(|| format!("rules[{i}]"))
+    }
+}
+
 /// `[[permissions.rules]]`: one rule.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]

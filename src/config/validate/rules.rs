@@ -274,6 +274,51 @@ pub(super) fn retry_backoff(c: &Config, p: &mut Problems) {
 }
 
 /// Each rule condition describes exactly one test (`ConditionConfig::condition` says why not).
+/// Every hook and every permission rule decides, asks and has its answers remembered under its
+/// name: two under one name would share a session's remembered answers and policy.
+pub(super) fn distinct_names(c: &Config, p: &mut Problems) {
+    let hooks = c
+        .hooks
+        .rules
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (r.name(i), format!("hooks.rules[{i}]")));
+    let commands = c
+        .hooks
+        .command
+        .iter()
+        .enumerate()
+        .map(|(i, h)| (h.name(i), format!("hooks.command[{i}]")));
+    let grpc = c
+        .hooks
+        .grpc
+        .iter()
+        .enumerate()
+        .map(|(i, h)| (h.name(i), format!("hooks.grpc[{i}]")));
+    let permissions = c
+        .permissions
+        .rules
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (r.name(i), format!("permissions.rules[{i}]")));
+    for (kind, entries) in [
+        (
+            "hooks",
+            hooks.chain(commands).chain(grpc).collect::<Vec<_>>(),
+        ),
+        ("permission rules", permissions.collect()),
+    ] {
+        let mut first: BTreeMap<&str, &str> = BTreeMap::new();
+        for (name, at) in &entries {
+            if let Some(before) = first.get(name.as_str()) {
+                p.add(format!("{at}: the name '{name}' is also {before}'s; {kind} need distinct names (approvals and their remembered answers are kept under them)"));
+            } else {
+                first.insert(name, at);
+            }
+        }
+    }
+}
+
 pub(super) fn hook_conditions(c: &Config, p: &mut Problems) {
     for (i, rule) in c.hooks.rules.iter().enumerate() {
         for (j, condition) in rule.when.iter().enumerate() {

@@ -237,10 +237,12 @@ impl Drop for Unanswered<'_, '_> {
     }
 }
 
-/// What a remembered answer is kept under besides the tool: the hook or rule that asked and the
-/// identity that sent the batch (an answer for one agent's calls is not another's).
+/// What a remembered answer is kept under besides the tool: the hook or rule that asked, as it
+/// is configured now, and the identity that sent the batch (an answer for one agent's calls is
+/// not another's).
 fn remembered_as(source: &str, scope: &super::CallScope<'_>) -> String {
     let caller = scope.caller;
+    let source = scope.pipeline.approvals.remembered_as(source);
     format!("{source}\u{0}{}:{}", caller.method.name(), caller.id)
 }
 
