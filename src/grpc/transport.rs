@@ -50,9 +50,10 @@ const MAX_HANDSHAKES: usize = 256;
 /// TLS handshakes in progress at most from one address, so one client cannot take the rest
 /// (32 addresses of stalled handshakes fill the server's bound).
 const HANDSHAKES_PER_ADDRESS: usize = 8;
-/// Under pressure (fewer than a quarter of the handshake slots free), a handshake that has held
-/// its slot this long is dropped, so clients that stall after their ClientHello cannot keep the
-/// slots from the ones that finish in a few round trips.
+/// Under pressure (a handshake waits for a slot), a handshake that has held its slot this long
+/// is dropped, so clients that stall after their ClientHello cannot keep the slots from the
+/// ones that finish in a few round trips; while no one waits, a slow client (a long round trip)
+/// keeps its slot up to the handshake timeout.
 const PRESSURED_HANDSHAKE: Duration = Duration::from_millis(300);
 /// How often a handshake in progress looks at the pressure.
 const PRESSURE_CHECK: Duration = Duration::from_millis(50);
@@ -97,6 +98,15 @@ pub struct Budgets {
     pub replies: Arc<ByteBudget>,
 }
 
+/// A handshake waiting for a slot, counted in `Connections::waiting` while it lives.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// The open connections: how many, from where; shared by the accept loop and the connections.
 #[derive(Debug)]
 pub struct Connections {
@@ -104,6 +114,8 @@ pub struct Connections {
     open: AtomicUsize,
     by_address: Arc<PerAddress>,
     handshakes: Arc<Semaphore>,
+    /// Handshakes waiting for one of `handshakes`' slots.
+    waiting: AtomicUsize,
     handshaking: Arc<PerAddress>,
     metrics: Arc<Metrics>,
     /// The connections being served, for closing an idle one when the table is full.
@@ -207,12 +219,38 @@ impl Budgets {
 }
 
 impl Connections {
+    /// `handshake`, given up (`None`) once it has held its slot for `PRESSURED_HANDSHAKE` while
+    /// another handshake waits for one.
+    async fn under_pressure<F: Future>(&self, handshake: F) -> Option<F::Output> {
+        let held_since = Instant::now();
+        tokio::pin!(handshake);
+        let mut checks = tokio::time::interval(PRESSURE_CHECK);
+        loop {
+            tokio::select! {
+                done = &mut handshake => return Some(done),
+                _ = checks.tick() => {
+                    let pressed = self.waiting.load(Ordering::Relaxed) > 0;
+                    if pressed && held_since.elapsed() >= PRESSURED_HANDSHAKE {
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Counts a handshake waiting for a slot until the guard drops.
+    fn waiting_for_handshake(&self) -> Waiting<'_> {
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+        Waiting(&self.waiting)
+    }
+
     pub fn new(settings: TransportSettings, metrics: Arc<Metrics>) -> Arc<Self> {
         Arc::new(Connections {
             settings,
             open: AtomicUsize::new(0),
             by_address: Arc::default(),
             handshakes: Arc::new(Semaphore::new(MAX_HANDSHAKES)),
+            waiting: AtomicUsize::new(0),
             handshaking: Arc::default(),
             metrics,
             live: Mutex::default(),
@@ -459,26 +497,6 @@ impl Connection {
         }
     }
 
-    /// `handshake`, given up (`None`) once it has held its slot for `PRESSURED_HANDSHAKE` while
-    /// fewer than a quarter of the slots are free.
-    async fn under_pressure<F: Future>(&self, handshake: F) -> Option<F::Output> {
-        let held_since = Instant::now();
-        let handshakes = &self.connections.handshakes;
-        tokio::pin!(handshake);
-        let mut checks = tokio::time::interval(PRESSURE_CHECK);
-        loop {
-            tokio::select! {
-                done = &mut handshake => return Some(done),
-                _ = checks.tick() => {
-                    let pressed = handshakes.available_permits() < MAX_HANDSHAKES / 4;
-                    if pressed && held_since.elapsed() >= PRESSURED_HANDSHAKE {
-                        return None;
-                    }
-                }
-            }
-        }
-    }
-
     /// The TLS handshake, bounded: its ClientHello within `HELLO_TIMEOUT` (before it takes a
     /// slot), all of it by `deadline`, a few at once per address. `None`: the connection is
     /// dropped.
@@ -514,16 +532,21 @@ impl Connection {
                 return None;
             }
         };
-        let permit = tokio::time::timeout_at(
-            deadline,
-            self.connections.handshakes.clone().acquire_owned(),
-        )
-        .await;
+        let permit = {
+            let _waiting = self.connections.waiting_for_handshake();
+            tokio::time::timeout_at(
+                deadline,
+                self.connections.handshakes.clone().acquire_owned(),
+            )
+            .await
+        };
         let Ok(Ok(_permit)) = permit else {
             tracing::debug!(%peer, "no TLS handshake slot in time");
             return None;
         };
-        let handshake = self.under_pressure(start.into_stream(tls.config()));
+        let handshake = self
+            .connections
+            .under_pressure(start.into_stream(tls.config()));
         match tokio::time::timeout_at(deadline, handshake).await {
             Ok(Some(Ok(stream))) => Some(stream),
             Ok(Some(Err(error))) => {
@@ -816,6 +839,30 @@ mod tests {
             stall_timeout: Duration::from_secs(30),
             max_message_bytes: 1024,
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_handshake_is_dropped_only_while_another_waits_for_a_slot() {
+        let connections = Connections::new(settings(3, 2), Arc::default());
+        // Alone, a handshake far slower than `PRESSURED_HANDSHAKE` keeps its slot.
+        let alone = connections.under_pressure(std::future::pending::<()>());
+        assert!(
+            tokio::time::timeout(Duration::from_secs(5), alone)
+                .await
+                .is_err()
+        );
+        // Once another waits, it is dropped after `PRESSURED_HANDSHAKE`, not before.
+        let started = Instant::now();
+        let waiting = connections.waiting_for_handshake();
+        let pressed = connections.under_pressure(std::future::pending::<()>());
+        assert_eq!(pressed.await, None);
+        let held = started.elapsed();
+        assert!(held >= PRESSURED_HANDSHAKE && held <= PRESSURED_HANDSHAKE + PRESSURE_CHECK);
+        drop(waiting);
+        assert_eq!(connections.waiting.load(Ordering::Relaxed), 0);
+        // One that finishes is never dropped.
+        let _waiting = connections.waiting_for_handshake();
+        assert_eq!(connections.under_pressure(async { 7 }).await, Some(7));
     }
 
     #[test]
