@@ -117,11 +117,11 @@ impl Terminator {
 }
 
 impl Drop for Terminator {
+    /// A fast shutdown (SIGTERM to the master), then its whole process group. `nginx -s stop`
+    /// is not enough: it reads the configuration again, and fails once a test has removed the
+    /// certificate files, which left the workers running.
     fn drop(&mut self) {
-        if !self.signal("stop") {
-            let _ = self.child.kill();
-        }
-        let _ = self.child.wait();
+        crate::processes::stop(&mut self.child, Duration::from_secs(5));
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -25,6 +25,7 @@ mod observability;
 mod parallel;
 mod peers;
 mod pipeline;
+mod processes;
 mod remote;
 mod scratch;
 mod security;

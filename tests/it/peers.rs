@@ -134,7 +134,7 @@ impl Binary {
     }
 
     fn spawn(mut command: Command, extra: &[&str], env: &[(&str, &str)]) -> Binary {
-        let mut child = command
+        let mut child = crate::processes::own_group(&mut command)
             .args(["serve", "--admin-listen", "127.0.0.1:0"])
             .args(if extra.contains(&"--listen") {
                 &[][..]
@@ -196,9 +196,9 @@ impl Binary {
 }
 
 impl Drop for Binary {
+    /// At once, with whatever it started (hook programs, MCP servers over stdio).
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        crate::processes::stop(&mut self.child, std::time::Duration::ZERO);
     }
 }
 

@@ -73,7 +73,7 @@ impl Redis {
 
     fn spawn_without_wait(port: u16, extra: &[&str]) -> Redis {
         let dir = folder(&format!("redis-{port}-{}", extra.len()));
-        let child = Command::new("redis-server")
+        let child = crate::processes::own_group(&mut Command::new("redis-server"))
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
             .args(extra)
@@ -121,8 +121,7 @@ impl Redis {
 
     /// Kills it at once (SIGKILL), as a crash or a network cut would.
     pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        crate::processes::stop(&mut self.child, Duration::ZERO);
     }
 }
 
@@ -176,29 +175,17 @@ impl Nginx {
 }
 
 impl Drop for Nginx {
-    /// A fast shutdown through nginx's own signal (SIGTERM to the master): a SIGKILLed master
-    /// would leave its worker running.
+    /// A fast shutdown (SIGTERM to the master), then its whole process group: a master killed
+    /// outright would leave its worker running.
     fn drop(&mut self) {
-        let stopped = Command::new(nginx_binary())
-            .arg("-p")
-            .arg(&self.dir)
-            .arg("-c")
-            .arg(self.dir.join("nginx.conf"))
-            .args(["-s", "stop"])
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !stopped {
-            let _ = self.child.kill();
-        }
-        let _ = self.child.wait();
+        crate::processes::stop(&mut self.child, Duration::from_secs(5));
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
 /// nginx in the foreground with `dir/nginx.conf`, `dir` its prefix.
 pub fn spawn_nginx(dir: &std::path::Path) -> Child {
-    Command::new(nginx_binary())
+    crate::processes::own_group(&mut Command::new(nginx_binary()))
         .arg("-p")
         .arg(dir)
         .arg("-c")
