@@ -522,22 +522,7 @@ async fn expire(cancel: &Cancel, deadline: Option<Duration>) -> Infallible {
 
 /// The client's `grpc-timeout` header, if any.
 fn grpc_timeout(metadata: &MetadataMap) -> Option<Duration> {
-    parse_grpc_timeout(metadata.get("grpc-timeout")?.to_str().ok()?)
-}
-
-/// A `grpc-timeout` value (`<digits><unit>`, units H M S m u n).
-pub(super) fn parse_grpc_timeout(text: &str) -> Option<Duration> {
-    let (digits, unit) = text.split_at(text.len().checked_sub(1)?);
-    let n: u64 = digits.parse().ok()?;
-    Some(match unit {
-        "H" => Duration::from_secs(n.saturating_mul(3600)),
-        "M" => Duration::from_secs(n.saturating_mul(60)),
-        "S" => Duration::from_secs(n),
-        "m" => Duration::from_millis(n),
-        "u" => Duration::from_micros(n),
-        "n" => Duration::from_nanos(n),
-        _ => return None,
-    })
+    super::transport::parse_grpc_timeout(metadata.get("grpc-timeout")?.to_str().ok()?)
 }
 
 #[cfg(test)]

@@ -724,7 +724,7 @@ where
             .headers()
             .get("grpc-timeout")
             .and_then(|v| v.to_str().ok())
-            .and_then(super::service::parse_grpc_timeout);
+            .and_then(parse_grpc_timeout);
         let routes = self.served.routes.clone();
         let streams = self.streams.clone();
         Box::pin(async move {
@@ -813,6 +813,21 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Preface<T> {
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
+}
+
+/// A `grpc-timeout` value (`<digits><unit>`, units H M S m u n).
+pub(super) fn parse_grpc_timeout(text: &str) -> Option<Duration> {
+    let (digits, unit) = text.split_at(text.len().checked_sub(1)?);
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n.saturating_mul(3600)),
+        "M" => Duration::from_secs(n.saturating_mul(60)),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
 }
 
 #[cfg(test)]

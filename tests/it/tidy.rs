@@ -264,3 +264,172 @@ fn the_layer_check_reads_grouped_imports() {
     );
     assert_eq!(crate_modules("use crate::{a::{b, c}, d};"), ["a", "d"]);
 }
+
+/// The module a source file is, from its path below its crate's `src/`: `grpc/service.rs` is
+/// `grpc::service`, `grpc/service/tests.rs` is `grpc::service::tests`, `lib.rs` is the root.
+fn module_path(rel: &str) -> Vec<String> {
+    let mut parts: Vec<String> = rel
+        .trim_end_matches(".rs")
+        .split('/')
+        .map(str::to_owned)
+        .collect();
+    if matches!(
+        parts.last().map(String::as_str),
+        Some("lib" | "main" | "mod")
+    ) {
+        parts.pop();
+    }
+    parts
+}
+
+/// The module paths a source text names through `crate::` or `super::` (resolved against
+/// `own`, the file's module), each as far as its lowercase segments go, grouped imports
+/// (`super::{a, b::c}`) taken item by item.
+fn module_references(text: &str, own: &[String]) -> Vec<Vec<String>> {
+    let word = |s: &str| -> String {
+        s.chars()
+            .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+            .collect()
+    };
+    let mut found = Vec::new();
+    let mut at = 0;
+    while let Some(i) = text[at..].find(['c', 's']).map(|i| at + i) {
+        at = i + 1;
+        // Only at the start of a path (not inside an identifier such as `my_crate::`).
+        if text[..i]
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':')
+        {
+            continue;
+        }
+        let rest = &text[i..];
+        let (base, rest) = if let Some(r) = rest.strip_prefix("crate::") {
+            (Vec::new(), r)
+        } else if rest.starts_with("super::") {
+            let mut base = own.to_vec();
+            let mut r = rest;
+            while let Some(next) = r.strip_prefix("super::") {
+                base.pop();
+                r = next;
+            }
+            (base, r)
+        } else {
+            continue;
+        };
+        if let Some(group) = rest.strip_prefix('{') {
+            let end = group.find('}').unwrap_or(group.len());
+            for item in group[..end].split(',') {
+                let path = segments(base.clone(), item.trim(), &word);
+                if path.len() > base.len() {
+                    found.push(path);
+                }
+            }
+        } else {
+            found.push(segments(base, rest, &word));
+        }
+    }
+    found
+}
+
+/// `base` extended by the lowercase segments `text` starts with (`a::b::Type` adds `a`, `b`).
+fn segments(mut base: Vec<String>, mut text: &str, word: &dyn Fn(&str) -> String) -> Vec<String> {
+    loop {
+        let name = word(text);
+        if name.is_empty() {
+            return base;
+        }
+        text = &text[name.len()..];
+        base.push(name);
+        match text.strip_prefix("::") {
+            Some(next) => text = next,
+            None => return base,
+        }
+    }
+}
+
+/// The module at `path` below `root` exists as a file or a folder.
+fn is_module(root: &Path, path: &[String]) -> bool {
+    let joined = path.join("/");
+    !path.is_empty() && (root.join(format!("{joined}.rs")).is_file() || root.join(&joined).is_dir())
+}
+
+#[test]
+fn no_module_and_its_siblings_import_each_other_in_a_circle() {
+    use std::collections::{BTreeMap, BTreeSet};
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // Per parent module, which of its children use which (non-test code).
+    let mut edges: BTreeMap<(String, Vec<String>), BTreeMap<String, BTreeSet<String>>> =
+        BTreeMap::new();
+    for (path, text) in sources() {
+        let (root, rel) = match path.find("src/") {
+            Some(i) => (&path[..i + 4], &path[i + 4..]),
+            None => continue,
+        };
+        if rel.contains("/tests") || rel.ends_with("tests.rs") || rel.contains("engine_tests") {
+            continue;
+        }
+        let own = module_path(rel);
+        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        for target in module_references(code, &own) {
+            let common = own.iter().zip(&target).take_while(|(a, b)| a == b).count();
+            if common >= own.len() || common >= target.len() {
+                continue;
+            }
+            let (from, to) = (&own[common], &target[common]);
+            if !is_module(&repo.join(root), &target[..=common]) {
+                continue;
+            }
+            edges
+                .entry((root.to_owned(), own[..common].to_vec()))
+                .or_default()
+                .entry(from.clone())
+                .or_default()
+                .insert(to.clone());
+        }
+    }
+    // A circle is a child that reaches itself.
+    for ((root, parent), graph) in &edges {
+        for start in graph.keys() {
+            let mut seen = BTreeSet::new();
+            let mut stack: Vec<(&String, Vec<&String>)> = vec![(start, vec![start])];
+            while let Some((at, trail)) = stack.pop() {
+                for next in graph.get(at).into_iter().flatten() {
+                    assert!(
+                        next != start,
+                        "{root}{}: modules import each other in a circle: {} -> {next}; move \
+                         what they share down (ARCHITECTURE.md)",
+                        parent.join("/"),
+                        trail
+                            .iter()
+                            .map(|s| s.as_str())
+                            .collect::<Vec<_>>()
+                            .join(" -> ")
+                    );
+                    if seen.insert(next) {
+                        let mut longer = trail.clone();
+                        longer.push(next);
+                        stack.push((next, longer));
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn module_references_are_resolved_against_the_file() {
+    let own = ["grpc".to_owned(), "service".to_owned()];
+    assert_eq!(
+        module_references(
+            "use super::transport::Connections;\nuse crate::{config, grpc::auth};\nuse super::{slots, Thing};",
+            &own
+        ),
+        [
+            vec!["grpc", "transport"],
+            vec!["config"],
+            vec!["grpc", "auth"],
+            vec!["grpc", "slots"],
+        ]
+    );
+}

@@ -17,7 +17,6 @@ use std::sync::Arc;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-pub use builtin::{BUILTIN_NAMES, builtin_tools};
 pub use catalog::Catalog;
 pub use function::FnTool;
 pub use outcome::ErrorClass;
@@ -26,6 +25,32 @@ pub use progress::{PROGRESS_QUEUE, Progress, ProgressReceiver, ProgressSink};
 pub use registry::{Definition, Registered, RegistryError, ToolPin, ToolRegistry, ToolSource};
 pub use scratch::{DEFAULT_QUOTA_BYTES, remove_tree, unguessable_name};
 pub use scratch::{Entry, FileError, ScratchDir, ScratchStore, SharedScratch, entry_bytes};
+
+/// Names of every built-in tool, for config validation.
+pub const BUILTIN_NAMES: &[&str] = &[
+    "echo",
+    "now",
+    "scratch_list",
+    "scratch_read",
+    "scratch_write",
+    "sleep",
+];
+
+/// The built-in tools minus the excluded names.
+pub fn builtin_tools(exclude: &[String]) -> Vec<Arc<dyn Tool>> {
+    [
+        builtin::ECHO,
+        builtin::SLEEP,
+        builtin::NOW,
+        scratch::SCRATCH_WRITE,
+        scratch::SCRATCH_READ,
+        scratch::SCRATCH_LIST,
+    ]
+    .into_iter()
+    .filter(|t| !exclude.iter().any(|e| e == t.name))
+    .map(|t| Arc::new(t) as Arc<dyn Tool>)
+    .collect()
+}
 
 /// The boxed future a tool returns; `'a` lets it borrow the tool and its context.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

@@ -8,16 +8,11 @@
 //! may follow redirects only when allowed. Remotes from
 //! the config file are the operator's choice and are not checked here.
 
-use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use regex::Regex;
 
-use super::spec::RemoteSpec;
-
-/// Host names a registration's URLs resolved to, with the addresses checked: where its
-/// connections must go.
-pub(crate) type Resolved = BTreeMap<String, Vec<SocketAddr>>;
+use super::spec::{RemoteSpec, Resolved};
 
 /// One allowlisted program for stdio MCP servers registered at run time.
 #[derive(Debug, Clone)]

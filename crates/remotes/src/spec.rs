@@ -7,6 +7,10 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+/// Host names a registration's URLs resolved to, with the addresses checked: where its
+/// connections must go.
+pub(crate) type Resolved = BTreeMap<String, Vec<std::net::SocketAddr>>;
+
 /// How toolgate reaches a remote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -95,7 +99,7 @@ pub struct RemoteSpec {
     /// Host names of its URLs and the addresses they resolved to when a run-time registration
     /// was checked: its connections go there and nowhere else. Never read from a definition.
     #[serde(skip)]
-    pub resolved: super::policy::Resolved,
+    pub resolved: Resolved,
 }
 
 /// `[remotes.tls]`: TLS settings of a remote reached over `https://`.

@@ -1,31 +1,11 @@
-//! Built-in tools that are useful for real and for demos: echo, sleep, now, and the scratch tools.
+//! Built-in tools that are useful for real and for demos: echo, sleep, now; and `Builtin`, the
+//! fixed definition every built-in (the scratch tools too) is made of.
 
-use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
-use super::scratch::{SCRATCH_LIST, SCRATCH_READ, SCRATCH_WRITE};
 use super::{Annotations, BoxFuture, Tool, ToolContext, ToolError, ToolOutput};
-
-/// Names of every built-in tool, for config validation.
-pub const BUILTIN_NAMES: &[&str] = &[
-    "echo",
-    "now",
-    "scratch_list",
-    "scratch_read",
-    "scratch_write",
-    "sleep",
-];
-
-/// The built-in tools minus the excluded names.
-pub fn builtin_tools(exclude: &[String]) -> Vec<Arc<dyn Tool>> {
-    [ECHO, SLEEP, NOW, SCRATCH_WRITE, SCRATCH_READ, SCRATCH_LIST]
-        .into_iter()
-        .filter(|t| !exclude.iter().any(|e| e == t.name))
-        .map(|t| Arc::new(t) as Arc<dyn Tool>)
-        .collect()
-}
 
 const READ_ONLY: Annotations = Annotations {
     read_only: true,
@@ -79,7 +59,7 @@ impl Tool for Builtin {
     }
 }
 
-const ECHO: Builtin = Builtin {
+pub(super) const ECHO: Builtin = Builtin {
     name: "echo",
     description: "Returns its input unchanged.",
     input_schema: || json!({"type": "object", "additionalProperties": true}),
@@ -89,7 +69,7 @@ const ECHO: Builtin = Builtin {
     run: echo,
 };
 
-const SLEEP: Builtin = Builtin {
+pub(super) const SLEEP: Builtin = Builtin {
     name: "sleep",
     description: "Waits the given number of milliseconds, then returns; stops at once when cancelled.",
     input_schema: || {
@@ -106,7 +86,7 @@ const SLEEP: Builtin = Builtin {
     run: sleep,
 };
 
-const NOW: Builtin = Builtin {
+pub(super) const NOW: Builtin = Builtin {
     name: "now",
     description: "Returns the current UTC time as RFC 3339 text and as Unix milliseconds.",
     input_schema: || json!({"type": "object", "properties": {}, "additionalProperties": false}),
@@ -186,6 +166,7 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tools::{BUILTIN_NAMES, builtin_tools};
 
     fn ctx() -> ToolContext {
         ToolContext::new("s", "c", 0, std::env::temp_dir())
