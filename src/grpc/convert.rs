@@ -128,7 +128,7 @@ pub fn batch_from_request(
             .collect::<Result<Vec<_>, _>>()?,
         (true, Some(message)) => {
             let message = json_from_value(message, depth, &"assistant_message")?;
-            calls::extract_calls(&message).map_err(RequestError::Invalid)?
+            calls::extract_calls(&message).map_err(|e| RequestError::Invalid(e.to_string()))?
         }
     };
     if elements.len() > max_calls as usize {
@@ -379,6 +379,16 @@ pub fn approval_ended(ended: toolgate_core::approvals::Ended) -> pb::ApprovalRes
     }
 }
 
+/// JSON as a `Value` a client can always decode: JSON deeper than `MAX_REPLY_DEPTH` is carried as
+/// its canonical text (a JSON string) instead.
+fn value_for_reply(value: &Value) -> protojson::Value {
+    if toolgate_core::json::depth(value) > protojson::MAX_REPLY_DEPTH {
+        let text = toolgate_core::json::canonical(value);
+        return protojson::Value::from(Value::String(text));
+    }
+    protojson::Value::from(value.clone())
+}
+
 fn index(i: usize) -> u32 {
     u32::try_from(i).unwrap_or(u32::MAX)
 }
@@ -393,7 +403,7 @@ pub(crate) fn call_result(r: &CallResult) -> pb::CallResult {
         // Arguments passed intake's depth limit (at most MAX_REPLY_DEPTH); only a tool's result
         // can be deeper than a reply carries.
         arguments: Some(protojson::Value::from(Value::clone(&r.arguments))),
-        result: Some(protojson::value_for_reply(&r.result)),
+        result: Some(value_for_reply(&r.result)),
         content: r.content.clone(),
         error: r.error.clone(),
         error_class: error_class(r.error_class).into(),

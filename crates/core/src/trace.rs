@@ -1,8 +1,8 @@
 //! Traces: the W3C trace context a request arrives with, the spans toolgate makes over the
 //! OpenTelemetry API, and the `traceparent` it sends on to workers, HTTP tools and MCP servers.
 //!
-//! A [`Tracer`] is either on (an SDK tracer: spans are sampled, recorded and exported by
-//! `telemetry::traces`) or off. Off, spans are not recorded, but each still gets its own span id
+//! A [`Tracer`] is either on (any OpenTelemetry API tracer, boxed: the server hands it the SDK's,
+//! whose spans are sampled, recorded and exported by `telemetry::traces`) or off. Off, spans are not recorded, but each still gets its own span id
 //! in the client's trace (or a new one), so remote calls and log lines carry ids either way and a
 //! disabled tracer costs an id and a small allocation per span. Attributes and events are built
 //! by closures that run only for a recording span, so an unsampled call pays for no attribute.
@@ -10,15 +10,17 @@
 //! makes it (`grpc` the RPC span, `dispatch` the batch and execution spans).
 
 use std::borrow::Cow;
+use std::hash::BuildHasher;
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
+use opentelemetry::global::BoxedTracer;
 use opentelemetry::trace::{
     SpanBuilder, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId,
     TraceState, Tracer as _,
 };
 use opentelemetry::{Context, KeyValue};
-use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator, SdkTracer};
 
 /// Attribute and event names, in one place: OpenTelemetry semantic conventions where one exists
 /// (RPC, GenAI tool execution, errors), `toolgate.*` otherwise.
@@ -79,7 +81,7 @@ pub struct Tracer {
 
 #[derive(Debug)]
 struct On {
-    tracer: SdkTracer,
+    tracer: BoxedTracer,
     /// Opt-in: the longest argument or result text put on a span; `None` puts none.
     content_chars: Option<usize>,
 }
@@ -92,10 +94,14 @@ impl Tracer {
 
     /// Spans recorded by `tracer`; arguments and results are put on them (cut to
     /// `content_chars`) only when that is `Some`.
-    pub fn new(tracer: SdkTracer, content_chars: Option<usize>) -> Self {
+    pub fn new<T>(tracer: T, content_chars: Option<usize>) -> Self
+    where
+        T: opentelemetry::trace::Tracer + Send + Sync + 'static,
+        T::Span: Send + Sync + 'static,
+    {
         Tracer {
             inner: Some(Arc::new(On {
-                tracer,
+                tracer: BoxedTracer::new(Box::new(tracer)),
                 content_chars,
             })),
         }
@@ -135,7 +141,6 @@ impl Tracer {
 /// A span context for a span nobody records: the parent's trace (or a new one, not sampled),
 /// a new span id.
 fn untraced_child(parent: &Context) -> SpanContext {
-    let ids = RandomIdGenerator::default();
     let span = parent.span();
     let of_parent = span.span_context();
     let (trace_id, flags, state) = if of_parent.is_valid() {
@@ -145,9 +150,28 @@ fn untraced_child(parent: &Context) -> SpanContext {
             of_parent.trace_state().clone(),
         )
     } else {
-        (ids.new_trace_id(), TraceFlags::default(), TraceState::NONE)
+        (new_trace_id(), TraceFlags::default(), TraceState::NONE)
     };
-    SpanContext::new(trace_id, ids.new_span_id(), flags, false, state)
+    SpanContext::new(trace_id, new_span_id(), flags, false, state)
+}
+
+/// 64 or 128 unpredictable bits for ids: a keyed hash (SipHash, its key drawn once per process)
+/// of a counter, as session ids are made; never all zero (an invalid id).
+fn id_bits(part: u8) -> u64 {
+    static KEY: OnceLock<std::collections::hash_map::RandomState> = OnceLock::new();
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let key = KEY.get_or_init(Default::default);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    key.hash_one((n, part)).max(1)
+}
+
+fn new_trace_id() -> TraceId {
+    let high = u128::from(id_bits(0)) << 64;
+    TraceId::from(high | u128::from(id_bits(1)))
+}
+
+fn new_span_id() -> SpanId {
+    SpanId::from(id_bits(2))
 }
 
 /// A started span (or, tracing off, just its ids). Ends on [`Span::end`] or when the last clone

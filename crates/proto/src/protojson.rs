@@ -11,7 +11,7 @@ use std::fmt::Display;
 
 use serde_json::{Map, Number};
 
-/// The deepest JSON (objects within objects, `json::depth`) a reply can carry and still be
+/// The deepest JSON (objects within objects, `depth`) a reply can carry and still be
 /// decoded: every object level is several nested protobuf messages (`Value`, `Struct`, its map
 /// entry), and protobuf decoders stop at 100 nested messages (prost, upb in Python). Measured
 /// with the Python client on a `DispatchEvent`: 32 decodes, 33 does not.
@@ -28,6 +28,16 @@ pub const MAX_DECODE_DEPTH: usize = 64;
 /// to hundreds of MiB; past this its decoding stops (`meter`), and the server refuses it with
 /// RESOURCE_EXHAUSTED.
 pub const MAX_DECODED_BYTES: usize = 64 << 20;
+
+/// Nesting depth of arrays and objects, as `Found` counts it: a scalar is 0, `{}` and `[]` are
+/// 1, `{"a":[1]}` is 2 (the engine's `json::depth`; this crate stands apart from the engine).
+pub fn depth(value: &serde_json::Value) -> usize {
+    match value {
+        serde_json::Value::Object(map) => 1 + map.values().map(depth).max().unwrap_or(0),
+        serde_json::Value::Array(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
+        _ => 0,
+    }
+}
 
 /// Largest integer magnitude a protobuf double carries exactly (2^53).
 const MAX_EXACT_INTEGER: f64 = 9_007_199_254_740_992.0;
@@ -59,7 +69,7 @@ pub struct Struct {
 /// What decoding saw that the JSON alone does not say; `None` for a value made from JSON.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Found {
-    /// The deepest nesting decoded (`json::depth` of the result, or past `MAX_DECODE_DEPTH`).
+    /// The deepest nesting decoded (`depth` of the result, or past `MAX_DECODE_DEPTH`).
     depth: usize,
     /// A number that was NaN or infinite (decoded as `null`).
     not_finite: bool,
@@ -71,7 +81,7 @@ impl Found {
     /// What a value made from JSON already holds: its depth, and nothing JSON cannot hold.
     fn of(json: &serde_json::Value) -> Self {
         Found {
-            depth: toolgate_core::json::depth(json),
+            depth: depth(json),
             ..Found::default()
         }
     }
@@ -79,11 +89,7 @@ impl Found {
     /// `of` for an object, given its fields.
     fn of_fields(fields: &Map<String, serde_json::Value>) -> Self {
         Found {
-            depth: 1 + fields
-                .values()
-                .map(toolgate_core::json::depth)
-                .max()
-                .unwrap_or(0),
+            depth: 1 + fields.values().map(depth).max().unwrap_or(0),
             ..Found::default()
         }
     }
@@ -205,17 +211,6 @@ impl From<Map<String, serde_json::Value>> for Struct {
             found: None,
         }
     }
-}
-
-/// JSON as a `Value` a client can always decode: JSON deeper than `MAX_REPLY_DEPTH` is carried as
-/// its canonical text (a JSON string) instead.
-pub fn value_for_reply(value: &serde_json::Value) -> Value {
-    if toolgate_core::json::depth(value) > MAX_REPLY_DEPTH {
-        return Value::from(serde_json::Value::String(toolgate_core::json::canonical(
-            value,
-        )));
-    }
-    Value::from(value.clone())
 }
 
 /// A protobuf double as JSON: integral numbers within ±2^53 as integers; `None` when it is not

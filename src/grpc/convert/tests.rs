@@ -157,3 +157,25 @@ fn call_timeout_defaults_and_is_bounded() {
     });
     assert!(batch_from_request(req, local(), &rules()).is_err());
 }
+
+#[test]
+fn a_reply_value_past_the_reply_depth_is_carried_as_text() {
+    let nested = |levels: usize| {
+        let mut v = json!(1);
+        for i in 0..levels {
+            v = if i % 2 == 0 {
+                json!([v])
+            } else {
+                json!({"k": v})
+            };
+        }
+        v
+    };
+    let deep = nested(protojson::MAX_REPLY_DEPTH + 1);
+    assert_eq!(
+        value_for_reply(&deep).into_json(),
+        Value::String(toolgate_core::json::canonical(&deep))
+    );
+    let fits = nested(protojson::MAX_REPLY_DEPTH);
+    assert_eq!(value_for_reply(&fits).into_json(), fits);
+}
