@@ -270,7 +270,7 @@ fn approvals(args: ApprovalsArgs) -> ExitCode {
     })) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            report_error(&e);
+            report_error(&e.to_string());
             ExitCode::FAILURE
         }
     }

@@ -16,7 +16,7 @@ use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
 
 use super::status::RequestError;
 use crate::config::{Anonymous, AuthConfig, CertificateIdentity, JwtConfig, TokenConfig};
-use toolgate_core::identity::{Caller, Method, Role, validate_tenant};
+use toolgate_core::identity::{Caller, InvalidTenant, Method, Role, validate_tenant};
 
 /// What a request presents to be judged by: its headers and its connection.
 pub struct Credentials<'a> {
@@ -69,6 +69,68 @@ pub enum AuthError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+}
+
+/// Why a request's credentials were refused: written to the audit log; the caller is told only
+/// whether it sent none (`Refused::told`).
+#[derive(Debug, thiserror::Error)]
+enum Refused {
+    #[error("credentials required: send 'authorization: Bearer <token>'")]
+    NoCredentials,
+    #[error("the authorization header is not text")]
+    HeaderNotText,
+    #[error("the authorization header is not 'Bearer <token>'")]
+    NotBearer,
+    #[error("the client certificate names no configured identity")]
+    UnknownCertificate,
+    #[error("unknown bearer token")]
+    UnknownToken,
+    #[error("JWT: {0}")]
+    Jwt(#[from] JwtRefused),
+}
+
+impl Refused {
+    /// What the caller is told: that it must send credentials, or that those it sent were not
+    /// accepted (what a JWT check found is for the operator's log).
+    fn told(&self) -> String {
+        match self {
+            Refused::NoCredentials => self.to_string(),
+            _ => "the credentials were not accepted".to_owned(),
+        }
+    }
+}
+
+/// Why a JWT was refused.
+#[derive(Debug, thiserror::Error)]
+enum JwtRefused {
+    #[error("{0}")]
+    Malformed(jsonwebtoken::errors::Error),
+    #[error("the header names critical extensions (crit), which this server does not understand")]
+    Critical,
+    #[error("signed with {signed:?}, but the key is for {key}")]
+    WrongAlgorithm {
+        signed: jsonwebtoken::Algorithm,
+        key: String,
+    },
+    #[error("no key {0} in the JWKS")]
+    UnknownKey(String),
+    #[error("the JWKS key is unusable: {0}")]
+    UnusableKey(jsonwebtoken::errors::Error),
+    #[error("the sub claim is empty (it names the identity)")]
+    NoSubject,
+    #[error("no '{0}' claim (the tenant)")]
+    NoTenant(String),
+    #[error("{0}")]
+    BadTenant(InvalidTenant),
+}
+
+/// The JWKS could not be fetched.
+#[derive(Debug, thiserror::Error)]
+#[error("JWKS {url}: {source}")]
+struct JwksFetch {
+    url: String,
+    #[source]
+    source: reqwest::Error,
 }
 
 /// A configured token whose secret cannot be read.
@@ -191,18 +253,12 @@ impl Authenticator {
                     target: "toolgate::audit",
                     rpc = rpc,
                     outcome = "unauthenticated",
-                    reason = audit_text(&why).as_str(),
+                    reason = audit_text(&why.to_string()).as_str(),
                     peer = ?credentials.peer,
                     "refused"
                 );
-                // The caller learns that its credential was refused, not why: what a JWT
-                // check found is for the operator's log.
-                let told = if why == NO_CREDENTIALS {
-                    NO_CREDENTIALS
-                } else {
-                    "the credentials were not accepted"
-                };
-                return Err(RequestError::Unauthenticated(told.to_owned()));
+                // The caller learns that its credential was refused, not why.
+                return Err(RequestError::Unauthenticated(why.told()));
             }
         };
         if !(needs.iter().any(|role| caller.has(*role)) || caller.has(Role::Admin)) {
@@ -248,13 +304,11 @@ impl Authenticator {
 
     /// Credentials win over the connection: a request that presents a token is judged by it
     /// alone (a wrong token is never let in as anonymous).
-    fn authenticate(&self, credentials: &Credentials<'_>) -> Result<Arc<Caller>, String> {
+    fn authenticate(&self, credentials: &Credentials<'_>) -> Result<Arc<Caller>, Refused> {
         if let Some(header) = credentials.headers.get("authorization") {
-            let text = header
-                .to_str()
-                .map_err(|_| "the authorization header is not text".to_owned())?;
+            let text = header.to_str().map_err(|_| Refused::HeaderNotText)?;
             let Some(token) = strip_bearer(text) else {
-                return Err("the authorization header is not 'Bearer <token>'".to_owned());
+                return Err(Refused::NotBearer);
             };
             return self.bearer(token);
         }
@@ -263,9 +317,7 @@ impl Authenticator {
         if let Some(certs) = &credentials.certificates
             && let Some(leaf) = certs.first()
         {
-            return self
-                .certificate(leaf)
-                .ok_or_else(|| "the client certificate names no configured identity".to_owned());
+            return self.certificate(leaf).ok_or(Refused::UnknownCertificate);
         }
         // A local IPv4 client of a `[::]` listener is `::ffff:127.0.0.1`. A request a proxy
         // forwarded (it says so in a header) is not from this machine, whatever the connection.
@@ -275,14 +327,14 @@ impl Authenticator {
             && !forwarded(credentials.headers);
         match &self.anonymous {
             Some(caller) if local || !self.anonymous_loopback_only => Ok(caller.clone()),
-            _ => Err(NO_CREDENTIALS.to_owned()),
+            _ => Err(Refused::NoCredentials),
         }
     }
 
-    fn bearer(&self, token: &str) -> Result<Arc<Caller>, String> {
+    fn bearer(&self, token: &str) -> Result<Arc<Caller>, Refused> {
         let looks_like_jwt = token.split('.').count() == 3;
         if looks_like_jwt && let Some(jwt) = &self.jwt {
-            return jwt.verify(token).map(Arc::new);
+            return Ok(Arc::new(jwt.verify(token)?));
         }
         let digest = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
         // Digests, not tokens, are compared (a timing difference says nothing about a token),
@@ -297,7 +349,7 @@ impl Authenticator {
                 found = Some(caller.clone());
             }
         }
-        found.ok_or_else(|| "unknown bearer token".to_owned())
+        found.ok_or(Refused::UnknownToken)
     }
 
     fn certificate(&self, leaf: &CertificateDer<'_>) -> Option<Arc<Caller>> {
@@ -335,7 +387,6 @@ fn header_names_crit(token: &str) -> bool {
 }
 
 /// What a caller without credentials is told (and the one refusal it is told in full).
-const NO_CREDENTIALS: &str = "credentials required: send 'authorization: Bearer <token>'";
 
 /// A value from a request as an audit field: no quote or backslash (the log's redactor works on
 /// the formatted line, and one that consumed an escaping backslash would end the quoted field
@@ -463,9 +514,13 @@ impl Jwt {
         Ok(jwt)
     }
 
-    async fn fetch(&self) -> Result<(), String> {
+    async fn fetch(&self) -> Result<(), JwksFetch> {
         let Some(url) = &self.url else {
             return Ok(());
+        };
+        let failed = |source| JwksFetch {
+            url: url.to_string(),
+            source,
         };
         let response = self
             .client
@@ -473,11 +528,8 @@ impl Jwt {
             .send()
             .await
             .and_then(reqwest::Response::error_for_status)
-            .map_err(|e| format!("JWKS {url}: {e}"))?;
-        let set: JwkSet = response
-            .json()
-            .await
-            .map_err(|e| format!("JWKS {url}: {e}"))?;
+            .map_err(failed)?;
+        let set: JwkSet = response.json().await.map_err(failed)?;
         *self.keys.write() = set;
         Ok(())
     }
@@ -491,12 +543,12 @@ impl Jwt {
         }
     }
 
-    fn verify(self: &Arc<Self>, token: &str) -> Result<Caller, String> {
-        let header = jsonwebtoken::decode_header(token).map_err(|e| format!("JWT: {e}"))?;
+    fn verify(self: &Arc<Self>, token: &str) -> Result<Caller, JwtRefused> {
+        let header = jsonwebtoken::decode_header(token).map_err(JwtRefused::Malformed)?;
         // RFC 7515 §4.1.11: a header naming critical extensions this verifier does not know
         // must be refused (jsonwebtoken does not read `crit`).
         if header_names_crit(token) {
-            return Err("JWT: the header names critical extensions (crit), which this server does not understand".to_owned());
+            return Err(JwtRefused::Critical);
         }
         let key = {
             let keys = self.keys.read();
@@ -511,21 +563,19 @@ impl Jwt {
                 && let Some(alg) = jwk.common.key_algorithm
                 && alg.to_string().parse::<jsonwebtoken::Algorithm>().ok() != Some(header.alg)
             {
-                return Err(format!(
-                    "JWT: signed with {:?}, but the key is for {alg}",
-                    header.alg
-                ));
+                return Err(JwtRefused::WrongAlgorithm {
+                    signed: header.alg,
+                    key: alg.to_string(),
+                });
             }
             jwk.map(DecodingKey::from_jwk)
         };
         let Some(key) = key else {
             self.refetch_for_unknown_key();
-            return Err(format!(
-                "JWT: no key {} in the JWKS",
-                header.kid.as_deref().unwrap_or("(no kid)")
-            ));
+            let kid = header.kid.as_deref().unwrap_or("(no kid)");
+            return Err(JwtRefused::UnknownKey(kid.to_owned()));
         };
-        let key = key.map_err(|e| format!("JWT: the JWKS key is unusable: {e}"))?;
+        let key = key.map_err(JwtRefused::UnusableKey)?;
         let mut validation = Validation::new(header.alg);
         validation.set_issuer(&[&self.issuer]);
         validation.set_audience(&[&self.audience]);
@@ -533,7 +583,7 @@ impl Jwt {
         validation.validate_nbf = true;
         validation.leeway = self.leeway;
         let data = jsonwebtoken::decode::<serde_json::Map<String, Value>>(token, &key, &validation)
-            .map_err(|e| format!("JWT: {e}"))?;
+            .map_err(JwtRefused::Malformed)?;
         let claims = data.claims;
         let id = claims
             .get("sub")
@@ -541,14 +591,14 @@ impl Jwt {
             .unwrap_or_default()
             .to_owned();
         if id.is_empty() {
-            return Err("JWT: the sub claim is empty (it names the identity)".to_owned());
+            return Err(JwtRefused::NoSubject);
         }
         let tenant = claims
             .get(&self.tenant_claim)
             .and_then(Value::as_str)
-            .ok_or_else(|| format!("JWT: no '{}' claim (the tenant)", self.tenant_claim))?
+            .ok_or_else(|| JwtRefused::NoTenant(self.tenant_claim.clone()))?
             .to_owned();
-        validate_tenant(&tenant).map_err(|e| format!("JWT: {e}"))?;
+        validate_tenant(&tenant).map_err(JwtRefused::BadTenant)?;
         let roles = match claims.get(&self.roles_claim) {
             Some(Value::Array(items)) => roles(
                 &items

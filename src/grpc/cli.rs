@@ -14,6 +14,37 @@ use toolgate_proto::pb;
 use toolgate_proto::pb::resolve_approval_request::{Decision, Remember};
 use toolgate_proto::pb::tool_gate_client::ToolGateClient;
 
+/// Why the command could not do what it was asked; its text is what the person at the terminal
+/// reads.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error("{addr}: not an address: {reason}")]
+    Address { addr: String, reason: String },
+    #[error("{}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("--tls-cert and --tls-key go together")]
+    HalfIdentity,
+    #[error("TLS: {0}")]
+    Tls(#[source] tonic::transport::Error),
+    #[error("{addr}: cannot connect: {reason}")]
+    Connect { addr: String, reason: String },
+    #[error("${0} is not set")]
+    TokenUnset(String),
+    #[error("${0} does not hold a usable token")]
+    TokenUnusable(String),
+    #[error("--arguments must be a JSON object")]
+    ArgumentsNotObject,
+    #[error("--arguments is not JSON: {0}")]
+    ArgumentsNotJson(#[source] serde_json::Error),
+    /// The server refused or failed the request.
+    #[error("{:?}: {}", .0.code(), .0.message())]
+    Status(#[from] tonic::Status),
+}
+
 /// How to reach the server.
 #[derive(Debug, Clone, Default)]
 pub struct Target {
@@ -51,14 +82,18 @@ pub enum Action {
 }
 
 /// Runs `action` against `target`, printing what it finds; the error is what went wrong.
-pub async fn run(target: &Target, action: Action, out: &mut dyn FnMut(&str)) -> Result<(), String> {
+pub async fn run(
+    target: &Target,
+    action: Action,
+    out: &mut dyn FnMut(&str),
+) -> Result<(), CliError> {
     let channel = connect(target).await?;
     let token = match &target.token_env {
         Some(var) => {
-            let token = std::env::var(var).map_err(|_| format!("${var} is not set"))?;
+            let token = std::env::var(var).map_err(|_| CliError::TokenUnset(var.clone()))?;
             let value: MetadataValue<_> = format!("Bearer {token}")
                 .parse()
-                .map_err(|_| format!("${var} does not hold a usable token"))?;
+                .map_err(|_| CliError::TokenUnusable(var.clone()))?;
             Some(value)
         }
         None => None,
@@ -78,7 +113,7 @@ pub async fn run(target: &Target, action: Action, out: &mut dyn FnMut(&str)) -> 
                 session_id: session.unwrap_or_default(),
                 ..Default::default()
             };
-            let listed = client.list_approvals(request).await.map_err(status_text)?;
+            let listed = client.list_approvals(request).await?;
             let approvals = listed.into_inner().approvals;
             if approvals.is_empty() {
                 out("no pending approvals");
@@ -92,14 +127,10 @@ pub async fn run(target: &Target, action: Action, out: &mut dyn FnMut(&str)) -> 
             let request = pb::WatchApprovalsRequest {
                 session_id: session.unwrap_or_default(),
             };
-            let mut updates = client
-                .watch_approvals(request)
-                .await
-                .map_err(status_text)?
-                .into_inner();
+            let mut updates = client.watch_approvals(request).await?.into_inner();
             while let Some(update) = updates.next().await {
                 use pb::watch_approvals_response::Update;
-                match update.map_err(status_text)?.update {
+                match update?.update {
                     Some(Update::Requested(approval)) => out(&describe(&approval)),
                     Some(Update::Resolved(ended)) => out(&ended_line(&ended)),
                     None => {}
@@ -120,8 +151,8 @@ pub async fn run(target: &Target, action: Action, out: &mut dyn FnMut(&str)) -> 
                     Ok(serde_json::Value::Object(map)) => {
                         Some(toolgate_proto::protojson::Struct::from(map))
                     }
-                    Ok(_) => return Err("--arguments must be a JSON object".to_owned()),
-                    Err(e) => return Err(format!("--arguments is not JSON: {e}")),
+                    Ok(_) => return Err(CliError::ArgumentsNotObject),
+                    Err(e) => return Err(CliError::ArgumentsNotJson(e)),
                 },
             };
             let decision = if approve {
@@ -141,10 +172,7 @@ pub async fn run(target: &Target, action: Action, out: &mut dyn FnMut(&str)) -> 
                 updated_arguments,
                 remember: remember.into(),
             };
-            let resolved = client
-                .resolve_approval(request)
-                .await
-                .map_err(status_text)?;
+            let resolved = client.resolve_approval(request).await?;
             let verb = if approve { "approved" } else { "denied" };
             match resolved.into_inner().approval {
                 Some(a) => out(&format!(
@@ -158,12 +186,15 @@ pub async fn run(target: &Target, action: Action, out: &mut dyn FnMut(&str)) -> 
     }
 }
 
-async fn connect(target: &Target) -> Result<Channel, String> {
+async fn connect(target: &Target) -> Result<Channel, CliError> {
     let tls = target.tls_ca.is_some() || target.tls_cert.is_some();
     let scheme = if tls { "https" } else { "http" };
     let uri = format!("{scheme}://{}", target.addr);
     let mut endpoint = Endpoint::from_shared(uri.clone())
-        .map_err(|e| format!("{}: not an address: {e}", target.addr))?
+        .map_err(|e| CliError::Address {
+            addr: target.addr.clone(),
+            reason: e.to_string(),
+        })?
         .connect_timeout(target.timeout);
     if tls {
         let mut config = ClientTlsConfig::new();
@@ -177,23 +208,24 @@ async fn connect(target: &Target) -> Result<Channel, String> {
                 config = config.identity(Identity::from_pem(read(cert)?, read(key)?));
             }
             (None, None) => {}
-            _ => return Err("--tls-cert and --tls-key go together".to_owned()),
+            _ => return Err(CliError::HalfIdentity),
         }
         if let Some(name) = &target.tls_server_name {
             config = config.domain_name(name.clone());
         }
-        endpoint = endpoint
-            .tls_config(config)
-            .map_err(|e| format!("TLS: {e}"))?;
+        endpoint = endpoint.tls_config(config).map_err(CliError::Tls)?;
     }
-    endpoint
-        .connect()
-        .await
-        .map_err(|e| format!("{}: cannot connect: {}", target.addr, chain(&e)))
+    endpoint.connect().await.map_err(|e| CliError::Connect {
+        addr: target.addr.clone(),
+        reason: chain(&e),
+    })
 }
 
-fn read(path: &PathBuf) -> Result<Vec<u8>, String> {
-    std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))
+fn read(path: &PathBuf) -> Result<Vec<u8>, CliError> {
+    std::fs::read(path).map_err(|source| CliError::Read {
+        path: path.clone(),
+        source,
+    })
 }
 
 /// An error and its causes, as one line.
@@ -207,11 +239,6 @@ fn chain(error: &dyn std::error::Error) -> String {
     }
     text
 }
-
-fn status_text(status: tonic::Status) -> String {
-    format!("{:?}: {}", status.code(), status.message())
-}
-
 /// One pending approval, on one line.
 fn describe(approval: &pb::Approval) -> String {
     let arguments = approval

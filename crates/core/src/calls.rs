@@ -153,7 +153,7 @@ fn assign_ids(parsed: &[Parsed]) -> Vec<Id> {
 /// Nothing is dropped silently: items that are neither a call nor a known non-call part (text,
 /// thinking, reasoning, images, ...) are kept as elements, so intake answers them INVALID_CALL;
 /// and a message with no call and no text at all is an error.
-pub fn extract_calls(message: &Value) -> Result<Vec<Value>, String> {
+pub fn extract_calls(message: &Value) -> Result<Vec<Value>, UnreadableMessage> {
     let found = match message {
         // A Responses output list (or Anthropic blocks / Gemini parts given bare).
         Value::Array(items) => sort_items(items),
@@ -163,10 +163,7 @@ pub fn extract_calls(message: &Value) -> Result<Vec<Value>, String> {
                     Value::Array(items) => items.clone(),
                     Value::Null => Vec::new(),
                     other => {
-                        return Err(format!(
-                            "assistant_message.tool_calls must be an array, got {}",
-                            json::type_name(other)
-                        ));
+                        return Err(UnreadableMessage::ToolCallsNotArray(json::type_name(other)));
                     }
                 };
                 let text = map.get("content").is_some_and(has_text);
@@ -181,15 +178,15 @@ pub fn extract_calls(message: &Value) -> Result<Vec<Value>, String> {
                     Some(content) if map.contains_key("role") && has_text(content) => {
                         return Ok(Vec::new());
                     }
-                    _ if map.contains_key("role") => return Err(no_call_no_text()),
-                    _ => return Err(unrecognised_message()),
+                    _ if map.contains_key("role") => return Err(UnreadableMessage::NoCallNoText),
+                    _ => return Err(UnreadableMessage::Unrecognised),
                 }
             }
         }
-        _ => return Err(unrecognised_message()),
+        _ => return Err(UnreadableMessage::Unrecognised),
     };
     if found.elements.is_empty() && !found.text {
-        return Err(no_call_no_text());
+        return Err(UnreadableMessage::NoCallNoText);
     }
     Ok(found.elements)
 }
@@ -257,17 +254,33 @@ fn has_text(content: &Value) -> bool {
     }
 }
 
-fn no_call_no_text() -> String {
-    "assistant_message has no tool call and no text: nothing to dispatch and nothing the model \
-     said (send the calls themselves in `calls`, or the whole assistant message)"
-        .to_owned()
+/// An `assistant_message` intake cannot read calls from.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UnreadableMessage {
+    #[error("assistant_message.tool_calls must be an array, got {0}")]
+    ToolCallsNotArray(&'static str),
+    #[error(
+        "assistant_message has no tool call and no text: nothing to dispatch and nothing the \
+         model said (send the calls themselves in `calls`, or the whole assistant message)"
+    )]
+    NoCallNoText,
+    #[error(
+        "assistant_message is not a recognised assistant message: expected an OpenAI chat \
+         message with tool_calls, an Anthropic message with content blocks, a Gemini content \
+         with parts, or an OpenAI Responses output list"
+    )]
+    Unrecognised,
 }
 
-fn unrecognised_message() -> String {
-    "assistant_message is not a recognised assistant message: expected an OpenAI chat message \
-     with tool_calls, an Anthropic message with content blocks, a Gemini content with parts, or \
-     an OpenAI Responses output list"
-        .to_owned()
+/// Arguments a call cannot run with.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum BadArguments {
+    #[error("arguments are not valid JSON: {0}")]
+    NotJson(String),
+    #[error("arguments must be a JSON object, got {0}")]
+    NotObject(&'static str),
+    #[error("arguments nest {depth} levels deep; the limit is {limit}")]
+    TooDeep { depth: usize, limit: usize },
 }
 
 /// The `type`s a normalized call may carry (frameworks' own call shapes: LangChain's
@@ -387,7 +400,7 @@ fn finish(p: Parsed, index: usize, id: Id, limits: IntakeLimits) -> Received {
     };
     match parsed {
         Ok(arguments) => call.arguments = Arc::new(arguments),
-        Err(message) => return reject(call, Rejection::InvalidArguments, message),
+        Err(problem) => return reject(call, Rejection::InvalidArguments, problem.to_string()),
     }
     if duplicate {
         let message = format!(
@@ -405,29 +418,24 @@ fn finish(p: Parsed, index: usize, id: Id, limits: IntakeLimits) -> Received {
 
 /// Strict parse: text must be one JSON object; absent (no text), null or blank arguments mean
 /// `{}`.
-fn parse_text(text: &str, limits: IntakeLimits) -> Result<Value, String> {
+fn parse_text(text: &str, limits: IntakeLimits) -> Result<Value, BadArguments> {
     if text.trim().is_empty() {
         return Ok(Value::Object(Map::new()));
     }
-    let value = serde_json::from_str::<Value>(text)
-        .map_err(|e| format!("arguments are not valid JSON: {e}"))?;
+    let value =
+        serde_json::from_str::<Value>(text).map_err(|e| BadArguments::NotJson(e.to_string()))?;
     checked(value, limits)
 }
 
 /// Parsed arguments must be an object no deeper than the limit.
-fn checked(value: Value, limits: IntakeLimits) -> Result<Value, String> {
+fn checked(value: Value, limits: IntakeLimits) -> Result<Value, BadArguments> {
     if !value.is_object() {
-        return Err(format!(
-            "arguments must be a JSON object, got {}",
-            json::type_name(&value)
-        ));
+        return Err(BadArguments::NotObject(json::type_name(&value)));
     }
     let depth = json::depth(&value);
     if depth > limits.max_json_depth {
-        return Err(format!(
-            "arguments nest {depth} levels deep; the limit is {}",
-            limits.max_json_depth
-        ));
+        let limit = limits.max_json_depth;
+        return Err(BadArguments::TooDeep { depth, limit });
     }
     Ok(value)
 }

@@ -52,7 +52,7 @@ fn with_causes(error: &dyn std::error::Error) -> String {
 fn pin_endpoint(
     endpoint: &str,
     spec: &RemoteSpec,
-) -> Option<Result<(tonic::codegen::http::Uri, String), String>> {
+) -> Option<Result<(tonic::codegen::http::Uri, String), RemoteError>> {
     let uri: tonic::codegen::http::Uri = endpoint.parse().ok()?;
     let host = uri.host()?.to_ascii_lowercase();
     let address = spec.resolved.get(&host)?.first()?;
@@ -61,11 +61,11 @@ fn pin_endpoint(
     Some(
         authority
             .parse()
-            .map_err(|e| format!("endpoint '{endpoint}': {e}"))
+            .map_err(|e| spec.invalid(format!("endpoint '{endpoint}': {e}")))
             .and_then(|authority| {
                 parts.authority = Some(authority);
                 tonic::codegen::http::Uri::from_parts(parts)
-                    .map_err(|e| format!("endpoint '{endpoint}': {e}"))
+                    .map_err(|e| spec.invalid(format!("endpoint '{endpoint}': {e}")))
             })
             .map(|uri| (uri, host)),
     )
@@ -73,14 +73,19 @@ fn pin_endpoint(
 
 /// The TLS client settings of an `https://` worker: its CA file, or the system's roots, and
 /// the client certificate shown to it.
-async fn tls_config(tls: &super::TlsSpec) -> Result<ClientTlsConfig, String> {
+async fn tls_config(
+    spec: &RemoteSpec,
+    tls: &super::TlsSpec,
+) -> Result<ClientTlsConfig, RemoteError> {
     let tls = tls.clone();
+    let unreadable =
+        |key: &str, path: &str, e: std::io::Error| spec.invalid(format!("tls.{key} '{path}': {e}"));
     let mut config = ClientTlsConfig::new();
     config = match &tls.ca_file {
         Some(path) => {
             let pem = tokio::fs::read(path)
                 .await
-                .map_err(|e| format!("tls.ca_file '{path}': {e}"))?;
+                .map_err(|e| unreadable("ca_file", path, e))?;
             config.ca_certificate(Certificate::from_pem(pem))
         }
         None => config.with_native_roots(),
@@ -88,10 +93,10 @@ async fn tls_config(tls: &super::TlsSpec) -> Result<ClientTlsConfig, String> {
     if let (Some(cert), Some(key)) = (&tls.cert_file, &tls.key_file) {
         let cert = tokio::fs::read(cert)
             .await
-            .map_err(|e| format!("tls.cert_file '{cert}': {e}"))?;
+            .map_err(|e| unreadable("cert_file", cert, e))?;
         let key = tokio::fs::read(key)
             .await
-            .map_err(|e| format!("tls.key_file '{key}': {e}"))?;
+            .map_err(|e| unreadable("key_file", key, e))?;
         config = config.identity(Identity::from_pem(cert, key));
     }
     if let Some(domain) = tls.domain {
@@ -121,7 +126,7 @@ pub async fn discover(
     // still name the endpoint, and TLS still verifies its name), not re-resolved (DNS
     // rebinding).
     if let Some(pinned) = pin_endpoint(&endpoint, spec) {
-        let (uri, host) = pinned.map_err(&invalid)?;
+        let (uri, host) = pinned?;
         let origin = channel.uri().clone();
         channel = Endpoint::from(uri)
             .origin(origin)
@@ -132,7 +137,7 @@ pub async fn discover(
     }
     if let Some(tls) = tls {
         channel = channel
-            .tls_config(tls_config(&tls).await.map_err(invalid)?)
+            .tls_config(tls_config(spec, &tls).await?)
             .map_err(|e| invalid(format!("tls: {e}")))?;
     }
     let channel = channel
@@ -156,7 +161,7 @@ pub async fn discover(
         .tools
         .into_iter()
         .map(|t| {
-            let definition = definition(&spec.prefix, t).map_err(&invalid)?;
+            let definition = definition(spec, t)?;
             Ok(Arc::new(RemoteTool::new(definition, worker.clone())))
         })
         .collect::<Result<_, _>>()?;
@@ -165,12 +170,14 @@ pub async fn discover(
 
 /// What the worker says of one of its tools, as the model sees it; refused when its schema holds
 /// what JSON cannot (a schema cut short would accept anything below the cut).
-fn definition(prefix: &str, tool: pb::WorkerTool) -> Result<RemoteDefinition, String> {
+fn definition(spec: &RemoteSpec, tool: pb::WorkerTool) -> Result<RemoteDefinition, RemoteError> {
+    let prefix = &spec.prefix;
     let annotations = tool.annotations.unwrap_or_default();
     let input_schema = match tool.input_schema {
         Some(schema) => {
             let at = format_args!("tool '{}': input_schema", tool.name);
-            Value::Object(schema.into_json_checked(&at).map_err(|e| e.to_string())?)
+            let checked = schema.into_json_checked(&at);
+            Value::Object(checked.map_err(|e| spec.invalid(e.to_string()))?)
         }
         None => serde_json::json!({"type": "object"}),
     };

@@ -337,6 +337,7 @@ fn unrecognised_assistant_messages_are_errors() {
     assert!(
         extract_calls(&json!({"tool_calls": "x"}))
             .unwrap_err()
+            .to_string()
             .contains("must be an array")
     );
 }
@@ -399,7 +400,7 @@ fn nothing_in_an_assistant_message_is_dropped_silently() {
         json!({"role": "assistant"}),
         json!([{"type": "reasoning", "id": "rs", "summary": []}]),
     ] {
-        let err = extract_calls(&message).unwrap_err();
+        let err = extract_calls(&message).unwrap_err().to_string();
         assert!(err.contains("no tool call and no text"), "{message}: {err}");
     }
     // Text alone is an answer without tools.

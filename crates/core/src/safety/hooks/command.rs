@@ -58,6 +58,32 @@ pub struct CommandHook {
     env: ChildEnv,
 }
 
+/// Why a hook program gave no answer (its failure mode decides what that means for the call).
+#[derive(Debug, thiserror::Error)]
+enum RunFailed {
+    #[error("no turn to run within {0}: limits.max_hook_processes hook programs were running")]
+    NoTurn(String),
+    #[error("hook turns are no longer given out")]
+    TurnsClosed,
+    #[error("timed out after {0}")]
+    TimedOut(String),
+    #[error("cannot start '{program}': {source}")]
+    Start {
+        program: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed while running: {0}")]
+    Running(#[source] std::io::Error),
+}
+
+/// What a hook program did: its exit code, stdout, and stderr (trimmed).
+struct Ran {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
 impl CommandHook {
     /// `command` is the program and its arguments (no shell).
     pub fn new(
@@ -96,28 +122,24 @@ impl CommandHook {
     /// Runs the program with `payload` on stdin: (exit code, stdout, stderr), or why it failed,
     /// all within the timeout, the wait for a turn included (and said apart: a hook that never
     /// got a turn did not time out).
-    async fn run(&self, payload: &Value) -> Result<(i32, String, String), String> {
+    async fn run(&self, payload: &Value) -> Result<Ran, RunFailed> {
         let deadline = tokio::time::Instant::now() + self.timeout;
-        let readable = crate::duration::readable(self.timeout);
+        let readable = || crate::duration::readable(self.timeout);
         let _turn = match &self.slots {
             Some(slots) => Some(
                 tokio::time::timeout_at(deadline, slots.clone().acquire_owned())
                     .await
-                    .map_err(|_| {
-                        format!(
-                            "no turn to run within {readable}: limits.max_hook_processes hook programs were running"
-                        )
-                    })?
-                    .map_err(|_| "hook turns are no longer given out".to_owned())?,
+                    .map_err(|_| RunFailed::NoTurn(readable()))?
+                    .map_err(|_| RunFailed::TurnsClosed)?,
             ),
             None => None,
         };
         tokio::time::timeout_at(deadline, self.spawn_and_wait(payload))
             .await
-            .map_err(|_| format!("timed out after {readable}"))?
+            .map_err(|_| RunFailed::TimedOut(readable()))?
     }
 
-    async fn spawn_and_wait(&self, payload: &Value) -> Result<(i32, String, String), String> {
+    async fn spawn_and_wait(&self, payload: &Value) -> Result<Ran, RunFailed> {
         let mut command = Command::new(&self.program);
         command
             .args(&self.args)
@@ -125,9 +147,10 @@ impl CommandHook {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         self.env.apply(&mut command);
-        let mut child = command
-            .spawn()
-            .map_err(|e| format!("cannot start '{}': {e}", self.program))?;
+        let mut child = command.spawn().map_err(|source| RunFailed::Start {
+            program: self.program.clone(),
+            source,
+        })?;
         // However the run ends (the program exits, or the timeout drops this future), its group
         // is killed: nothing a hook starts in the background outlives the call.
         let _group = ProcessGroup::led_by(child.id());
@@ -143,13 +166,12 @@ impl CommandHook {
             let ((), output) = tokio::join!(writer, child.wait_with_output());
             output
         };
-        let output = waited
-            .await
-            .map_err(|e| format!("failed while running: {e}"))?;
-        let code = output.status.code().unwrap_or(-1);
-        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-        let stderr = String::from_utf8_lossy(&output.stderr).trim().to_owned();
-        Ok((code, stdout, stderr))
+        let output = waited.await.map_err(RunFailed::Running)?;
+        Ok(Ran {
+            code: output.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+        })
     }
 
     fn failed(&self, why: &str) -> (Decision, String) {
@@ -213,8 +235,12 @@ impl Hook for CommandHook {
                 "attempt": call.attempt,
             });
             match self.run(&payload).await {
-                Ok((0, stdout, _)) => parse_output(&stdout),
-                Ok((2, _, stderr)) => {
+                Ok(Ran {
+                    code: 0, stdout, ..
+                }) => parse_output(&stdout),
+                Ok(Ran {
+                    code: 2, stderr, ..
+                }) => {
                     let reason = if stderr.is_empty() {
                         format!("blocked by hook '{}'", self.name)
                     } else {
@@ -222,8 +248,8 @@ impl Hook for CommandHook {
                     };
                     (Decision::Block(reason.clone()), reason)
                 }
-                Ok((code, _, stderr)) => self.failed(&format!("exit code {code}: {stderr}")),
-                Err(why) => self.failed(&why),
+                Ok(Ran { code, stderr, .. }) => self.failed(&format!("exit code {code}: {stderr}")),
+                Err(why) => self.failed(&why.to_string()),
             }
         })
     }
