@@ -312,7 +312,7 @@ impl Server {
         let shared_cache = store
             .clone()
             .map(|s| s as Arc<dyn toolgate_core::middleware::SharedCache>);
-        let pipeline = self.pipeline(registry.clone(), shared_cache)?;
+        let pipeline = self.pipeline(shared_cache)?;
         // Approvals are answered through any server sharing the store.
         if let Some(store) = &store {
             pipeline.approvals.attach(store.clone());
@@ -345,7 +345,6 @@ impl Server {
 
     fn pipeline(
         &self,
-        registry: Arc<Catalog>,
         shared_cache: Option<Arc<dyn toolgate_core::middleware::SharedCache>>,
     ) -> Result<Pipeline, StartError> {
         let c = &self.config;
@@ -358,7 +357,7 @@ impl Server {
         hooks.extend(self.hooks.iter().cloned());
         let mut middleware = middleware_config(c, self.metrics.metrics())?;
         middleware.shared_cache = shared_cache;
-        let mut pipeline = Pipeline::new(registry, health, c.policy(), &middleware);
+        let mut pipeline = Pipeline::new(health, c.policy(), &middleware);
         pipeline.hooks = Hooks::new(hooks);
         pipeline.reflector = self.reflector.clone();
         pipeline.batch_budget_chars = c.output.batch_budget_chars;

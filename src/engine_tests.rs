@@ -234,7 +234,7 @@ fn harness_with(
     }
     let registry = Arc::new(toolgate_core::tools::Catalog::new(registry));
     let middleware = crate::app::build::middleware_config(&config, Arc::default()).unwrap();
-    let mut pipeline = Pipeline::new(registry.clone(), health, config.policy(), &middleware);
+    let mut pipeline = Pipeline::new(health, config.policy(), &middleware);
     pipeline.hooks = Hooks::new(hooks);
     if let Some(r) = reflector {
         pipeline.reflector = r;

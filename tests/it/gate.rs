@@ -71,6 +71,88 @@ fn rand_suffix() -> u64 {
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
+/// A batch resolves each call's tool once, from the registry as the batch began: a remote that
+/// changes its definition while the batch runs (here: unregistered, and registered again with
+/// a schema that would refuse the call and leaves the tool quarantined) changes nothing for the
+/// calls already dispatched. Planner, validation, execution and result use the definition the
+/// batch resolved; the next batch sees the change.
+#[tokio::test]
+async fn a_remote_changed_mid_batch_leaves_the_running_batch_on_its_definition() {
+    let tools = crate::http_tools::serve().await;
+    let config = config_with_tokens(
+        "[remote_registration]\nenabled = true\negress_allow = [\"127.0.0.0/8\"]\n",
+    );
+    let (_server, mut client, dir) = binary(&config).await;
+    let register = |city: serde_json::Value| pb::RegisterRemoteRequest {
+        definition: json!({
+            "name": "rt-weather", "kind": "http", "url": format!("http://{tools}/weather"),
+            "definition": {"name": "weather_now", "description": "current weather",
+                           "input_schema": {"type": "object", "properties": {"city": city}}}
+        })
+        .as_object()
+        .cloned()
+        .map(protojson::Struct::from),
+    };
+    client
+        .register_remote(as_admin(register(json!({"type": "string"}))))
+        .await
+        .unwrap();
+    // Sequential: the remote's tool runs after a second's sleep, long after the change.
+    let calls = json!([
+        {"id": "c1", "name": "sleep", "arguments": {"ms": 1000}},
+        {"id": "c2", "name": "weather_now", "arguments": {"city": "Paris"}}
+    ]);
+    let mut batch = client.clone();
+    let running = tokio::spawn(async move {
+        let mut stream = batch
+            .dispatch_batch(as_agent(request(calls)))
+            .await
+            .unwrap()
+            .into_inner();
+        loop {
+            let event = stream.message().await.unwrap().expect("a result");
+            if let Some(pb::dispatch_event::Event::Result(result)) = event.event {
+                return result;
+            }
+        }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let unregister = pb::UnregisterRemoteRequest {
+        name: "rt-weather".into(),
+    };
+    client
+        .unregister_remote(as_admin(unregister))
+        .await
+        .unwrap();
+    client
+        .register_remote(as_admin(register(json!({"const": "Oslo"}))))
+        .await
+        .unwrap();
+    let result = running.await.unwrap();
+    assert!(result.all_succeeded, "{:?}", result.results);
+    assert_eq!(result.results[1].tool, "weather_now");
+    // The next batch resolves the tool as it is now: quarantined.
+    let calls = json!([{"id": "c3", "name": "weather_now", "arguments": {"city": "Paris"}}]);
+    let mut stream = client
+        .dispatch_batch(as_agent(request(calls)))
+        .await
+        .unwrap()
+        .into_inner();
+    let after = loop {
+        let event = stream.message().await.unwrap().expect("a result");
+        if let Some(pb::dispatch_event::Event::Result(result)) = event.event {
+            break result;
+        }
+    };
+    assert_eq!(
+        after.results[0].error_class,
+        pb::ErrorClass::Quarantined as i32,
+        "{:?}",
+        after.results[0]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A remote rewrites its tool's description into instructions for the model (a rug pull). The
 /// tool is quarantined; the agent is shown only the pinned definition, never the new text, and
 /// neither its digest nor the diff; the admin is shown the new definition and what changed,

@@ -62,8 +62,9 @@ pub struct Dispatcher {
 }
 
 /// One call, ready to run: the tool it targets and the input that tool receives.
-struct Prepared<'r> {
-    registered: Option<&'r Registered>,
+struct Prepared {
+    /// Resolved once, from the batch's registry snapshot: everything downstream uses this one.
+    registered: Option<Arc<Registered>>,
     input: Arc<Value>,
     metadata: Arc<CallMetadata>,
 }
@@ -339,6 +340,7 @@ impl Dispatcher {
                 budget,
                 trace: &span,
                 caller: &batch.caller,
+                registry: &registry,
             };
             let executed = self
                 .execute(&batch.calls, &prepared, &plan, limit, &scope, cancel)
@@ -346,7 +348,8 @@ impl Dispatcher {
             for (result, target) in executed.0.iter().zip(&prepared) {
                 let tool = target
                     .registered
-                    .map_or(crate::metrics::UNKNOWN_TOOL, |r| r.tool.name());
+                    .as_ref()
+                    .map_or(crate::metrics::UNKNOWN_TOOL, |r| r.name());
                 self.pipeline.metrics.call(tool, result.error_class.name());
             }
             executed
@@ -389,11 +392,14 @@ struct BatchScope<'a> {
     /// The batch's span, parent of every call's.
     trace: &'a crate::trace::Span,
     caller: &'a Arc<crate::identity::Caller>,
+    /// The registry as the batch began: the one snapshot its calls are resolved (and unknown
+    /// names answered) against.
+    registry: &'a ToolRegistry,
 }
 
 impl Dispatcher {
     /// Resolves each call's binding: the tool it runs and the input that tool receives.
-    fn prepare<'r>(&self, registry: &'r ToolRegistry, batch: &Batch) -> Vec<Prepared<'r>> {
+    fn prepare(&self, registry: &ToolRegistry, batch: &Batch) -> Vec<Prepared> {
         batch
             .calls
             .iter()
@@ -436,7 +442,7 @@ impl Dispatcher {
                     None => call.arguments.clone(),
                 };
                 Prepared {
-                    registered: registry.get(target),
+                    registered: registry.get(target).cloned(),
                     input,
                     metadata,
                 }
@@ -451,7 +457,7 @@ impl Dispatcher {
     async fn execute(
         &self,
         calls: &[Received],
-        prepared: &[Prepared<'_>],
+        prepared: &[Prepared],
         plan: &plan::Plan,
         limit: usize,
         scope: &BatchScope<'_>,
@@ -555,7 +561,7 @@ impl Dispatcher {
     async fn answer(
         &self,
         received: &Received,
-        prepared: &Prepared<'_>,
+        prepared: &Prepared,
         scope: &BatchScope<'_>,
         cancel: &Cancel,
     ) -> call::Answered {
@@ -565,15 +571,15 @@ impl Dispatcher {
             spans::answered_without_attempt(tracer, scope.trace, call, known, &answered.result);
             answered
         };
-        match (&received.rejection, prepared.registered) {
+        match (&received.rejection, &prepared.registered) {
             (Some((rejection, message)), registered) => {
                 let result = CallResult::refused(call, (*rejection).into(), message.clone());
                 without_attempt(call::Answered { result, hard: None }, registered.is_some())
             }
             // Unknown names are answered here and never dispatched.
             (None, None) => {
-                let registry = self.catalog.snapshot();
-                let answered = call::unknown_tool(call, scope.session, &self.pipeline, &registry);
+                let answered =
+                    call::unknown_tool(call, scope.session, &self.pipeline, scope.registry);
                 without_attempt(answered, false)
             }
             (None, Some(registered)) => {
@@ -614,11 +620,11 @@ fn bound(text: &str, max: usize) -> String {
 }
 
 /// What the planner needs about each call: the tool it targets and the input that tool gets.
-fn slots(prepared: &[Prepared<'_>]) -> Vec<plan::Slot> {
+fn slots(prepared: &[Prepared]) -> Vec<plan::Slot> {
     prepared
         .iter()
         .map(|p| {
-            let tool = p.registered;
+            let tool = p.registered.as_deref();
             plan::Slot {
                 runs: tool.is_some(),
                 concurrency_safe: tool.is_some_and(|t| t.tool.is_concurrency_safe(&p.input)),

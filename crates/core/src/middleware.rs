@@ -24,7 +24,7 @@ use tower::util::BoxCloneSyncService;
 
 use crate::safety::hooks::GateRecord;
 use crate::tools::ErrorClass;
-use crate::tools::{Catalog, ToolContext, ToolOutput};
+use crate::tools::{Registered, ToolContext, ToolOutput};
 
 pub use cache::{Cache, CacheKey, CacheRule, CacheScope, Cached, Lookup, SharedCache};
 pub(crate) use cache::{CacheLayer, ResultCache};
@@ -39,16 +39,16 @@ pub(crate) use select::SelectLayer;
 pub use select::select;
 pub use timeout::Timeout;
 pub(crate) use timeout::TimeoutLayer;
-pub use unknown_tool::UnknownTool;
-pub(crate) use unknown_tool::{UnknownToolLayer, not_available, unknown_tool_message};
+pub(crate) use unknown_tool::unknown_tool_message;
 pub use validate::Validate;
 pub(crate) use validate::ValidateLayer;
 
 /// One execution of a tool, as the middleware sees it.
 #[derive(Debug, Clone)]
 pub struct Invocation {
-    /// The tool to run (the registered name).
-    pub tool: String,
+    /// The tool to run, as its call resolved it (`Registered`): every layer and the core use
+    /// this one, never the registry again.
+    pub tool: Arc<Registered>,
     /// Shared with the driver, which keeps it for post hooks and retries; the tool gets a copy.
     pub input: Arc<Value>,
     /// The canonical JSON of `input`, when the driver has already built it (for loop detection),
@@ -66,6 +66,13 @@ pub struct Invocation {
     /// The permission rule (its gate source, `permissions[<id>]`) whose ask a person approved
     /// for this run: it lets the call through instead of asking.
     pub approved: Option<Arc<str>>,
+}
+
+impl Invocation {
+    /// The tool's registered name, which per-tool settings are keyed by.
+    pub fn name(&self) -> &str {
+        self.tool.name()
+    }
 }
 
 /// What a tool invocation produced.
@@ -174,7 +181,7 @@ pub struct MiddlewareConfig {
 }
 
 /// Builds the stack, outermost layer first. Each layer's comment says why it sits there.
-pub fn stack(config: &MiddlewareConfig, catalog: Arc<Catalog>) -> ToolService {
+pub fn stack(config: &MiddlewareConfig) -> ToolService {
     let cache = Arc::new(ResultCache::new(
         config.cache_max_entries,
         config.cache_max_bytes,
@@ -193,17 +200,11 @@ pub fn stack(config: &MiddlewareConfig, catalog: Arc<Catalog>) -> ToolService {
         // Result selection inside redaction and the cap, so both act on exactly what the model
         // will read; outside the cache, which keeps what the tool returned.
         .layer(SelectLayer::new(config.select_pass_through.clone()))
-        // Unknown-tool suggestions sit outside the policy layers: a name the core cannot find is
-        // answered with the registry's names, decided from the typed error class.
-        .layer(UnknownToolLayer::new(
-            catalog.clone(),
-            config.suggestion_threshold,
-        ))
         // Permissions before anything that does work: a denied call never validates, never hits
         // the cache and never runs.
         .layer(PermissionLayer::new(config.permissions.clone()))
         // Validation before the cache and the tool: an invalid call is answered without either.
-        .layer(ValidateLayer::new(catalog.clone(), config.validate))
+        .layer(ValidateLayer::new(config.validate))
         // The cache inside the policy layers (a hit cannot bypass them) and outside the timeout
         // (a hit needs no deadline).
         .layer(CacheLayer::new(
@@ -217,8 +218,8 @@ pub fn stack(config: &MiddlewareConfig, catalog: Arc<Catalog>) -> ToolService {
             config.default_timeout,
             config.tool_timeouts.clone(),
         ))
-        // The core looks the tool up and runs it with panic isolation.
-        .service(Core::new(catalog));
+        // The core runs the tool the call resolved, with panic isolation.
+        .service(Core);
     BoxCloneSyncService::new(service)
 }
 

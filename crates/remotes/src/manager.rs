@@ -245,7 +245,7 @@ impl Remotes {
     pub fn accept(&self, tool: &str, reviewed: Option<&str>) -> Result<(), RemoteError> {
         let nothing = || RemoteError::NothingToAccept(tool.to_owned());
         let accepted = self.catalog.update(|registry| {
-            let current = registry.get(tool).cloned().ok_or_else(nothing)?;
+            let current = Arc::unwrap_or_clone(registry.get(tool).cloned().ok_or_else(nothing)?);
             let pin = current
                 .pin
                 .clone()

@@ -60,7 +60,7 @@ impl Answered {
 /// Runs a call to a registered tool, attempt after attempt, and answers it.
 pub(super) async fn execute(
     call: &ToolCall,
-    registered: &Registered,
+    registered: &Arc<Registered>,
     input: Arc<Value>,
     metadata: Arc<CallMetadata>,
     scope: &CallScope<'_>,
@@ -74,6 +74,7 @@ pub(super) async fn execute(
         attempt += 1;
         let step = Step {
             call,
+            registered,
             tool,
             attempt,
             scope,

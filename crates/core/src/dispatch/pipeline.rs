@@ -9,7 +9,6 @@ use crate::safety::health::Health;
 use crate::safety::hooks::Hooks;
 use crate::safety::policy::Policy;
 use crate::safety::recovery::{DefaultReflector, Reflector};
-use crate::tools::Catalog;
 use crate::trace::Tracer;
 
 /// The safety pipeline's parts, shared by every call of a server.
@@ -40,18 +39,13 @@ pub struct Pipeline {
 
 impl Pipeline {
     /// A pipeline with no hooks, the built-in reflector and the middleware `config` describes.
-    pub fn new(
-        catalog: Arc<Catalog>,
-        health: Arc<Health>,
-        policy: Policy,
-        config: &MiddlewareConfig,
-    ) -> Self {
+    pub fn new(health: Arc<Health>, policy: Policy, config: &MiddlewareConfig) -> Self {
         Pipeline {
             hooks: Hooks::default(),
             health,
             policy: Arc::new(policy),
             reflector: Arc::new(DefaultReflector),
-            service: middleware::stack(config, catalog),
+            service: middleware::stack(config),
             redactor: config.redactor.clone(),
             batch_budget_chars: 0,
             suggestion_threshold: config.suggestion_threshold,

@@ -357,13 +357,13 @@ where
     fn call(&mut self, inv: Invocation) -> Self::Future {
         let invalidates = self
             .invalidators
-            .get(&inv.tool)
+            .get(inv.name())
             .and_then(|p| pointer_str(&inv.input, p));
         if let Some(shared) = &self.shared {
             return self.call_shared(shared.clone(), inv, invalidates);
         }
         let rules = self.rules.clone();
-        let Some(rule) = rules.get(&inv.tool) else {
+        let Some(rule) = rules.get(inv.name()) else {
             // Neither cached nor invalidating: nothing to do with the answer.
             let Some(path) = invalidates else {
                 return Either::Left(self.inner.call(inv));
@@ -380,7 +380,7 @@ where
         };
         let key = Key::new(
             scope_of(rule, &inv),
-            inv.tool.clone(),
+            inv.name().to_owned(),
             inv.canonical
                 .clone()
                 .unwrap_or_else(|| json::canonical(&inv.input).into()),
@@ -442,7 +442,7 @@ where
     ) -> LayerFuture<S::Future> {
         // A batch without a session id has a session nobody can name again: its session-scoped
         // entries could never be hit, so they are not kept; and max_entries = 0 is caching off.
-        let rule = self.rules.get(&inv.tool).filter(|rule| {
+        let rule = self.rules.get(inv.name()).filter(|rule| {
             self.cache.max_entries > 0
                 && !(rule.scope == CacheScope::Session
                     && crate::session::is_ephemeral(&inv.ctx.session_id))
@@ -525,7 +525,7 @@ impl SharedEntry {
         SharedEntry {
             rule: rule.clone(),
             scope: scope_of(rule, inv),
-            tool: inv.tool.clone(),
+            tool: inv.name().to_owned(),
             input: inv
                 .canonical
                 .clone()

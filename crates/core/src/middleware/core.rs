@@ -1,4 +1,5 @@
-//! The innermost service: looks the tool up in the registry and runs it, panics caught.
+//! The innermost service: runs the tool the invocation resolved (unless it is quarantined),
+//! panics caught.
 
 use std::convert::Infallible;
 use std::panic::AssertUnwindSafe;
@@ -10,19 +11,11 @@ use tower::Service;
 
 use super::{Invocation, Invoked, Reply};
 use crate::tools::ErrorClass;
-use crate::tools::{BoxFuture, Catalog, ToolErrorKind};
+use crate::tools::{BoxFuture, ToolErrorKind};
 
-/// Runs registered tools.
-#[derive(Clone)]
-pub(crate) struct Core {
-    catalog: Arc<Catalog>,
-}
-
-impl Core {
-    pub(crate) fn new(catalog: Arc<Catalog>) -> Self {
-        Core { catalog }
-    }
-}
+/// Runs the tool each invocation resolved.
+#[derive(Clone, Default)]
+pub(crate) struct Core;
 
 impl Service<Invocation> for Core {
     type Response = Invoked;
@@ -34,23 +27,13 @@ impl Service<Invocation> for Core {
     }
 
     fn call(&mut self, inv: Invocation) -> Self::Future {
-        // The current registry: a remote removed since the batch began is not found.
-        let registry = self.catalog.snapshot();
         Box::pin(async move {
-            let Some(registered) = registry.get(&inv.tool) else {
-                // The suggestion layer adds the names; the class is what it keys on.
-                return Ok(Invoked::refused(
-                    ErrorClass::UnknownTool,
-                    super::not_available(&inv.tool),
-                ));
-            };
-            if let Some(pin) = &registered.pin
-                && let Some(changed_to) = &pin.changed_to
-            {
+            let registered = &inv.tool;
+            if let Some((digest, changed_to)) = registered.quarantined() {
                 let message = format!(
-                    "tool '{}' is quarantined: its definition changed since it was pinned (digest {} -> {changed_to}); \
+                    "tool '{}' is quarantined: its definition changed since it was pinned (digest {digest} -> {changed_to}); \
                      an operator must accept the change before it runs again",
-                    inv.tool, pin.digest
+                    inv.name()
                 );
                 return Ok(Invoked::refused(ErrorClass::Quarantined, message));
             }
@@ -75,7 +58,7 @@ impl Service<Invocation> for Core {
                 Err(payload) => {
                     let text = format!(
                         "tool '{}' panicked: {}",
-                        inv.tool,
+                        inv.tool.name(),
                         panic_message(payload.as_ref())
                     );
                     tracing::error!(target: "toolgate::middleware::core", error = %text, "tool panicked");

@@ -186,7 +186,7 @@ where
     fn call(&mut self, inv: Invocation) -> Self::Future {
         let per_call = self
             .per_tool
-            .get(&inv.tool)
+            .get(inv.name())
             .copied()
             .unwrap_or(self.max_chars);
         let budget = inv.budget.clone();

@@ -129,7 +129,7 @@ where
         let Some((rule, source)) = self
             .rules
             .iter()
-            .find(|(rule, _)| rule.matches(&inv.tool, &inv.ctx.caller))
+            .find(|(rule, _)| rule.matches(inv.name(), &inv.ctx.caller))
         else {
             return Either::Left(self.inner.call(inv));
         };
@@ -144,14 +144,19 @@ where
         };
         match rule.verdict {
             PermissionVerdict::Deny => {
-                let text = format!("Permission denied for tool '{}': {}", inv.tool, rule.reason);
+                let text = format!(
+                    "Permission denied for tool '{}': {}",
+                    inv.name(),
+                    rule.reason
+                );
                 let invoked = refuse(Decision::Block(rule.reason.clone()), text);
                 answered(invoked)
             }
             PermissionVerdict::Ask if inv.approved.as_deref() != Some(&**source) => {
                 let text = format!(
                     "Permission denied for tool '{}': approval required ({}) but the request cannot ask anyone",
-                    inv.tool, rule.reason
+                    inv.name(),
+                    rule.reason
                 );
                 let mut invoked = refuse(Decision::Ask(rule.reason.clone()), text);
                 invoked.asked = Some((source.clone(), rule.reason.clone()));

@@ -81,7 +81,7 @@ where
     }
 
     fn call(&mut self, inv: Invocation) -> Self::Future {
-        if self.pass_through.contains(&inv.tool) {
+        if self.pass_through.contains(inv.name()) {
             return Either::Left(self.inner.call(inv));
         }
         let running = self.inner.call(inv);

@@ -67,7 +67,7 @@ where
     fn call(&mut self, inv: Invocation) -> Self::Future {
         let own = self
             .per_tool
-            .get(&inv.tool)
+            .get(inv.name())
             .copied()
             .unwrap_or(self.default);
         let configured = inv.requested_timeout.unwrap_or(own);
@@ -84,7 +84,7 @@ where
         // The tool learns its deadline, so a remote tool can pass it on to the remote side.
         inv.ctx.deadline = Some(Instant::now() + limit);
         let token = inv.ctx.cancel.clone();
-        let tool = inv.tool.clone();
+        let tool = inv.name().to_owned();
         let running = self.inner.call(inv);
         Box::pin(async move {
             match tokio::time::timeout(limit, running).await {

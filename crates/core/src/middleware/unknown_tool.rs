@@ -1,19 +1,11 @@
-//! Unknown tools: `tool 'x' is not available` from the core, and `. Did you mean 'y'?` when a
-//! registered name is similar enough. Decided from the typed class, never from the text.
+//! Unknown tools: `tool 'x' is not available`, and `. Did you mean 'y'?` when a registered
+//! name is similar enough. A call resolves its tool before the stack runs, so a name the batch's
+//! registry lacks is answered there (`dispatch::call::unknown_tool`) and never reaches a layer.
 
-use std::convert::Infallible;
-use std::sync::Arc;
-use std::task::{Context, Poll};
-
-use tower::{Layer, Service};
-
-use super::{Invocation, Invoked, Reply};
-use crate::tools::ErrorClass;
-use crate::tools::{BoxFuture, Catalog, ToolRegistry};
+use crate::tools::ToolRegistry;
 
 /// The one answer to a name no registered tool has: `tool 'x' is not available`, plus
-/// `. Did you mean 'y'?` when a registered name is similar enough. Intake's pre-answer and the
-/// stack's (core + this layer) both read exactly this.
+/// `. Did you mean 'y'?` when a registered name is similar enough.
 pub(crate) fn unknown_tool_message(name: &str, registry: &ToolRegistry, threshold: f64) -> String {
     let mut message = not_available(name);
     if let Some(candidate) = suggest(name, registry, threshold) {
@@ -22,8 +14,8 @@ pub(crate) fn unknown_tool_message(name: &str, registry: &ToolRegistry, threshol
     message
 }
 
-/// `tool 'x' is not available`: the core's answer, before this layer adds a suggestion.
-pub(crate) fn not_available(name: &str) -> String {
+/// `tool 'x' is not available`, before a suggestion.
+fn not_available(name: &str) -> String {
     format!("tool '{name}' is not available")
 }
 
@@ -78,75 +70,6 @@ pub(crate) fn suggest(name: &str, registry: &ToolRegistry, threshold: f64) -> Op
         }
     }
     best.map(|(_, n)| n.to_owned())
-}
-
-/// Applies `UnknownTool`.
-#[derive(Clone)]
-pub(crate) struct UnknownToolLayer {
-    catalog: Arc<Catalog>,
-    threshold: f64,
-}
-
-/// Adds a suggestion to UNKNOWN_TOOL replies.
-#[derive(Clone)]
-pub struct UnknownTool<S> {
-    inner: S,
-    catalog: Arc<Catalog>,
-    threshold: f64,
-}
-
-impl UnknownToolLayer {
-    pub(crate) fn new(catalog: Arc<Catalog>, threshold: f64) -> Self {
-        UnknownToolLayer {
-            catalog,
-            threshold: threshold.clamp(0.0, 1.0),
-        }
-    }
-}
-
-impl<S> Layer<S> for UnknownToolLayer {
-    type Service = UnknownTool<S>;
-    fn layer(&self, inner: S) -> UnknownTool<S> {
-        UnknownTool {
-            inner,
-            catalog: self.catalog.clone(),
-            threshold: self.threshold,
-        }
-    }
-}
-
-impl<S> Service<Invocation> for UnknownTool<S>
-where
-    S: Service<Invocation, Response = Invoked, Error = Infallible> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-{
-    type Response = Invoked;
-    type Error = Infallible;
-    type Future = BoxFuture<'static, Result<Invoked, Infallible>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, inv: Invocation) -> Self::Future {
-        let name = inv.tool.clone();
-        let catalog = self.catalog.clone();
-        let threshold = self.threshold;
-        let running = self.inner.call(inv);
-        Box::pin(async move {
-            let Ok(mut invoked) = running.await;
-            if let Reply::Error {
-                class: ErrorClass::UnknownTool,
-                message,
-                ..
-            } = &mut invoked.reply
-                && let Some(candidate) = suggest(&name, &catalog.snapshot(), threshold)
-            {
-                message.push_str(&did_you_mean(&candidate));
-            }
-            Ok(invoked)
-        })
-    }
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
 
 use futures::future::Either;
@@ -11,37 +11,37 @@ use parking_lot::Mutex;
 use tower::{Layer, Service};
 
 use super::{Invocation, Invoked, LayerFuture, answered};
-use crate::tools::Catalog;
-use crate::tools::ErrorClass;
+use crate::tools::{ErrorClass, Registered};
 
 /// Violations listed before "and N more".
 const LISTED: usize = 10;
 
-/// Compiled validators by tool name (`None` when a schema does not compile), for one catalog
-/// generation: a registration may change a tool's schema, so a new generation starts afresh.
-type Compiled = Arc<Mutex<(u64, HashMap<String, Option<Arc<jsonschema::Validator>>>)>>;
+/// Compiled validators by resolved tool (`None` when a schema does not compile): a registration
+/// that changes a tool's definition registers a new `Registered`, whose schema is compiled
+/// afresh; an unchanged tool keeps its validator across registry generations.
+type Compiled = Arc<Mutex<HashMap<usize, (Weak<Registered>, Option<Arc<jsonschema::Validator>>)>>>;
+
+/// Entries kept before those of tools no longer registered anywhere are dropped.
+const KEPT: usize = 1024;
 
 /// Applies `Validate`.
 #[derive(Clone)]
 pub(crate) struct ValidateLayer {
-    catalog: Arc<Catalog>,
     enabled: bool,
     compiled: Compiled,
 }
 
-/// Checks input against the tool's schema.
+/// Checks input against the schema of the tool the call resolved.
 #[derive(Clone)]
 pub struct Validate<S> {
     inner: S,
-    catalog: Arc<Catalog>,
     enabled: bool,
     compiled: Compiled,
 }
 
 impl ValidateLayer {
-    pub(crate) fn new(catalog: Arc<Catalog>, enabled: bool) -> Self {
+    pub(crate) fn new(enabled: bool) -> Self {
         ValidateLayer {
-            catalog,
             enabled,
             compiled: Arc::default(),
         }
@@ -53,7 +53,6 @@ impl<S> Layer<S> for ValidateLayer {
     fn layer(&self, inner: S) -> Validate<S> {
         Validate {
             inner,
-            catalog: self.catalog.clone(),
             enabled: self.enabled,
             compiled: self.compiled.clone(),
         }
@@ -61,30 +60,23 @@ impl<S> Layer<S> for ValidateLayer {
 }
 
 impl<S> Validate<S> {
-    /// The tool's validator, compiled once (schemas of registered tools do not change).
-    fn validator(&self, tool: &str) -> Option<Arc<jsonschema::Validator>> {
-        let mut guard = self.compiled.lock();
-        let generation = self.catalog.generation();
-        if guard.0 != generation {
-            *guard = (generation, HashMap::new());
-        }
-        let compiled = &mut guard.1;
-        if let Some(found) = compiled.get(tool) {
-            return found.clone();
-        }
-        let snapshot = self.catalog.snapshot();
-        let registered = snapshot.get(tool)?;
+    /// The validator of `registered`'s schema, compiled once.
+    fn validator(&self, registered: &Arc<Registered>) -> Option<Arc<jsonschema::Validator>> {
         // A quarantined tool's schema is the remote's unaccepted word, and its violations would
         // quote it (a `const`, an `enum`) to the model: the call is refused QUARANTINED further
         // in, unvalidated.
-        if registered
-            .pin
-            .as_ref()
-            .is_some_and(|p| p.changed_to.is_some())
-        {
-            compiled.insert(tool.to_owned(), None);
+        if registered.quarantined().is_some() {
             return None;
         }
+        let key = Arc::as_ptr(registered) as usize;
+        let mut compiled = self.compiled.lock();
+        if let Some((held, found)) = compiled.get(&key)
+            && held.as_ptr() == Arc::as_ptr(registered)
+            && held.strong_count() > 0
+        {
+            return found.clone();
+        }
+        let tool = registered.name();
         let schema = registered.tool.input_schema();
         let validator = match jsonschema::validator_for(&schema) {
             Ok(v) => Some(Arc::new(v)),
@@ -93,7 +85,10 @@ impl<S> Validate<S> {
                 None
             }
         };
-        compiled.insert(tool.to_owned(), validator.clone());
+        if compiled.len() >= KEPT {
+            compiled.retain(|_, (held, _)| held.strong_count() > 0);
+        }
+        compiled.insert(key, (Arc::downgrade(registered), validator.clone()));
         validator
     }
 }
@@ -154,7 +149,7 @@ where
         {
             let message = format!(
                 "arguments do not match the input schema of '{}': {problems}",
-                inv.tool
+                inv.name()
             );
             return answered(Invoked::refused(ErrorClass::InvalidArguments, message));
         }

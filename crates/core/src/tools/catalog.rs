@@ -3,35 +3,27 @@
 //! snapshot is never disturbed by a registration.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::RwLock;
 
 use super::registry::ToolRegistry;
 
-/// The current registry and a generation that changes with every update.
+/// The current registry.
 #[derive(Debug, Default)]
 pub struct Catalog {
     current: RwLock<Arc<ToolRegistry>>,
-    generation: AtomicU64,
 }
 
 impl Catalog {
     pub fn new(registry: ToolRegistry) -> Self {
         Catalog {
             current: RwLock::new(Arc::new(registry)),
-            generation: AtomicU64::new(0),
         }
     }
 
     /// The registry as it is now.
     pub(crate) fn snapshot(&self) -> Arc<ToolRegistry> {
         self.current.read().clone()
-    }
-
-    /// Changes with every successful update (for caches of per-tool data).
-    pub(crate) fn generation(&self) -> u64 {
-        self.generation.load(Ordering::Acquire)
     }
 
     /// Applies `change` to a copy and installs it only if `change` succeeds: nothing
@@ -44,7 +36,6 @@ impl Catalog {
         let mut next = (**current).clone();
         let out = change(&mut next)?;
         *current = Arc::new(next);
-        self.generation.fetch_add(1, Ordering::AcqRel);
         Ok(out)
     }
 }
@@ -62,10 +53,7 @@ mod tests {
         catalog
             .update(|r| r.register(tools[0].clone(), ToolSource::Builtin))
             .unwrap();
-        assert_eq!(
-            (before.len(), catalog.snapshot().len(), catalog.generation()),
-            (0, 1, 1)
-        );
+        assert_eq!((before.len(), catalog.snapshot().len()), (0, 1));
         let failed: Result<(), _> = catalog.update(|r| {
             r.register(tools[1].clone(), ToolSource::Builtin)?;
             r.register(tools[0].clone(), ToolSource::Builtin)
@@ -76,6 +64,5 @@ mod tests {
             1,
             "nothing half-registered stays behind"
         );
-        assert_eq!(catalog.generation(), 1);
     }
 }

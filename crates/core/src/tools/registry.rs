@@ -28,13 +28,39 @@ impl ToolSource {
     }
 }
 
-/// A registered tool and its source.
+/// A registered tool and its source. A call resolves its tool once, from its batch's snapshot
+/// of the registry, and carries this (shared) to everything downstream: planner, breaker,
+/// validation, execution and result see the same definition whatever is registered meanwhile.
 #[derive(Clone)]
 pub struct Registered {
     pub tool: Arc<dyn Tool>,
     pub source: ToolSource,
     /// Remote tools: the pinned definition digest, and whether a change awaits approval.
     pub pin: Option<ToolPin>,
+}
+
+impl std::fmt::Debug for Registered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registered")
+            .field("name", &self.name())
+            .field("source", &self.source)
+            .field("pin", &self.pin)
+            .finish()
+    }
+}
+
+impl Registered {
+    /// The name it is registered and called under.
+    pub fn name(&self) -> &str {
+        self.tool.name()
+    }
+
+    /// Its pin's digest and the definition it changed to, while a change awaits an operator
+    /// (calls are refused QUARANTINED meanwhile).
+    pub fn quarantined(&self) -> Option<(&str, &str)> {
+        let pin = self.pin.as_ref()?;
+        Some((pin.digest.as_str(), pin.changed_to.as_deref()?))
+    }
 }
 
 /// A remote tool's pinned definition.
@@ -124,7 +150,7 @@ pub enum RegistryError {
 /// All tools, sorted by name.
 #[derive(Clone, Default)]
 pub struct ToolRegistry {
-    tools: BTreeMap<String, Registered>,
+    tools: BTreeMap<String, Arc<Registered>>,
 }
 
 impl std::fmt::Debug for ToolRegistry {
@@ -157,7 +183,8 @@ impl ToolRegistry {
         if self.tools.contains_key(&name) {
             return Err(RegistryError::DuplicateName(name));
         }
-        self.tools.insert(name, Registered { tool, source, pin });
+        let registered = Arc::new(Registered { tool, source, pin });
+        self.tools.insert(name, registered);
         Ok(())
     }
 
@@ -166,13 +193,14 @@ impl ToolRegistry {
         self.tools.remove(name).is_some()
     }
 
-    pub fn get(&self, name: &str) -> Option<&Registered> {
+    /// The tool registered under `name`, shared (a call holds it for as long as it runs).
+    pub fn get(&self, name: &str) -> Option<&Arc<Registered>> {
         self.tools.get(name)
     }
 
     /// Every tool, sorted by name.
     pub fn iter(&self) -> impl Iterator<Item = &Registered> {
-        self.tools.values()
+        self.tools.values().map(Arc::as_ref)
     }
 
     pub fn len(&self) -> usize {

@@ -137,7 +137,7 @@ impl Step<'_> {
         };
         let token = ctx.cancel.clone();
         let invocation = Invocation {
-            tool: self.tool.to_owned(),
+            tool: self.registered.clone(),
             input: input.clone(),
             canonical: canonical.cloned(),
             ctx,

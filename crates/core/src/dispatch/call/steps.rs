@@ -2,6 +2,8 @@
 //! events each emits, the refusals, detection, health, memory and recovery. The run through the
 //! middleware stack (steps 5 and 6) is in `run.rs`.
 
+use std::sync::Arc;
+
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -26,6 +28,8 @@ use crate::trace::Span;
 /// attempt's span (it ends when the step is dropped, or when a retry starts waiting).
 pub(super) struct Step<'a> {
     pub call: &'a ToolCall,
+    /// The tool as the call resolved it (what the stack runs), and its name.
+    pub registered: &'a Arc<Registered>,
     pub tool: &'a str,
     pub attempt: u32,
     pub scope: &'a CallScope<'a>,
