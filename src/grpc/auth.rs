@@ -386,8 +386,6 @@ fn header_names_crit(token: &str) -> bool {
         .is_some_and(|header| header.contains_key("crit"))
 }
 
-/// What a caller without credentials is told (and the one refusal it is told in full).
-
 /// A value from a request as an audit field: no quote or backslash (the log's redactor works on
 /// the formatted line, and one that consumed an escaping backslash would end the quoted field
 /// early), no control character, at most 256 characters.

@@ -1,5 +1,7 @@
 //! Durations as text, both ways: parsed from config and definitions ("250ms", "10s", "2m", "1h",
 //! "1m30s") and written for people in messages (`readable`).
+//! Hand-written on purpose: humantime accepts more (`"2 hours"`, `"1min"`) and prints `1m 30s`,
+//! so config files and error texts would change.
 
 pub mod optional;
 

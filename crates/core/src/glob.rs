@@ -1,4 +1,5 @@
 //! Tool-name globs: `*` matches any run of characters, `?` exactly one; everything else is literal.
+//! Hand-written on purpose: globset would compile a regex per pattern to match names, not paths.
 
 /// Whether `name` matches `pattern` as a whole.
 pub fn glob_match(pattern: &str, name: &str) -> bool {

@@ -32,7 +32,7 @@ pub(crate) use core::Core;
 pub use output_cap::CharBudget;
 pub(crate) use output_cap::{OutputCapLayer, truncate_output};
 pub(crate) use permission::PermissionLayer;
-pub use permission::{Permission, PermissionRule, PermissionVerdict};
+pub use permission::{Permission, PermissionRule, PermissionVerdict, Permissions};
 pub(crate) use redact::RedactLayer;
 pub use redact::{PatternError, Redactor};
 pub(crate) use select::SelectLayer;
@@ -64,7 +64,8 @@ pub struct Invocation {
     /// What is left of the batch-wide output budget, if one is set.
     pub budget: Option<Arc<CharBudget>>,
     /// The permission rule (its gate source, `permissions[<id>]`) whose ask a person approved
-    /// for this run: it lets the call through instead of asking.
+    /// for this attempt (the driver asked before the call was admitted): it lets the call
+    /// through.
     pub approved: Option<Arc<str>>,
 }
 
@@ -107,9 +108,6 @@ pub struct Invoked {
     /// The output's content text, when the output cap (the outermost layer, so nothing changes
     /// the output after it) already wrote it to measure it.
     pub content: Option<String>,
-    /// A permission rule asked (its gate source and reason): refused for now, and put to a
-    /// person by the driver when the batch is interactive.
-    pub asked: Option<(Arc<str>, String)>,
 }
 
 impl Invoked {
@@ -122,7 +120,6 @@ impl Invoked {
             refused: false,
             client_deadline: false,
             content: None,
-            asked: None,
         }
     }
 
@@ -181,7 +178,7 @@ pub struct MiddlewareConfig {
 }
 
 /// Builds the stack, outermost layer first. Each layer's comment says why it sits there.
-pub fn stack(config: &MiddlewareConfig) -> ToolService {
+pub fn stack(config: &MiddlewareConfig, permissions: Arc<Permissions>) -> ToolService {
     let cache = Arc::new(ResultCache::new(
         config.cache_max_entries,
         config.cache_max_bytes,
@@ -202,7 +199,7 @@ pub fn stack(config: &MiddlewareConfig) -> ToolService {
         .layer(SelectLayer::new(config.select_pass_through.clone()))
         // Permissions before anything that does work: a denied call never validates, never hits
         // the cache and never runs.
-        .layer(PermissionLayer::new(config.permissions.clone()))
+        .layer(PermissionLayer::new(permissions))
         // Validation before the cache and the tool: an invalid call is answered without either.
         .layer(ValidateLayer::new(config.validate))
         // The cache inside the policy layers (a hit cannot bypass them) and outside the timeout

@@ -109,7 +109,7 @@ pub(super) async fn execute(
 }
 
 /// The pipeline for one attempt, one step per line. Each step says why it sits where it is; the
-/// numbers are the ones ARCHITECTURE.md uses. Breaks with the call's answer, or continues with
+/// numbers are the ones events, docs and tests use. Breaks with the call's answer, or continues with
 /// the reflector's corrected input (if any) for the next attempt.
 async fn attempt_once(
     step: &Step<'_>,
@@ -124,18 +124,21 @@ async fn attempt_once(
     //    frame.
     step.announce().await;
 
-    // 2. Pre-tool hooks before anything else decides: a policy refusal must not touch the
-    //    breaker, and a modified input is what detection and the tool see.
-    //    An ask waits here for a person (interactive batches), so what follows sees the input
-    //    as approved.
-    let refusal = match step.pre_tool_hooks(input).await {
-        Ok(Some(modified)) => {
-            *input = Arc::new(modified);
+    // 2. Pre-tool gates before anything else decides: the hooks, then a permission rule that
+    //    asks. A policy refusal must not touch the breaker, and a modified input is what
+    //    detection and the tool see. Every ask waits here for a person (interactive batches),
+    //    before the breaker is asked for a slot, so what follows sees the input as approved.
+    let mut approved = None;
+    let refusal = match step.pre_tool_gates(input).await {
+        Ok(cleared) => {
+            if let Some(modified) = cleared.input {
+                *input = Arc::new(modified);
+            }
+            approved = cleared.approved;
             None
         }
-        Ok(None) => None,
         Err(Refusal::Refused(class, message)) => Some((class, message)),
-        Err(Refusal::Cancelled(_, message)) => {
+        Err(Refusal::Cancelled(message)) => {
             return ControlFlow::Break(step.cancelled(message).await);
         }
     };
@@ -159,11 +162,7 @@ async fn attempt_once(
     // 5. Cancel-or-run, biased to cancel, through the middleware stack (deadline,
     //    permissions, validation, cache, redaction, output cap) around the tool itself;
     //    6. the result is stamped with the model's id, whatever the tool or a layer put there.
-    let (mut result, retryable, edited) =
-        step.run(input, &guard.input, metadata, &mut admitted).await;
-    if let Some(edited) = edited {
-        *input = edited;
-    }
+    let (mut result, retryable) = step.run(input, &guard.input, metadata, approved).await;
     if let Some(cancelled) = step.settle_cancelled(&mut result, &mut admitted).await {
         return ControlFlow::Break(cancelled);
     }

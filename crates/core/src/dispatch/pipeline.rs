@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use crate::approvals::Approvals;
 use crate::metrics::Metrics;
-use crate::middleware::{self, MiddlewareConfig, Redactor, ToolService};
+use crate::middleware::{self, MiddlewareConfig, Permissions, Redactor, ToolService};
 use crate::safety::health::Health;
 use crate::safety::hooks::Hooks;
 use crate::safety::policy::Policy;
@@ -20,6 +20,9 @@ pub struct Pipeline {
     pub reflector: Arc<dyn Reflector>,
     /// The middleware stack around every tool invocation.
     pub service: ToolService,
+    /// The permission rules the stack's layer applies; the driver asks a person about a rule's
+    /// `ask` from the same table, before the call is admitted.
+    pub permissions: Arc<Permissions>,
     /// Also applied to memory and event arguments.
     pub redactor: Arc<Redactor>,
     /// Characters shared by all results of a batch (0 = none).
@@ -40,12 +43,14 @@ pub struct Pipeline {
 impl Pipeline {
     /// A pipeline with no hooks, the built-in reflector and the middleware `config` describes.
     pub fn new(health: Arc<Health>, policy: Policy, config: &MiddlewareConfig) -> Self {
+        let permissions = Arc::new(Permissions::new(config.permissions.clone()));
         Pipeline {
             hooks: Hooks::default(),
             health,
             policy: Arc::new(policy),
             reflector: Arc::new(DefaultReflector),
-            service: middleware::stack(config),
+            service: middleware::stack(config, permissions.clone()),
+            permissions,
             redactor: config.redactor.clone(),
             batch_budget_chars: 0,
             suggestion_threshold: config.suggestion_threshold,

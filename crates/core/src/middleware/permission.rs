@@ -1,8 +1,9 @@
 //! Permissions: allow / deny / ask rules by tool pattern and, optionally, by the caller's
-//! identity, tenant or role; the first matching rule decides and its decision becomes a
-//! `gate_decision` naming the rule. An `ask` refuses the call and says so (`Invoked::asked`): the
-//! driver puts it to a person in an interactive batch and runs the call again with the rule
-//! approved (`Invocation::approved`), or refuses it for good.
+//! identity, tenant or role; the first matching rule decides (`Permissions`, one table the
+//! layer and the driver share) and its decision becomes a `gate_decision` naming the rule.
+//! In an interactive batch the driver puts a rule's ask to a person before the call is admitted,
+//! with every other ask (`Permissions::ask`), and the layer lets through the rule a person
+//! approved (`Invocation::approved`); otherwise an `ask` refuses the call.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -69,25 +70,15 @@ impl PermissionRule {
     }
 }
 
-/// Each rule with the gate-decision source it is recorded under (`permissions[<id>]`), written
-/// once rather than per call.
-type Rules = Vec<(PermissionRule, Arc<str>)>;
-
-/// Applies `Permission`.
-#[derive(Debug, Clone)]
-pub(crate) struct PermissionLayer {
-    rules: Arc<Rules>,
+/// The permission rules, in order, each with the gate-decision source it is recorded under
+/// (`permissions[<id>]`, written once rather than per call).
+#[derive(Debug, Default)]
+pub struct Permissions {
+    rules: Vec<(PermissionRule, Arc<str>)>,
 }
 
-/// Refuses calls a rule denies.
-#[derive(Debug, Clone)]
-pub struct Permission<S> {
-    inner: S,
-    rules: Arc<Rules>,
-}
-
-impl PermissionLayer {
-    pub(crate) fn new(rules: Vec<PermissionRule>) -> Self {
+impl Permissions {
+    pub fn new(rules: Vec<PermissionRule>) -> Self {
         let rules = rules
             .into_iter()
             .map(|rule| {
@@ -95,9 +86,42 @@ impl PermissionLayer {
                 (rule, source)
             })
             .collect();
-        PermissionLayer {
-            rules: Arc::new(rules),
-        }
+        Permissions { rules }
+    }
+
+    /// The rule that decides `caller` calling `tool` (the first that is about it), and its
+    /// source.
+    pub fn deciding(&self, tool: &str, caller: &Caller) -> Option<(&PermissionRule, &Arc<str>)> {
+        self.rules
+            .iter()
+            .find(|(rule, _)| rule.matches(tool, caller))
+            .map(|(rule, source)| (rule, source))
+    }
+
+    /// When the deciding rule asks: its source and reason, for the driver to put to a person.
+    pub fn ask(&self, tool: &str, caller: &Caller) -> Option<(Arc<str>, String)> {
+        self.deciding(tool, caller)
+            .filter(|(rule, _)| rule.verdict == PermissionVerdict::Ask)
+            .map(|(rule, source)| (source.clone(), rule.reason.clone()))
+    }
+}
+
+/// Applies `Permission`.
+#[derive(Debug, Clone)]
+pub(crate) struct PermissionLayer {
+    rules: Arc<Permissions>,
+}
+
+/// Refuses calls a rule denies.
+#[derive(Debug, Clone)]
+pub struct Permission<S> {
+    inner: S,
+    rules: Arc<Permissions>,
+}
+
+impl PermissionLayer {
+    pub(crate) fn new(rules: Arc<Permissions>) -> Self {
+        PermissionLayer { rules }
     }
 }
 
@@ -126,11 +150,7 @@ where
 
     fn call(&mut self, inv: Invocation) -> Self::Future {
         // The first rule about this caller calling this tool decides.
-        let Some((rule, source)) = self
-            .rules
-            .iter()
-            .find(|(rule, _)| rule.matches(inv.name(), &inv.ctx.caller))
-        else {
+        let Some((rule, source)) = self.rules.deciding(inv.name(), &inv.ctx.caller) else {
             return Either::Left(self.inner.call(inv));
         };
         let refuse = |decision: Decision, text: String| {
@@ -158,9 +178,7 @@ where
                     inv.name(),
                     rule.reason
                 );
-                let mut invoked = refuse(Decision::Ask(rule.reason.clone()), text);
-                invoked.asked = Some((source.clone(), rule.reason.clone()));
-                answered(invoked)
+                answered(refuse(Decision::Ask(rule.reason.clone()), text))
             }
             // Allowed, or asked and approved by a person for this run.
             PermissionVerdict::Allow | PermissionVerdict::Ask => {

@@ -176,7 +176,7 @@ async fn permission_rules_deny_ask_and_allow_with_gate_records() {
         },
     ];
     let svc = ServiceBuilder::new()
-        .layer(PermissionLayer::new(rules))
+        .layer(PermissionLayer::new(Arc::new(Permissions::new(rules))))
         .service(fake(calls.clone()));
     let denied = svc
         .clone()
@@ -372,7 +372,7 @@ async fn the_stack_redacts_even_cached_replays() {
         suggestion_threshold: 0.4,
         ..MiddlewareConfig::default()
     };
-    let svc = stack(&config);
+    let svc = stack(&config, Arc::default());
     let secret = json!({"note": "api_key=abcdefghijklmnop12345"});
     for cached in [false, true] {
         let invoked = svc

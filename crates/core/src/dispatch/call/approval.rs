@@ -1,6 +1,7 @@
-//! An ask, answered: in a batch with interactive approvals, a call that a hook (step 2) or a
-//! permission rule (step 5) asked about waits here for a person's answer, or a remembered one;
-//! each outcome is an event, an audit line, a span event and a metric.
+//! An ask, answered: in a batch with interactive approvals, a call that a hook or a permission
+//! rule asked about (both in step 2, before the breaker admits the call) waits here for a
+//! person's answer, or a remembered one; each outcome is an event, an audit line, a span event
+//! and a metric.
 
 use serde_json::Value;
 use tokio::time::Instant;
@@ -87,13 +88,10 @@ impl Step<'_> {
             None => {
                 let ended = Ended::of_pending(&approval, How::Withdrawn, None);
                 self.approval_ended(&ended).await;
-                Err(Refusal::Cancelled(
-                    ErrorClass::Cancelled,
-                    format!(
-                        "tool '{tool}' was cancelled while it waited for approval: {}",
-                        scope.cancel.reason()
-                    ),
-                ))
+                Err(Refusal::Cancelled(format!(
+                    "tool '{tool}' was cancelled while it waited for approval: {}",
+                    scope.cancel.reason()
+                )))
             }
             Some(Waited::Expired) => {
                 let ended = Ended::of_pending(&approval, How::Expired, None);

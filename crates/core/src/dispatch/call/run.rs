@@ -7,7 +7,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 use tower::ServiceExt;
 
-use super::steps::{Admitted, Refusal, Step};
+use super::steps::Step;
 use crate::dispatch::events::Event;
 use crate::dispatch::result::CallResult;
 use crate::middleware::{Invocation, Invoked, Reply};
@@ -17,73 +17,26 @@ use crate::tools::{
 
 impl Step<'_> {
     /// Steps 5 and 6: runs the middleware stack raced against the batch's cancel, and stamps the
-    /// result with the model's id. A permission rule's ask is put to a person (interactive
-    /// batches) and, approved, the stack runs again with the rule approved, and with the
-    /// arguments as the person edited them (returned, so the later steps see them). Also says
-    /// whether the failure is one the tool called retryable.
-    pub(super) async fn run<'s>(
-        &'s self,
+    /// result with the model's id; `approved` is the permission rule a person approved in step
+    /// 2. Also says whether the failure is one the tool called retryable.
+    pub(super) async fn run(
+        &self,
         input: &Arc<Value>,
         canonical: &Arc<str>,
         metadata: &Arc<CallMetadata>,
-        admitted: &mut Admitted<'s>,
-    ) -> (CallResult, bool, Option<Arc<Value>>) {
+        approved: Option<Arc<str>>,
+    ) -> (CallResult, bool) {
         let p = self.scope.pipeline;
         crate::dispatch::spans::arguments(&self.span, &p.tracer, &p.redactor, canonical);
-        let mut edited: Option<Arc<Value>> = None;
-        let mut approved: Option<Arc<str>> = None;
-        let (invoked, duration) = loop {
-            let running = edited.as_ref().unwrap_or(input);
-            // The cache keys on the canonical input: an edited one has none built yet.
-            let canonical = edited.is_none().then_some(canonical);
-            let started = Instant::now();
-            let invoked = self
-                .run_once(running, canonical, metadata, approved.clone())
-                .await;
-            let duration = started.elapsed();
-            let Some(invoked) = invoked else {
-                break (None, duration);
-            };
+        let started = Instant::now();
+        let invoked = self
+            .run_once(input, Some(canonical), metadata, approved)
+            .await;
+        let duration = started.elapsed();
+        if let Some(invoked) = &invoked {
             self.count_gates(&invoked.gates);
-            self.gate_events(&invoked.gates, running).await;
-            let ask = match &invoked.asked {
-                Some(ask) if approved.is_none() && self.scope.options.interactive_approvals => {
-                    ask.clone()
-                }
-                _ => break (Some(invoked), duration),
-            };
-            let (source, reason) = ask;
-            // The breaker decides again once a person has: no probe slot is held meanwhile.
-            self.release_probe(admitted).await;
-            // An edited input goes through every pre-tool hook again before the stack sees it.
-            let approval = match self.ask_person(&source, &reason, running).await {
-                Ok(Some(change)) => match self.pre_tool_hooks_on(&change).await {
-                    Ok(modified) => Ok(Some(modified.unwrap_or(change))),
-                    Err(refusal) => Err(refusal),
-                },
-                other => other,
-            };
-            match approval {
-                Ok(change) => {
-                    if let Some(change) = change {
-                        edited = Some(Arc::new(change));
-                    }
-                    approved = Some(source);
-                    match self.admit().await {
-                        Some(again) => *admitted = again,
-                        None => {
-                            let open = "tool temporarily unavailable: circuit breaker open";
-                            let refused = Invoked::refused(ErrorClass::CircuitOpen, open);
-                            break (Some(refused), duration);
-                        }
-                    }
-                }
-                // Neither ran the tool: a refusal, not an execution.
-                Err(Refusal::Refused(class, message) | Refusal::Cancelled(class, message)) => {
-                    break (Some(Invoked::refused(class, message)), duration);
-                }
-            }
-        };
+            self.gate_events(&invoked.gates, input).await;
+        }
         let retryable = matches!(
             &invoked,
             Some(Invoked {
@@ -100,7 +53,7 @@ impl Step<'_> {
         // A layer's refusal is not an execution of the tool.
         result.set_executions(self.attempt - u32::from(refused));
         result.duration = duration;
-        (result, retryable, edited)
+        (result, retryable)
     }
 
     /// The middleware stack, raced against the batch's cancel (checked first). `None` means

@@ -18,7 +18,7 @@ use crate::json;
 use crate::safety::backoff::RETRY_CEILING;
 use crate::safety::breaker::{BreakerDecision, Transition};
 use crate::safety::health::HealthOutcome;
-use crate::safety::hooks::{Gate, GateRecord, PostToolUse, PreToolUse};
+use crate::safety::hooks::{Decision, Gate, GateRecord, PostToolUse, PreToolUse};
 use crate::safety::recovery::{Failure, Verdict};
 use crate::tools::ErrorClass;
 use crate::tools::registry::Registered;
@@ -51,9 +51,9 @@ pub(super) struct Admitted<'a> {
 pub(super) enum Refusal {
     /// Answered with this class and the text the model reads.
     Refused(ErrorClass, String),
-    /// The batch was cancelled while the call waited for approval (class `CANCELLED`): it ends
-    /// the batch.
-    Cancelled(ErrorClass, String),
+    /// The batch was cancelled while the call waited for approval: it ends the batch, as a
+    /// cancel while running does (class `CANCELLED`).
+    Cancelled(String),
 }
 
 /// What recovery decided after a failed attempt.
@@ -62,6 +62,30 @@ pub(super) enum Recovery {
     Answer(Box<Answered>),
     /// Run again, with the reflector's corrected input if it gave one.
     Retry(Option<Value>),
+}
+
+/// What step 2 cleared the call with: the input as the hooks (and a person) left it (`None`:
+/// as given), and the permission rule whose ask a person approved, which lets the call through
+/// the stack's permission layer.
+pub(super) struct Cleared {
+    pub input: Option<Value>,
+    pub approved: Option<Arc<str>>,
+}
+
+impl Cleared {
+    fn by_hooks(input: Option<Value>) -> Self {
+        Cleared {
+            input,
+            approved: None,
+        }
+    }
+
+    fn by_person(input: Option<Value>, rule: Arc<str>) -> Self {
+        Cleared {
+            input,
+            approved: Some(rule),
+        }
+    }
 }
 
 impl Step<'_> {
@@ -88,23 +112,23 @@ impl Step<'_> {
         }
     }
 
-    /// Step 2: asks the pre-tool hooks; a hook's ask is put to a person (interactive batches)
-    /// and, approved, the hooks after it go on with the input as approved. `Ok(Some)` is a
-    /// modified input, `Ok(None)` the input as given, `Err` the refusal.
-    pub(super) async fn pre_tool_hooks(&self, input: &Value) -> Result<Option<Value>, Refusal> {
-        self.pre_tool_hooks_on(input).await
-    }
-
-    /// The pre-tool hooks over `input`. An input a person edited is a new input: every hook
-    /// sees it again from the first (a Block still blocks it, a Modify still applies), and only
-    /// an ask about exactly the input a person approved for that hook or rule counts as
-    /// answered.
-    pub(super) async fn pre_tool_hooks_on(&self, input: &Value) -> Result<Option<Value>, Refusal> {
+    /// Step 2: every gate that decides before the call is admitted. The pre-tool hooks in
+    /// order, then the permission rule that decides the call when it asks: one mechanism puts
+    /// every ask, whoever raised it, to a person (`ask_person`, interactive batches) before the
+    /// breaker is asked for a slot, so no call holds a probe slot while a person decides. An
+    /// approved hook's ask lets the hooks after it go on; an input a person edited is a new
+    /// input, which every hook sees again from the first (a Block still blocks it, a Modify
+    /// still applies), and only an ask about exactly the input a person approved for that hook
+    /// or rule counts as answered.
+    pub(super) async fn pre_tool_gates(&self, input: &Value) -> Result<Cleared, Refusal> {
         let p = self.scope.pipeline;
         let mut current: Option<Value> = None;
         let mut start = 0;
         // (source, digest of the input a person approved it for).
         let mut approved: Vec<(String, String)> = Vec::new();
+        let answered = |approved: &[(String, String)], source: &str, digest: &str| {
+            approved.iter().any(|(s, d)| s == source && d == digest)
+        };
         loop {
             let seen = current.as_ref().unwrap_or(input);
             let asked = PreToolUse {
@@ -115,16 +139,11 @@ impl Step<'_> {
                 input: seen,
                 attempt: self.attempt,
             };
-            let (gate, mut records) = p.hooks.pre_tool_use_from(&asked, start).await;
-            self.count_gates(&records);
-            if self.wants_events() {
-                for record in &mut records {
-                    record.reason = p.redactor.redact(&record.reason).into_owned();
-                }
-                self.gate_events(&records, seen).await;
-            }
-            match gate {
-                Gate::Proceed(modified) => return Ok(modified.or(current)),
+            let (gate, records) = p.hooks.pre_tool_use_from(&asked, start).await;
+            self.gates_decided(records, seen).await;
+            // A hook's ask resumes with the hooks after it; a rule's (`resume: None`) is the
+            // last gate.
+            let (source, message, about, resume) = match gate {
                 Gate::Refuse(message) => {
                     return Err(Refusal::Refused(ErrorClass::Blocked, message));
                 }
@@ -133,29 +152,69 @@ impl Step<'_> {
                     message,
                     modified,
                     resume,
-                } => {
-                    let asked_about = modified.or(current);
-                    let about = asked_about.as_ref().unwrap_or(input);
-                    let digest = json::digest(about);
-                    if approved.iter().any(|(s, d)| *s == source && *d == digest) {
-                        current = asked_about;
-                        start = resume;
-                        continue;
+                } => (source, message, modified.or(current), Some(resume)),
+                Gate::Proceed(modified) => {
+                    let proceeding = modified.or(current);
+                    let rule = match self.scope.options.interactive_approvals {
+                        true => p.permissions.ask(self.tool, self.scope.caller),
+                        // Not interactive: the stack's permission layer refuses the ask.
+                        false => None,
+                    };
+                    let Some((source, reason)) = rule else {
+                        return Ok(Cleared::by_hooks(proceeding));
+                    };
+                    let digest = json::digest(proceeding.as_ref().unwrap_or(input));
+                    if answered(&approved, &source, &digest) {
+                        return Ok(Cleared::by_person(proceeding, source));
                     }
-                    match self.ask_person(&source, &message, about).await? {
-                        Some(edited) => {
-                            approved.push((source, json::digest(&edited)));
-                            current = Some(edited);
-                            start = 0;
-                        }
-                        None => {
-                            approved.push((source, digest));
-                            current = asked_about;
-                            start = resume;
-                        }
-                    }
+                    let record = GateRecord {
+                        source: source.to_string(),
+                        decision: Decision::Ask(reason.clone()),
+                        reason: reason.clone(),
+                    };
+                    self.gates_decided(vec![record], proceeding.as_ref().unwrap_or(input))
+                        .await;
+                    (source.to_string(), reason, proceeding, None::<usize>)
                 }
+            };
+            let about_input = about.as_ref().unwrap_or(input);
+            let digest = json::digest(about_input);
+            if let Some(resume) = resume
+                && answered(&approved, &source, &digest)
+            {
+                current = about;
+                start = resume;
+                continue;
             }
+            match (
+                self.ask_person(&source, &message, about_input).await?,
+                resume,
+            ) {
+                (Some(edited), _) => {
+                    approved.push((source, json::digest(&edited)));
+                    current = Some(edited);
+                    start = 0;
+                }
+                (None, Some(resume)) => {
+                    approved.push((source, digest));
+                    current = about;
+                    start = resume;
+                }
+                (None, None) => return Ok(Cleared::by_person(about, source.into())),
+            }
+        }
+    }
+
+    /// Counts and announces gate decisions the pre-tool gates made about `input`, their
+    /// reasons redacted.
+    async fn gates_decided(&self, mut records: Vec<GateRecord>, input: &Value) {
+        let p = self.scope.pipeline;
+        self.count_gates(&records);
+        if self.wants_events() {
+            for record in &mut records {
+                record.reason = p.redactor.redact(&record.reason).into_owned();
+            }
+            self.gate_events(&records, input).await;
         }
     }
 
@@ -251,15 +310,6 @@ impl Step<'_> {
         guard.record_refusal(&result);
         self.post(&result).await;
         Answered::soft(result)
-    }
-
-    /// Gives the probe slot back, as a neutral outcome, before a wait for a person (a call
-    /// must not keep every other caller of a half-open tool out while someone decides).
-    pub(super) async fn release_probe(&self, admitted: &mut Admitted<'_>) {
-        if admitted.is_probe() {
-            let transition = admitted.record(HealthOutcome::Neutral);
-            self.breaker_changed(transition).await;
-        }
     }
 
     /// Step 4: the breaker's admission. `None`: refused; `Some(admitted)`: run, holding the
@@ -512,11 +562,6 @@ impl Step<'_> {
 }
 
 impl Admitted<'_> {
-    /// Whether this call holds the half-open breaker's probe slot.
-    pub(super) fn is_probe(&self) -> bool {
-        self.probe
-    }
-
     /// Records the attempt's outcome under the tool that ran; the probe slot goes with it.
     fn record(&mut self, outcome: HealthOutcome) -> Option<Transition> {
         let probe = std::mem::take(&mut self.probe);
