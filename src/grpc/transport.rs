@@ -815,7 +815,8 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Preface<T> {
     }
 }
 
-/// A `grpc-timeout` value (`<digits><unit>`, units H M S m u n).
+/// A `grpc-timeout` value (`<digits><unit>`, units H M S m u n). tonic parses the header only
+/// inside its own server, which this transport replaces; no crate exports it.
 pub(super) fn parse_grpc_timeout(text: &str) -> Option<Duration> {
     let (digits, unit) = text.split_at(text.len().checked_sub(1)?);
     let n: u64 = digits.parse().ok()?;
