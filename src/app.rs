@@ -24,11 +24,9 @@ use crate::grpc::transport::{Budgets, Connections, TransportSettings};
 use crate::grpc::{RequestRules, ServeError, ServiceState};
 use crate::telemetry::metrics::{MetricsPipeline, OtlpExport};
 use crate::telemetry::traces::{TraceExport, TracePipeline};
-use build::{configured_hooks, middleware_config, sessions, sweep_sessions};
-use toolgate_core::dispatch::{Binding, Cancel, Dispatcher, Pipeline};
-use toolgate_core::safety::breaker::BreakerConfig;
-use toolgate_core::safety::health::Health;
-use toolgate_core::safety::hooks::{Hook, Hooks};
+use build::{configured_hooks, sessions, sweep_sessions};
+use toolgate_core::dispatch::{Cancel, Dispatcher, Pipeline};
+use toolgate_core::safety::hooks::Hook;
 use toolgate_core::safety::recovery::{DefaultReflector, Reflector};
 use toolgate_core::tools::{Catalog, RegistryError, Tool, ToolRegistry, ToolSource, builtin_tools};
 use toolgate_core::trace::Tracer;
@@ -315,23 +313,10 @@ impl Server {
         let pipeline = self.pipeline(shared_cache)?;
         // Approvals are answered through any server sharing the store.
         if let Some(store) = &store {
-            pipeline.approvals.attach(store.clone());
-            store.clone().relay_approvals(pipeline.approvals.clone());
+            pipeline.approvals().attach(store.clone());
+            store.clone().relay_approvals(pipeline.approvals().clone());
         }
-        let bindings = self
-            .config
-            .bindings
-            .iter()
-            .map(|(name, b)| {
-                (
-                    name.clone(),
-                    Binding {
-                        tool: b.tool.clone(),
-                        input: b.input.clone(),
-                    },
-                )
-            })
-            .collect();
+        let bindings = self.config.bindings.clone();
         let mut dispatcher = Dispatcher::new(registry, Arc::new(sessions), pipeline);
         if let Some(store) = store {
             dispatcher = dispatcher.with_store(store);
@@ -348,28 +333,18 @@ impl Server {
         shared_cache: Option<Arc<dyn toolgate_core::middleware::SharedCache>>,
     ) -> Result<Pipeline, StartError> {
         let c = &self.config;
-        let health = Arc::new(Health::new(BreakerConfig {
-            failure_threshold: c.breaker.failure_threshold,
-            cooldown: c.breaker.cooldown,
-            probe_lease: c.breaker.probe_lease,
-        }));
         let mut hooks = configured_hooks(c)?;
         hooks.extend(self.hooks.iter().cloned());
-        let mut middleware = middleware_config(c, self.metrics.metrics())?;
-        middleware.shared_cache = shared_cache;
-        let mut pipeline = Pipeline::new(health, c.policy(), &middleware);
-        pipeline.hooks = Hooks::new(hooks);
-        pipeline.reflector = self.reflector.clone();
-        pipeline.batch_budget_chars = c.output.batch_budget_chars;
-        pipeline.preview_chars = c.output.event_preview_chars;
-        pipeline.max_error_chars = c.output.max_error_chars;
-        pipeline.metrics = self.metrics.metrics();
-        pipeline.tracer = self.tracer();
-        pipeline.approvals = toolgate_core::approvals::Approvals::with_policies(
-            c.approvals.timeout,
-            build::ask_policies(c),
-        );
-        Ok(pipeline)
+        let settings = build::pipeline_settings(c, self.metrics.metrics())?;
+        let mut pipeline = Pipeline::builder(settings)
+            .hooks(hooks)
+            .reflector(self.reflector.clone())
+            .metrics(self.metrics.metrics())
+            .tracer(self.tracer());
+        if let Some(cache) = shared_cache {
+            pipeline = pipeline.shared_cache(cache);
+        }
+        Ok(pipeline.build())
     }
 
     /// The tracer spans are made with: the export pipeline's, or off.

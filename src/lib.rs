@@ -24,8 +24,6 @@ pub mod store;
 pub mod telemetry;
 
 // The dispatcher driven with the pipeline a config makes: in this crate, where the config is.
-#[cfg(test)]
-mod engine_tests;
 
 pub use app::{RunningServer, Server, ShutdownHandle, StartError};
 /// What an embedder implements to add its own tools ([`tools::Tool`], [`tools::FnTool`]).

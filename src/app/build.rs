@@ -10,6 +10,7 @@ use tokio::sync::Semaphore;
 use crate::config::{Config, SessionStoreUrl, fingerprint};
 use toolgate_core::approvals::AskPolicies;
 use toolgate_core::child::ChildEnv;
+use toolgate_core::dispatch::PipelineSettings;
 use toolgate_core::metrics::Metrics;
 use toolgate_core::middleware::{CacheRule, MiddlewareConfig, PermissionRule};
 use toolgate_core::safety::hooks::{CommandHook, Hook, RuleHook};
@@ -17,9 +18,27 @@ use toolgate_core::session::{SessionLimits, Sessions};
 use toolgate_core::tools::unguessable_name;
 use toolgate_remotes::GrpcHook;
 
-/// The middleware settings from the config: global values plus per-tool overrides; redactions
-/// of tool results are counted into `metrics`.
-pub(crate) fn middleware_config(
+/// The pipeline's settings from the config: the one place the config is mapped onto the
+/// engine's typed settings (whose defaults the config's match). Redactions of tool results are
+/// counted into `metrics`.
+pub(crate) fn pipeline_settings(
+    c: &Config,
+    metrics: Arc<Metrics>,
+) -> Result<PipelineSettings, toolgate_core::middleware::PatternError> {
+    Ok(PipelineSettings {
+        breaker: c.breaker.clone(),
+        policy: c.policy(),
+        middleware: middleware_config(c, metrics)?,
+        batch_budget_chars: c.output.batch_budget_chars,
+        preview_chars: c.output.event_preview_chars,
+        max_error_chars: c.output.max_error_chars,
+        approval_timeout: c.approvals.timeout,
+        ask_policies: ask_policies(c),
+    })
+}
+
+/// The middleware settings from the config: global values plus per-tool overrides.
+fn middleware_config(
     c: &Config,
     metrics: Arc<Metrics>,
 ) -> Result<MiddlewareConfig, toolgate_core::middleware::PatternError> {
@@ -80,7 +99,7 @@ pub(crate) fn middleware_config(
 /// Who may answer the asks of each configured hook and permission rule, and whether answers may
 /// be remembered, by the name each asks under (`[approvals]` for the rest, and for hooks added
 /// in code).
-pub(crate) fn ask_policies(c: &Config) -> AskPolicies {
+fn ask_policies(c: &Config) -> AskPolicies {
     let approvals = &c.approvals;
     let mut policies = AskPolicies::new(approvals.policy(None, true));
     let mut set = |source: String, policy, fingerprint| {

@@ -94,3 +94,44 @@ async fn a_panicked_server_task_is_an_error() {
     );
     assert!(error.to_string().contains("the server broke"), "{error}");
 }
+
+/// The engine defines the pipeline's defaults once (`PipelineSettings::default`); the config's
+/// sections default to them, and the shipped `config/default.toml` states the same values: both
+/// map onto exactly the engine's settings (the redactor aside: the server builds it from
+/// `[redaction]`, whose patterns it compiles).
+#[test]
+fn the_shipped_defaults_and_an_empty_config_give_the_engines_settings() {
+    use toolgate_core::dispatch::PipelineSettings;
+    let engine = PipelineSettings::default();
+    for (what, text) in [("default.toml", crate::config::DEFAULT_TOML), ("empty", "")] {
+        let config = Config::from_toml(text).unwrap();
+        let ours = super::build::pipeline_settings(&config, Arc::default()).unwrap();
+        assert_eq!(ours.breaker, engine.breaker, "{what}");
+        assert_eq!(ours.policy, engine.policy, "{what}");
+        assert_eq!(ours.ask_policies, engine.ask_policies, "{what}");
+        let scalars = |s: &PipelineSettings| {
+            let m = &s.middleware;
+            (
+                m.default_timeout,
+                m.validate,
+                m.max_output_chars,
+                m.cache_max_entries,
+                m.cache_max_bytes,
+                m.suggestion_threshold.to_bits(),
+                (s.batch_budget_chars, s.preview_chars, s.max_error_chars),
+                s.approval_timeout,
+            )
+        };
+        assert_eq!(scalars(&ours), scalars(&engine), "{what}");
+        let m = &ours.middleware;
+        assert!(
+            m.tool_timeouts.is_empty()
+                && m.permissions.is_empty()
+                && m.tool_output_chars.is_empty()
+                && m.cache_rules.is_empty()
+                && m.cache_invalidators.is_empty()
+                && m.select_pass_through.is_empty(),
+            "{what}"
+        );
+    }
+}

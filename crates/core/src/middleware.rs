@@ -153,8 +153,9 @@ pub fn answered<F>(invoked: Invoked) -> LayerFuture<F> {
 /// The assembled stack.
 pub(crate) type ToolService = BoxCloneSyncService<Invocation, Invoked, Infallible>;
 
-/// Middleware settings, resolved from the config.
-#[derive(Debug, Clone, Default)]
+/// Middleware settings, resolved from the config. `Default` is the product's, but for the
+/// redactor (disabled: the server builds it from `[redaction]`, whose patterns it compiles).
+#[derive(Debug, Clone)]
 pub struct MiddlewareConfig {
     pub default_timeout: Duration,
     pub tool_timeouts: BTreeMap<String, Duration>,
@@ -175,6 +176,28 @@ pub struct MiddlewareConfig {
     pub suggestion_threshold: f64,
     /// Tools whose JSON objects pass through whole (no result selection).
     pub select_pass_through: BTreeSet<String>,
+}
+
+impl Default for MiddlewareConfig {
+    fn default() -> Self {
+        MiddlewareConfig {
+            default_timeout: Duration::from_secs(60),
+            tool_timeouts: BTreeMap::new(),
+            permissions: Vec::new(),
+            validate: true,
+            max_output_chars: 100_000,
+            tool_output_chars: BTreeMap::new(),
+            redactor: Arc::default(),
+            cache_rules: BTreeMap::new(),
+            cache_invalidators: BTreeMap::new(),
+            cache_max_entries: 1000,
+            cache_max_bytes: 64 << 20,
+            metrics: Arc::default(),
+            shared_cache: None,
+            suggestion_threshold: 0.4,
+            select_pass_through: BTreeSet::new(),
+        }
+    }
 }
 
 /// Builds the stack, outermost layer first. Each layer's comment says why it sits there.

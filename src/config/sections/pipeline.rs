@@ -5,10 +5,13 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use toolgate_core::approvals::AskPolicy;
+use toolgate_core::dispatch::PipelineSettings;
 use toolgate_core::duration;
 use toolgate_core::duration::optional as optional_duration;
 use toolgate_core::middleware::{CacheScope, PermissionVerdict};
 use toolgate_core::safety::policy::{PerToolLoop, PerToolRetry};
+use toolgate_core::session::SessionLimits;
 
 /// `[loop_detection]`: repeating operations per session.
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
@@ -25,14 +28,20 @@ pub struct LoopDetectionConfig {
     pub append_warning: bool,
 }
 
+/// The engine's defaults, defined there once.
+fn engine() -> PipelineSettings {
+    PipelineSettings::default()
+}
+
 impl Default for LoopDetectionConfig {
     fn default() -> Self {
+        let policy = engine().policy;
         LoopDetectionConfig {
-            enabled: true,
-            window: 100,
-            warn_after: 3,
-            stop_after: 10,
-            append_warning: true,
+            enabled: policy.loop_enabled,
+            window: SessionLimits::default().loop_window,
+            warn_after: policy.loop_thresholds.warn_after,
+            stop_after: policy.loop_thresholds.stop_after,
+            append_warning: policy.append_loop_warning,
         }
     }
 }
@@ -54,11 +63,12 @@ pub struct RetrySection {
 
 impl Default for RetrySection {
     fn default() -> Self {
+        let policy = engine().policy;
         RetrySection {
-            max_retries: 3,
-            base_delay: Duration::from_millis(100),
-            max_delay: Duration::from_secs(30),
-            jitter: false,
+            max_retries: policy.max_retries,
+            base_delay: policy.backoff.base,
+            max_delay: policy.backoff.max,
+            jitter: policy.backoff.jitter,
         }
     }
 }
@@ -72,7 +82,9 @@ pub struct ValidationConfig {
 
 impl Default for ValidationConfig {
     fn default() -> Self {
-        ValidationConfig { enabled: true }
+        ValidationConfig {
+            enabled: engine().middleware.validate,
+        }
     }
 }
 
@@ -92,11 +104,12 @@ pub struct OutputConfig {
 
 impl Default for OutputConfig {
     fn default() -> Self {
+        let engine = engine();
         OutputConfig {
-            max_chars: 100_000,
-            batch_budget_chars: 0,
-            max_error_chars: 2000,
-            event_preview_chars: 1024,
+            max_chars: engine.middleware.max_output_chars,
+            batch_budget_chars: engine.batch_budget_chars,
+            max_error_chars: engine.max_error_chars,
+            event_preview_chars: engine.preview_chars,
         }
     }
 }
@@ -158,9 +171,10 @@ pub struct CacheConfig {
 
 impl Default for CacheConfig {
     fn default() -> Self {
+        let middleware = engine().middleware;
         CacheConfig {
-            max_entries: 1000,
-            max_bytes: 64 * 1024 * 1024,
+            max_entries: middleware.cache_max_entries,
+            max_bytes: middleware.cache_max_bytes,
         }
     }
 }
@@ -176,7 +190,7 @@ pub struct UnknownToolConfig {
 impl Default for UnknownToolConfig {
     fn default() -> Self {
         UnknownToolConfig {
-            suggestion_threshold: 0.4,
+            suggestion_threshold: engine().middleware.suggestion_threshold,
         }
     }
 }
@@ -197,8 +211,8 @@ pub struct ApprovalsConfig {
 impl Default for ApprovalsConfig {
     fn default() -> Self {
         ApprovalsConfig {
-            timeout: Duration::from_secs(300),
-            requester_may_answer: false,
+            timeout: engine().approval_timeout,
+            requester_may_answer: AskPolicy::default().requester_may_answer,
         }
     }
 }

@@ -103,7 +103,7 @@ pub struct MemoryConfig {
 impl Default for MemoryConfig {
     fn default() -> Self {
         MemoryConfig {
-            enabled: true,
+            enabled: toolgate_core::safety::policy::Policy::default().memory_enabled,
             max_entries: 100,
             max_bytes: 64 * 1024 * 1024,
         }

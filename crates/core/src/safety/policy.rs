@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use super::backoff::Backoff;
 use super::detector::Thresholds;
 
-/// What the per-call driver needs to know from the config.
-#[derive(Debug, Clone, Default)]
+/// What the per-call driver needs to know from the config. `Default` is the product's.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Policy {
     pub loop_enabled: bool,
     pub append_loop_warning: bool,
@@ -46,6 +46,20 @@ impl Default for Thresholds {
         Thresholds {
             warn_after: 3,
             stop_after: 10,
+        }
+    }
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            loop_enabled: true,
+            append_loop_warning: true,
+            loop_thresholds: Thresholds::default(),
+            memory_enabled: true,
+            backoff: Backoff::default(),
+            max_retries: 3,
+            per_tool: BTreeMap::new(),
         }
     }
 }

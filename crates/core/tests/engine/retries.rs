@@ -4,7 +4,12 @@ use super::*;
 
 #[tokio::test(start_paused = true)]
 async fn event_order_for_a_retry_sequence_and_every_retry_refires_everything() {
-    let h = harness("order-retry", "", vec![Arc::new(BlockTool("none"))], None);
+    let h = harness(
+        "order-retry",
+        defaults,
+        vec![Arc::new(BlockTool("none"))],
+        None,
+    );
     let (report, kinds) = run(&h, batch(json!([{"id": "a", "name": "flaky"}]))).await;
     let r = &report.results[0];
     assert!(r.success);
@@ -36,7 +41,7 @@ async fn event_order_for_a_retry_sequence_and_every_retry_refires_everything() {
 
 #[tokio::test(start_paused = true)]
 async fn the_default_gives_one_attempt() {
-    let h = harness("default-one", "", vec![], None);
+    let h = harness("default-one", defaults, vec![], None);
     let (report, kinds) = run(&h, batch(json!([{"id": "a", "name": "plain_fail"}]))).await;
     assert_eq!(report.results[0].attempts, 1);
     assert_eq!(kinds, ["received:a", "pre:a:1", "post:a:1:TOOL_ERROR"]);
@@ -47,7 +52,7 @@ async fn the_default_gives_one_attempt() {
 async fn retries_stop_at_max_retries_softly() {
     let h = harness(
         "max-retries",
-        "[breaker]\nfailure_threshold = 0",
+        |s: &mut PipelineSettings| s.breaker.failure_threshold = 0,
         vec![],
         None,
     );
@@ -69,7 +74,10 @@ async fn retries_stop_at_max_retries_softly() {
 async fn recovery_exhaustion_ends_the_batch_after_six_executions() {
     let h = harness(
         "exhaust",
-        "[breaker]\nfailure_threshold = 0\n[per_tool.broken.retry]\nmax_retries = 50",
+        |s: &mut PipelineSettings| {
+            s.breaker.failure_threshold = 0;
+            retries(s, "broken", 50);
+        },
         vec![],
         Some(Arc::new(AlwaysRetry)),
     );

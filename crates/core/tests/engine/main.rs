@@ -1,6 +1,8 @@
-//! The engine's driver (`toolgate_core::dispatch`) without gRPC, with the pipeline a config
-//! makes, on paused time so no test sleeps for real: the harness they share (a dispatcher with
-//! test tools, a recorder of events, test hooks), and one file per topic.
+//! The engine's driver (`toolgate_core::dispatch`) alone, with a pipeline built from the engine's
+//! own settings, on paused time so no test sleeps for real: the harness they share (a dispatcher
+//! with test tools, a recorder of events, test hooks), and one file per topic.
+// Test harness helpers assert by panicking, like the tests they serve.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -8,12 +10,10 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
-use crate::config::Config;
 use toolgate_core::calls::{IntakeLimits, intake};
 use toolgate_core::dispatch::*;
-use toolgate_core::safety::breaker::BreakerConfig;
-use toolgate_core::safety::health::Health;
-use toolgate_core::safety::hooks::{Decision, Hook, Hooks, PreToolUse};
+use toolgate_core::safety::hooks::{Decision, Hook, PreToolUse};
+use toolgate_core::safety::policy::PerToolRetry;
 use toolgate_core::safety::recovery::{Failure, Reflector};
 use toolgate_core::session::SessionLimits;
 use toolgate_core::session::Sessions;
@@ -150,24 +150,57 @@ const IDEMPOTENT: Annotations = Annotations {
     open_world: false,
 };
 
+/// The engine's default settings, unchanged.
+fn defaults(_: &mut PipelineSettings) {}
+
+/// No retries for `tool` (`[per_tool.<tool>.retry] enabled = false`).
+fn no_retries(settings: &mut PipelineSettings, tool: &str) {
+    let retry = PerToolRetry {
+        enabled: Some(false),
+        ..PerToolRetry::default()
+    };
+    settings
+        .policy
+        .per_tool
+        .entry(tool.into())
+        .or_default()
+        .retry = retry;
+}
+
+/// At most `max` retries for `tool`.
+fn retries(settings: &mut PipelineSettings, tool: &str, max: u32) {
+    let retry = PerToolRetry {
+        max_retries: Some(max),
+        ..PerToolRetry::default()
+    };
+    settings
+        .policy
+        .per_tool
+        .entry(tool.into())
+        .or_default()
+        .retry = retry;
+}
+
 fn harness(
     name: &str,
-    config: &str,
+    config: impl FnOnce(&mut PipelineSettings),
     hooks: Vec<Arc<dyn Hook>>,
     reflector: Option<Arc<dyn Reflector>>,
 ) -> Harness {
     harness_with(name, config, hooks, reflector, Vec::new())
 }
 
-/// A harness with extra tools registered next to the built-ins and the test tools.
+/// A harness with extra tools registered next to the built-ins and the test tools; `config`
+/// changes the engine's default settings.
 fn harness_with(
     name: &str,
-    config: &str,
+    config: impl FnOnce(&mut PipelineSettings),
     hooks: Vec<Arc<dyn Hook>>,
     reflector: Option<Arc<dyn Reflector>>,
     extra: Vec<Arc<dyn toolgate_core::tools::Tool>>,
 ) -> Harness {
-    let config = Config::from_toml(config).unwrap();
+    let mut settings = PipelineSettings::default();
+    config(&mut settings);
     let runs = Arc::new(AtomicU32::new(0));
     let mut registry = ToolRegistry::default();
     for tool in builtin_tools(&[]) {
@@ -219,26 +252,16 @@ fn harness_with(
         "toolgate-dispatch-test-{name}-{}",
         std::process::id()
     ));
-    let limits = SessionLimits {
-        loop_window: config.loop_detection.window,
-        ..SessionLimits::default()
-    };
-    let sessions = Arc::new(Sessions::new(base.clone(), true, limits));
-    let health = Arc::new(Health::new(BreakerConfig {
-        failure_threshold: config.breaker.failure_threshold,
-        cooldown: config.breaker.cooldown,
-        probe_lease: config.breaker.probe_lease,
-    }));
+    let sessions = Arc::new(Sessions::new(base.clone(), true, SessionLimits::default()));
     for tool in extra {
         registry.register(tool, ToolSource::Embedded).unwrap();
     }
     let registry = Arc::new(toolgate_core::tools::Catalog::new(registry));
-    let middleware = crate::app::build::middleware_config(&config, Arc::default()).unwrap();
-    let mut pipeline = Pipeline::new(health, config.policy(), &middleware);
-    pipeline.hooks = Hooks::new(hooks);
+    let mut pipeline = Pipeline::builder(settings).hooks(hooks);
     if let Some(r) = reflector {
-        pipeline.reflector = r;
+        pipeline = pipeline.reflector(r);
     }
+    let pipeline = pipeline.build();
     Harness {
         dispatcher: Dispatcher::new(registry, sessions, pipeline),
         base,

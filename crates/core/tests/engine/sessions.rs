@@ -5,7 +5,7 @@ use super::*;
 
 #[tokio::test(start_paused = true)]
 async fn memory_keeps_successful_calls_only() {
-    let h = harness("memory", "", vec![], None);
+    let h = harness("memory", defaults, vec![], None);
     run(&h, named_batch("m", json!([{"id": "a", "name": "echo", "arguments": {"k": "v"}}, {"id": "b", "name": "plain_fail"}]))).await;
     let memory = h
         .dispatcher
@@ -18,7 +18,7 @@ async fn memory_keeps_successful_calls_only() {
 
 #[tokio::test(start_paused = true)]
 async fn a_dropped_batch_still_removes_its_ephemeral_scratch_directory() {
-    let h = harness("drop", "", vec![], None);
+    let h = harness("drop", defaults, vec![], None);
     let cancel = Cancel::new();
     let run = h.dispatcher.run(
         batch(json!([{"id": "w", "name": "write_then_hang"}])),
@@ -130,7 +130,7 @@ impl toolgate_core::session::SessionStore for GatedStore {
 
 #[tokio::test(start_paused = true)]
 async fn a_batch_dropped_while_its_session_saves_still_saves_and_no_event_follows_finishing() {
-    let h = harness("gated", "", vec![], None);
+    let h = harness("gated", defaults, vec![], None);
     let store = Arc::new(GatedStore::default());
     let dispatcher = h.dispatcher.with_store(store.clone());
     let recorder = Recorder::default();

@@ -7,7 +7,7 @@ use super::*;
 async fn a_timed_out_call_gets_its_post_and_the_batch_goes_on() {
     let h = harness(
         "timeout",
-        "[per_tool.sleep.retry]\nenabled = false",
+        |s: &mut PipelineSettings| no_retries(s, "sleep"),
         vec![],
         None,
     );
@@ -39,7 +39,11 @@ async fn a_timed_out_call_gets_its_post_and_the_batch_goes_on() {
 async fn timeouts_of_a_read_only_tool_are_retried_until_the_breaker_refuses() {
     let h = harness(
         "timeout-retry",
-        "[per_tool.sleep]\ntimeout = \"100ms\"",
+        |s: &mut PipelineSettings| {
+            s.middleware
+                .tool_timeouts
+                .insert("sleep".into(), Duration::from_millis(100));
+        },
         vec![],
         None,
     );
@@ -56,7 +60,7 @@ async fn timeouts_of_a_read_only_tool_are_retried_until_the_breaker_refuses() {
 async fn timeouts_under_a_deadline_the_client_cut_short_leave_the_breaker_closed() {
     // The tool's own deadline is 60 s; a client asking for 100 ms times out, again and again,
     // without opening the breaker every other caller of the tool depends on.
-    let h = harness("client-deadline", "", vec![], None);
+    let h = harness("client-deadline", defaults, vec![], None);
     for n in 0..3 {
         let mut b = batch(json!([{"id": "s", "name": "sleep", "arguments": {"ms": 5000 + n}}]));
         b.options.call_timeout = Some(Duration::from_millis(100));
@@ -82,7 +86,7 @@ async fn timeouts_under_a_deadline_the_client_cut_short_leave_the_breaker_closed
 
 #[tokio::test(start_paused = true)]
 async fn event_order_for_a_cancel() {
-    let h = harness("cancel", "", vec![], None);
+    let h = harness("cancel", defaults, vec![], None);
     let recorder = Recorder::default();
     let cancel = Cancel::new();
     let trigger = cancel.clone();
@@ -125,7 +129,10 @@ async fn event_order_for_a_cancel() {
 async fn a_cancel_during_backoff_is_honoured_at_once() {
     let h = harness(
         "cancel-backoff",
-        "[retry]\nbase_delay = \"10s\"\nmax_delay = \"10s\"",
+        |s: &mut PipelineSettings| {
+            s.policy.backoff.base = Duration::from_secs(10);
+            s.policy.backoff.max = Duration::from_secs(10);
+        },
         vec![],
         None,
     );
@@ -162,7 +169,10 @@ async fn a_cancel_during_backoff_is_honoured_at_once() {
 async fn a_cancelled_probe_releases_its_slot() {
     let h = harness(
         "cancel-probe",
-        "[breaker]\nfailure_threshold = 1\ncooldown = \"5s\"",
+        |s: &mut PipelineSettings| {
+            s.breaker.failure_threshold = 1;
+            s.breaker.cooldown = Duration::from_secs(5);
+        },
         vec![],
         None,
     );
@@ -172,7 +182,11 @@ async fn a_cancelled_probe_releases_its_slot() {
     b.options.call_timeout = Some(Duration::from_millis(100));
     let h1 = harness(
         "cancel-probe-1",
-        "[breaker]\nfailure_threshold = 1\ncooldown = \"5s\"\n[per_tool.sleep.retry]\nenabled = false",
+        |s: &mut PipelineSettings| {
+            s.breaker.failure_threshold = 1;
+            s.breaker.cooldown = Duration::from_secs(5);
+            no_retries(s, "sleep");
+        },
         vec![],
         None,
     );

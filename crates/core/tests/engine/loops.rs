@@ -7,7 +7,7 @@ async fn detection_counts_attempts() {
     // Retries of an identical failure record identical operations: 4 attempts reach warn_after 3.
     let h = harness(
         "detect-attempts",
-        "[breaker]\nfailure_threshold = 0",
+        |s: &mut PipelineSettings| s.breaker.failure_threshold = 0,
         vec![],
         None,
     );
@@ -24,7 +24,10 @@ async fn detection_counts_attempts() {
 async fn a_loop_stop_refuses_the_repeating_call_and_ends_the_batch_across_batches() {
     let h = harness(
         "loop-stop",
-        "[loop_detection]\nwarn_after = 2\nstop_after = 3",
+        |s: &mut PipelineSettings| {
+            s.policy.loop_thresholds.warn_after = 2;
+            s.policy.loop_thresholds.stop_after = 3;
+        },
         vec![],
         None,
     );
@@ -76,7 +79,7 @@ async fn a_loop_stop_refuses_the_repeating_call_and_ends_the_batch_across_batche
 async fn hammering_a_blocked_or_unknown_tool_is_stopped() {
     let h = harness(
         "loop-refused",
-        "[loop_detection]\nstop_after = 3",
+        |s: &mut PipelineSettings| s.policy.loop_thresholds.stop_after = 3,
         vec![Arc::new(BlockTool("echo"))],
         None,
     );

@@ -39,7 +39,7 @@ impl Tool for Keyed {
     }
 }
 
-fn parallel_harness(name: &str, config: &str) -> Harness {
+fn parallel_harness(name: &str, config: impl FnOnce(&mut PipelineSettings)) -> Harness {
     harness_with(name, config, vec![], None, vec![Arc::new(Keyed)])
 }
 
@@ -66,7 +66,7 @@ fn spans(events: &[Event], n: usize) -> Vec<(usize, usize)> {
 
 #[tokio::test(start_paused = true)]
 async fn independent_calls_overlap_and_results_keep_the_models_order() {
-    let h = parallel_harness("par-overlap", "");
+    let h = parallel_harness("par-overlap", defaults);
     let calls = json!([
         {"id": "a", "name": "keyed", "arguments": {"safe": true, "ms": 300, "n": 0}},
         {"id": "b", "name": "keyed", "arguments": {"safe": true, "ms": 100, "n": 1}},
@@ -96,7 +96,7 @@ async fn independent_calls_overlap_and_results_keep_the_models_order() {
 
 #[tokio::test(start_paused = true)]
 async fn max_concurrency_one_behaves_like_sequential() {
-    let h = parallel_harness("par-one", "");
+    let h = parallel_harness("par-one", defaults);
     let calls = json!([
         {"id": "a", "name": "keyed", "arguments": {"safe": true, "ms": 300, "n": 0}},
         {"id": "b", "name": "keyed", "arguments": {"safe": true, "ms": 100, "n": 1}},
@@ -110,7 +110,9 @@ async fn max_concurrency_one_behaves_like_sequential() {
 
 #[tokio::test(start_paused = true)]
 async fn a_hard_error_cancels_running_siblings_and_skips_the_rest() {
-    let h = parallel_harness("par-hard", "[loop_detection]\nstop_after = 1");
+    let h = parallel_harness("par-hard", |s: &mut PipelineSettings| {
+        s.policy.loop_thresholds.stop_after = 1
+    });
     // Prime the loop window: one echo{x:1} recorded, so the next one is stopped.
     run(
         &h,
@@ -153,10 +155,13 @@ async fn a_hard_error_cancels_running_siblings_and_skips_the_rest() {
 
 #[tokio::test(start_paused = true)]
 async fn concurrent_calls_share_one_half_open_probe() {
-    let h = parallel_harness(
-        "par-probe",
-        "[breaker]\nfailure_threshold = 1\ncooldown = \"10s\"\n[per_tool.keyed]\ntimeout = \"20ms\"",
-    );
+    let h = parallel_harness("par-probe", |s: &mut PipelineSettings| {
+        s.breaker.failure_threshold = 1;
+        s.breaker.cooldown = Duration::from_secs(10);
+        s.middleware
+            .tool_timeouts
+            .insert("keyed".into(), Duration::from_millis(20));
+    });
     let fail =
         json!([{"id": "f", "name": "keyed", "arguments": {"safe": true, "ms": 5000, "n": 0}}]);
     run(&h, batch(fail)).await; // one TIMEOUT opens the breaker (keyed is not retried)
@@ -221,10 +226,9 @@ fn check_parallel(specs: Vec<Spec>, max: usize) {
     runtime.block_on(async {
         static CASE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = CASE.fetch_add(1, Ordering::Relaxed);
-        let h = parallel_harness(
-            &format!("par-prop-{n}"),
-            "[loop_detection]\nenabled = false",
-        );
+        let h = parallel_harness(&format!("par-prop-{n}"), |s: &mut PipelineSettings| {
+            s.policy.loop_enabled = false
+        });
         // Inputs: an occasional exact repeat of the previous call (the same operation).
         let mut inputs: Vec<Value> = Vec::new();
         for (i, s) in specs.iter().enumerate() {

@@ -4,7 +4,12 @@ use super::*;
 
 #[tokio::test(start_paused = true)]
 async fn event_order_for_a_success() {
-    let h = harness("order-success", "", vec![Arc::new(BlockTool("none"))], None);
+    let h = harness(
+        "order-success",
+        defaults,
+        vec![Arc::new(BlockTool("none"))],
+        None,
+    );
     let (report, kinds) = run(&h, batch(json!([{"id": "a", "name": "echo"}]))).await;
     assert!(report.all_succeeded());
     assert_eq!(
@@ -15,7 +20,12 @@ async fn event_order_for_a_success() {
 
 #[tokio::test(start_paused = true)]
 async fn event_order_for_a_block() {
-    let h = harness("order-block", "", vec![Arc::new(BlockTool("echo"))], None);
+    let h = harness(
+        "order-block",
+        defaults,
+        vec![Arc::new(BlockTool("echo"))],
+        None,
+    );
     let (report, kinds) = run(&h, batch(json!([{"id": "a", "name": "echo"}]))).await;
     let r = &report.results[0];
     assert_eq!(
@@ -30,7 +40,7 @@ async fn event_order_for_a_block() {
 
 #[tokio::test]
 async fn the_model_id_is_on_every_result_in_order() {
-    let h = harness("ids", "", vec![], None);
+    let h = harness("ids", defaults, vec![], None);
     let (report, _) = run(&h, batch(json!([{"id": "z", "name": "echo"}, {"id": "y", "name": "nope"}, "junk", {"id": "z", "name": "echo"}]))).await;
     let ids: Vec<(usize, &str)> = report
         .results
@@ -46,7 +56,7 @@ async fn the_model_id_is_on_every_result_in_order() {
 async fn a_registered_tool_runs_under_its_own_name_whatever_a_binding_says() {
     // A binding checked against an older registry (a remote added `echo` since) does not
     // send the model's `echo` call to `now`.
-    let h = harness("shadowed", "", vec![], None);
+    let h = harness("shadowed", defaults, vec![], None);
     let mut shadowing = batch(json!([{"id": "a", "name": "echo", "arguments": {"x": 1}}]));
     shadowing.bindings.insert(
         "echo".into(),
@@ -66,7 +76,7 @@ async fn a_registered_tool_runs_under_its_own_name_whatever_a_binding_says() {
 
 #[test]
 fn a_binding_named_after_a_registered_tool_is_refused() {
-    let h = harness("shadow-check", "", vec![], None);
+    let h = harness("shadow-check", defaults, vec![], None);
     // `now → now` maps only its input, and `clock` is no tool's name: both are fine.
     let bindings = [("echo", "now"), ("now", "now"), ("clock", "now")]
         .into_iter()

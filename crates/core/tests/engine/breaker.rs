@@ -6,7 +6,10 @@ use super::*;
 async fn event_order_for_a_breaker_refusal_and_breaker_sequences() {
     let h = harness(
         "order-breaker",
-        "[breaker]\nfailure_threshold = 2\ncooldown = \"30s\"",
+        |s: &mut PipelineSettings| {
+            s.breaker.failure_threshold = 2;
+            s.breaker.cooldown = Duration::from_secs(30);
+        },
         vec![],
         None,
     );
@@ -73,7 +76,10 @@ async fn event_order_for_a_breaker_refusal_and_breaker_sequences() {
 async fn a_successful_probe_closes_the_breaker() {
     let h = harness(
         "probe-close",
-        "[breaker]\nfailure_threshold = 1\ncooldown = \"10s\"",
+        |s: &mut PipelineSettings| {
+            s.breaker.failure_threshold = 1;
+            s.breaker.cooldown = Duration::from_secs(10);
+        },
         vec![],
         None,
     );
@@ -84,7 +90,10 @@ async fn a_successful_probe_closes_the_breaker() {
     assert!(report.all_succeeded());
     let h2 = harness(
         "probe-close-2",
-        "[breaker]\nfailure_threshold = 2\ncooldown = \"10s\"",
+        |s: &mut PipelineSettings| {
+            s.breaker.failure_threshold = 2;
+            s.breaker.cooldown = Duration::from_secs(10);
+        },
         vec![],
         None,
     );
@@ -138,7 +147,10 @@ fn cut_probe_harness(name: &str) -> (Harness, Arc<std::sync::atomic::AtomicBool>
     );
     let h = harness_with(
         name,
-        "[breaker]\nfailure_threshold = 1\ncooldown = \"1s\"",
+        |s: &mut PipelineSettings| {
+            s.breaker.failure_threshold = 1;
+            s.breaker.cooldown = Duration::from_secs(1);
+        },
         vec![],
         None,
         vec![Arc::new(hang_fail), Arc::new(deadline_fail)],

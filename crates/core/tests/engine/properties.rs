@@ -59,7 +59,12 @@ fn check_case(kinds: Vec<Kind>, cancel_after: Option<u64>, session: bool, parall
         .unwrap();
     runtime.block_on(async {
         let n = CASE.fetch_add(1, Ordering::Relaxed);
-        let config = "[loop_detection]\nwarn_after = 2\nstop_after = 3\n[breaker]\nfailure_threshold = 4\ncooldown = \"2s\"";
+        let config = |s: &mut PipelineSettings| {
+            s.policy.loop_thresholds.warn_after = 2;
+            s.policy.loop_thresholds.stop_after = 3;
+            s.breaker.failure_threshold = 4;
+            s.breaker.cooldown = Duration::from_secs(2);
+        };
         let explode = FnTool::new("explode", "panics", |_input, _ctx| async { panic!("boom") });
         let h = harness_with(
             &format!("prop-{n}"),
@@ -69,7 +74,11 @@ fn check_case(kinds: Vec<Kind>, cancel_after: Option<u64>, session: bool, parall
             vec![Arc::new(explode)],
         );
 
-        let elements: Vec<Value> = kinds.iter().enumerate().map(|(i, k)| element(i, k)).collect();
+        let elements: Vec<Value> = kinds
+            .iter()
+            .enumerate()
+            .map(|(i, k)| element(i, k))
+            .collect();
         let mut b = named_batch(if session { "prop" } else { "" }, Value::Array(elements));
         if let Some(max_concurrency) = parallel {
             b.options.mode = Mode::Parallel { max_concurrency };
@@ -92,7 +101,11 @@ fn check_case(kinds: Vec<Kind>, cancel_after: Option<u64>, session: bool, parall
         }
         assert_eq!(report.messages.len(), kinds.len());
         // Hard errors end the batch: everything after the first one is SKIPPED, nothing before.
-        let skipped: Vec<bool> = report.results.iter().map(|r| r.error_class == ErrorClass::Skipped).collect();
+        let skipped: Vec<bool> = report
+            .results
+            .iter()
+            .map(|r| r.error_class == ErrorClass::Skipped)
+            .collect();
         // In sequential mode SKIPPED is a suffix; in parallel a later independent call may
         // have finished before an earlier one that waited was skipped.
         if let Some(first) = skipped.iter().position(|s| *s) {
@@ -107,15 +120,24 @@ fn check_case(kinds: Vec<Kind>, cancel_after: Option<u64>, session: bool, parall
         // Every call is received before anything runs; every pre has exactly one post after
         // it (paired by id and attempt), and in sequential mode no two attempts overlap.
         let events = recorder.events.lock().unwrap().clone();
-        let received = events.iter().take_while(|e| matches!(e, Event::CallReceived { .. })).count();
+        let received = events
+            .iter()
+            .take_while(|e| matches!(e, Event::CallReceived { .. }))
+            .count();
         assert_eq!(received, kinds.len());
         let mut open: Vec<(String, u32)> = Vec::new();
         for e in &events[received..] {
             match e {
                 Event::CallReceived { .. } => panic!("call_received after execution started"),
                 Event::ToolPre { id, attempt, .. } => {
-                    assert!(parallel.is_some() || open.is_empty(), "overlapping attempts: {open:?} and {id}");
-                    assert!(!open.contains(&(id.clone(), *attempt)), "a second pre for {id}/{attempt}");
+                    assert!(
+                        parallel.is_some() || open.is_empty(),
+                        "overlapping attempts: {open:?} and {id}"
+                    );
+                    assert!(
+                        !open.contains(&(id.clone(), *attempt)),
+                        "a second pre for {id}/{attempt}"
+                    );
                     open.push((id.clone(), *attempt));
                 }
                 Event::ToolPost { id, attempt, .. } => {
