@@ -113,6 +113,19 @@ async fn next_request(events: &mut tokio::sync::mpsc::UnboundedReceiver<Event>) 
     }
 }
 
+/// The next update a watcher is sent, which must be a requested approval.
+async fn next_watched_request(
+    watch: &mut tonic::Streaming<pb::WatchApprovalsResponse>,
+) -> pb::Approval {
+    let update = tokio::time::timeout(Duration::from_secs(5), watch.next())
+        .await
+        .unwrap();
+    match update.unwrap().unwrap().update.unwrap() {
+        pb::watch_approvals_response::Update::Requested(approval) => approval,
+        other => panic!("a request first, not {other:?}"),
+    }
+}
+
 async fn resolve(
     ts: &TestServer,
     id: &str,
@@ -669,14 +682,7 @@ regex = "^risky"
     };
     let refused = b.client.clone().list_approvals(odd).await.unwrap_err();
     assert_eq!(refused.code(), tonic::Code::InvalidArgument);
-    let seen = tokio::time::timeout(Duration::from_secs(5), watch.next())
-        .await
-        .unwrap();
-    let pb::watch_approvals_response::Update::Requested(seen) =
-        seen.unwrap().unwrap().update.unwrap()
-    else {
-        panic!("a request first")
-    };
+    let seen = next_watched_request(&mut watch).await;
     assert_eq!(seen.approval_id, approval.approval_id);
     // Answered through B, with remember = SESSION; A's call runs.
     let req = pb::ResolveApprovalRequest {
@@ -733,14 +739,7 @@ regex = "^risky"
         .await
         .unwrap()
         .into_inner();
-    let backlog = tokio::time::timeout(Duration::from_secs(5), watch.next())
-        .await
-        .unwrap();
-    let pb::watch_approvals_response::Update::Requested(previewed) =
-        backlog.unwrap().unwrap().update.unwrap()
-    else {
-        panic!("the backlog first")
-    };
+    let previewed = next_watched_request(&mut watch).await;
     assert_eq!(previewed.approval_id, approval.approval_id);
     assert!(previewed.arguments_cut);
     let listed = b

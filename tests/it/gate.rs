@@ -55,6 +55,18 @@ async fn binary(
     )
 }
 
+/// The binary with agent and admin tokens, taking run-time registrations of loopback remotes.
+async fn registering_binary() -> (
+    Binary,
+    pb::tool_gate_client::ToolGateClient<tonic::transport::Channel>,
+    std::path::PathBuf,
+) {
+    binary(&config_with_tokens(
+        "[remote_registration]\nenabled = true\negress_allow = [\"127.0.0.0/8\"]\n",
+    ))
+    .await
+}
+
 /// `message` with the admin's token.
 fn as_admin<M>(message: M) -> tonic::Request<M> {
     as_caller(Some(ADMIN), message)
@@ -71,6 +83,21 @@ fn rand_suffix() -> u64 {
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
+/// `calls` dispatched with the agent's token; the batch's result.
+async fn agent_batch(
+    mut client: pb::tool_gate_client::ToolGateClient<tonic::transport::Channel>,
+    calls: serde_json::Value,
+) -> pb::BatchResult {
+    let request = as_agent(request(calls));
+    let mut stream = client.dispatch_batch(request).await.unwrap().into_inner();
+    loop {
+        let event = stream.message().await.unwrap().expect("a result");
+        if let Some(pb::dispatch_event::Event::Result(result)) = event.event {
+            return result;
+        }
+    }
+}
+
 /// A batch resolves each call's tool once, from the registry as the batch began: a remote that
 /// changes its definition while the batch runs (here: unregistered, and registered again with
 /// a schema that would refuse the call and leaves the tool quarantined) changes nothing for the
@@ -79,10 +106,7 @@ fn rand_suffix() -> u64 {
 #[tokio::test]
 async fn a_remote_changed_mid_batch_leaves_the_running_batch_on_its_definition() {
     let tools = crate::http_tools::serve().await;
-    let config = config_with_tokens(
-        "[remote_registration]\nenabled = true\negress_allow = [\"127.0.0.0/8\"]\n",
-    );
-    let (_server, mut client, dir) = binary(&config).await;
+    let (_server, mut client, dir) = registering_binary().await;
     let register = |city: serde_json::Value| pb::RegisterRemoteRequest {
         definition: json!({
             "name": "rt-weather", "kind": "http", "url": format!("http://{tools}/weather"),
@@ -102,20 +126,7 @@ async fn a_remote_changed_mid_batch_leaves_the_running_batch_on_its_definition()
         {"id": "c1", "name": "sleep", "arguments": {"ms": 1000}},
         {"id": "c2", "name": "weather_now", "arguments": {"city": "Paris"}}
     ]);
-    let mut batch = client.clone();
-    let running = tokio::spawn(async move {
-        let mut stream = batch
-            .dispatch_batch(as_agent(request(calls)))
-            .await
-            .unwrap()
-            .into_inner();
-        loop {
-            let event = stream.message().await.unwrap().expect("a result");
-            if let Some(pb::dispatch_event::Event::Result(result)) = event.event {
-                return result;
-            }
-        }
-    });
+    let running = tokio::spawn(agent_batch(client.clone(), calls));
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     let unregister = pb::UnregisterRemoteRequest {
         name: "rt-weather".into(),
@@ -133,17 +144,7 @@ async fn a_remote_changed_mid_batch_leaves_the_running_batch_on_its_definition()
     assert_eq!(result.results[1].tool, "weather_now");
     // The next batch resolves the tool as it is now: quarantined.
     let calls = json!([{"id": "c3", "name": "weather_now", "arguments": {"city": "Paris"}}]);
-    let mut stream = client
-        .dispatch_batch(as_agent(request(calls)))
-        .await
-        .unwrap()
-        .into_inner();
-    let after = loop {
-        let event = stream.message().await.unwrap().expect("a result");
-        if let Some(pb::dispatch_event::Event::Result(result)) = event.event {
-            break result;
-        }
-    };
+    let after = agent_batch(client.clone(), calls).await;
     assert_eq!(
         after.results[0].error_class,
         pb::ErrorClass::Quarantined as i32,
@@ -160,10 +161,7 @@ async fn a_remote_changed_mid_batch_leaves_the_running_batch_on_its_definition()
 #[tokio::test]
 async fn an_agent_is_shown_only_the_pinned_definition_of_a_quarantined_tool() {
     let tools = crate::http_tools::serve().await;
-    let config = config_with_tokens(
-        "[remote_registration]\nenabled = true\negress_allow = [\"127.0.0.0/8\"]\n",
-    );
-    let (_server, mut client, dir) = binary(&config).await;
+    let (_server, mut client, dir) = registering_binary().await;
     // The changed definition also hides its instructions in the schema, where a validation
     // error would quote them.
     let register = |description: &str, city: serde_json::Value| pb::RegisterRemoteRequest {

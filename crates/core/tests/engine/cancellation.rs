@@ -7,7 +7,7 @@ use super::*;
 async fn a_timed_out_call_gets_its_post_and_the_batch_goes_on() {
     let h = harness(
         "timeout",
-        |s: &mut PipelineSettings| no_retries(s, "sleep"),
+        |s: &mut PipelineSettings| retry_of(s, "sleep").enabled = Some(false),
         vec![],
         None,
     );
@@ -185,7 +185,7 @@ async fn a_cancelled_probe_releases_its_slot() {
         |s: &mut PipelineSettings| {
             s.breaker.failure_threshold = 1;
             s.breaker.cooldown = Duration::from_secs(5);
-            no_retries(s, "sleep");
+            retry_of(s, "sleep").enabled = Some(false);
         },
         vec![],
         None,

@@ -153,32 +153,14 @@ const IDEMPOTENT: Annotations = Annotations {
 /// The engine's default settings, unchanged.
 fn defaults(_: &mut PipelineSettings) {}
 
-/// No retries for `tool` (`[per_tool.<tool>.retry] enabled = false`).
-fn no_retries(settings: &mut PipelineSettings, tool: &str) {
-    let retry = PerToolRetry {
-        enabled: Some(false),
-        ..PerToolRetry::default()
-    };
-    settings
+/// `tool`'s retry overrides (`[per_tool.<tool>.retry]`), to change.
+fn retry_of<'s>(settings: &'s mut PipelineSettings, tool: &str) -> &'s mut PerToolRetry {
+    &mut settings
         .policy
         .per_tool
         .entry(tool.into())
         .or_default()
-        .retry = retry;
-}
-
-/// At most `max` retries for `tool`.
-fn retries(settings: &mut PipelineSettings, tool: &str, max: u32) {
-    let retry = PerToolRetry {
-        max_retries: Some(max),
-        ..PerToolRetry::default()
-    };
-    settings
-        .policy
-        .per_tool
-        .entry(tool.into())
-        .or_default()
-        .retry = retry;
+        .retry
 }
 
 fn harness(

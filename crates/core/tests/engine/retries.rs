@@ -76,7 +76,7 @@ async fn recovery_exhaustion_ends_the_batch_after_six_executions() {
         "exhaust",
         |s: &mut PipelineSettings| {
             s.breaker.failure_threshold = 0;
-            retries(s, "broken", 50);
+            retry_of(s, "broken").max_retries = Some(50);
         },
         vec![],
         Some(Arc::new(AlwaysRetry)),
