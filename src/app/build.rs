@@ -26,7 +26,7 @@ pub(crate) fn pipeline_settings(
     metrics: Arc<Metrics>,
 ) -> Result<PipelineSettings, toolgate_core::middleware::PatternError> {
     Ok(PipelineSettings {
-        breaker: c.breaker.clone(),
+        breaker: c.breaker,
         policy: c.policy(),
         middleware: middleware_config(c, metrics)?,
         batch_budget_chars: c.output.batch_budget_chars,
