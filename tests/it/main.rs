@@ -35,3 +35,4 @@ mod store_failures;
 mod support;
 mod tidy;
 mod traces;
+mod transport;
