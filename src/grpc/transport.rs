@@ -462,13 +462,30 @@ struct Served {
     exempt: Arc<Share>,
 }
 
-/// hyper's HTTP/2 server with the transport's settings.
+/// What a client may send on one stream, and on the connection, before the server reads it
+/// (each stream's window is what the request byte budgets count against).
+const STREAM_WINDOW: u32 = 1 << 20;
+const CONNECTION_WINDOW: u32 = 1 << 20;
+/// The largest frame accepted, and the largest header list.
+const MAX_FRAME: u32 = 16 << 10;
+const MAX_HEADER_LIST: u32 = 16 << 10;
+/// How long a keep-alive PING waits for its answer before the connection is closed.
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// hyper's HTTP/2 server with the transport's settings. Every value is set here, hyper's
+/// defaults included, so an upgrade that changes a default changes nothing
+/// (`it transport::a_connection_is_offered_the_settings_the_budgets_assume` pins what is sent).
 fn http2(settings: &TransportSettings) -> hyper::server::conn::http2::Builder<TokioExecutor> {
     let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     builder
         .timer(TokioTimer::new())
         .max_concurrent_streams(settings.max_streams)
+        .initial_stream_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .max_frame_size(MAX_FRAME)
+        .max_header_list_size(MAX_HEADER_LIST)
         .keep_alive_interval(settings.keepalive)
+        .keep_alive_timeout(KEEPALIVE_TIMEOUT)
         .max_send_buf_size(SEND_BUFFER);
     builder
 }
