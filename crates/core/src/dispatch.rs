@@ -38,7 +38,7 @@ pub use batch::{Batch, BatchOptions, BatchReport, Binding, Mode, Outcome};
 pub use cancel::Cancel;
 pub use events::{Event, NoObserver, Observer};
 pub use messages::{MessageFormat, tool_messages};
-pub use pipeline::{Pipeline, PipelineBuilder, PipelineSettings};
+pub use pipeline::{DEFAULTS, Pipeline, PipelineBuilder, PipelineDefaults, PipelineSettings};
 pub use result::CallResult;
 
 /// Bindings that cannot be used: every problem found, each naming its binding.

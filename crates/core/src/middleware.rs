@@ -178,23 +178,45 @@ pub struct MiddlewareConfig {
     pub select_pass_through: BTreeSet<String>,
 }
 
+/// The product's defaults for the middleware's values, defined once: `MiddlewareConfig`
+/// defaults to them, and so do the server's config sections (plain values: reading one builds
+/// no redactor and no instruments).
+#[derive(Debug, Clone, Copy)]
+pub struct MiddlewareDefaults {
+    pub call_timeout: Duration,
+    pub validate: bool,
+    pub max_output_chars: usize,
+    pub cache_max_entries: usize,
+    pub cache_max_bytes: usize,
+    pub suggestion_threshold: f64,
+}
+
+pub const DEFAULTS: MiddlewareDefaults = MiddlewareDefaults {
+    call_timeout: Duration::from_secs(60),
+    validate: true,
+    max_output_chars: 100_000,
+    cache_max_entries: 1000,
+    cache_max_bytes: 64 << 20,
+    suggestion_threshold: 0.4,
+};
+
 impl Default for MiddlewareConfig {
     fn default() -> Self {
         MiddlewareConfig {
-            default_timeout: Duration::from_secs(60),
+            default_timeout: DEFAULTS.call_timeout,
             tool_timeouts: BTreeMap::new(),
             permissions: Vec::new(),
-            validate: true,
-            max_output_chars: 100_000,
+            validate: DEFAULTS.validate,
+            max_output_chars: DEFAULTS.max_output_chars,
             tool_output_chars: BTreeMap::new(),
             redactor: Arc::default(),
             cache_rules: BTreeMap::new(),
             cache_invalidators: BTreeMap::new(),
-            cache_max_entries: 1000,
-            cache_max_bytes: 64 << 20,
+            cache_max_entries: DEFAULTS.cache_max_entries,
+            cache_max_bytes: DEFAULTS.cache_max_bytes,
             metrics: Arc::default(),
             shared_cache: None,
-            suggestion_threshold: 0.4,
+            suggestion_threshold: DEFAULTS.suggestion_threshold,
             select_pass_through: BTreeSet::new(),
         }
     }

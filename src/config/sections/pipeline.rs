@@ -6,11 +6,11 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use toolgate_core::approvals::AskPolicy;
-use toolgate_core::dispatch::PipelineSettings;
+use toolgate_core::dispatch;
 use toolgate_core::duration;
 use toolgate_core::duration::optional as optional_duration;
-use toolgate_core::middleware::{CacheScope, PermissionVerdict};
-use toolgate_core::safety::policy::{PerToolLoop, PerToolRetry};
+use toolgate_core::middleware::{self, CacheScope, PermissionVerdict};
+use toolgate_core::safety::policy::{PerToolLoop, PerToolRetry, Policy};
 use toolgate_core::session::SessionLimits;
 
 /// `[loop_detection]`: repeating operations per session.
@@ -28,14 +28,9 @@ pub struct LoopDetectionConfig {
     pub append_warning: bool,
 }
 
-/// The engine's defaults, defined there once.
-fn engine() -> PipelineSettings {
-    PipelineSettings::default()
-}
-
 impl Default for LoopDetectionConfig {
     fn default() -> Self {
-        let policy = engine().policy;
+        let policy = Policy::default();
         LoopDetectionConfig {
             enabled: policy.loop_enabled,
             window: SessionLimits::default().loop_window,
@@ -63,7 +58,7 @@ pub struct RetrySection {
 
 impl Default for RetrySection {
     fn default() -> Self {
-        let policy = engine().policy;
+        let policy = Policy::default();
         RetrySection {
             max_retries: policy.max_retries,
             base_delay: policy.backoff.base,
@@ -83,7 +78,7 @@ pub struct ValidationConfig {
 impl Default for ValidationConfig {
     fn default() -> Self {
         ValidationConfig {
-            enabled: engine().middleware.validate,
+            enabled: middleware::DEFAULTS.validate,
         }
     }
 }
@@ -104,12 +99,11 @@ pub struct OutputConfig {
 
 impl Default for OutputConfig {
     fn default() -> Self {
-        let engine = engine();
         OutputConfig {
-            max_chars: engine.middleware.max_output_chars,
-            batch_budget_chars: engine.batch_budget_chars,
-            max_error_chars: engine.max_error_chars,
-            event_preview_chars: engine.preview_chars,
+            max_chars: middleware::DEFAULTS.max_output_chars,
+            batch_budget_chars: dispatch::DEFAULTS.batch_budget_chars,
+            max_error_chars: dispatch::DEFAULTS.max_error_chars,
+            event_preview_chars: dispatch::DEFAULTS.preview_chars,
         }
     }
 }
@@ -171,10 +165,9 @@ pub struct CacheConfig {
 
 impl Default for CacheConfig {
     fn default() -> Self {
-        let middleware = engine().middleware;
         CacheConfig {
-            max_entries: middleware.cache_max_entries,
-            max_bytes: middleware.cache_max_bytes,
+            max_entries: middleware::DEFAULTS.cache_max_entries,
+            max_bytes: middleware::DEFAULTS.cache_max_bytes,
         }
     }
 }
@@ -190,7 +183,7 @@ pub struct UnknownToolConfig {
 impl Default for UnknownToolConfig {
     fn default() -> Self {
         UnknownToolConfig {
-            suggestion_threshold: engine().middleware.suggestion_threshold,
+            suggestion_threshold: middleware::DEFAULTS.suggestion_threshold,
         }
     }
 }
@@ -211,7 +204,7 @@ pub struct ApprovalsConfig {
 impl Default for ApprovalsConfig {
     fn default() -> Self {
         ApprovalsConfig {
-            timeout: engine().approval_timeout,
+            timeout: dispatch::DEFAULTS.approval_timeout,
             requester_may_answer: AskPolicy::default().requester_may_answer,
         }
     }

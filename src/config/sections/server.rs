@@ -157,7 +157,7 @@ pub struct DispatchConfig {
 impl Default for DispatchConfig {
     fn default() -> Self {
         DispatchConfig {
-            call_timeout: toolgate_core::middleware::MiddlewareConfig::default().default_timeout,
+            call_timeout: toolgate_core::middleware::DEFAULTS.call_timeout,
             max_call_timeout: Duration::from_secs(3600),
         }
     }

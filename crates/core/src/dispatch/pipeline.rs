@@ -39,16 +39,34 @@ pub struct PipelineSettings {
     pub ask_policies: AskPolicies,
 }
 
+/// The product's defaults for the pipeline's own values (the middleware's are
+/// `middleware::DEFAULTS`), defined once: `PipelineSettings` and the server's config sections
+/// read them.
+#[derive(Debug, Clone, Copy)]
+pub struct PipelineDefaults {
+    pub batch_budget_chars: usize,
+    pub preview_chars: usize,
+    pub max_error_chars: usize,
+    pub approval_timeout: Duration,
+}
+
+pub const DEFAULTS: PipelineDefaults = PipelineDefaults {
+    batch_budget_chars: 0,
+    preview_chars: 1024,
+    max_error_chars: 2000,
+    approval_timeout: Duration::from_secs(300),
+};
+
 impl Default for PipelineSettings {
     fn default() -> Self {
         PipelineSettings {
             breaker: BreakerConfig::default(),
             policy: Policy::default(),
             middleware: MiddlewareConfig::default(),
-            batch_budget_chars: 0,
-            preview_chars: 1024,
-            max_error_chars: 2000,
-            approval_timeout: Duration::from_secs(300),
+            batch_budget_chars: DEFAULTS.batch_budget_chars,
+            preview_chars: DEFAULTS.preview_chars,
+            max_error_chars: DEFAULTS.max_error_chars,
+            approval_timeout: DEFAULTS.approval_timeout,
             ask_policies: AskPolicies::default(),
         }
     }
