@@ -397,6 +397,21 @@ async fn approvals_come_and_go(
     peak
 }
 
+/// An approver's `WatchApprovals` on a connection that never opens its window: the server
+/// holds what it has not sent. Kept open while the result lives.
+async fn unread_watch(
+    addr: &str,
+) -> (
+    h2::client::SendRequest<bytes::Bytes>,
+    (h2::client::ResponseFuture, h2::SendStream<bytes::Bytes>),
+) {
+    let unread = crate::hardening::zero_window(addr).await;
+    let watch = crate::hardening::grpc_frame(&pb::WatchApprovalsRequest::default());
+    let path = "/toolgate.v1.ToolGate/WatchApprovals";
+    let opened = crate::hardening::open_unread_with(&unread, path, Some(APPROVER), watch).await;
+    (unread, opened)
+}
+
 /// A watcher that never reads while 64 approvals with 3 MB of arguments come and go: the update
 /// buffer keeps what it has not read, and holds previews, so the replica's memory stays flat
 /// (before, each update kept its whole arguments for it: ~190 MB). The arguments are whole for
@@ -406,11 +421,7 @@ async fn an_unread_watch_pins_previews_not_arguments() {
     // Not stalled within the test: the buffer alone must hold the bound.
     let (server, mut client, dir) = binary(&asking("10m")).await;
     let pid = server.child.id();
-    let unread = crate::hardening::zero_window(&server.addr).await;
-    let watch = crate::hardening::grpc_frame(&pb::WatchApprovalsRequest::default());
-    let path = "/toolgate.v1.ToolGate/WatchApprovals";
-    let (_headers, _body) =
-        crate::hardening::open_unread_with(&unread, path, Some(APPROVER), watch).await;
+    let _unread = unread_watch(&server.addr).await;
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     let before = rss(pid);
     let peak = approvals_come_and_go(&mut client, 64, &"x".repeat(3_000_000), pid).await;
@@ -434,11 +445,7 @@ async fn an_unread_watch_pins_previews_not_arguments() {
 async fn an_unread_watch_is_ended_when_it_stalls() {
     let (server, mut client, dir) = binary(&asking("1s")).await;
     let pid = server.child.id();
-    let unread = crate::hardening::zero_window(&server.addr).await;
-    let watch = crate::hardening::grpc_frame(&pb::WatchApprovalsRequest::default());
-    let path = "/toolgate.v1.ToolGate/WatchApprovals";
-    let (_headers, _body) =
-        crate::hardening::open_unread_with(&unread, path, Some(APPROVER), watch).await;
+    let _unread = unread_watch(&server.addr).await;
     approvals_come_and_go(&mut client, 3, "x", pid).await;
     // The watchdog looks every quarter of the timeout.
     tokio::time::sleep(std::time::Duration::from_secs(3)).await;
