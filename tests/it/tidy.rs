@@ -430,3 +430,36 @@ fn module_references_are_resolved_against_the_file() {
         ]
     );
 }
+
+/// Issue 46, item 7: spans are opened, closed and given their events by one layer
+/// (`dispatch/traced.rs`) around the batch, each call and each attempt; the driver's steps emit
+/// events and never touch a span or the tracer themselves.
+#[test]
+fn only_the_trace_layer_makes_spans_in_the_driver() {
+    let words = [
+        "Span",
+        "tracer.start",
+        ".event(",
+        ".fail(",
+        "with_context",
+        "attr::",
+    ];
+    for (path, text) in sources() {
+        let driver = path == "crates/core/src/dispatch.rs"
+            || path == "crates/core/src/dispatch/call.rs"
+            || path.starts_with("crates/core/src/dispatch/call/");
+        if !driver {
+            continue;
+        }
+        for (n, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or_default();
+            for word in words {
+                assert!(
+                    !code.contains(word),
+                    "{path}:{}: `{word}` outside the trace layer: {line}",
+                    n + 1
+                );
+            }
+        }
+    }
+}

@@ -232,6 +232,18 @@ pub enum How {
     Withdrawn,
 }
 
+impl How {
+    /// As logs and spans name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            How::Answered => "answered",
+            How::Remembered => "remembered",
+            How::Expired => "expired",
+            How::Withdrawn => "withdrawn",
+        }
+    }
+}
+
 /// An approval that stopped pending.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Ended {

@@ -10,7 +10,7 @@ mod messages;
 mod pipeline;
 pub mod plan;
 mod result;
-mod spans;
+mod traced;
 
 use std::collections::BTreeMap;
 use std::pin::Pin;
@@ -19,9 +19,9 @@ use std::task::{Context, Poll};
 
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt as _, StreamExt};
-use opentelemetry::trace::FutureExt as _;
 use serde_json::Value;
 use tokio::time::Instant;
+use traced::BatchTrace;
 
 use crate::calls::Received;
 use crate::json;
@@ -299,7 +299,14 @@ impl Dispatcher {
         cancel: &Cancel,
         started: Instant,
     ) -> BatchReport {
-        let span = spans::batch(&self.pipeline.tracer, &batch, session.id());
+        let p = &self.pipeline;
+        let trace = BatchTrace::open(
+            &p.tracer,
+            &p.redactor,
+            p.preview_chars,
+            &batch,
+            session.id(),
+        );
         let work = async {
             // Every call is announced before anything executes, including calls that will not run.
             for received in batch.calls.iter().filter(|_| observer.wants_events()) {
@@ -338,7 +345,7 @@ impl Dispatcher {
                 observer,
                 turn: batch.turn,
                 budget,
-                trace: &span,
+                trace: &trace,
                 caller: &batch.caller,
                 registry: &registry,
             };
@@ -354,11 +361,10 @@ impl Dispatcher {
             }
             executed
         };
-        // The batch runs in its span's context: log lines inside it carry its ids.
-        let (results, outcome, outcome_reason) = work.with_context(span.context().clone()).await;
+        let (results, outcome, outcome_reason) = trace.run(work).await;
         let duration = started.elapsed();
         self.pipeline.metrics.batch(outcome.name(), duration);
-        spans::batch_finished(&span, outcome, &outcome_reason);
+        trace.close(outcome, &outcome_reason);
         // DEBUG, not INFO: a line per batch at the default level costs throughput (BENCHMARKS.md
         // §17).
         tracing::debug!(target: "toolgate::dispatch",
@@ -389,8 +395,8 @@ struct BatchScope<'a> {
     observer: &'a dyn Observer,
     turn: u32,
     budget: Option<Arc<CharBudget>>,
-    /// The batch's span, parent of every call's.
-    trace: &'a crate::trace::Span,
+    /// The batch's trace, parent of every call's.
+    trace: &'a BatchTrace<'a>,
     caller: &'a Arc<crate::identity::Caller>,
     /// The registry as the batch began: the one snapshot its calls are resolved (and unknown
     /// names answered) against.
@@ -526,15 +532,8 @@ impl Dispatcher {
             .map(|(result, (received, target))| {
                 result.unwrap_or_else(|| {
                     let result = skipped(&received.call, outcome);
-                    let tracer = &self.pipeline.tracer;
                     let known = target.registered.is_some();
-                    spans::answered_without_attempt(
-                        tracer,
-                        scope.trace,
-                        &received.call,
-                        known,
-                        &result,
-                    );
+                    scope.trace.skipped(&received.call, known, &result);
                     result
                 })
             })
@@ -566,22 +565,14 @@ impl Dispatcher {
         cancel: &Cancel,
     ) -> call::Answered {
         let call = &received.call;
-        let without_attempt = |answered: call::Answered, known: bool| {
-            let tracer = &self.pipeline.tracer;
-            spans::answered_without_attempt(tracer, scope.trace, call, known, &answered.result);
-            answered
-        };
-        match (&received.rejection, &prepared.registered) {
-            (Some((rejection, message)), registered) => {
+        let trace = scope.trace.call(call, prepared.registered.is_some());
+        let answered = match (&received.rejection, &prepared.registered) {
+            (Some((rejection, message)), _) => {
                 let result = CallResult::refused(call, (*rejection).into(), message.clone());
-                without_attempt(call::Answered { result, hard: None }, registered.is_some())
+                call::Answered { result, hard: None }
             }
             // Unknown names are answered here and never dispatched.
-            (None, None) => {
-                let answered =
-                    call::unknown_tool(call, scope.session, &self.pipeline, scope.registry);
-                without_attempt(answered, false)
-            }
+            (None, None) => call::unknown_tool(call, scope.session, &self.pipeline, scope.registry),
             (None, Some(registered)) => {
                 let call_scope = call::CallScope {
                     session: scope.session,
@@ -591,7 +582,7 @@ impl Dispatcher {
                     pipeline: &self.pipeline,
                     turn: scope.turn,
                     budget: scope.budget.clone(),
-                    trace: scope.trace,
+                    trace: &trace,
                     caller: scope.caller,
                 };
                 let input = prepared.input.clone();
@@ -604,7 +595,9 @@ impl Dispatcher {
                 )
                 .await
             }
-        }
+        };
+        trace.answered(&answered.result);
+        answered
     }
 }
 

@@ -182,7 +182,7 @@ pub struct Span {
 }
 
 impl Span {
-    #[cfg(test)]
+    /// Whether the span is recorded (tracing on and the trace sampled).
     pub(crate) fn is_recording(&self) -> bool {
         self.cx.span().is_recording()
     }

@@ -13,7 +13,6 @@ mod steps;
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
-use opentelemetry::trace::FutureExt as _;
 use serde_json::Value;
 
 use super::batch::{BatchOptions, Outcome};
@@ -21,7 +20,7 @@ use super::cancel::Cancel;
 use super::events::Observer;
 use super::pipeline::Pipeline;
 use super::result::CallResult;
-use super::spans;
+use super::traced::CallTrace;
 use crate::calls::ToolCall;
 use crate::middleware::CharBudget;
 use crate::session::Lease;
@@ -39,8 +38,8 @@ pub(super) struct CallScope<'a> {
     pub pipeline: &'a Pipeline,
     pub turn: u32,
     pub budget: Option<Arc<CharBudget>>,
-    /// The batch's span: every attempt's span is its child.
-    pub trace: &'a crate::trace::Span,
+    /// The call's trace: it opens each attempt's span.
+    pub trace: &'a CallTrace<'a>,
     pub caller: &'a Arc<crate::identity::Caller>,
 }
 
@@ -78,18 +77,17 @@ pub(super) async fn execute(
             tool,
             attempt,
             scope,
-            span: spans::attempt(
-                &scope.pipeline.tracer,
-                scope.trace,
-                call,
-                registered,
-                attempt,
-            ),
+            trace: scope.trace.attempt(registered, attempt),
         };
-        // The attempt runs in its span's context: log lines inside it carry its ids.
-        let context = step.span.context().clone();
-        let next = attempt_once(&step, registered, &mut input, &metadata, &mut loop_note)
-            .with_context(context)
+        let next = step
+            .trace
+            .run(attempt_once(
+                &step,
+                registered,
+                &mut input,
+                &metadata,
+                &mut loop_note,
+            ))
             .await;
         match next {
             ControlFlow::Break(answered) => {

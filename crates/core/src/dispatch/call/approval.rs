@@ -9,7 +9,6 @@ use tokio::time::Instant;
 use super::steps::{Refusal, Step};
 use crate::approvals::{Answer, Ended, How, Remember, Request, Waited};
 use crate::dispatch::events::Event;
-use crate::dispatch::spans;
 use crate::json;
 use crate::tools::ErrorClass;
 
@@ -183,13 +182,13 @@ impl Step<'_> {
         }
     }
 
-    /// The end of an approval: its event, audit line, span event and metric.
+    /// The end of an approval: its event (and span event), audit line and metric.
     async fn approval_ended(&self, ended: &Ended) {
         self.record_ended(ended);
         self.emit(Event::ApprovalResolved(ended.clone())).await;
     }
 
-    /// An approval's end's audit line, span event and metric.
+    /// An approval's end's audit line and metric.
     fn record_ended(&self, ended: &Ended) {
         let p = self.scope.pipeline;
         let decision = match ended.approved {
@@ -197,9 +196,8 @@ impl Step<'_> {
             Some(false) => "deny",
             None => "none",
         };
-        let how = how_name(ended.how);
+        let how = ended.how.name();
         p.metrics.approval(self.tool, outcome_name(ended));
-        spans::approval(&self.span, ended, decision, how);
         tracing::info!(
             target: "toolgate::audit",
             action = "approval",
@@ -231,6 +229,8 @@ impl Drop for Unanswered<'_, '_> {
         if let Some(approval) = self.approval.take() {
             let ended = Ended::of_pending(&approval, How::Withdrawn, None);
             self.step.record_ended(&ended);
+            // No client is left to tell; the trace still shows the withdrawal.
+            self.step.trace.record(&Event::ApprovalResolved(ended));
         }
     }
 }
@@ -261,15 +261,5 @@ fn outcome_name(ended: &Ended) -> &'static str {
         (How::Remembered, _) => "remembered_denied",
         (How::Expired, _) => "expired",
         (How::Withdrawn, _) => "withdrawn",
-    }
-}
-
-/// `How` as logs name it.
-pub(crate) fn how_name(how: How) -> &'static str {
-    match how {
-        How::Answered => "answered",
-        How::Remembered => "remembered",
-        How::Expired => "expired",
-        How::Withdrawn => "withdrawn",
     }
 }

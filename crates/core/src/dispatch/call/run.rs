@@ -26,8 +26,7 @@ impl Step<'_> {
         metadata: &Arc<CallMetadata>,
         approved: Option<Arc<str>>,
     ) -> (CallResult, bool) {
-        let p = self.scope.pipeline;
-        crate::dispatch::spans::arguments(&self.span, &p.tracer, &p.redactor, canonical);
+        self.trace.input(canonical);
         let started = Instant::now();
         let invoked = self
             .run_once(input, Some(canonical), metadata, approved)
@@ -85,7 +84,7 @@ impl Step<'_> {
             metadata: metadata.clone(),
             deadline: None,
             progress: progress_tx,
-            trace: self.span.span_context(),
+            trace: self.trace.span_context(),
             caller: scope.caller.clone(),
         };
         let token = ctx.cancel.clone();

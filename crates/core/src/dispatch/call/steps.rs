@@ -13,7 +13,7 @@ use crate::calls::ToolCall;
 use crate::dispatch::batch::Outcome;
 use crate::dispatch::events::Event;
 use crate::dispatch::result::CallResult;
-use crate::dispatch::spans;
+use crate::dispatch::traced::AttemptTrace;
 use crate::json;
 use crate::safety::backoff::RETRY_CEILING;
 use crate::safety::breaker::{BreakerDecision, Transition};
@@ -22,10 +22,9 @@ use crate::safety::hooks::{Decision, Gate, GateRecord, PostToolUse, PreToolUse};
 use crate::safety::recovery::{Failure, Verdict};
 use crate::tools::ErrorClass;
 use crate::tools::registry::Registered;
-use crate::trace::Span;
 
 /// One attempt of one call: what every step needs to act and to emit its events, and the
-/// attempt's span (it ends when the step is dropped, or when a retry starts waiting).
+/// attempt's trace (its span ends when the step is dropped, or when a retry starts waiting).
 pub(super) struct Step<'a> {
     pub call: &'a ToolCall,
     /// The tool as the call resolved it (what the stack runs), and its name.
@@ -33,7 +32,7 @@ pub(super) struct Step<'a> {
     pub tool: &'a str,
     pub attempt: u32,
     pub scope: &'a CallScope<'a>,
-    pub span: Span,
+    pub trace: AttemptTrace<'a>,
 }
 
 /// A call the breaker let run, holding the half-open probe slot when it is the probe. The slot
@@ -89,12 +88,15 @@ impl Cleared {
 }
 
 impl Step<'_> {
+    /// Whether anyone reads this attempt's events: the batch's client, or its trace.
     pub(super) fn wants_events(&self) -> bool {
-        self.scope.observer.wants_events()
+        self.scope.observer.wants_events() || self.trace.is_recording()
     }
 
+    /// Every event of the attempt goes out here: onto its span, then to the client.
     pub(super) async fn emit(&self, event: Event) {
-        if self.wants_events() {
+        self.trace.record(&event);
+        if self.scope.observer.wants_events() {
             crate::dispatch::events::deliver(self.scope.observer, event).await;
         }
     }
@@ -218,15 +220,13 @@ impl Step<'_> {
         }
     }
 
-    /// Counts hook and permission decisions by source and verdict, and puts each on the
-    /// attempt's span.
+    /// Counts hook and permission decisions by source and verdict.
     pub(super) fn count_gates(&self, records: &[GateRecord]) {
         let p = self.scope.pipeline;
         for record in records {
             p.metrics
                 .hook_decision(&record.source, record.decision.verdict());
         }
-        spans::gate_decisions(&self.span, records, &p.redactor, p.preview_chars);
     }
 
     /// One `gate_decision` per hook or permission decision, with the digest of the input the
@@ -258,7 +258,6 @@ impl Step<'_> {
     /// Step 3, stopped: the call would repeat a looping operation; the batch ends.
     pub(super) async fn loop_stopped(&self, stop: LoopStop) -> Answered {
         self.scope.pipeline.metrics.loop_detected(self.tool, true);
-        spans::loop_detected(&self.span, true, &stop.pattern, stop.repeats);
         self.emit(Event::LoopDetected {
             index: self.call.index,
             id: self.call.id.clone(),
@@ -376,7 +375,6 @@ impl Step<'_> {
     ) -> Option<String> {
         let warning = guard.record(result)?;
         self.scope.pipeline.metrics.loop_detected(self.tool, false);
-        spans::loop_detected(&self.span, false, &warning.pattern, warning.repeats);
         self.emit(Event::LoopDetected {
             index: self.call.index,
             id: self.call.id.clone(),
@@ -395,10 +393,10 @@ impl Step<'_> {
     }
 
     /// Step 8, and the terminal event of every attempt: `tool_post`; and the attempt's metrics
-    /// and span attributes.
+    /// and result on its trace.
     pub(super) async fn post(&self, result: &CallResult) {
         let metrics = &self.scope.pipeline.metrics;
-        spans::attempt_finished(&self.span, &self.scope.pipeline.tracer, result);
+        self.trace.finished(result);
         if result.cached {
             metrics.cache_hit(self.tool);
         } else if result.attempts >= self.attempt {
@@ -508,9 +506,6 @@ impl Step<'_> {
             .backoff
             .delay(attempt - 1, entropy(self.call.index, attempt));
         p.metrics.retry(tool);
-        spans::retry(&self.span, delay, &reason);
-        // The wait belongs to no attempt: this one's span ends before it.
-        self.span.end();
         self.emit(Event::RetryScheduled {
             index: self.call.index,
             id: self.call.id.clone(),
@@ -545,7 +540,6 @@ impl Step<'_> {
     async fn breaker_changed(&self, transition: Option<Transition>) {
         if let Some(t) = transition {
             tracing::info!(target: "toolgate::dispatch::call::steps", tool = %self.tool, from = ?t.from, to = ?t.to, "breaker changed");
-            spans::breaker_changed(&self.span, &t);
             self.scope
                 .pipeline
                 .metrics
