@@ -10,7 +10,7 @@
 use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
@@ -22,8 +22,8 @@ use tokio::time::Instant;
 use tonic::Status;
 
 use super::budget::{Full, Held, Share};
-use super::slots::WeakSlots;
 use super::status::RequestError;
+use slab::Slab;
 
 /// The most of a reply handed to the transport at once.
 pub(super) const PIECE: usize = 16 * 1024;
@@ -206,7 +206,7 @@ pub(super) struct Reply<G> {
 }
 
 /// The replies of one connection, for evicting what their clients do not read.
-pub(super) type Replies<G> = Mutex<WeakSlots<Mutex<Pending<G>>>>;
+pub(super) type Replies<G> = Mutex<Slab<Weak<Mutex<Pending<G>>>>>;
 
 /// What a reply has made and the transport has not taken yet.
 pub(super) struct Pending<G> {
@@ -339,7 +339,7 @@ impl<G> Reply<G> {
 
 impl<G> Drop for Reply<G> {
     fn drop(&mut self) {
-        self.registry.lock().remove(self.slot);
+        self.registry.lock().try_remove(self.slot);
     }
 }
 
@@ -519,7 +519,7 @@ mod tests {
             40_000,
             "made and counted before anyone asked"
         );
-        let pending = registry.lock().iter().next().unwrap().upgrade().unwrap();
+        let pending = registry.lock().iter().next().unwrap().1.upgrade().unwrap();
         let stall = Duration::from_secs(30);
         assert!(!pending.lock().evict_if_stalled(Instant::now(), stall));
         tokio::time::advance(stall).await;

@@ -16,8 +16,8 @@ use futures::task::AtomicWaker;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
-use super::slots::WeakSlots;
 use super::status::RequestError;
+use slab::Slab;
 
 /// Whether a stream is owed a poll: since it handed the transport an item (the transport asks
 /// for the next one at once unless the client's window is full) or since what it waits on woke
@@ -102,7 +102,7 @@ pub struct StallWatch {
     timeout: Duration,
     epoch: Instant,
     /// The open streams, one slot each (a stream empties its slot when it is dropped).
-    streams: Mutex<WeakSlots<dyn Stalling>>,
+    streams: Mutex<Slab<Weak<dyn Stalling>>>,
 }
 
 impl StallWatch {
@@ -110,7 +110,7 @@ impl StallWatch {
         Arc::new(StallWatch {
             timeout,
             epoch: Instant::now(),
-            streams: Mutex::new(WeakSlots::default()),
+            streams: Mutex::new(Slab::new()),
         })
     }
 
@@ -126,7 +126,7 @@ impl StallWatch {
 
     /// Stops watching the stream in `slot` (dropped).
     pub(super) fn leave(&self, slot: usize) {
-        self.streams.lock().remove(slot);
+        self.streams.lock().try_remove(slot);
     }
 
     /// Checks the streams every quarter of the timeout (at most every second) until dropped
@@ -148,7 +148,7 @@ impl StallWatch {
         let limit = u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX);
         let mut dropped: Vec<(&'static str, Box<dyn Any + Send>)> = Vec::new();
         let streams = self.streams.lock();
-        for weak in streams.iter() {
+        for (_, weak) in streams.iter() {
             // A stream empties its slot before its shared part goes, so this holds only while
             // the stream lives; skipped, not assumed.
             let Some(stream) = weak.upgrade() else {
@@ -185,12 +185,6 @@ impl StallWatch {
     #[cfg(test)]
     pub(super) fn watched(&self) -> usize {
         self.streams.lock().len()
-    }
-
-    /// How many slots there are, held or free.
-    #[cfg(test)]
-    pub(super) fn slots(&self) -> usize {
-        self.streams.lock().capacity()
     }
 }
 

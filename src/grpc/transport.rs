@@ -17,13 +17,13 @@ use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use parking_lot::Mutex;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use slab::Slab;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
@@ -35,10 +35,9 @@ use tonic::transport::server::Connected;
 use super::access::Authorized;
 use super::bodies::{Received, Replies, Reply};
 use super::budget::{ByteBudget, Share};
-use super::coalesce::Coalesced;
 use super::per_address::{AddressTurn, PerAddress};
-use super::slots::WeakSlots;
 use super::tls::Tls;
+use super::wire::Wire;
 use toolgate_core::metrics::Metrics;
 
 /// What a TLS client has to send its whole ClientHello in: clients send it as soon as TCP
@@ -67,8 +66,6 @@ const CLOSE_GRACE: Duration = Duration::from_secs(10);
 /// RPCs served whatever the byte budgets hold: health checks are tiny, and a budget filled by
 /// one client must not fail every liveness probe.
 const EXEMPT_PREFIX: &str = "/grpc.health.v1.Health/";
-/// The HTTP/2 client preface (`PRI * HTTP/2.0…`) is this long.
-const PREFACE_BYTES: usize = 24;
 
 /// The transport's bounds (`[server]`).
 #[derive(Debug, Clone, Copy)]
@@ -119,7 +116,7 @@ pub struct Connections {
     handshaking: Arc<PerAddress>,
     metrics: Arc<Metrics>,
     /// The connections being served, for closing an idle one when the table is full.
-    live: Mutex<WeakSlots<Live>>,
+    live: Mutex<Slab<Weak<Live>>>,
 }
 
 /// A connection being served, as the table sees it: whether it has streams, and how to close
@@ -315,7 +312,7 @@ impl Connections {
         let live = self.live.lock();
         let idlest = live
             .iter()
-            .filter_map(Weak::upgrade)
+            .filter_map(|(_, weak)| weak.upgrade())
             .filter(|c| client.is_none_or(|ip| c.client == ip))
             .filter(|c| !c.evicted.load(Ordering::Relaxed))
             .filter(|c| c.streams.open.load(Ordering::Relaxed) == 0)
@@ -362,7 +359,7 @@ impl Streams {
         let replies = self.replies.lock();
         replies
             .iter()
-            .filter_map(Weak::upgrade)
+            .filter_map(|(_, weak)| weak.upgrade())
             .filter(|pending| pending.lock().evict_if_stalled(now, stall))
             .count()
     }
@@ -475,7 +472,9 @@ const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 /// hyper's HTTP/2 server with the transport's settings. Every value is set here, hyper's
 /// defaults included, so an upgrade that changes a default changes nothing
 /// (`it transport::a_connection_is_offered_the_settings_the_budgets_assume` pins what is sent).
-fn http2(settings: &TransportSettings) -> hyper::server::conn::http2::Builder<TokioExecutor> {
+pub(super) fn http2(
+    settings: &TransportSettings,
+) -> hyper::server::conn::http2::Builder<TokioExecutor> {
     let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     builder
         .timer(TokioTimer::new())
@@ -503,14 +502,14 @@ impl Connection {
     async fn run(self, stream: TcpStream, tls: Option<Tls>) {
         let Some(tls) = tls else {
             let deadline = Instant::now() + self.connections.settings.preface_timeout;
-            return self.serve(Coalesced::new(stream), deadline).await;
+            return self.serve(stream, deadline).await;
         };
         let handshake_deadline = Instant::now() + tls.handshake_timeout();
         if let Some(stream) = self.handshake(stream, &tls, handshake_deadline).await {
-            // The preface is due once the handshake is done. Coalesced like plain connections:
-            // h2 writes to the TLS stream.
+            // The preface is due once the handshake is done. Its writes are held like a plain
+            // connection's (`Wire`): one held flush is one TLS record and one write.
             let deadline = Instant::now() + self.connections.settings.preface_timeout;
-            self.serve(Coalesced::new(stream), deadline).await;
+            self.serve(stream, deadline).await;
         }
     }
 
@@ -607,7 +606,7 @@ impl Connection {
             replies: self.served.budgets.replies.share(),
             streams: streams.clone(),
         };
-        let io = TokioIo::new(Preface::new(io, preface.clone()));
+        let io = TokioIo::new(Wire::new(io, preface.clone()));
         let connection = self.served.builder.serve_connection(io, service);
         tokio::pin!(connection);
         let live = Arc::new(Live {
@@ -689,7 +688,7 @@ impl<'c> Listed<'c> {
 
 impl Drop for Listed<'_> {
     fn drop(&mut self) {
-        self.connections.live.lock().remove(self.slot);
+        self.connections.live.lock().try_remove(self.slot);
     }
 }
 
@@ -767,75 +766,14 @@ where
     }
 }
 
-/// Counts whether the HTTP/2 preface has arrived (the first `PREFACE_BYTES` bytes read).
-struct Preface<T> {
-    inner: T,
-    read: usize,
-    seen: Arc<AtomicBool>,
-}
-
-impl<T> Preface<T> {
-    fn new(inner: T, seen: Arc<AtomicBool>) -> Self {
-        Preface {
-            inner,
-            read: 0,
-            seen,
-        }
-    }
-}
-
-impl<T: AsyncRead + Unpin> AsyncRead for Preface<T> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if self.read < PREFACE_BYTES {
-            self.read += buf.filled().len() - before;
-            if self.read >= PREFACE_BYTES {
-                self.seen.store(true, Ordering::Relaxed);
-            }
-        }
-        polled
-    }
-}
-
-impl<T: AsyncWrite + Unpin> AsyncWrite for Preface<T> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-}
-
 /// A `grpc-timeout` value (`<digits><unit>`, units H M S m u n). tonic parses the header only
 /// inside its own server, which this transport replaces; no crate exports it.
 pub(super) fn parse_grpc_timeout(text: &str) -> Option<Duration> {
     let (digits, unit) = text.split_at(text.len().checked_sub(1)?);
+    // The spec's TimeoutValue: one to eight ASCII digits (tonic refuses more, so do we).
+    if !(1..=8).contains(&digits.len()) || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
     let n: u64 = digits.parse().ok()?;
     Some(match unit {
         "H" => Duration::from_secs(n.saturating_mul(3600)),

@@ -107,6 +107,13 @@ fn grpc_timeout_header_is_parsed() {
     assert_eq!(grpc_timeout(&m), Some(Duration::from_secs(3)));
     m.insert("grpc-timeout", "bad".parse().unwrap());
     assert_eq!(grpc_timeout(&m), None);
+    // The spec's limit is eight digits, as tonic's clients and server read it.
+    m.insert("grpc-timeout", "99999999S".parse().unwrap());
+    assert_eq!(grpc_timeout(&m), Some(Duration::from_secs(99_999_999)));
+    for refused in ["123456789m", "+5S", "S", "-1m"] {
+        m.insert("grpc-timeout", refused.parse().unwrap());
+        assert_eq!(grpc_timeout(&m), None, "{refused}");
+    }
 }
 
 #[tokio::test]
