@@ -261,7 +261,7 @@ fn a_malformed_binding_reference_is_a_warning_not_an_error() {
 #[test]
 fn capacity_limits_are_checked_and_a_share_as_large_as_the_server_warns() {
     let problems = Config::from_toml(
-        "[server]\nmax_concurrent_calls = 0\nstall_timeout = \"0s\"\n\
+        "[server]\nmax_concurrent_calls = 0\nstall_timeout = \"0s\"\nkeepalive_timeout = \"0s\"\n\
          [limits]\nmax_reply_bytes = 1000\nmax_hook_processes = 0",
     )
     .unwrap_err()
@@ -269,6 +269,7 @@ fn capacity_limits_are_checked_and_a_share_as_large_as_the_server_warns() {
     for key in [
         "server.max_concurrent_calls",
         "server.stall_timeout",
+        "server.keepalive_timeout",
         "limits.max_reply_bytes",
         "limits.max_hook_processes",
     ] {

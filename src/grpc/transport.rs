@@ -59,7 +59,7 @@ const PRESSURE_CHECK: Duration = Duration::from_millis(50);
 /// Bytes of one stream's reply hyper buffers at most (its default is 400 KiB): with replies
 /// handed over in pieces, what the transport holds for a stream nobody reads stays small (this
 /// and one piece, 32 KiB, per stream sending a reply).
-const SEND_BUFFER: usize = 16 * 1024;
+pub(super) const SEND_BUFFER: usize = 16 * 1024;
 /// How long a connection asked to close (GOAWAY) may take to finish its streams before it is
 /// dropped: a client that never acknowledges the GOAWAY's PING would otherwise keep it.
 const CLOSE_GRACE: Duration = Duration::from_secs(10);
@@ -80,6 +80,8 @@ pub struct TransportSettings {
     pub max_streams: u32,
     /// HTTP/2 PING interval for finding dead connections; `None` sends none.
     pub keepalive: Option<Duration>,
+    /// How long a PING may go unanswered before the connection is closed.
+    pub keepalive_timeout: Duration,
     /// How long an incomplete request message or an untaken reply may wait on its client.
     pub stall_timeout: Duration,
     /// The largest request message the services decode.
@@ -189,6 +191,7 @@ impl TransportSettings {
             idle_timeout: server.idle_timeout,
             max_streams: server.max_streams_per_connection,
             keepalive: (!server.keepalive_interval.is_zero()).then_some(server.keepalive_interval),
+            keepalive_timeout: server.keepalive_timeout,
             stall_timeout: server.stall_timeout,
             max_message_bytes: server.max_message_bytes,
         }
@@ -466,8 +469,6 @@ const CONNECTION_WINDOW: u32 = 1 << 20;
 /// The largest frame accepted, and the largest header list.
 const MAX_FRAME: u32 = 16 << 10;
 const MAX_HEADER_LIST: u32 = 16 << 10;
-/// How long a keep-alive PING waits for its answer before the connection is closed.
-const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// hyper's HTTP/2 server with the transport's settings. Every value is set here, hyper's
 /// defaults included, so an upgrade that changes a default changes nothing
@@ -484,7 +485,7 @@ pub(super) fn http2(
         .max_frame_size(MAX_FRAME)
         .max_header_list_size(MAX_HEADER_LIST)
         .keep_alive_interval(settings.keepalive)
-        .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+        .keep_alive_timeout(settings.keepalive_timeout)
         .max_send_buf_size(SEND_BUFFER);
     builder
 }
@@ -807,6 +808,7 @@ mod tests {
             idle_timeout: Duration::ZERO,
             max_streams: 100,
             keepalive: None,
+            keepalive_timeout: Duration::from_secs(20),
             stall_timeout: Duration::from_secs(30),
             max_message_bytes: 1024,
         }

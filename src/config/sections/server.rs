@@ -53,6 +53,9 @@ pub struct ServerConfig {
     /// HTTP/2 PING interval that finds dead connections; zero turns it off.
     #[serde(with = "duration")]
     pub keepalive_interval: Duration,
+    /// How long a PING may go unanswered before its connection is closed as dead.
+    #[serde(with = "duration")]
+    pub keepalive_timeout: Duration,
     /// How long in-flight batches may take to finish on SIGINT/SIGTERM before they are cancelled.
     #[serde(with = "duration")]
     pub shutdown_grace: Duration,
@@ -81,6 +84,7 @@ impl Default for ServerConfig {
             idle_timeout: Duration::from_secs(5 * 60),
             stall_timeout: Duration::from_secs(30),
             keepalive_interval: Duration::from_secs(60),
+            keepalive_timeout: Duration::from_secs(20),
             shutdown_grace: Duration::from_secs(10),
             insecure: false,
         }

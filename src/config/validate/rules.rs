@@ -165,6 +165,11 @@ pub(super) fn connection_timeouts(c: &Config, p: &mut Problems) {
         c.server.stall_timeout >= Duration::from_millis(100),
         "server.stall_timeout: must be at least 100ms",
     );
+    // Shorter would close healthy connections on a busy or distant link.
+    p.check(
+        c.server.keepalive_timeout >= Duration::from_millis(100),
+        "server.keepalive_timeout: must be at least 100ms",
+    );
 }
 
 pub(super) fn request_limits(c: &Config, p: &mut Problems) {
