@@ -398,18 +398,26 @@ async fn approvals_come_and_go(
 }
 
 /// An approver's `WatchApprovals` on a connection that never opens its window: the server
-/// holds what it has not sent. Kept open while the result lives.
+/// holds what it has not sent. Kept open while the result lives. Returns once the stream's
+/// headers arrived (they are not flow-controlled), so the server is watching: approvals made
+/// after it are the watcher's to read.
 async fn unread_watch(
     addr: &str,
 ) -> (
     h2::client::SendRequest<bytes::Bytes>,
-    (h2::client::ResponseFuture, h2::SendStream<bytes::Bytes>),
+    http::Response<h2::RecvStream>,
+    h2::SendStream<bytes::Bytes>,
 ) {
     let unread = crate::hardening::zero_window(addr).await;
     let watch = crate::hardening::grpc_frame(&pb::WatchApprovalsRequest::default());
     let path = "/toolgate.v1.ToolGate/WatchApprovals";
-    let opened = crate::hardening::open_unread_with(&unread, path, Some(APPROVER), watch).await;
-    (unread, opened)
+    let (response, sending) =
+        crate::hardening::open_unread_with(&unread, path, Some(APPROVER), watch).await;
+    let response = tokio::time::timeout(std::time::Duration::from_secs(20), response)
+        .await
+        .expect("the watch's headers arrive")
+        .unwrap();
+    (unread, response, sending)
 }
 
 /// A watcher that never reads while 64 approvals with 3 MB of arguments come and go: the update
