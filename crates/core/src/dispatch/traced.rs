@@ -68,9 +68,10 @@ impl<'a> BatchTrace<'a> {
         }
     }
 
-    /// Runs the batch's work in the span's context: log lines inside it carry its ids.
-    pub(super) async fn run<F: Future>(&self, work: F) -> F::Output {
-        work.with_context(self.span.context().clone()).await
+    /// Runs the batch's work in the span's context: log lines inside it carry its ids. (A
+    /// plain function, not an `async` one: the work's future is moved once, not twice.)
+    pub(super) fn run<F: Future>(&self, work: F) -> impl Future<Output = F::Output> + use<F> {
+        work.with_context(self.span.context().clone())
     }
 
     /// Ends the span with how the batch ended; any outcome but COMPLETED is an error.
@@ -166,8 +167,8 @@ pub(super) struct AttemptTrace<'a> {
 
 impl AttemptTrace<'_> {
     /// Runs the attempt's work in the span's context: log lines inside it carry its ids.
-    pub(super) async fn run<F: Future>(&self, work: F) -> F::Output {
-        work.with_context(self.span.context().clone()).await
+    pub(super) fn run<F: Future>(&self, work: F) -> impl Future<Output = F::Output> + use<F> {
+        work.with_context(self.span.context().clone())
     }
 
     /// Whether the span is recorded: if so, the steps build their events for it even when the
