@@ -67,7 +67,7 @@ impl Step<'_> {
         let scope = self.scope;
         // Progress reports travel to the observer while the tool runs; no channel when nobody
         // listens.
-        let (progress_tx, mut progress_rx) = match self.wants_events() {
+        let (progress_tx, mut progress_rx) = match self.client_wants_events() {
             true => {
                 let (tx, rx) = ProgressSink::channel(self.scope.pipeline.preview_chars);
                 (Some(tx), Some(rx))

@@ -88,22 +88,29 @@ impl Cleared {
 }
 
 impl Step<'_> {
-    /// Whether anyone reads this attempt's events: the batch's client, or its trace.
+    /// Whether anyone reads this attempt's decisions (gate decisions, loops, breaker changes,
+    /// approvals, retries): the batch's client, or its trace.
     pub(super) fn wants_events(&self) -> bool {
-        self.scope.observer.wants_events() || self.trace.is_recording()
+        self.client_wants_events() || self.trace.is_recording()
+    }
+
+    /// Whether the batch's client reads events (the frame of each attempt, `tool_pre` and
+    /// `tool_post`, and progress, are for it alone: the span is that frame).
+    pub(super) fn client_wants_events(&self) -> bool {
+        self.scope.observer.wants_events()
     }
 
     /// Every event of the attempt goes out here: onto its span, then to the client.
     pub(super) async fn emit(&self, event: Event) {
         self.trace.record(&event);
-        if self.scope.observer.wants_events() {
+        if self.client_wants_events() {
             crate::dispatch::events::deliver(self.scope.observer, event).await;
         }
     }
 
     /// Step 1: `tool_pre`.
     pub(super) async fn announce(&self) {
-        if self.wants_events() {
+        if self.client_wants_events() {
             self.emit(Event::ToolPre {
                 index: self.call.index,
                 id: self.call.id.clone(),
@@ -237,21 +244,33 @@ impl Step<'_> {
         }
         let digest = json::digest(input);
         let limit = self.scope.pipeline.preview_chars;
-        for record in records {
-            // A hook's reason (a command hook's stderr) is bounded like every preview.
-            let mut record = record.clone();
-            if record.reason.len() > limit {
-                record.reason = json::truncate_chars(&record.reason, limit);
-            }
-            self.emit(Event::GateDecision {
-                index: self.call.index,
-                id: self.call.id.clone(),
-                attempt: self.attempt,
-                tool: self.tool.to_owned(),
-                record,
-                args_digest: digest.clone(),
+        let events: Vec<Event> = records
+            .iter()
+            .map(|record| {
+                // A hook's reason (a command hook's stderr) is bounded like every preview.
+                let mut record = record.clone();
+                if record.reason.len() > limit {
+                    record.reason = json::truncate_chars(&record.reason, limit);
+                }
+                Event::GateDecision {
+                    index: self.call.index,
+                    id: self.call.id.clone(),
+                    attempt: self.attempt,
+                    tool: self.tool.to_owned(),
+                    record,
+                    args_digest: digest.clone(),
+                }
             })
-            .await;
+            .collect();
+        // All on the span before any is delivered: a batch dropped while the client's queue is
+        // full must not leave decisions counted but missing from its trace.
+        for event in &events {
+            self.trace.record(event);
+        }
+        if self.client_wants_events() {
+            for event in events {
+                crate::dispatch::events::deliver(self.scope.observer, event).await;
+            }
         }
     }
 
@@ -407,7 +426,7 @@ impl Step<'_> {
         if result.truncated {
             metrics.truncated(self.tool);
         }
-        if !self.wants_events() {
+        if !self.client_wants_events() {
             return;
         }
         let limit = self.scope.pipeline.preview_chars;
