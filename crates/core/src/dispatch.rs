@@ -300,13 +300,7 @@ impl Dispatcher {
         started: Instant,
     ) -> BatchReport {
         let p = &self.pipeline;
-        let trace = BatchTrace::open(
-            &p.tracer,
-            &p.redactor,
-            p.preview_chars,
-            &batch,
-            session.id(),
-        );
+        let trace = BatchTrace::open(&p.tracer, &p.redactor, &batch, session.id());
         let work = async {
             // Every call is announced before anything executes, including calls that will not run.
             for received in batch.calls.iter().filter(|_| observer.wants_events()) {

@@ -29,8 +29,6 @@ const EXECUTE_TOOL: &str = "execute_tool";
 pub(super) struct BatchTrace<'a> {
     tracer: &'a Tracer,
     redactor: &'a Redactor,
-    /// How long a reason on a span event may be.
-    preview_chars: usize,
     span: Span,
 }
 
@@ -39,7 +37,6 @@ impl<'a> BatchTrace<'a> {
     pub(super) fn open(
         tracer: &'a Tracer,
         redactor: &'a Redactor,
-        preview_chars: usize,
         batch: &Batch,
         session: &str,
     ) -> Self {
@@ -63,7 +60,6 @@ impl<'a> BatchTrace<'a> {
         BatchTrace {
             tracer,
             redactor,
-            preview_chars,
             span,
         }
     }
@@ -218,21 +214,17 @@ impl AttemptTrace<'_> {
     }
 
     /// An event the attempt emitted, as its span event: a hook's or permission rule's decision
-    /// (its reason redacted and cut), a loop warning or stop, a breaker change, an approval's
+    /// (its reason as the event carries it: redacted and cut by the step), a loop warning or stop, a breaker change, an approval's
     /// end, a retry (the wait belongs to no attempt: the span ends with it). The others (the
     /// attempt's pre and post, progress, an approval's request) are the span itself.
     pub(super) fn record(&self, event: &Event) {
         let span = &self.span;
         match event {
             Event::GateDecision { record, .. } => span.event(attr::EVENT_HOOK, || {
-                let reason = self.batch.redactor.redact(&record.reason);
                 vec![
                     KeyValue::new(attr::HOOK, record.source.clone()),
                     KeyValue::new(attr::VERDICT, record.decision.verdict()),
-                    KeyValue::new(
-                        attr::REASON,
-                        truncate_chars(&reason, self.batch.preview_chars),
-                    ),
+                    KeyValue::new(attr::REASON, record.reason.clone()),
                 ]
             }),
             Event::LoopDetected {

@@ -237,7 +237,8 @@ impl Step<'_> {
     }
 
     /// One `gate_decision` per hook or permission decision, with the digest of the input the
-    /// decision saw.
+    /// decision saw, onto the span and then to the client. Reasons arrive redacted (the hooks'
+    /// by `gates_decided`, the permission rules' by the stack's redaction layer) and are cut here.
     pub(super) async fn gate_events(&self, records: &[GateRecord], input: &Value) {
         if !self.wants_events() || records.is_empty() {
             return;
