@@ -72,6 +72,15 @@ fn as_admin<M>(message: M) -> tonic::Request<M> {
     as_caller(Some(ADMIN), message)
 }
 
+/// Unregisters the remote `name`, as the admin.
+async fn unregister(
+    client: &mut pb::tool_gate_client::ToolGateClient<tonic::transport::Channel>,
+    name: &str,
+) {
+    let request = pb::UnregisterRemoteRequest { name: name.into() };
+    client.unregister_remote(as_admin(request)).await.unwrap();
+}
+
 /// `message` with the agent's token.
 fn as_agent<M>(message: M) -> tonic::Request<M> {
     as_caller(Some(AGENT), message)
@@ -128,13 +137,7 @@ async fn a_remote_changed_mid_batch_leaves_the_running_batch_on_its_definition()
     ]);
     let running = tokio::spawn(agent_batch(client.clone(), calls));
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    let unregister = pb::UnregisterRemoteRequest {
-        name: "rt-weather".into(),
-    };
-    client
-        .unregister_remote(as_admin(unregister))
-        .await
-        .unwrap();
+    unregister(&mut client, "rt-weather").await;
     client
         .register_remote(as_admin(register(json!({"const": "Oslo"}))))
         .await
@@ -182,13 +185,7 @@ async fn an_agent_is_shown_only_the_pinned_definition_of_a_quarantined_tool() {
         )))
         .await
         .unwrap();
-    let unregister = pb::UnregisterRemoteRequest {
-        name: "rt-weather".into(),
-    };
-    client
-        .unregister_remote(as_admin(unregister))
-        .await
-        .unwrap();
+    unregister(&mut client, "rt-weather").await;
     let shown = client
         .register_remote(as_admin(register(
             poison,
