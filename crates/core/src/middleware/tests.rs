@@ -21,11 +21,7 @@ fn resolved(name: &str) -> Arc<Registered> {
                 |input, _ctx| Box::pin(async move { Ok(ToolOutput::Json(input)) }),
             ))
         });
-    Arc::new(Registered {
-        tool,
-        source: ToolSource::Builtin,
-        pin: None,
-    })
+    Arc::new(Registered::new(tool, ToolSource::Builtin, None))
 }
 
 fn invocation(tool: &str, input: Value) -> Invocation {

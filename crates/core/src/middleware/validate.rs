@@ -1,13 +1,11 @@
 //! Argument validation against the tool's input JSON Schema: a violation is answered
 //! INVALID_ARGUMENTS with every violation's path and message; the tool does not run.
 
-use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures::future::Either;
-use parking_lot::Mutex;
 use tower::{Layer, Service};
 
 use super::{Invocation, Invoked, LayerFuture, answered};
@@ -16,19 +14,10 @@ use crate::tools::{ErrorClass, Registered};
 /// Violations listed before "and N more".
 const LISTED: usize = 10;
 
-/// Compiled validators by resolved tool (`None` when a schema does not compile): a registration
-/// that changes a tool's definition registers a new `Registered`, whose schema is compiled
-/// afresh; an unchanged tool keeps its validator across registry generations.
-type Compiled = Arc<Mutex<HashMap<usize, (Weak<Registered>, Option<Arc<jsonschema::Validator>>)>>>;
-
-/// Entries kept before those of tools no longer registered anywhere are dropped.
-const KEPT: usize = 1024;
-
 /// Applies `Validate`.
 #[derive(Clone)]
 pub(crate) struct ValidateLayer {
     enabled: bool,
-    compiled: Compiled,
 }
 
 /// Checks input against the schema of the tool the call resolved.
@@ -36,15 +25,11 @@ pub(crate) struct ValidateLayer {
 pub struct Validate<S> {
     inner: S,
     enabled: bool,
-    compiled: Compiled,
 }
 
 impl ValidateLayer {
     pub(crate) fn new(enabled: bool) -> Self {
-        ValidateLayer {
-            enabled,
-            compiled: Arc::default(),
-        }
+        ValidateLayer { enabled }
     }
 }
 
@@ -54,43 +39,28 @@ impl<S> Layer<S> for ValidateLayer {
         Validate {
             inner,
             enabled: self.enabled,
-            compiled: self.compiled.clone(),
         }
     }
 }
 
-impl<S> Validate<S> {
-    /// The validator of `registered`'s schema, compiled once.
-    fn validator(&self, registered: &Arc<Registered>) -> Option<Arc<jsonschema::Validator>> {
-        // A quarantined tool's schema is the remote's unaccepted word, and its violations would
-        // quote it (a `const`, an `enum`) to the model: the call is refused QUARANTINED further
-        // in, unvalidated.
-        if registered.quarantined().is_some() {
-            return None;
-        }
-        let key = Arc::as_ptr(registered) as usize;
-        let mut compiled = self.compiled.lock();
-        if let Some((held, found)) = compiled.get(&key)
-            && held.as_ptr() == Arc::as_ptr(registered)
-            && held.strong_count() > 0
-        {
-            return found.clone();
-        }
-        let tool = registered.name();
-        let schema = registered.tool.input_schema();
-        let validator = match jsonschema::validator_for(&schema) {
-            Ok(v) => Some(Arc::new(v)),
-            Err(error) => {
-                tracing::warn!(target: "toolgate::middleware::validate", tool, %error, "input schema does not compile; arguments are not validated");
-                None
-            }
-        };
-        if compiled.len() >= KEPT {
-            compiled.retain(|_, (held, _)| held.strong_count() > 0);
-        }
-        compiled.insert(key, (Arc::downgrade(registered), validator.clone()));
-        validator
+/// The validator of `registered`'s schema, compiled on the first call that needs it and kept
+/// on the resolved tool (`None`: quarantined, or the schema does not compile).
+fn validator(registered: &Registered) -> Option<Arc<jsonschema::Validator>> {
+    // A quarantined tool's schema is the remote's unaccepted word, and its violations would
+    // quote it (a `const`, an `enum`) to the model: the call is refused QUARANTINED further
+    // in, unvalidated.
+    if registered.quarantined().is_some() {
+        return None;
     }
+    let compile = || match jsonschema::validator_for(&registered.tool.input_schema()) {
+        Ok(v) => Some(Arc::new(v)),
+        Err(error) => {
+            let tool = registered.name();
+            tracing::warn!(target: "toolgate::middleware::validate", tool, %error, "input schema does not compile; arguments are not validated");
+            None
+        }
+    };
+    registered.input_validator.get_or_init(compile).clone()
 }
 
 /// Every violation as `<path>: <message>`, or `None` when the input is valid.
@@ -144,7 +114,7 @@ where
 
     fn call(&mut self, inv: Invocation) -> Self::Future {
         if self.enabled
-            && let Some(validator) = self.validator(&inv.tool)
+            && let Some(validator) = validator(&inv.tool)
             && let Some(problems) = violations(&validator, &inv.input)
         {
             let message = format!(

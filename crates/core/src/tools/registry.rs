@@ -1,7 +1,7 @@
 //! The registry: every tool the server can run, by name, with where it came from.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use super::Tool;
 
@@ -37,6 +37,10 @@ pub struct Registered {
     pub source: ToolSource,
     /// Remote tools: the pinned definition digest, and whether a change awaits approval.
     pub pin: Option<ToolPin>,
+    /// Its input schema, compiled by the validation layer on the first call that needs it
+    /// (`None` inside: the schema does not compile). A changed definition is a new
+    /// `Registered`, compiled afresh.
+    pub(crate) input_validator: OnceLock<Option<Arc<jsonschema::Validator>>>,
 }
 
 impl std::fmt::Debug for Registered {
@@ -50,6 +54,16 @@ impl std::fmt::Debug for Registered {
 }
 
 impl Registered {
+    /// `tool`, registered from `source` (and pinned, for a remote's).
+    pub fn new(tool: Arc<dyn Tool>, source: ToolSource, pin: Option<ToolPin>) -> Self {
+        Registered {
+            tool,
+            source,
+            pin,
+            input_validator: OnceLock::new(),
+        }
+    }
+
     /// The name it is registered and called under.
     pub fn name(&self) -> &str {
         self.tool.name()
@@ -183,7 +197,7 @@ impl ToolRegistry {
         if self.tools.contains_key(&name) {
             return Err(RegistryError::DuplicateName(name));
         }
-        let registered = Arc::new(Registered { tool, source, pin });
+        let registered = Arc::new(Registered::new(tool, source, pin));
         self.tools.insert(name, registered);
         Ok(())
     }
