@@ -11,21 +11,21 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 use crate::config::{Config, ConfigError};
+use crate::front::admission::{Admission, Capacity};
+use crate::front::auth::Authenticator;
+use crate::front::decoded::{DecodedBudget, DecodedLimits};
+use crate::front::entry::Entry;
+use crate::front::tls::{Tls, TlsSettings};
 use crate::grpc::StallWatch;
-use crate::grpc::admission::{Admission, Capacity};
-use crate::grpc::auth::Authenticator;
-use crate::grpc::decoded::{DecodedBudget, DecodedLimits};
 use crate::grpc::server::ServeSettings;
-use crate::grpc::tls::{Tls, TlsSettings};
 use crate::grpc::transport::{Budgets, Connections, TransportSettings};
 use crate::grpc::{RequestRules, ServeError, ServiceState};
 use crate::telemetry::metrics::{MetricsPipeline, OtlpExport};
 use crate::telemetry::traces::{TraceExport, TracePipeline};
 use build::{configured_hooks, sessions, sweep_sessions};
-use toolgate_core::dispatch::{Cancel, Dispatcher, Pipeline};
+use toolgate_core::dispatch::{Dispatcher, Pipeline};
 use toolgate_core::safety::hooks::Hook;
 use toolgate_core::safety::recovery::{DefaultReflector, Reflector};
 use toolgate_core::tools::{Catalog, RegistryError, Tool, ToolRegistry, ToolSource, builtin_tools};
@@ -73,10 +73,10 @@ pub enum StartError {
     ScratchBase(#[from] build::ScratchBaseError),
     /// TLS files that cannot be used (unreadable, malformed, not matching).
     #[error(transparent)]
-    Tls(#[from] crate::grpc::tls::TlsError),
+    Tls(#[from] crate::front::tls::TlsError),
     /// `[auth]` settings that cannot be used (an unreadable token or JWKS file).
     #[error(transparent)]
-    Auth(#[from] crate::grpc::auth::AuthError),
+    Auth(#[from] crate::front::auth::AuthError),
     /// `sessions.store` cannot be used (its URL, or an unreadable password file or variable).
     #[error(transparent)]
     SessionStore(#[from] build::SessionStoreError),
@@ -219,10 +219,11 @@ impl Server {
                 limits: self.config.limits,
                 dispatch: self.config.dispatch,
             },
-            tracker: TaskTracker::new(),
-            shutdown: Cancel::new(),
-            admission: Admission::new(Capacity::from(&self.config.server)),
-            decoded: DecodedBudget::new(DecodedLimits::from(&self.config.limits)),
+            entry: Arc::new(Entry::new(
+                Admission::new(Capacity::from(&self.config.server)),
+                DecodedBudget::new(DecodedLimits::from(&self.config.limits)),
+                self.metrics.metrics(),
+            )),
             stalls: StallWatch::new(self.config.server.stall_timeout),
             metrics: self.metrics.metrics(),
             tracer: self.tracer(),

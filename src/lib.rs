@@ -19,6 +19,7 @@
 
 pub mod app;
 pub mod config;
+pub mod front;
 pub mod grpc;
 pub mod store;
 pub mod telemetry;

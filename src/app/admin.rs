@@ -16,8 +16,8 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::front::per_address::PerAddress;
 use crate::grpc::ServiceState;
-use crate::grpc::per_address::PerAddress;
 use crate::telemetry::metrics::MetricsPipeline;
 use toolgate_remotes::Remotes;
 
@@ -117,9 +117,9 @@ async fn prometheus(State(admin): State<Admin>) -> impl IntoResponse {
 /// failing would take the whole fleet out of its Service at once (batches without a session
 /// too) for what each batch naming a session is already told, `UNAVAILABLE`, and retries.
 async fn ready(State(admin): State<Admin>) -> (StatusCode, &'static str) {
-    if admin.state.tracker.is_closed() {
+    if admin.state.entry.tracker.is_closed() {
         (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
-    } else if *admin.state.admission.overloaded().borrow() {
+    } else if *admin.state.entry.admission.overloaded().borrow() {
         (StatusCode::SERVICE_UNAVAILABLE, "overloaded\n")
     } else if admin.state.dispatcher.store_reachable() == Some(false) {
         (
@@ -144,19 +144,19 @@ pub(super) fn register_gauges(
     meter
         .u64_observable_gauge("toolgate.batches.in_flight")
         .with_description("Batches running now")
-        .with_callback(move |o| o.observe(count(s.admission.in_use().0), &[]))
+        .with_callback(move |o| o.observe(count(s.entry.admission.in_use().0), &[]))
         .build();
     let s = state.clone();
     meter
         .u64_observable_gauge("toolgate.calls.in_flight")
         .with_description("Call slots held by running batches")
-        .with_callback(move |o| o.observe(count(s.admission.in_use().1), &[]))
+        .with_callback(move |o| o.observe(count(s.entry.admission.in_use().1), &[]))
         .build();
     let s = state.clone();
     meter
         .u64_observable_gauge("toolgate.overloaded")
         .with_description("1 while batch or call capacity is exhausted")
-        .with_callback(move |o| o.observe(u64::from(*s.admission.overloaded().borrow()), &[]))
+        .with_callback(move |o| o.observe(u64::from(*s.entry.admission.overloaded().borrow()), &[]))
         .build();
     let s = state.clone();
     meter

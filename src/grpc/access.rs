@@ -9,11 +9,12 @@ use std::task::{Context, Poll};
 
 use futures::future::{Either, Ready, ready};
 use tonic::body::Body;
+use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
 use tonic::{Request, Status};
 
-use super::auth::{Authenticator, Credentials};
 use super::rpc_span::RpcSpan;
 use super::status::RequestError;
+use crate::front::auth::{Authenticator, Credentials};
 use toolgate_core::identity::{Caller, Role};
 use toolgate_core::trace::Tracer;
 
@@ -103,6 +104,22 @@ pub(crate) fn rule_for(path: &str) -> Option<&'static Rule> {
     RULES.iter().find(|rule| rule.path == path)
 }
 
+/// A request's credentials, with the connection the transport recorded in its extensions
+/// (plain or TLS, as tonic's own server records it).
+fn credentials_of<B>(request: &http::Request<B>) -> Credentials<'_> {
+    let extensions = request.extensions();
+    let tls = extensions.get::<TlsConnectInfo<TcpConnectInfo>>();
+    let peer = extensions
+        .get::<TcpConnectInfo>()
+        .and_then(TcpConnectInfo::remote_addr)
+        .or_else(|| tls.and_then(|info| info.get_ref().remote_addr()));
+    Credentials::new(
+        request.headers(),
+        peer,
+        tls.and_then(TlsConnectInfo::peer_certs),
+    )
+}
+
 /// The caller the access layer admitted `request` as. A request that did not pass through the
 /// layer has none and is refused: a handler never runs for an unknown caller.
 pub fn caller<T>(request: &Request<T>) -> Result<Arc<Caller>, RequestError> {
@@ -154,7 +171,7 @@ where
             Access::Role(role) => std::slice::from_ref(role),
             Access::Either(one, other) => &[*one, *other],
         };
-        let credentials = Credentials::of(&request);
+        let credentials = credentials_of(&request);
         match self
             .auth
             .authorize(&credentials, rule.name(), needs, rule.audited)
@@ -164,7 +181,7 @@ where
                 Either::Left(self.inner.call(request))
             }
             Err(refused) => {
-                let status = Status::from(refused);
+                let status = Status::from(RequestError::from(refused));
                 if rule.traced {
                     let span = RpcSpan::start(
                         &self.tracer,

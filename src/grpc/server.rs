@@ -14,8 +14,8 @@ use tonic_health::server::HealthReporter;
 use super::access::Authorized;
 use super::bodies::streaming_methods;
 use super::service::{ServiceState, ToolGateService};
-use super::tls::Tls;
 use super::transport::{self, Budgets, TransportSettings};
+use crate::front::tls::Tls;
 use toolgate_proto::pb;
 use toolgate_proto::pb::tool_gate_server::ToolGateServer;
 
@@ -151,7 +151,7 @@ async fn drain(
     trigger: CancellationToken,
     stop_transport: CancellationToken,
 ) {
-    let mut overloaded = state.admission.overloaded();
+    let mut overloaded = state.entry.admission.overloaded();
     loop {
         tokio::select! {
             () = trigger.cancelled() => break,
@@ -162,7 +162,7 @@ async fn drain(
                 }
                 let now = *overloaded.borrow_and_update();
                 if now {
-                    let (batches, calls) = state.admission.in_use();
+                    let (batches, calls) = state.entry.admission.in_use();
                     tracing::warn!(batches, calls, "overloaded: capacity exhausted; health says NOT_SERVING");
                     health.set_not_serving::<ToolGateServer<ToolGateService>>().await;
                 } else {
@@ -172,27 +172,27 @@ async fn drain(
             }
         }
     }
-    tracing::info!(running = state.tracker.len(), "shutdown started");
+    tracing::info!(running = state.entry.tracker.len(), "shutdown started");
     // From here on, new batches are refused with UNAVAILABLE; health flips after, so a client
     // that sees NOT_SERVING can rely on the refusal.
-    state.tracker.close();
+    state.entry.tracker.close();
     health
         .set_not_serving::<ToolGateServer<ToolGateService>>()
         .await;
     health
         .set_service_status("", ServingStatus::NotServing)
         .await;
-    if tokio::time::timeout(grace, state.tracker.wait())
+    if tokio::time::timeout(grace, state.entry.tracker.wait())
         .await
         .is_err()
     {
         tracing::warn!(
             grace_ms = grace.as_millis(),
-            running = state.tracker.len(),
+            running = state.entry.tracker.len(),
             "grace period over; cancelling running batches"
         );
-        state.shutdown.cancel("the server is shutting down");
-        let _ = tokio::time::timeout(CANCEL_SETTLE, state.tracker.wait()).await;
+        state.entry.shutdown.cancel("the server is shutting down");
+        let _ = tokio::time::timeout(CANCEL_SETTLE, state.entry.tracker.wait()).await;
     }
     // Batches that were dropped (their clients left, or cancelled above) save their shared
     // sessions' changes in the background: give them a moment too.

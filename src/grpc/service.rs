@@ -7,21 +7,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use opentelemetry::trace::FutureExt as _;
-use tokio_util::task::TaskTracker;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 
 use super::access;
-use super::admission::{Admission, Holder, Refusal, Ticket};
 use super::approvals;
-use super::auth::Authenticator;
 use super::batch_stream::{BatchStream, Events};
 use super::convert::{self, RequestRules};
-use super::decoded::{Decoded, DecodedBudget};
 use super::reply;
 use super::rpc_span::RpcSpan;
 use super::stall::{StallWatch, Watched};
 use super::status::RequestError;
+use crate::front::admission::{Holder, Ticket};
+use crate::front::auth::Authenticator;
+use crate::front::decoded::Decoded;
+use crate::front::entry::Entry;
 use toolgate_core::dispatch::{Batch, Cancel, Dispatcher, Event, Mode, NoObserver, Observer};
 use toolgate_core::identity::Caller;
 use toolgate_core::metrics::Metrics;
@@ -41,14 +41,8 @@ const FIRST_ITEM_WAIT: Duration = Duration::from_millis(50);
 pub struct ServiceState {
     pub dispatcher: Dispatcher,
     pub rules: RequestRules,
-    /// Every running batch, so shutdown can wait for them.
-    pub tracker: TaskTracker,
-    /// Parent of every batch's cancel; fired when the shutdown grace period ends.
-    pub shutdown: Cancel,
-    /// Batch and call capacity, server-wide and per connection.
-    pub admission: Arc<Admission>,
-    /// What running batches' requests hold once decoded.
-    pub decoded: Arc<DecodedBudget>,
+    /// Draining, capacity and decoded bytes: the entry every front admits batches through.
+    pub entry: Arc<Entry>,
     /// The watchdog over `DispatchBatch` streams whose clients stopped reading.
     pub stalls: Arc<StallWatch>,
     /// The open connections (the transport admits and counts them).
@@ -114,11 +108,6 @@ impl ToolGateService {
         )
     }
 
-    fn refused(&self, refusal: Refusal) -> RequestError {
-        self.state.metrics.refused(refusal.capacity_name());
-        RequestError::Overloaded(refusal)
-    }
-
     /// Refuses the request while draining, parses it, then admits it against the server's
     /// capacity (a PARALLEL batch may be narrowed to the call slots that are free).
     fn admit(
@@ -127,21 +116,13 @@ impl ToolGateService {
         caller: Arc<toolgate_core::identity::Caller>,
         request: pb::DispatchBatchRequest,
     ) -> Result<(Batch, Ticket, Decoded), RequestError> {
-        if self.state.tracker.is_closed() {
-            return Err(RequestError::ShuttingDown);
-        }
-        // A full server refuses before parsing: refusals under load stay cheap.
+        // A full server refuses before parsing: refusals under load stay cheap. Arguments sent
+        // as JSON text are weighed as parsed.
         let holder = Holder::new(connection, &caller);
-        self.state
-            .admission
-            .check(&holder)
-            .map_err(|refusal| self.refused(refusal))?;
-        // Weighed before anything in it is parsed: arguments sent as JSON text count as parsed.
-        let weight = convert::decoded_weight(&request);
-        let decoded = self.state.decoded.take(&holder, weight).map_err(|full| {
-            self.state.metrics.refused(full.capacity_name());
-            RequestError::Decoded(full)
-        })?;
+        let decoded = self
+            .state
+            .entry
+            .open(&holder, convert::decoded_weight(&request))?;
         let mut batch = convert::batch_from_request(request, caller, &self.state.rules)?;
         self.state.dispatcher.check_bindings(&batch.bindings)?;
         let wanted = match batch.options.mode {
@@ -150,11 +131,7 @@ impl ToolGateService {
             }
             _ => 1,
         };
-        let ticket = self
-            .state
-            .admission
-            .admit(holder, wanted)
-            .map_err(|refusal| self.refused(refusal))?;
+        let ticket = self.state.entry.admit(holder, wanted)?;
         if let Mode::Parallel { max_concurrency } = &mut batch.options.mode {
             *max_concurrency = (*max_concurrency).min(ticket.calls());
         }
@@ -205,7 +182,7 @@ impl ToolGateService {
             ticket,
             decoded,
             deadline,
-            cancel: self.state.shutdown.child(),
+            cancel: self.state.entry.cancel(),
         })
     }
 }
@@ -277,7 +254,11 @@ impl ToolGate for ToolGateService {
                 event: Some(pb::dispatch_event::Event::Result(reply)),
             })
         };
-        let run = self.state.tracker.track_future(run.with_context(context));
+        let run = self
+            .state
+            .entry
+            .tracker
+            .track_future(run.with_context(context));
         let mut stream = BatchStream::new(Box::pin(run), events, &self.state.stalls);
         // The response's headers leave with its first item, not in a write of their own while
         // a named session loads; but a slow first item does not hold them long, and never to
@@ -308,6 +289,7 @@ impl ToolGate for ToolGateService {
         let context = rpc.span().context().clone();
         let report = self
             .state
+            .entry
             .tracker
             .track_future(run.with_context(context))
             .await;
@@ -395,7 +377,7 @@ impl ToolGate for ToolGateService {
     ) -> Result<Response<Self::WatchApprovalsStream>, Status> {
         let caller = access::caller(&request)?;
         let approvals = self.state.dispatcher.approvals();
-        let shutdown = self.state.shutdown.clone();
+        let shutdown = self.state.entry.shutdown.clone();
         let stream = approvals::watch(approvals, caller, request.into_inner(), shutdown).await?;
         // A watcher that stops reading is ended as a batch stream is: it would hold its place
         // and keep every update it has not read in the shared buffer.

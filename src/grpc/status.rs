@@ -3,7 +3,28 @@
 
 use tonic::{Code, Status};
 
-use super::admission::Refusal;
+use crate::front::admission::Refusal;
+
+impl From<crate::front::entry::Turned> for RequestError {
+    fn from(turned: crate::front::entry::Turned) -> Self {
+        use crate::front::entry::Turned;
+        match turned {
+            Turned::ShuttingDown => RequestError::ShuttingDown,
+            Turned::Overloaded(refusal) => RequestError::Overloaded(refusal),
+            Turned::Decoded(full) => RequestError::Decoded(full),
+        }
+    }
+}
+
+impl From<crate::front::auth::Denied> for RequestError {
+    fn from(denied: crate::front::auth::Denied) -> Self {
+        use crate::front::auth::Denied;
+        match denied {
+            Denied::Unauthenticated(text) => RequestError::Unauthenticated(text),
+            Denied::PermissionDenied(text) => RequestError::PermissionDenied(text),
+        }
+    }
+}
 
 /// Why a request could not be carried out.
 #[derive(Debug, thiserror::Error)]
@@ -30,7 +51,7 @@ pub enum RequestError {
     /// A known option this server does not implement yet.
     #[error("{0}")]
     Unsupported(String),
-    #[error("{}", overloaded_text(.0))]
+    #[error(transparent)]
     Overloaded(Refusal),
     #[error("the server is shutting down")]
     ShuttingDown,
@@ -80,8 +101,8 @@ pub enum RequestError {
     #[error(transparent)]
     Approval(#[from] toolgate_core::approvals::ResolveError),
     /// What the request holds once decoded would pass a bound (`decoded.rs`).
-    #[error("{}", decoded_text(.0))]
-    Decoded(super::decoded::DecodedFull),
+    #[error(transparent)]
+    Decoded(crate::front::decoded::DecodedFull),
     #[error(transparent)]
     TooManyWatches(#[from] toolgate_core::approvals::WatchesFull),
     /// The client stopped reading its `WatchApprovals` stream, so the watch was ended.
@@ -167,58 +188,6 @@ fn reply_backlog_text(full: &super::budget::Full) -> String {
         ),
         Full::Server(n) => format!(
             "replies clients have not read hold {n} bytes (limits.max_unread_reply_bytes); retry later"
-        ),
-    }
-}
-
-/// Which decoded-bytes bound the request would pass.
-fn decoded_text(full: &super::decoded::DecodedFull) -> String {
-    use super::decoded::DecodedFull;
-    let (whose, n, key) = match full {
-        DecodedFull::Server(n) => ("running batches", n, "limits.max_decoded_bytes"),
-        DecodedFull::Tenant(n) => (
-            "this tenant's running batches",
-            n,
-            "limits.max_decoded_bytes_per_tenant",
-        ),
-        DecodedFull::Identity(n) => (
-            "this identity's running batches",
-            n,
-            "limits.max_decoded_bytes_per_identity",
-        ),
-        DecodedFull::Connection(n) => (
-            "this connection's running batches",
-            n,
-            "limits.max_decoded_bytes_per_connection",
-        ),
-    };
-    format!(
-        "{whose} and this request would hold more than {n} bytes once decoded ({key}); send less, or retry when a batch ends"
-    )
-}
-
-/// Which capacity was full, and that retrying later helps.
-fn overloaded_text(refusal: &Refusal) -> String {
-    match refusal {
-        Refusal::Batches(n) => format!("too many batches are running ({n} at once); retry later"),
-        Refusal::Calls(n) => format!("too many calls are running ({n} at once); retry later"),
-        Refusal::ConnectionBatches(n) => format!(
-            "this connection has reached its share of a busy server (server.max_batches_per_connection = {n}); retry when one finishes"
-        ),
-        Refusal::ConnectionCalls(n) => format!(
-            "this connection has reached its share of a busy server (server.max_calls_per_connection = {n}); retry when one finishes"
-        ),
-        Refusal::TenantBatches(n) => format!(
-            "this tenant has reached its share of a busy server (server.max_batches_per_tenant = {n}); retry when one finishes"
-        ),
-        Refusal::TenantCalls(n) => format!(
-            "this tenant has reached its share of a busy server (server.max_calls_per_tenant = {n}); retry when one finishes"
-        ),
-        Refusal::IdentityBatches(n) => format!(
-            "this identity has reached its share of a busy server (server.max_batches_per_identity = {n}); retry when one finishes"
-        ),
-        Refusal::IdentityCalls(n) => format!(
-            "this identity has reached its share of a busy server (server.max_calls_per_identity = {n}); retry when one finishes"
         ),
     }
 }

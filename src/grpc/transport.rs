@@ -35,9 +35,9 @@ use tonic::transport::server::Connected;
 use super::access::Authorized;
 use super::bodies::{Received, Replies, Reply};
 use super::budget::{ByteBudget, Share};
-use super::per_address::{AddressTurn, PerAddress};
-use super::tls::Tls;
 use super::wire::Wire;
+use crate::front::per_address::{AddressTurn, PerAddress};
+use crate::front::tls::Tls;
 use toolgate_core::metrics::Metrics;
 
 /// What a TLS client has to send its whole ClientHello in: clients send it as soon as TCP
@@ -268,7 +268,7 @@ impl Connections {
     /// out, whatever `idle_timeout` is.
     fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<Slot, ConnectionRefusal> {
         let settings = &self.settings;
-        let client = super::per_address::client_of(ip);
+        let client = crate::front::per_address::client_of(ip);
         // The address's bound first, so a connection refused there closes nobody's: an address
         // at its bound makes room only from its own connections, and the place that frees in
         // the table is the one it takes. Each victim funds one connection, over the bounds only
@@ -612,7 +612,7 @@ impl Connection {
         tokio::pin!(connection);
         let live = Arc::new(Live {
             streams: streams.clone(),
-            client: super::per_address::client_of(self.peer.ip()),
+            client: crate::front::per_address::client_of(self.peer.ip()),
             evicted: AtomicBool::new(false),
             evict: tokio::sync::Notify::new(),
         });

@@ -165,7 +165,12 @@ const LAYERS: &[(&str, &[&[&str]])] = &[
     ("crates/proto/src/", &[&["protojson"], &["pb"], &["codec"]]),
     (
         "src/",
-        &[&["config"], &["grpc", "telemetry", "store"], &["app"]],
+        &[
+            &["config"],
+            &["front", "telemetry", "store"],
+            &["grpc"],
+            &["app"],
+        ],
     ),
 ];
 

@@ -1,10 +1,10 @@
 //! Who is calling: the identity a request authenticated as (or the anonymous caller), its tenant
-//! and its roles. `grpc::auth` decides it per request; a batch carries it, sessions are
+//! and its roles. `front::auth` decides it per request; a batch carries it, sessions are
 //! namespaced by its tenant, and permission rules may match on it.
 
 use std::fmt;
 
-/// A role grants a set of RPCs (see `grpc::auth`).
+/// A role grants a set of RPCs (see `front::auth`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Role {
     /// Dispatch, list tools, read and end its tenant's sessions.

@@ -20,10 +20,11 @@ fn wire(config: &str) -> (ToolGateService, Arc<ServiceState>) {
             limits: config.limits,
             dispatch: config.dispatch,
         },
-        tracker: TaskTracker::new(),
-        shutdown: Cancel::new(),
-        admission: Admission::new((&config.server).into()),
-        decoded: crate::grpc::decoded::DecodedBudget::new((&config.limits).into()),
+        entry: Arc::new(crate::front::entry::Entry::new(
+            crate::front::admission::Admission::new((&config.server).into()),
+            crate::front::decoded::DecodedBudget::new((&config.limits).into()),
+            Arc::default(),
+        )),
         stalls: StallWatch::new(config.server.stall_timeout),
         connections: crate::grpc::transport::Connections::new(
             crate::grpc::transport::TransportSettings::from_config(&config.server),
@@ -31,7 +32,7 @@ fn wire(config: &str) -> (ToolGateService, Arc<ServiceState>) {
         ),
         metrics: Arc::default(),
         tracer: toolgate_core::trace::Tracer::off(),
-        auth: Arc::new(crate::grpc::auth::Authenticator::open()),
+        auth: Arc::new(crate::front::auth::Authenticator::open()),
         remotes,
         allow_registration: config.remote_registration.enabled,
         registration: Arc::new(config.remote_registration.policy().unwrap()),
@@ -120,7 +121,7 @@ fn grpc_timeout_header_is_parsed() {
 async fn a_draining_server_refuses_batches_as_unavailable_before_reading_them() {
     let (service, state) = wire("");
     // What the server's drain does first when shutdown starts.
-    state.tracker.close();
+    state.entry.tracker.close();
     let status = refusal(&service, request(json!([{"name": "echo"}]))).await;
     assert_eq!(
         (status.code(), status.message()),
@@ -129,7 +130,7 @@ async fn a_draining_server_refuses_batches_as_unavailable_before_reading_them() 
     // Draining wins over a request that would be invalid: it is not even parsed.
     let status = refusal(&service, with_options(|o| o.mode = 7)).await;
     assert_eq!(status.code(), Code::Unavailable);
-    assert_eq!(state.admission.in_use(), (0, 0));
+    assert_eq!(state.entry.admission.in_use(), (0, 0));
 }
 
 #[tokio::test]
@@ -143,7 +144,7 @@ async fn a_server_at_its_batch_limit_refuses_more_as_resource_exhausted() {
     let Ok(running) = service.dispatch_batch(local(long)).await else {
         panic!("the first batch is admitted");
     };
-    assert_eq!(state.admission.in_use(), (1, 1));
+    assert_eq!(state.entry.admission.in_use(), (1, 1));
     let status = refusal(&service, request(json!([{"name": "echo"}]))).await;
     assert_eq!(
         (status.code(), status.message()),
@@ -259,7 +260,7 @@ async fn malformed_requests_are_invalid_argument_with_the_field_named() {
         status.message()
     );
     assert_eq!(
-        state.admission.in_use(),
+        state.entry.admission.in_use(),
         (0, 0),
         "a refused request holds no slot"
     );

@@ -54,22 +54,43 @@ impl From<&ServerConfig> for Capacity {
     }
 }
 
-/// Why a batch was not admitted: the capacity that was full, and its size.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Why a batch was not admitted: the capacity that was full, and its size. The text says which
+/// capacity was full, and that retrying later helps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
     /// Every batch slot of the server is taken.
+    #[error("too many batches are running ({0} at once); retry later")]
     Batches(usize),
     /// Every call slot of the server is taken.
+    #[error("too many calls are running ({0} at once); retry later")]
     Calls(usize),
     /// The connection runs its share of batches while the server is half full or more.
+    #[error(
+        "this connection has reached its share of a busy server (server.max_batches_per_connection = {0}); retry when one finishes"
+    )]
     ConnectionBatches(usize),
     /// The connection holds its share of call slots while the server is half full or more.
+    #[error(
+        "this connection has reached its share of a busy server (server.max_calls_per_connection = {0}); retry when one finishes"
+    )]
     ConnectionCalls(usize),
     /// The caller's tenant runs its share of batches while the server is half full or more.
+    #[error(
+        "this tenant has reached its share of a busy server (server.max_batches_per_tenant = {0}); retry when one finishes"
+    )]
     TenantBatches(usize),
+    #[error(
+        "this tenant has reached its share of a busy server (server.max_calls_per_tenant = {0}); retry when one finishes"
+    )]
     TenantCalls(usize),
     /// The caller's identity runs its share of batches while the server is half full or more.
+    #[error(
+        "this identity has reached its share of a busy server (server.max_batches_per_identity = {0}); retry when one finishes"
+    )]
     IdentityBatches(usize),
+    #[error(
+        "this identity has reached its share of a busy server (server.max_calls_per_identity = {0}); retry when one finishes"
+    )]
     IdentityCalls(usize),
 }
 

@@ -12,9 +12,7 @@ use jsonwebtoken::{DecodingKey, Validation};
 use parking_lot::{Mutex, RwLock};
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::Value;
-use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
 
-use super::status::RequestError;
 use crate::config::{Anonymous, AuthConfig, CertificateIdentity, JwtConfig, TokenConfig};
 use toolgate_core::identity::{Caller, InvalidTenant, Method, Role, validate_tenant};
 
@@ -26,19 +24,17 @@ pub struct Credentials<'a> {
 }
 
 impl<'a> Credentials<'a> {
-    /// A request's credentials, with the connection the transport recorded in its extensions
-    /// (plain or TLS, as tonic's own server records it).
-    pub fn of<B>(request: &'a http::Request<B>) -> Self {
-        let extensions = request.extensions();
-        let tls = extensions.get::<TlsConnectInfo<TcpConnectInfo>>();
-        let peer = extensions
-            .get::<TcpConnectInfo>()
-            .and_then(TcpConnectInfo::remote_addr)
-            .or_else(|| tls.and_then(|info| info.get_ref().remote_addr()));
+    /// What a request presents: its headers, the client's address and, over TLS, the client's
+    /// certificate chain (each front reads these from its own connection info).
+    pub fn new(
+        headers: &'a http::HeaderMap,
+        peer: Option<SocketAddr>,
+        certificates: Option<Arc<Vec<CertificateDer<'static>>>>,
+    ) -> Self {
         Credentials {
-            headers: request.headers(),
+            headers,
             peer,
-            certificates: tls.and_then(TlsConnectInfo::peer_certs),
+            certificates,
         }
     }
 
@@ -46,6 +42,17 @@ impl<'a> Credentials<'a> {
     pub fn peer(&self) -> Option<SocketAddr> {
         self.peer
     }
+}
+
+/// Why a request was not let in, as its caller is told (each front maps it to its protocol:
+/// gRPC `UNAUTHENTICATED`/`PERMISSION_DENIED`, HTTP 401/403).
+#[derive(Debug, thiserror::Error)]
+pub enum Denied {
+    /// No acceptable credentials (the text says what was wrong, never the credential).
+    #[error("{0}")]
+    Unauthenticated(String),
+    #[error("{0}")]
+    PermissionDenied(String),
 }
 
 /// `[auth]` settings that cannot be used at start.
@@ -242,7 +249,7 @@ impl Authenticator {
         rpc: &str,
         needs: &[Role],
         audited: bool,
-    ) -> Result<Arc<Caller>, RequestError> {
+    ) -> Result<Arc<Caller>, Denied> {
         let caller = match self.authenticate(credentials) {
             Ok(caller) => caller,
             Err(why) => {
@@ -258,7 +265,7 @@ impl Authenticator {
                     "refused"
                 );
                 // The caller learns that its credential was refused, not why.
-                return Err(RequestError::Unauthenticated(why.told()));
+                return Err(Denied::Unauthenticated(why.told()));
             }
         };
         if !(needs.iter().any(|role| caller.has(*role)) || caller.has(Role::Admin)) {
@@ -272,7 +279,7 @@ impl Authenticator {
                 roles = caller.role_names().as_str(),
                 "refused"
             );
-            return Err(RequestError::PermissionDenied(format!(
+            return Err(Denied::PermissionDenied(format!(
                 "{} needs the {} role; {} has {}",
                 rpc,
                 needs

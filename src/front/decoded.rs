@@ -34,12 +34,24 @@ impl From<&crate::config::Limits> for DecodedLimits {
     }
 }
 
-/// Which bound a request would pass, and its size.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Which bound a request would pass, and its size. The text names the bound's setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum DecodedFull {
+    #[error(
+        "running batches and this request would hold more than {0} bytes once decoded (limits.max_decoded_bytes); send less, or retry when a batch ends"
+    )]
     Server(usize),
+    #[error(
+        "this tenant's running batches and this request would hold more than {0} bytes once decoded (limits.max_decoded_bytes_per_tenant); send less, or retry when a batch ends"
+    )]
     Tenant(usize),
+    #[error(
+        "this identity's running batches and this request would hold more than {0} bytes once decoded (limits.max_decoded_bytes_per_identity); send less, or retry when a batch ends"
+    )]
     Identity(usize),
+    #[error(
+        "this connection's running batches and this request would hold more than {0} bytes once decoded (limits.max_decoded_bytes_per_connection); send less, or retry when a batch ends"
+    )]
     Connection(usize),
 }
 
