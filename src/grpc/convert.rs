@@ -13,12 +13,12 @@ use toolgate_core::dispatch::{
     Batch, BatchOptions, BatchReport, Binding, CallResult, ErrorClass, Event, MessageFormat,
     Outcome,
 };
-use toolgate_core::identity::{Caller, Role};
+use toolgate_core::identity::Caller;
 use toolgate_core::safety::breaker::BreakerState;
 use toolgate_core::safety::health::{HealthReport, Status};
 use toolgate_core::safety::hooks::Decision;
 use toolgate_core::session::validate_session_id;
-use toolgate_core::tools::{ContentPart, Definition, Registered, ToolPin, ToolSource};
+use toolgate_core::tools::{ContentPart, Definition, Registered, ToolSource};
 use toolgate_proto::pb;
 use toolgate_proto::protojson;
 
@@ -622,33 +622,15 @@ pub fn tool_health(report: &HealthReport) -> pb::ToolHealth {
     }
 }
 
-/// A registered tool as `viewer` may see it: admins see a quarantined tool's changed
-/// definition and what changed; everyone else sees the definition that was pinned, or nothing
-/// when it is not known. A changed description is a remote's word, and may be written to steer
-/// the model that reads it.
+/// A registered tool as `viewer` may see it (`Registered::shown_to`).
 pub fn tool_definition(registered: &Registered, viewer: &Caller) -> Option<pb::ToolDefinition> {
-    let tool = &registered.tool;
-    let current = Definition::of(tool.as_ref());
-    let admin = viewer.has(Role::Admin);
-    let (shown, changed_digest, change) = match &registered.pin {
-        Some(ToolPin {
-            changed_to: Some(changed),
-            accepted,
-            ..
-        }) => match (admin, accepted) {
-            (true, accepted) => {
-                let change = accepted
-                    .as_ref()
-                    .map(|was| was.changes_to(&current))
-                    .unwrap_or_default();
-                (current, changed.clone(), change)
-            }
-            (false, Some(accepted)) => ((**accepted).clone(), String::new(), String::new()),
-            (false, None) => return None,
-        },
-        _ => (current, String::new(), String::new()),
-    };
-    Some(definition(registered, shown, changed_digest, change))
+    let shown = registered.shown_to(viewer)?;
+    Some(definition(
+        registered,
+        shown.definition,
+        shown.changed_digest,
+        shown.change,
+    ))
 }
 
 /// `tool_definition` for a definition decided on.

@@ -154,6 +154,16 @@ impl Dispatcher {
     }
 
     /// The shared catalog, for registering and removing tools at run time.
+    /// Whether `caller` may call `tool` at all: no permission rule denies it (a rule that asks
+    /// still lets it be offered). What a front lists to a caller.
+    pub fn may_call(&self, tool: &str, caller: &crate::identity::Caller) -> bool {
+        !self
+            .pipeline
+            .permissions
+            .deciding(tool, caller)
+            .is_some_and(|(rule, _)| rule.verdict == crate::middleware::PermissionVerdict::Deny)
+    }
+
     pub fn catalog(&self) -> &Arc<Catalog> {
         &self.catalog
     }

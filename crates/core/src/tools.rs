@@ -22,7 +22,9 @@ pub use function::FnTool;
 pub use outcome::ErrorClass;
 pub(crate) use outcome::content_of;
 pub use progress::{PROGRESS_QUEUE, Progress, ProgressReceiver, ProgressSink};
-pub use registry::{Definition, Registered, RegistryError, ToolPin, ToolRegistry, ToolSource};
+pub use registry::{
+    Definition, Registered, RegistryError, Shown, ToolPin, ToolRegistry, ToolSource,
+};
 pub use scratch::{DEFAULT_QUOTA_BYTES, remove_tree, unguessable_name};
 pub use scratch::{Entry, FileError, ScratchDir, ScratchStore, SharedScratch, entry_bytes};
 

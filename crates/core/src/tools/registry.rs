@@ -53,7 +53,54 @@ impl std::fmt::Debug for Registered {
     }
 }
 
+/// A registered tool as one caller is shown it (`Registered::shown_to`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shown {
+    pub definition: Definition,
+    /// For an admin viewing a quarantined tool: the changed definition's digest and what
+    /// changed (`Definition::changes_to`); empty otherwise.
+    pub changed_digest: String,
+    pub change: String,
+}
+
 impl Registered {
+    /// The tool as `viewer` may see it: admins see a quarantined tool's changed definition and
+    /// what changed; everyone else sees the definition that was pinned, or nothing when it is
+    /// not known. A changed description is a remote's word, and may be written to steer the
+    /// model that reads it. Every front shows tools through this.
+    pub fn shown_to(&self, viewer: &crate::identity::Caller) -> Option<Shown> {
+        let current = Definition::of(self.tool.as_ref());
+        let admin = viewer.has(crate::identity::Role::Admin);
+        let shown = match &self.pin {
+            Some(ToolPin {
+                changed_to: Some(changed),
+                accepted,
+                ..
+            }) => match (admin, accepted) {
+                (true, accepted) => Shown {
+                    change: accepted
+                        .as_ref()
+                        .map(|was| was.changes_to(&current))
+                        .unwrap_or_default(),
+                    definition: current,
+                    changed_digest: changed.clone(),
+                },
+                (false, Some(accepted)) => Shown {
+                    definition: (**accepted).clone(),
+                    changed_digest: String::new(),
+                    change: String::new(),
+                },
+                (false, None) => return None,
+            },
+            _ => Shown {
+                definition: current,
+                changed_digest: String::new(),
+                change: String::new(),
+            },
+        };
+        Some(shown)
+    }
+
     /// `tool`, registered from `source` (and pinned, for a remote's).
     pub fn new(tool: Arc<dyn Tool>, source: ToolSource, pin: Option<ToolPin>) -> Self {
         Registered {
