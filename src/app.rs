@@ -94,6 +94,7 @@ pub enum StartError {
 pub struct RunningServer {
     addr: SocketAddr,
     admin_addr: Option<SocketAddr>,
+    mcp_addr: Option<SocketAddr>,
     trigger: CancellationToken,
     task: JoinHandle<Result<(), ServeError>>,
 }
@@ -140,7 +141,8 @@ impl Server {
     pub async fn start(self) -> Result<RunningServer, StartError> {
         let listener = bind(self.config.server.listen).await?;
         let admin = self.admin_listener(None).await?;
-        self.start_with(listener, admin).await
+        let mcp = self.mcp_listener(None).await?;
+        self.start_with(listener, admin, mcp).await
     }
 
     /// Starts on `127.0.0.1:0` (any free port), and the admin listener too when it is on: the
@@ -149,14 +151,28 @@ impl Server {
         let any_port = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
         let listener = bind(any_port).await?;
         let admin = self.admin_listener(Some(any_port)).await?;
-        self.start_with(listener, admin).await
+        let mcp = self.mcp_listener(Some(any_port)).await?;
+        self.start_with(listener, admin, mcp).await
     }
 
     /// Starts on an already bound listener (and the admin listener on `admin.listen`, unless
     /// that is off).
     pub async fn start_on(self, listener: TcpListener) -> Result<RunningServer, StartError> {
         let admin = self.admin_listener(None).await?;
-        self.start_with(listener, admin).await
+        let mcp = self.mcp_listener(None).await?;
+        self.start_with(listener, admin, mcp).await
+    }
+
+    /// The MCP listener, on `addr` instead of the configured address when given; `None` when
+    /// `mcp.listen` is off.
+    async fn mcp_listener(
+        &self,
+        addr: Option<SocketAddr>,
+    ) -> Result<Option<TcpListener>, StartError> {
+        let Some(configured) = self.config.mcp.listen else {
+            return Ok(None);
+        };
+        Ok(Some(bind(addr.unwrap_or(configured)).await?))
     }
 
     /// The admin listener, on `addr` instead of the configured address when given; `None` when
@@ -175,6 +191,7 @@ impl Server {
         mut self,
         listener: TcpListener,
         admin: Option<TcpListener>,
+        mcp: Option<TcpListener>,
     ) -> Result<RunningServer, StartError> {
         // The one validation on the start path: configs from `Config::load` were checked there,
         // but an embedder's config may have been built or changed in code.
@@ -197,7 +214,7 @@ impl Server {
         })?;
         let dispatcher = self.build()?;
         let sessions = dispatcher.sessions_handle();
-        let auth = Authenticator::from_config(&self.config.auth).await?;
+        let auth = Arc::new(Authenticator::from_config(&self.config.auth).await?);
         let tls = match TlsSettings::from_config(&self.config.tls) {
             Some(settings) => Some(Tls::load(settings)?),
             None => None,
@@ -227,7 +244,7 @@ impl Server {
             stalls: StallWatch::new(self.config.server.stall_timeout),
             metrics: self.metrics.metrics(),
             tracer: self.tracer(),
-            auth: Arc::new(auth),
+            auth: auth.clone(),
             remotes: remotes.clone(),
             allow_registration: self.config.remote_registration.enabled,
             registration: Arc::new(self.config.remote_registration.policy()?),
@@ -251,6 +268,26 @@ impl Server {
                     stop_admin.clone(),
                 ));
                 admin_addr
+            }
+            None => None,
+        };
+        // The MCP listener, like the admin one, outlives draining: its running calls are the
+        // entry's, and drain with the gRPC ones.
+        let mcp_addr = match mcp {
+            Some(listener) => {
+                let mcp_addr = listener.local_addr().ok();
+                let parts = crate::mcp::McpParts {
+                    dispatcher: state.dispatcher.clone(),
+                    entry: state.entry.clone(),
+                    auth: auth.clone(),
+                    tls: tls.clone(),
+                };
+                let config = self.config.clone();
+                let stop = stop_admin.clone();
+                tokio::spawn(
+                    async move { crate::mcp::serve(listener, &config, parts, stop).await },
+                );
+                mcp_addr
             }
             None => None,
         };
@@ -284,10 +321,11 @@ impl Server {
             let _ = tokio::time::timeout(METRICS_FLUSH, flushed).await;
             result
         });
-        tracing::info!(%addr, admin = ?admin_addr, "listening");
+        tracing::info!(%addr, admin = ?admin_addr, mcp = ?mcp_addr, "listening");
         Ok(RunningServer {
             addr,
             admin_addr,
+            mcp_addr,
             trigger,
             task,
         })
@@ -373,6 +411,11 @@ impl RunningServer {
     /// The address the server listens on.
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The MCP listener's address, when it is on.
+    pub fn mcp_addr(&self) -> Option<SocketAddr> {
+        self.mcp_addr
     }
 
     /// The admin listener's address (`/metrics`, `/livez`, `/readyz`), when it is on.

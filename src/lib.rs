@@ -21,6 +21,7 @@ pub mod app;
 pub mod config;
 pub mod front;
 pub mod grpc;
+pub mod mcp;
 pub mod store;
 pub mod telemetry;
 

@@ -137,6 +137,10 @@ struct ServeArgs {
     /// port 0 = any free port, empty = off.
     #[arg(long)]
     admin_listen: Option<String>,
+    /// Address of the MCP listener (streamable HTTP), e.g. 127.0.0.1:8765; port 0 = any free
+    /// port, empty = off (the default).
+    #[arg(long)]
+    mcp_listen: Option<String>,
     /// TOML config file; its keys override the embedded default.
     #[arg(long, env = "TOOLGATE_CONFIG")]
     config: Option<PathBuf>,
@@ -333,6 +337,9 @@ fn overrides(args: &ServeArgs) -> Vec<(String, String)> {
     if let Some(admin) = &args.admin_listen {
         set(&["TOOLGATE_ADMIN__LISTEN"], admin);
     }
+    if let Some(mcp) = &args.mcp_listen {
+        set(&["TOOLGATE_MCP__LISTEN"], mcp);
+    }
     if let Some(format) = args.log_format {
         let format = match format {
             LogFormatArg::Text => "text",
@@ -351,6 +358,9 @@ async fn run(config: Config) -> anyhow::Result<()> {
     report(&format!("listening on {}", server.local_addr()));
     if let Some(admin) = server.admin_addr() {
         report(&format!("admin listening on {admin}"));
+    }
+    if let Some(mcp) = server.mcp_addr() {
+        report(&format!("mcp listening on {mcp}"));
     }
     let handle = server.shutdown_handle();
     tokio::spawn(async move {

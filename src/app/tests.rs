@@ -83,6 +83,7 @@ async fn an_aborted_server_task_is_an_error() {
 async fn a_panicked_server_task_is_an_error() {
     let server = RunningServer {
         admin_addr: None,
+        mcp_addr: None,
         addr: SocketAddr::from(([127, 0, 0, 1], 0)),
         trigger: CancellationToken::new(),
         task: tokio::spawn(async { panic!("the server broke") }),

@@ -36,6 +36,31 @@ where
     })
 }
 
+/// `mcp.listen`: an address such as `127.0.0.1:8765`; empty turns the MCP front off.
+pub(super) fn mcp_listen<'de, D>(d: D) -> Result<Option<SocketAddr>, D::Error>
+where
+    D: Deserializer<'de>,
+{
+    optional(d, |text| {
+        address(text).ok_or_else(|| {
+            format!(
+                "mcp.listen: '{text}' is not an address such as 127.0.0.1:8765 (empty turns the MCP front off)"
+            )
+        })
+    })
+}
+
+/// `mcp.resource`: the endpoint's canonical `http(s)://` URL, without a fragment.
+pub(super) fn mcp_resource<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Url>, D::Error> {
+    optional(d, |text| {
+        http_url(text)
+            .filter(|url| url.fragment().is_none())
+            .ok_or_else(|| {
+                format!("mcp.resource: '{text}' is not an http(s) URL without a fragment")
+            })
+    })
+}
+
 /// `telemetry.otlp_endpoint`: an `http://` or `https://` URL; empty leaves it to the
 /// `OTEL_EXPORTER_OTLP_*` variables.
 pub(super) fn otlp_endpoint<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Url>, D::Error> {

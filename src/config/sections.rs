@@ -11,6 +11,7 @@
 //! scopes, per-tool loop and retry.
 
 mod hooks;
+mod mcp;
 mod observability;
 mod pipeline;
 mod remotes;
@@ -21,6 +22,7 @@ mod sessions;
 use super::parse;
 
 pub use hooks::*;
+pub use mcp::*;
 pub use observability::*;
 pub use pipeline::*;
 pub use remotes::*;

@@ -74,6 +74,7 @@ const RULES: &[Rule] = &[
     rules::certificates,
     rules::someone_can_get_in,
     rules::remote_registration,
+    rules::mcp_front,
 ];
 
 /// The problems found so far, with the checks rules share.

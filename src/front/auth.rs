@@ -250,7 +250,20 @@ impl Authenticator {
         needs: &[Role],
         audited: bool,
     ) -> Result<Arc<Caller>, Denied> {
-        let caller = match self.authenticate(credentials) {
+        self.authorize_for(credentials, None, rpc, needs, audited)
+    }
+
+    /// `authorize`, with a JWT required to name `audience` in `aud` instead of
+    /// `auth.jwt.audience` when one is given (an endpoint's own resource indicator, RFC 8707).
+    pub fn authorize_for(
+        &self,
+        credentials: &Credentials<'_>,
+        audience: Option<&str>,
+        rpc: &str,
+        needs: &[Role],
+        audited: bool,
+    ) -> Result<Arc<Caller>, Denied> {
+        let caller = match self.authenticate(credentials, audience) {
             Ok(caller) => caller,
             Err(why) => {
                 // Every field from a request is recorded as a string, which the text format
@@ -311,13 +324,17 @@ impl Authenticator {
 
     /// Credentials win over the connection: a request that presents a token is judged by it
     /// alone (a wrong token is never let in as anonymous).
-    fn authenticate(&self, credentials: &Credentials<'_>) -> Result<Arc<Caller>, Refused> {
+    fn authenticate(
+        &self,
+        credentials: &Credentials<'_>,
+        audience: Option<&str>,
+    ) -> Result<Arc<Caller>, Refused> {
         if let Some(header) = credentials.headers.get("authorization") {
             let text = header.to_str().map_err(|_| Refused::HeaderNotText)?;
             let Some(token) = strip_bearer(text) else {
                 return Err(Refused::NotBearer);
             };
-            return self.bearer(token);
+            return self.bearer(token, audience);
         }
         // A certificate is a credential: one that maps to no identity is refused, never let in
         // as anonymous (which from loopback could be an admin).
@@ -338,10 +355,10 @@ impl Authenticator {
         }
     }
 
-    fn bearer(&self, token: &str) -> Result<Arc<Caller>, Refused> {
+    fn bearer(&self, token: &str, audience: Option<&str>) -> Result<Arc<Caller>, Refused> {
         let looks_like_jwt = token.split('.').count() == 3;
         if looks_like_jwt && let Some(jwt) = &self.jwt {
-            return Ok(Arc::new(jwt.verify(token)?));
+            return Ok(Arc::new(jwt.verify(token, audience)?));
         }
         let digest = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
         // Digests, not tokens, are compared (a timing difference says nothing about a token),
@@ -548,7 +565,7 @@ impl Jwt {
         }
     }
 
-    fn verify(self: &Arc<Self>, token: &str) -> Result<Caller, JwtRefused> {
+    fn verify(self: &Arc<Self>, token: &str, audience: Option<&str>) -> Result<Caller, JwtRefused> {
         let header = jsonwebtoken::decode_header(token).map_err(JwtRefused::Malformed)?;
         // RFC 7515 §4.1.11: a header naming critical extensions this verifier does not know
         // must be refused (jsonwebtoken does not read `crit`).
@@ -583,7 +600,7 @@ impl Jwt {
         let key = key.map_err(JwtRefused::UnusableKey)?;
         let mut validation = Validation::new(header.alg);
         validation.set_issuer(&[&self.issuer]);
-        validation.set_audience(&[&self.audience]);
+        validation.set_audience(&[audience.unwrap_or(&self.audience)]);
         validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
         validation.validate_nbf = true;
         validation.leeway = self.leeway;

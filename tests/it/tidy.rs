@@ -168,7 +168,7 @@ const LAYERS: &[(&str, &[&[&str]])] = &[
         &[
             &["config"],
             &["front", "telemetry", "store"],
-            &["grpc"],
+            &["grpc", "mcp"],
             &["app"],
         ],
     ),

@@ -604,3 +604,40 @@ pub(super) fn remote_registration(c: &Config, p: &mut Problems) {
         p.add(problem);
     }
 }
+
+pub(super) fn mcp_front(c: &Config, p: &mut Problems) {
+    let mcp = &c.mcp;
+    p.check(
+        mcp.path.starts_with('/') && !mcp.path.starts_with("/.well-known/"),
+        format_args!(
+            "mcp.path: '{}' must start with '/' and not be under /.well-known/",
+            mcp.path
+        ),
+    );
+    p.check(mcp.page_size >= 1, "mcp.page_size: must be at least 1");
+    for (i, server) in mcp.authorization_servers.iter().enumerate() {
+        let url = url::Url::parse(server).ok();
+        p.check(
+            url.is_some_and(|u| matches!(u.scheme(), "http" | "https")),
+            format_args!("mcp.authorization_servers[{i}]: '{server}' is not an http(s) URL"),
+        );
+    }
+    let Some(listen) = mcp.listen else {
+        return;
+    };
+    p.check(
+        listen.ip().is_loopback() || c.tls.enabled() || c.server.insecure,
+        format_args!(
+            "mcp.listen: {listen} is not a loopback address and TLS is off; set tls.cert_file and tls.key_file, or server.insecure = true to serve plaintext anyway"
+        ),
+    );
+    for (other, key) in [
+        (Some(c.server.listen), "server.listen"),
+        (c.admin.listen, "admin.listen"),
+    ] {
+        p.check(
+            other != Some(listen) || listen.port() == 0,
+            format_args!("mcp.listen: {listen} is also {key}"),
+        );
+    }
+}

@@ -1,0 +1,80 @@
+//! The MCP front door: toolgate as an MCP server over streamable HTTP (rmcp's server, served on
+//! our own hyper), so that any MCP client gets the tools toolgate guards. `tools/call` runs one
+//! call through the pipeline `DispatchBatch` runs, as a batch of one, admitted through the same
+//! entry (`front::entry`) and judged by the same `[auth]` (`front::auth`); `tools/list` shows
+//! the tools the caller may call, as `ListTools` names them. See docs/mcp.md.
+
+mod gate;
+mod handler;
+mod listener;
+mod shape;
+
+use std::sync::Arc;
+
+use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
+use rmcp::transport::streamable_http_server::StreamableHttpService;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::front::auth::Authenticator;
+use crate::front::entry::Entry;
+use crate::front::tls::Tls;
+use toolgate_core::calls::IntakeLimits;
+use toolgate_core::dispatch::Dispatcher;
+
+/// What the MCP front is served with.
+pub struct McpParts {
+    pub dispatcher: Dispatcher,
+    pub entry: Arc<Entry>,
+    pub auth: Arc<Authenticator>,
+    pub tls: Option<Tls>,
+}
+
+/// Serves MCP on `listener` until `stop` fires.
+pub async fn serve(
+    listener: TcpListener,
+    config: &Config,
+    parts: McpParts,
+    stop: CancellationToken,
+) {
+    let mcp = &config.mcp;
+    let shared = Arc::new(handler::Shared {
+        dispatcher: parts.dispatcher,
+        entry: parts.entry,
+        intake: IntakeLimits {
+            max_json_depth: config.limits.max_json_depth,
+        },
+        page_size: mcp.page_size,
+    });
+    let mut http = StreamableHttpServerConfig::default()
+        .with_cancellation_token(stop.child_token())
+        .with_max_request_body_bytes(config.server.max_message_bytes);
+    http = if mcp.allowed_hosts.iter().any(|h| h == "*") {
+        http.disable_allowed_hosts()
+    } else {
+        http.with_allowed_hosts(mcp.allowed_hosts.iter().cloned())
+    };
+    http = http
+        .with_allowed_origins(mcp.allowed_origins.iter().cloned())
+        .enforce_origin_validation();
+    let sessions = Arc::new(LocalSessionManager::default());
+    let front = handler::Front(shared);
+    let service = StreamableHttpService::new(move || Ok(front.clone()), sessions.clone(), http);
+    let gates = Arc::new(gate::Gates {
+        auth: parts.auth,
+        path: mcp.path.clone(),
+        resource: mcp.resource.clone(),
+        authorization_servers: mcp.authorization_servers.clone(),
+        service,
+        sessions,
+        owners: Default::default(),
+        max_sessions: config.sessions.max_sessions,
+    });
+    let bounds = listener::Bounds {
+        max_connections: config.server.max_connections,
+        max_connections_per_address: config.server.max_connections_per_address,
+    };
+    listener::serve(listener, parts.tls, gates, bounds, stop).await;
+}

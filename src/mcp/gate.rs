@@ -1,0 +1,288 @@
+//! The HTTP gate in front of rmcp's streamable HTTP service: the protected-resource metadata
+//! (RFC 9728), who calls (the `[auth]` every front shares: 401 with `resource_metadata`, 403),
+//! and which caller owns each MCP session, so a session id learnt by another identity leads
+//! nowhere. The caller it admitted and the connection go into the request's extensions for the
+//! handler.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt as _, Full};
+use parking_lot::Mutex;
+use rmcp::transport::streamable_http_server::StreamableHttpService;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rustls::pki_types::CertificateDer;
+use url::Url;
+
+use super::handler::{Connection, Front};
+use crate::front::auth::{Authenticator, Credentials, Denied};
+use toolgate_core::identity::{Caller, Role};
+
+/// What rmcp answers with, and so what the gate answers with.
+pub(super) type Reply = Response<BoxBody<Bytes, Infallible>>;
+
+/// Where the protected-resource metadata of a resource is (RFC 9728 §3.1).
+const METADATA_PATH: &str = "/.well-known/oauth-protected-resource";
+/// The 2026-07-28 revision: stateless, so a request of it never opens a session.
+const STATELESS_REVISION: &str = "2026-07-28";
+
+/// What every connection's gate shares.
+pub(super) struct Gates {
+    pub auth: Arc<Authenticator>,
+    pub path: String,
+    /// `mcp.resource`: the endpoint's canonical URL, when configured.
+    pub resource: Option<Url>,
+    pub authorization_servers: Vec<String>,
+    pub service: StreamableHttpService<Front, LocalSessionManager>,
+    pub sessions: Arc<LocalSessionManager>,
+    /// Each live MCP session's owner (`method:tenant/id`).
+    pub owners: Mutex<HashMap<String, String>>,
+    /// The most MCP sessions open at once.
+    pub max_sessions: usize,
+}
+
+/// The gate of one connection.
+#[derive(Clone)]
+pub(super) struct Gate {
+    pub shared: Arc<Gates>,
+    pub connection: Connection,
+    /// The client's certificate chain, over TLS with client certificates.
+    pub certificates: Option<Arc<Vec<CertificateDer<'static>>>>,
+    /// Whether the connection is TLS (for the URLs the gate names).
+    pub tls: bool,
+}
+
+impl<B> tower::Service<Request<B>> for Gate
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: std::fmt::Display,
+{
+    type Response = Reply;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<Reply, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let gate = self.clone();
+        Box::pin(async move { Ok(gate.serve(request).await) })
+    }
+}
+
+impl Gate {
+    async fn serve<B>(self, mut request: Request<B>) -> Reply
+    where
+        B: http_body::Body<Data = Bytes> + Send + 'static,
+        B::Error: std::fmt::Display,
+    {
+        let shared = &self.shared;
+        let path = request.uri().path();
+        if path == METADATA_PATH || path.strip_prefix(METADATA_PATH) == Some(shared.path.as_str()) {
+            return self.metadata(&request);
+        }
+        if path != shared.path {
+            return plain(
+                StatusCode::NOT_FOUND,
+                "not found: the MCP endpoint is elsewhere",
+            );
+        }
+        let credentials = Credentials::new(
+            request.headers(),
+            Some(self.connection.peer),
+            self.certificates.clone(),
+        );
+        let audience = shared.resource.as_ref().map(Url::as_str);
+        let caller =
+            match shared
+                .auth
+                .authorize_for(&credentials, audience, "mcp", &[Role::Agent], false)
+            {
+                Ok(caller) => caller,
+                Err(denied) => return self.denied(&request, denied),
+            };
+        let owner = owner_key(&caller);
+        let session = request
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        match &session {
+            // A session another identity opened is, to this caller, a session that does not
+            // exist.
+            Some(id) => {
+                if shared.owners.lock().get(id).is_some_and(|o| *o != owner) {
+                    return plain(StatusCode::NOT_FOUND, "session not found");
+                }
+            }
+            None if request.method() == Method::POST && !stateless(&request) => {
+                if self.sessions_full().await {
+                    return plain(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "too many MCP sessions are open; retry later, or end sessions you no longer use (DELETE)",
+                    );
+                }
+            }
+            None => {}
+        }
+        let deleting = request.method() == Method::DELETE;
+        request.extensions_mut().insert(caller);
+        request.extensions_mut().insert(self.connection);
+        let mut service = shared.service.clone();
+        let reply = match tower::Service::call(&mut service, request).await {
+            Ok(reply) => reply,
+            Err(never) => match never {},
+        };
+        match session {
+            None => {
+                if let Some(id) = reply
+                    .headers()
+                    .get("mcp-session-id")
+                    .and_then(|v| v.to_str().ok())
+                {
+                    shared.owners.lock().insert(id.to_owned(), owner);
+                }
+            }
+            Some(id) if deleting && reply.status().is_success() => {
+                shared.owners.lock().remove(&id);
+            }
+            Some(_) => {}
+        }
+        reply
+    }
+
+    /// Whether opening one more session would pass `max_sessions`; first forgets the owners of
+    /// sessions rmcp has closed (idle, or deleted).
+    async fn sessions_full(&self) -> bool {
+        let shared = &self.shared;
+        let live = shared.sessions.sessions.read().await;
+        if live.len() >= shared.max_sessions {
+            return true;
+        }
+        let mut owners = shared.owners.lock();
+        if owners.len() >= shared.max_sessions {
+            owners.retain(|id, _| live.contains_key(id.as_str()));
+        }
+        false
+    }
+
+    /// The resource's canonical URL: `mcp.resource`, else the URL the client used.
+    fn resource(&self, request: &Request<impl Sized>) -> String {
+        if let Some(resource) = &self.shared.resource {
+            return resource.to_string();
+        }
+        let host = request
+            .headers()
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .map(str::to_owned)
+            .or_else(|| request.uri().authority().map(|a| a.to_string()))
+            .unwrap_or_else(|| self.connection.local.to_string());
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{host}{}", self.shared.path)
+    }
+
+    /// Where the metadata of the resource is: the well-known path with the resource's path
+    /// after it (RFC 9728 §3.1).
+    fn metadata_url(&self, request: &Request<impl Sized>) -> String {
+        let resource = self.resource(request);
+        match Url::parse(&resource) {
+            Ok(url) => {
+                let path = url.path().trim_end_matches('/');
+                format!(
+                    "{}{METADATA_PATH}{path}",
+                    url.origin().ascii_serialization()
+                )
+            }
+            Err(_) => resource,
+        }
+    }
+
+    /// The protected-resource metadata document (RFC 9728 §2).
+    fn metadata(&self, request: &Request<impl Sized>) -> Reply {
+        if request.method() != Method::GET {
+            let mut reply = plain(StatusCode::METHOD_NOT_ALLOWED, "GET only");
+            reply
+                .headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static("GET"));
+            return reply;
+        }
+        let document = serde_json::json!({
+            "resource": self.resource(request),
+            "authorization_servers": self.shared.authorization_servers,
+            "bearer_methods_supported": ["header"],
+            "resource_name": "toolgate",
+        });
+        let mut reply = Response::new(full(document.to_string()));
+        reply.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        reply
+    }
+
+    /// 401 with where to learn how to get a token, or 403 (MCP authorization; RFC 6750 §3).
+    fn denied(&self, request: &Request<impl Sized>, denied: Denied) -> Reply {
+        let sent_token = request.headers().contains_key(header::AUTHORIZATION);
+        let metadata = self.metadata_url(request);
+        let (status, text, challenge) = match denied {
+            Denied::Unauthenticated(text) => {
+                let error = if sent_token {
+                    ", error=\"invalid_token\""
+                } else {
+                    ""
+                };
+                (
+                    StatusCode::UNAUTHORIZED,
+                    text,
+                    format!("Bearer resource_metadata=\"{metadata}\"{error}"),
+                )
+            }
+            Denied::PermissionDenied(text) => (
+                StatusCode::FORBIDDEN,
+                text,
+                format!("Bearer error=\"insufficient_scope\", resource_metadata=\"{metadata}\""),
+            ),
+        };
+        let mut reply = plain(status, &text);
+        if let Ok(value) = HeaderValue::from_str(&challenge) {
+            reply.headers_mut().insert(header::WWW_AUTHENTICATE, value);
+        }
+        reply
+    }
+}
+
+/// Whether a request speaks the stateless revision (it never opens a session).
+fn stateless<B>(request: &Request<B>) -> bool {
+    request
+        .headers()
+        .get("mcp-protocol-version")
+        .is_some_and(|v| v.as_bytes() >= STATELESS_REVISION.as_bytes())
+}
+
+/// Who owns a session: the caller's credential, tenant and identity.
+fn owner_key(caller: &Caller) -> String {
+    format!("{}:{}/{}", caller.method.name(), caller.tenant, caller.id)
+}
+
+fn full(text: String) -> BoxBody<Bytes, Infallible> {
+    Full::new(Bytes::from(text)).boxed()
+}
+
+/// A plain-text reply.
+fn plain(status: StatusCode, text: &str) -> Reply {
+    let mut reply = Response::new(full(format!("{text}\n")));
+    *reply.status_mut() = status;
+    reply.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    reply
+}

@@ -1,0 +1,302 @@
+//! The MCP server: `tools/list` shows the tools the caller may call as `ListTools` names them,
+//! and `tools/call` runs one call through exactly the pipeline `DispatchBatch` runs, as a batch
+//! of one admitted through the server's one entry (`front::entry`), in a toolgate session.
+
+use std::sync::Arc;
+
+use rmcp::model::{
+    CacheScope, CallToolRequestParams, CallToolResponse, ErrorCode, ErrorData, Implementation,
+    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
+    ServerCapabilities, ServerConfig,
+};
+use rmcp::service::RequestContext;
+use rmcp::{Peer, RoleServer, ServerHandler};
+use serde_json::{Map, Value, json};
+
+use super::shape;
+use crate::front::admission::Holder;
+use crate::front::entry::{Entry, Turned};
+use toolgate_core::calls::{self, IntakeLimits};
+use toolgate_core::dispatch::{Batch, BatchOptions, Dispatcher, Event, Mode, Observer};
+use toolgate_core::identity::Caller;
+use toolgate_core::tools::BoxFuture;
+use toolgate_core::trace::Span;
+
+/// The header naming the toolgate session of a call, as on gRPC.
+pub(super) const SESSION_HEADER: &str = "x-toolgate-session";
+/// The `_meta` key naming it, for clients that cannot set headers.
+pub(super) const SESSION_META: &str = "dev.toolgate/session";
+/// JSON-RPC's implementation-defined server error: the server could not take the request now.
+const SERVER_BUSY: ErrorCode = ErrorCode(-32000);
+
+/// What a request's connection told the front door: put in each request's extensions by the
+/// listener.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Connection {
+    pub peer: std::net::SocketAddr,
+    pub local: std::net::SocketAddr,
+}
+
+/// What every MCP request is served with; one per server, shared by every session.
+pub(super) struct Shared {
+    pub dispatcher: Dispatcher,
+    pub entry: Arc<Entry>,
+    pub intake: IntakeLimits,
+    pub page_size: usize,
+}
+
+/// The rmcp server handler: a handle on the shared state (one is made per session).
+#[derive(Clone)]
+pub(super) struct Front(pub Arc<Shared>);
+
+impl ServerHandler for Front {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
+        .with_server_info(Implementation::new("toolgate", env!("CARGO_PKG_VERSION")))
+        .with_instructions(
+            "Every tool call runs through toolgate's safety pipeline: hooks, loop detection, \
+             breakers, permissions, validation and retries. A refused or failed call comes back \
+             as a result with isError set and a text that says why.",
+        )
+    }
+
+    async fn list_tools(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let caller = caller_of(&context)?;
+        let start = match request.and_then(|r| r.cursor) {
+            None => 0,
+            Some(cursor) => cursor.parse::<usize>().map_err(|_| {
+                ErrorData::invalid_params(format!("unknown cursor '{cursor:.64}'"), None)
+            })?,
+        };
+        let dispatcher = &self.0.dispatcher;
+        let registry = dispatcher.registry();
+        let mut visible = registry
+            .iter()
+            .filter(|registered| dispatcher.may_call(registered.tool.name(), &caller))
+            .filter_map(|registered| shape::tool(registered, &caller))
+            .skip(start);
+        let tools: Vec<_> = visible.by_ref().take(self.0.page_size).collect();
+        let mut result = ListToolsResult::with_all_items(tools);
+        if visible.next().is_some() {
+            result.next_cursor = Some((start + self.0.page_size).to_string());
+        }
+        // What one caller is shown depends on who it is (permissions, pins).
+        result.cache_scope = Some(CacheScope::Private);
+        Ok(result)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let caller = caller_of(&context)?;
+        let parts = context.extensions.get::<http::request::Parts>();
+        let connection = parts
+            .and_then(|p| p.extensions.get::<Connection>())
+            .map(|c| c.peer);
+        let meta = match &request.meta {
+            Some(meta) => &meta.0.0,
+            None => &context.meta.0.0,
+        };
+        let session_id = session_of(parts, Some(meta), &caller)?;
+        let arguments = Value::Object(request.arguments.unwrap_or_default());
+        let holder = Holder::new(connection, &caller);
+        let shared = &self.0;
+        let decoded = shared
+            .entry
+            .open(&holder, toolgate_core::json::held_bytes(&arguments))
+            .map_err(turned)?;
+        let element = json!({
+            "id": call_id(&context.id),
+            "name": request.name,
+            "arguments": arguments,
+        });
+        let calls = calls::intake(std::slice::from_ref(&element), shared.intake);
+        drop(element);
+        let ticket = shared.entry.admit(holder, 1).map_err(turned)?;
+        let batch = Batch {
+            session_id,
+            calls,
+            context: Map::new(),
+            bindings: Default::default(),
+            options: BatchOptions {
+                message_format: Default::default(),
+                call_timeout: None,
+                deadline: None,
+                mode: Mode::Sequential,
+                fail_fast: false,
+                interactive_approvals: false,
+            },
+            turn: 0,
+            caller,
+            trace: Span::none(),
+        };
+        let observer = Progress {
+            peer: context.peer.clone(),
+            token: context.meta.get_progress_token(),
+        };
+        let cancel = shared.entry.cancel();
+        let run = shared.entry.tracker.track_future(async {
+            let run = shared.dispatcher.run(batch, &observer, &cancel);
+            tokio::pin!(run);
+            tokio::select! {
+                biased;
+                report = &mut run => report,
+                // `notifications/cancelled`, or the client leaving a stateless request: the
+                // call is cancelled and still answers, its events paired.
+                () = context.ct.cancelled() => {
+                    cancel.cancel("the MCP client cancelled the request");
+                    run.await
+                }
+            }
+        });
+        let report = run.await.map_err(|error| {
+            tracing::warn!(%error, "an MCP call's session could not be read or written");
+            ErrorData::new(
+                SERVER_BUSY,
+                "the session store is down: the session's state cannot be read or written, so nothing ran; retry later",
+                None,
+            )
+        })?;
+        drop((ticket, decoded));
+        let result = report.results.into_iter().next().ok_or_else(|| {
+            ErrorData::internal_error("the batch gave no result for its call", None)
+        })?;
+        Ok(CallToolResponse::Complete(shape::call_result(result)))
+    }
+}
+
+/// The caller the HTTP gate admitted the request as (`gate.rs`).
+fn caller_of(context: &RequestContext<RoleServer>) -> Result<Arc<Caller>, ErrorData> {
+    context
+        .extensions
+        .get::<http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<Arc<Caller>>())
+        .cloned()
+        .ok_or_else(|| ErrorData::internal_error("the request reached no caller", None))
+}
+
+/// The toolgate session a call runs in: the one the client names (the `x-toolgate-session`
+/// header or the `dev.toolgate/session` `_meta` key, which must agree), else the MCP session
+/// (`Mcp-Session-Id`, 2025-11-25 and earlier), else one per caller. Sessions are namespaced by
+/// the caller's tenant, as on gRPC.
+fn session_of(
+    parts: Option<&http::request::Parts>,
+    meta: Option<&Map<String, Value>>,
+    caller: &Caller,
+) -> Result<String, ErrorData> {
+    let header = |name: &str| {
+        parts
+            .and_then(|p| p.headers.get(name))
+            .map(|value| {
+                value.to_str().map(str::to_owned).map_err(|_| {
+                    ErrorData::invalid_params(format!("the {name} header is not text"), None)
+                })
+            })
+            .transpose()
+    };
+    let named = header(SESSION_HEADER)?;
+    let in_meta = match meta.and_then(|m| m.get(SESSION_META)) {
+        None => None,
+        Some(Value::String(id)) => Some(id.clone()),
+        Some(_) => {
+            return Err(ErrorData::invalid_params(
+                format!("_meta.{SESSION_META} is not a string"),
+                None,
+            ));
+        }
+    };
+    let id = match (named, in_meta) {
+        (Some(a), Some(b)) if a != b => {
+            return Err(ErrorData::invalid_params(
+                format!(
+                    "the {SESSION_HEADER} header and _meta.{SESSION_META} name different sessions"
+                ),
+                None,
+            ));
+        }
+        (Some(id), _) | (None, Some(id)) => id,
+        (None, None) => match header("mcp-session-id")? {
+            Some(id) => format!("mcp-{id}"),
+            None => caller_session(caller),
+        },
+    };
+    toolgate_core::session::validate_session_id(&id)
+        .map_err(|error| ErrorData::invalid_params(error.to_string(), None))?;
+    Ok(id)
+}
+
+/// The session of a caller that names none on a stateless request: one per identity, kept as
+/// long as any named session (`sessions.idle_ttl` after its last call).
+fn caller_session(caller: &Caller) -> String {
+    let who = format!("{}:{}/{}", caller.method.name(), caller.tenant, caller.id);
+    format!(
+        "mcp-caller-{:016x}",
+        toolgate_core::hash::fnv1a(who.as_bytes())
+    )
+}
+
+/// The call id the pipeline records: the JSON-RPC request's id.
+fn call_id(id: &rmcp::model::RequestId) -> String {
+    match id {
+        rmcp::model::NumberOrString::Number(n) => n.to_string(),
+        rmcp::model::NumberOrString::String(s) => s.to_string(),
+    }
+}
+
+/// A refusal at the entry, as a JSON-RPC error whose text says what was full.
+fn turned(turned: Turned) -> ErrorData {
+    ErrorData::new(SERVER_BUSY, turned.to_string(), None)
+}
+
+/// Forwards a call's progress to the client's `progressToken`, when it sent one.
+struct Progress {
+    peer: Peer<RoleServer>,
+    token: Option<ProgressToken>,
+}
+
+impl Observer for Progress {
+    fn on_event(&self, event: Event) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            let (
+                Some(token),
+                Event::Progress {
+                    progress,
+                    total,
+                    message,
+                    ..
+                },
+            ) = (&self.token, event)
+            else {
+                return;
+            };
+            let mut param = ProgressNotificationParam::new(token.clone(), progress);
+            if let Some(total) = total {
+                param = param.with_total(total);
+            }
+            if !message.is_empty() {
+                param = param.with_message(message);
+            }
+            // A client that went away loses its progress, nothing more.
+            let _ = self.peer.notify_progress(param).await;
+        })
+    }
+
+    fn try_event(&self, event: Event) -> Option<Event> {
+        matches!(event, Event::Progress { .. }).then_some(event)
+    }
+
+    fn wants_events(&self) -> bool {
+        self.token.is_some()
+    }
+}

@@ -1,0 +1,73 @@
+//! The one translator between MCP's shapes and the engine's: a registered tool as `tools/list`
+//! shows it, and a call's result as `tools/call` answers it.
+
+use std::sync::Arc;
+
+use rmcp::model::{CallToolResult, ContentBlock, MetaObject, Tool, ToolAnnotations};
+use serde_json::{Map, Value, json};
+
+use toolgate_core::dispatch::CallResult;
+use toolgate_core::identity::Caller;
+use toolgate_core::tools::{ContentPart, Registered};
+
+/// `registered` as `viewer` may see it (the pinned definition for a quarantined tool, nothing
+/// when that is not known), with the hints toolgate knows of it.
+pub(super) fn tool(registered: &Registered, viewer: &Caller) -> Option<Tool> {
+    let shown = registered.shown_to(viewer)?;
+    let definition = shown.definition;
+    let schema = match definition.input_schema {
+        Value::Object(map) => map,
+        // An MCP input schema is an object schema; a tool with none takes an empty object.
+        _ => Map::from_iter([("type".to_owned(), json!("object"))]),
+    };
+    let a = definition.annotations;
+    let annotations = ToolAnnotations::new()
+        .read_only(a.read_only)
+        .destructive(a.destructive)
+        .idempotent(a.idempotent)
+        .open_world(a.open_world);
+    Some(
+        Tool::new_with_raw(
+            registered.tool.name().to_owned(),
+            Some(definition.description.into()),
+            Arc::new(schema),
+        )
+        .with_annotations(annotations),
+    )
+}
+
+/// The answer to `tools/call`: the content the model reads (the same text `DispatchBatch`
+/// gives it), the JSON result as `structuredContent` when it is an object, `isError` for a call
+/// that failed, and in `_meta` what toolgate knows of the run.
+pub(super) fn call_result(result: CallResult) -> CallToolResult {
+    let content = if result.parts.is_empty() {
+        vec![ContentBlock::text(result.content)]
+    } else {
+        result
+            .parts
+            .into_iter()
+            .map(|part| match part {
+                ContentPart::Text(text) => ContentBlock::text(text),
+                ContentPart::Image { mime_type, data } => ContentBlock::image(data, mime_type),
+            })
+            .collect()
+    };
+    let mut answer = if result.success {
+        CallToolResult::success(content)
+    } else {
+        CallToolResult::error(content)
+    };
+    if result.success && result.result.is_object() {
+        answer.structured_content = Some(result.result);
+    }
+    let mut meta = MetaObject::new();
+    meta.insert("error_class".to_owned(), json!(result.error_class.name()));
+    meta.insert("attempts".to_owned(), json!(result.attempts));
+    meta.insert("cached".to_owned(), json!(result.cached));
+    meta.insert("truncated".to_owned(), json!(result.truncated));
+    if !result.tool.is_empty() {
+        meta.insert("tool".to_owned(), json!(result.tool));
+    }
+    answer.meta = Some(meta);
+    answer
+}
