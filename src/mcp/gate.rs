@@ -114,23 +114,19 @@ impl Gate {
             .get("mcp-session-id")
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        match &session {
-            // A session another identity opened is, to this caller, a session that does not
-            // exist.
-            Some(id) => {
-                if shared.owners.lock().get(id).is_some_and(|o| *o != owner) {
-                    return plain(StatusCode::NOT_FOUND, "session not found");
-                }
-            }
-            None if request.method() == Method::POST && !stateless(&request) => {
-                if self.sessions_full().await {
-                    return plain(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "too many MCP sessions are open; retry later, or end sessions you no longer use (DELETE)",
-                    );
-                }
-            }
-            None => {}
+        // A session another identity opened is, to this caller, a session that does not exist.
+        if let Some(id) = &session
+            && shared.owners.lock().get(id).is_some_and(|o| *o != owner)
+        {
+            return plain(StatusCode::NOT_FOUND, "session not found");
+        }
+        let opens_session =
+            session.is_none() && request.method() == Method::POST && !stateless(&request);
+        if opens_session && self.sessions_full().await {
+            return plain(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "too many MCP sessions are open; retry later, or end sessions you no longer use (DELETE)",
+            );
         }
         let deleting = request.method() == Method::DELETE;
         request.extensions_mut().insert(caller);

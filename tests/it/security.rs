@@ -265,13 +265,13 @@ fn b64(bytes: &[u8]) -> String {
 }
 
 /// An ES256 signing key and its JWK.
-struct JwtKey {
+pub(crate) struct JwtKey {
     encoding: jsonwebtoken::EncodingKey,
-    jwk: Value,
+    pub(crate) jwk: Value,
 }
 
 impl JwtKey {
-    fn new(kid: &str) -> JwtKey {
+    pub(crate) fn new(kid: &str) -> JwtKey {
         let key = rcgen::KeyPair::generate().unwrap();
         let point = key.public_key_raw();
         assert_eq!(point.len(), 65, "an uncompressed P-256 point");
@@ -284,14 +284,14 @@ impl JwtKey {
         }
     }
 
-    fn token(&self, kid: &str, claims: Value) -> String {
+    pub(crate) fn token(&self, kid: &str, claims: Value) -> String {
         let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256);
         header.kid = Some(kid.to_owned());
         jsonwebtoken::encode(&header, &claims, &self.encoding).unwrap()
     }
 }
 
-fn now() -> i64 {
+pub(crate) fn now() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()

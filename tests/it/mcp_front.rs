@@ -1,0 +1,347 @@
+//! The MCP front door through the real port, with real MCP clients: the official Python SDK's
+//! client in both protocol generations (the 2025-11-25 handshake and the stateless 2026-07-28
+//! revision) for listing, calls, failed and unknown calls, loop detection across one session's
+//! calls, progress from a remote tool, cancellation; and plain HTTP for what a client meets
+//! before it is let in (401 with `resource_metadata`, the RFC 9728 document, a foreign
+//! `Origin`, another identity's session).
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use toolgate::config::Config;
+
+use crate::support::*;
+
+const MODES: [&str; 2] = ["legacy", "2026-07-28"];
+
+fn driver() -> PathBuf {
+    PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/mcp/front_client.py"
+    ))
+}
+
+/// A server with the MCP front on (any free loopback port) and `extra` config after it.
+async fn start_mcp(extra: &str) -> (TestServer, String) {
+    let config = Config::from_toml(&format!("[mcp]\nlisten = \"127.0.0.1:0\"\n{extra}")).unwrap();
+    let ts = start_with(config).await;
+    let addr = ts.server.mcp_addr().expect("the MCP listener is on");
+    (ts, format!("http://{addr}/mcp"))
+}
+
+/// Runs the Python SDK driver (`tests/mcp/front_client.py`) and returns what it printed.
+async fn sdk(url: &str, mode: &str, scenario: &str, flags: &[&str]) -> Value {
+    let python = crate::peers::testenv().join("venv/bin/python");
+    let mut command = Command::new(python);
+    command
+        .arg(driver())
+        .args([url, mode, scenario])
+        .args(flags)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    crate::processes::own_group(&mut command);
+    let child = command.spawn().expect("python starts");
+    let output = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let line = stdout.lines().last().unwrap_or_default();
+    let value: Value = serde_json::from_str(line)
+        .unwrap_or_else(|_| panic!("the driver printed no JSON: {stdout}\n{stderr}"));
+    assert!(
+        output.status.success(),
+        "{scenario} ({mode}) failed: {value}\n{stderr}"
+    );
+    value
+}
+
+#[tokio::test]
+async fn the_python_sdk_lists_and_calls_through_the_pipeline_in_both_revisions() {
+    crate::peers::require_peers!(TestEnv);
+    for mode in MODES {
+        // A server each: the failing calls below count towards the tool's breaker.
+        let (ts, url) = start_mcp("").await;
+        let out = sdk(&url, mode, "calls", &[]).await;
+        let expected = if mode == "legacy" { "2025-11-25" } else { mode };
+        assert_eq!(out["protocol"], expected, "{out}");
+        // The names ListTools uses, with the schema and the hints toolgate knows.
+        let tools = out["tools"].as_object().unwrap();
+        let listed: Vec<String> = list_tools(&ts).await.into_iter().map(|t| t.name).collect();
+        let mut names: Vec<&String> = tools.keys().collect();
+        names.sort();
+        let mut grpc: Vec<&String> = listed.iter().collect();
+        grpc.sort();
+        assert_eq!(names, grpc, "{mode}");
+        assert_eq!(tools["echo"]["schema"]["type"], "object", "{mode}");
+        assert!(tools["echo"]["annotations"].is_object(), "{mode}: {out}");
+        // A call that worked: its JSON as structuredContent, the run in _meta.
+        let echo = &out["echo"];
+        assert_eq!(echo["is_error"], false, "{mode}: {echo}");
+        assert_eq!(echo["structured"], json!({"text": "hi"}), "{mode}");
+        assert_eq!(echo["meta"]["error_class"], "NONE", "{mode}");
+        assert_eq!(echo["meta"]["attempts"], 1, "{mode}");
+        // A call that failed: isError, with the text the model reads from DispatchBatch.
+        let fail = &out["fail"];
+        assert_eq!(fail["is_error"], true, "{mode}: {fail}");
+        assert_eq!(fail["meta"]["error_class"], "TOOL_ERROR", "{mode}: {fail}");
+        let grpc = dispatch(
+            &ts,
+            request(json!([{"id": "f", "name": "fail", "arguments": {}}])),
+        )
+        .await;
+        assert_eq!(fail["text"], grpc.results[0].content, "{mode}");
+        // An unknown tool is a result the model can act on, with the suggestion.
+        let unknown = &out["unknown"];
+        assert_eq!(unknown["is_error"], true, "{mode}");
+        assert_eq!(unknown["meta"]["error_class"], "UNKNOWN_TOOL", "{mode}");
+        assert!(
+            unknown["text"]
+                .as_str()
+                .unwrap()
+                .contains("Did you mean 'echo'"),
+            "{mode}: {unknown}"
+        );
+        // Arguments the schema refuses: the validation layer's answer, each violation listed.
+        let invalid = &out["invalid"];
+        assert_eq!(invalid["is_error"], true, "{mode}: {invalid}");
+        assert_eq!(
+            invalid["meta"]["error_class"], "INVALID_ARGUMENTS",
+            "{mode}: {invalid}"
+        );
+        assert!(
+            invalid["text"]
+                .as_str()
+                .unwrap()
+                .starts_with("arguments do not match the input schema of 'scratch_write': "),
+            "{mode}: {invalid}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn loop_detection_spans_the_calls_of_one_mcp_session() {
+    crate::peers::require_peers!(TestEnv);
+    let (_ts, url) = start_mcp("").await;
+    for mode in MODES {
+        // A separate session for each revision, so the second does not start on the first's
+        // window: the legacy one is the MCP session, the stateless one is named.
+        let session = format!("loop-{}", mode.replace('-', ""));
+        let flags: &[&str] = if mode == "legacy" {
+            &[]
+        } else {
+            &["--session", &session]
+        };
+        let out = sdk(&url, mode, "loop", flags).await;
+        let results = out["results"].as_array().unwrap();
+        let classes: Vec<&str> = results
+            .iter()
+            .map(|r| r["meta"]["error_class"].as_str().unwrap())
+            .collect();
+        // The defaults: the model is warned at the 3rd same result, and the call is refused
+        // once it has repeated 10 times.
+        assert_eq!(classes[..10], ["NONE"; 10], "{mode}: {out}");
+        assert!(
+            results[2]["text"]
+                .as_str()
+                .unwrap()
+                .contains("[toolgate] warning"),
+            "{mode}: the model is warned: {}",
+            results[2]
+        );
+        assert_eq!(classes[10], "LOOP_STOPPED", "{mode}: {out}");
+        assert!(
+            results[10]["text"]
+                .as_str()
+                .unwrap()
+                .contains("Loop detected"),
+            "{mode}: {}",
+            results[10]
+        );
+    }
+}
+
+#[tokio::test]
+async fn progress_of_a_remote_tool_reaches_the_clients_progress_token() {
+    crate::peers::require_peers!(TestEnv, Everything);
+    let everything = crate::mcp::everything_js().display().to_string();
+    let (_ts, url) = start_mcp(&format!(
+        "[[remotes]]\nname = \"everything\"\nkind = \"mcp\"\nprefix = \"ev.\"\ntimeout = \"30s\"\ncommand = [\"node\", {everything:?}, \"stdio\"]\n"
+    ))
+    .await;
+    // Progress needs the request's own stream: the legacy session's POST stream carries it.
+    let out = sdk(&url, "legacy", "progress", &[]).await;
+    assert_eq!(out["result"]["is_error"], false, "{out}");
+    let progress = out["progress"].as_array().unwrap();
+    assert!(progress.len() >= 2, "progress notifications arrive: {out}");
+    assert_eq!(progress.last().unwrap()["total"], 3.0, "{out}");
+}
+
+#[tokio::test]
+async fn a_cancelled_mcp_call_cancels_the_tool() {
+    crate::peers::require_peers!(TestEnv);
+    let (ts, url) = start_mcp("").await;
+    let out = sdk(&url, "legacy", "cancel", &[]).await;
+    assert_eq!(out["cancelled"], true, "{out}");
+    assert_eq!(out["after"]["is_error"], false, "{out}");
+    eventually("the tool saw its cancellation", async || {
+        ts.saw_cancel.load(std::sync::atomic::Ordering::SeqCst)
+    })
+    .await;
+}
+
+/// A POST of one JSON-RPC message, as a client sends it.
+async fn post(url: &str, headers: &[(&str, &str)], body: Value) -> reqwest::Response {
+    let client = toolgate_remotes::tls::client_builder(None, Duration::from_secs(10))
+        .unwrap()
+        .build()
+        .unwrap();
+    let mut request = client
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .timeout(Duration::from_secs(10));
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    request.body(body.to_string()).send().await.unwrap()
+}
+
+fn initialize() -> Value {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "test", "version": "1"}}})
+}
+
+#[tokio::test]
+async fn a_client_without_credentials_is_sent_to_the_protected_resource_metadata() {
+    let key = crate::security::JwtKey::new("k1");
+    let dir = folder("mcp-auth");
+    let jwks = write(&dir, "jwks.json", &json!({"keys": [key.jwk]}).to_string());
+    let (_ts, url) = start_mcp(&format!(
+        r#"resource = "https://tools.example.test/mcp"
+        authorization_servers = ["https://idp.test"]
+        [auth]
+        anonymous = "none"
+        [[auth.tokens]]
+        id = "acme-agent"
+        tenant = "acme"
+        sha256 = "{}"
+        [[auth.tokens]]
+        id = "globex-agent"
+        tenant = "globex"
+        sha256 = "{}"
+        [auth.jwt]
+        jwks_file = "{jwks}"
+        issuer = "https://idp.test"
+        audience = "toolgate"
+        "#,
+        sha256_hex("acme-secret"),
+        sha256_hex("globex-secret"),
+    ))
+    .await;
+    let metadata_url = "https://tools.example.test/.well-known/oauth-protected-resource/mcp";
+    // No credentials: 401, and where to learn how to get a token.
+    let reply = post(&url, &[], initialize()).await;
+    assert_eq!(reply.status(), 401);
+    let challenge = reply.headers()["www-authenticate"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        challenge,
+        format!("Bearer resource_metadata=\"{metadata_url}\"")
+    );
+    // A token that is not known: 401 invalid_token.
+    let reply = post(&url, &[("authorization", "Bearer guess")], initialize()).await;
+    assert_eq!(reply.status(), 401);
+    assert!(
+        reply.headers()["www-authenticate"]
+            .to_str()
+            .unwrap()
+            .contains("error=\"invalid_token\""),
+    );
+    // The metadata document, at the path the challenge names (and at the bare well-known path).
+    let base = url.trim_end_matches("/mcp");
+    for path in [
+        "/.well-known/oauth-protected-resource/mcp",
+        "/.well-known/oauth-protected-resource",
+    ] {
+        let document: Value = http_get(format!("{base}{path}"))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(
+            document["resource"], "https://tools.example.test/mcp",
+            "{path}"
+        );
+        assert_eq!(
+            document["authorization_servers"],
+            json!(["https://idp.test"])
+        );
+        assert_eq!(document["bearer_methods_supported"], json!(["header"]));
+    }
+    // A JWT for this resource (RFC 8707: its audience is the endpoint's URL) is let in; one
+    // for the gRPC audience, or another resource, is not.
+    let jwt = |aud: &str| {
+        key.token(
+            "k1",
+            json!({"iss": "https://idp.test", "aud": aud, "sub": "alice", "tenant": "acme",
+                   "exp": crate::security::now() + 600}),
+        )
+    };
+    for (aud, status) in [
+        ("https://tools.example.test/mcp", 200),
+        ("toolgate", 401),
+        ("https://other.example.test/mcp", 401),
+    ] {
+        let bearer = format!("Bearer {}", jwt(aud));
+        let reply = post(&url, &[("authorization", &bearer)], initialize()).await;
+        assert_eq!(reply.status(), status, "aud {aud}");
+    }
+    // A session opened by one identity does not exist for another (even of another tenant
+    // that learnt its id); its owner goes on using it.
+    let reply = post(
+        &url,
+        &[("authorization", "Bearer acme-secret")],
+        initialize(),
+    )
+    .await;
+    assert_eq!(reply.status(), 200);
+    let session = reply.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    let as_other = [
+        ("authorization", "Bearer globex-secret"),
+        ("mcp-session-id", session.as_str()),
+        ("mcp-protocol-version", "2025-11-25"),
+    ];
+    assert_eq!(post(&url, &as_other, list.clone()).await.status(), 404);
+    let as_owner = [
+        ("authorization", "Bearer acme-secret"),
+        ("mcp-session-id", session.as_str()),
+        ("mcp-protocol-version", "2025-11-25"),
+    ];
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    assert_eq!(post(&url, &as_owner, initialized).await.status(), 202);
+    assert_eq!(post(&url, &as_owner, list).await.status(), 200);
+}
+
+#[tokio::test]
+async fn a_foreign_origin_and_a_foreign_host_are_refused() {
+    let (_ts, url) = start_mcp("allowed_origins = [\"http://localhost:*\"]\n").await;
+    let reply = post(&url, &[("origin", "https://evil.example")], initialize()).await;
+    assert_eq!(reply.status(), 403, "a page on another site cannot call");
+    let reply = post(&url, &[("origin", "http://localhost:3000")], initialize()).await;
+    assert_eq!(reply.status(), 200, "an allowed origin can");
+    // DNS rebinding: a name that resolves here but is not this server's.
+    let reply = post(&url, &[("host", "evil.example")], initialize()).await;
+    assert_eq!(reply.status(), 403);
+}

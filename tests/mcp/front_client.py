@@ -1,0 +1,100 @@
+"""Drives toolgate's MCP front door with the official MCP Python SDK's client, as an MCP client
+program would, and prints what it saw as one JSON object (tests/it/mcp_front.rs asserts on it).
+
+usage: front_client.py URL MODE SCENARIO [--token T] [--session S]
+  MODE: `legacy` (the initialize handshake, 2025-11-25) or `2026-07-28` (stateless)
+  SCENARIO: calls | loop | progress | cancel | session
+"""
+
+import argparse
+import asyncio
+import json
+import sys
+
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+
+def result_json(result):
+    return {
+        "is_error": bool(result.is_error),
+        "text": "".join(getattr(c, "text", "") for c in result.content),
+        "structured": result.structured_content,
+        "meta": result.meta,
+    }
+
+
+async def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("url")
+    parser.add_argument("mode")
+    parser.add_argument("scenario")
+    parser.add_argument("--token")
+    parser.add_argument("--session")
+    args = parser.parse_args()
+    headers = {}
+    if args.token:
+        headers["Authorization"] = f"Bearer {args.token}"
+    if args.session:
+        headers["x-toolgate-session"] = args.session
+    http = create_mcp_http_client(headers=headers)
+    transport = streamable_http_client(args.url, http_client=http)
+    out = {}
+    async with Client(transport, mode=args.mode, cache=None) as client:
+        out["protocol"] = client.session.protocol_version if hasattr(client.session, "protocol_version") else None
+        if args.scenario == "calls":
+            listed = await client.list_tools()
+            out["tools"] = {
+                t.name: {
+                    "description": t.description,
+                    "schema": t.input_schema,
+                    "annotations": t.annotations.model_dump(exclude_none=True) if t.annotations else None,
+                }
+                for t in listed.tools
+            }
+            out["next_cursor"] = listed.next_cursor
+            out["echo"] = result_json(await client.call_tool("echo", {"text": "hi"}))
+            out["fail"] = result_json(await client.call_tool("fail", {}))
+            out["unknown"] = result_json(await client.call_tool("ecoh", {"text": "hi"}))
+            out["invalid"] = result_json(
+                await client.call_tool("scratch_write", {"path": 7, "extra": True})
+            )
+        elif args.scenario == "loop":
+            out["results"] = [
+                result_json(await client.call_tool("echo", {"same": 1})) for _ in range(12)
+            ]
+        elif args.scenario == "progress":
+            seen = []
+
+            async def on_progress(progress, total, message):
+                seen.append({"progress": progress, "total": total, "message": message})
+
+            result = await client.call_tool(
+                "ev.trigger-long-running-operation",
+                {"duration": 1, "steps": 3},
+                progress_callback=on_progress,
+            )
+            out["result"] = result_json(result)
+            out["progress"] = seen
+        elif args.scenario == "cancel":
+            try:
+                await asyncio.wait_for(client.call_tool("wait_cancel", {}), timeout=1.0)
+                out["cancelled"] = False
+            except (asyncio.TimeoutError, TimeoutError):
+                out["cancelled"] = True
+            # The session goes on after a cancel.
+            out["after"] = result_json(await client.call_tool("echo", {"after": True}))
+        elif args.scenario == "session":
+            out["result"] = result_json(await client.call_tool("echo", {"n": 1}))
+        else:
+            raise SystemExit(f"unknown scenario {args.scenario}")
+    print(json.dumps(out, default=str))
+
+
+if __name__ == "__main__":
+    try:
+        asyncio.run(main())
+    except Exception as error:  # noqa: BLE001 - the test prints what failed
+        print(json.dumps({"error": repr(error)}))
+        sys.exit(1)
