@@ -4,6 +4,7 @@
 //! entry (`front::entry`) and judged by the same `[auth]` (`front::auth`); `tools/list` shows
 //! the tools the caller may call, as `ListTools` names them. See docs/mcp.md.
 
+mod approvals;
 mod gate;
 mod handler;
 mod listener;
@@ -47,6 +48,7 @@ pub async fn serve(
             max_json_depth: config.limits.max_json_depth,
         },
         page_size: mcp.page_size,
+        parked: approvals::Parked::new(config.approvals.timeout),
     });
     let mut http = StreamableHttpServerConfig::default()
         .with_cancellation_token(stop.child_token())

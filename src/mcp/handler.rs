@@ -5,19 +5,22 @@
 use std::sync::Arc;
 
 use rmcp::model::{
-    CacheScope, CallToolRequestParams, CallToolResponse, ErrorCode, ErrorData, Implementation,
+    CacheScope, CallToolRequestParams, CallToolResponse, ElicitRequest, ErrorCode, ErrorData,
+    Implementation, InputRequest, InputRequests, InputRequiredResult, InputResponses,
     ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
-    ServerCapabilities, ServerConfig,
+    ProtocolVersion, ServerCapabilities, ServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::{Peer, RoleServer, ServerHandler};
 use serde_json::{Map, Value, json};
 
-use super::shape;
+use super::{approvals, shape};
 use crate::front::admission::Holder;
 use crate::front::entry::{Entry, Turned};
+use tokio::sync::mpsc;
+use toolgate_core::approvals::{Approval, ResolveError};
 use toolgate_core::calls::{self, IntakeLimits};
-use toolgate_core::dispatch::{Batch, BatchOptions, Dispatcher, Event, Mode, Observer};
+use toolgate_core::dispatch::{Batch, BatchOptions, CallResult, Dispatcher, Event, Mode, Observer};
 use toolgate_core::identity::Caller;
 use toolgate_core::tools::BoxFuture;
 use toolgate_core::trace::Span;
@@ -43,6 +46,8 @@ pub(super) struct Shared {
     pub entry: Arc<Entry>,
     pub intake: IntakeLimits,
     pub page_size: usize,
+    /// 2026-07-28 calls waiting for the answer to an approval the client was asked.
+    pub parked: Arc<super::approvals::Parked>,
 }
 
 /// The rmcp server handler: a handle on the shared state (one is made per session).
@@ -100,6 +105,11 @@ impl ServerHandler for Front {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let caller = caller_of(&context)?;
+        if let Some(state) = &request.request_state {
+            return self
+                .redeem(state, request.input_responses.as_ref(), &caller)
+                .await;
+        }
         let parts = context.extensions.get::<http::request::Parts>();
         let connection = parts
             .and_then(|p| p.extensions.get::<Connection>())
@@ -135,45 +145,195 @@ impl ServerHandler for Front {
                 deadline: None,
                 mode: Mode::Sequential,
                 fail_fast: false,
-                interactive_approvals: false,
+                // An ask waits for a person: the one at the client when it can and may answer,
+                // else an approver (`ResolveApproval`), up to `[approvals] timeout`.
+                interactive_approvals: true,
             },
             turn: 0,
-            caller,
+            caller: caller.clone(),
             trace: Span::none(),
         };
-        let observer = Progress {
-            peer: context.peer.clone(),
-            token: context.meta.get_progress_token(),
+        let (notes, mut heard) = mpsc::channel(NOTES);
+        let observer = Notes {
+            progress: context.meta.get_progress_token().is_some(),
+            notes,
         };
         let cancel = shared.entry.cancel();
-        let run = shared.entry.tracker.track_future(async {
-            let run = shared.dispatcher.run(batch, &observer, &cancel);
-            tokio::pin!(run);
+        // The call runs as a task of its own: on 2026-07-28 it outlives its first request while
+        // it waits for the person's answer (see `approvals.rs`).
+        let dispatcher = shared.dispatcher.clone();
+        let batch_cancel = cancel.clone();
+        let mut call = tokio::spawn(shared.entry.tracker.track_future(async move {
+            let _held = (ticket, decoded);
+            match dispatcher.run(batch, &observer, &batch_cancel).await {
+                Ok(report) => report.results.into_iter().next(),
+                Err(error) => {
+                    tracing::warn!(%error, "an MCP call's session could not be read or written");
+                    None
+                }
+            }
+        }));
+        let stateless = context
+            .protocol_version()
+            .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
+        let can_elicit = context
+            .client_capabilities()
+            .is_some_and(|c| c.elicitation.is_some());
+        let progress = context.meta.get_progress_token();
+        loop {
             tokio::select! {
                 biased;
-                report = &mut run => report,
                 // `notifications/cancelled`, or the client leaving a stateless request: the
                 // call is cancelled and still answers, its events paired.
                 () = context.ct.cancelled() => {
                     cancel.cancel("the MCP client cancelled the request");
-                    run.await
+                    break;
                 }
+                ended = &mut call => return finished(ended),
+                Some(note) = heard.recv() => match note {
+                    Note::Progress { progress: done, total, message } => {
+                        notify(&context.peer, progress.as_ref(), done, total, message).await;
+                    }
+                    Note::Asked(approval) if can_elicit && approval.requester_may_answer => {
+                        if stateless {
+                            let state = shared.parked.park(&approval, &caller, call)?;
+                            let question = approvals::question(&approval)?;
+                            let request: ElicitRequest = ElicitRequest::new(question);
+                            let mut inputs = InputRequests::new();
+                            inputs.insert(
+                                approvals::INPUT_KEY.to_owned(),
+                                InputRequest::Elicitation(request),
+                            );
+                            return Ok(CallToolResponse::InputRequired(InputRequiredResult::new(
+                                Some(inputs),
+                                Some(state),
+                            )));
+                        }
+                        self.ask_at_client(&context, &approval, &caller).await;
+                    }
+                    Note::Asked(approval) => {
+                        let text = format!(
+                            "waiting for an approver to answer approval {} ({}: {})",
+                            approval.id, approval.source, approval.reason
+                        );
+                        notify(&context.peer, progress.as_ref(), 0.0, None, text).await;
+                    }
+                },
             }
-        });
-        let report = run.await.map_err(|error| {
-            tracing::warn!(%error, "an MCP call's session could not be read or written");
-            ErrorData::new(
-                SERVER_BUSY,
-                "the session store is down: the session's state cannot be read or written, so nothing ran; retry later",
-                None,
-            )
-        })?;
-        drop((ticket, decoded));
-        let result = report.results.into_iter().next().ok_or_else(|| {
-            ErrorData::internal_error("the batch gave no result for its call", None)
-        })?;
-        Ok(CallToolResponse::Complete(shape::call_result(result)))
+        }
+        finished(call.await)
     }
+}
+
+impl Front {
+    /// Puts `approval` to the person at the client (2025-11-25: `elicitation/create` on this
+    /// request's stream) and gives the registry their answer as the caller's. A client that
+    /// fails to answer leaves the approval to approvers and its timeout.
+    async fn ask_at_client(
+        &self,
+        context: &RequestContext<RoleServer>,
+        approval: &Approval,
+        caller: &Caller,
+    ) {
+        let Ok(question) = approvals::question(approval) else {
+            return;
+        };
+        let asked = tokio::select! {
+            biased;
+            () = context.ct.cancelled() => return,
+            asked = context.peer.create_elicitation(question) => asked,
+        };
+        let answer = match asked.map_err(|e| e.to_string()).and_then(|result| {
+            approvals::answer(&result, caller).map_err(|e| e.message.to_string())
+        }) {
+            Ok(answer) => answer,
+            Err(error) => {
+                tracing::info!(approval = %approval.id, %error, "the MCP client did not answer an approval; it waits for an approver");
+                return;
+            }
+        };
+        let approvals = self.0.dispatcher.approvals();
+        if let Err(error) = approvals
+            .resolve_anywhere(caller, &approval.id, answer)
+            .await
+        {
+            tracing::info!(approval = %approval.id, %error, "the MCP client's answer was not taken");
+        }
+    }
+
+    /// A 2026-07-28 retry: the person's answer for the approval its `request_state` names,
+    /// given to the registry as the caller's, then the parked call's result.
+    async fn redeem(
+        &self,
+        state: &str,
+        responses: Option<&InputResponses>,
+        caller: &Caller,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let parked = &self.0.parked;
+        let id = parked.open(state, caller)?;
+        let answer = approvals::answer_of(responses, caller)?;
+        let Some(call) = parked.take(&id) else {
+            return Err(ErrorData::invalid_params(
+                "this request_state was redeemed already, or its call ended long ago",
+                None,
+            ));
+        };
+        match self
+            .0
+            .dispatcher
+            .approvals()
+            .resolve_anywhere(caller, &id, answer)
+            .await
+        {
+            // Someone answered first (an approver): the call goes on with their answer.
+            Ok(_) | Err(ResolveError::AlreadyAnswered(_) | ResolveError::NotFound(_)) => {}
+            Err(error) => {
+                call.abort();
+                return Err(ErrorData::invalid_params(error.to_string(), None));
+            }
+        }
+        finished(call.await)
+    }
+}
+
+/// The answer to `tools/call` once the call's task ended.
+fn finished(
+    ended: Result<Option<CallResult>, tokio::task::JoinError>,
+) -> Result<CallToolResponse, ErrorData> {
+    match ended {
+        Ok(Some(result)) => Ok(CallToolResponse::Complete(shape::call_result(result))),
+        Ok(None) => Err(ErrorData::new(
+            SERVER_BUSY,
+            "the session store is down: the session's state cannot be read or written, so nothing ran; retry later",
+            None,
+        )),
+        Err(_) => Err(ErrorData::internal_error(
+            "the call's task ended abnormally",
+            None,
+        )),
+    }
+}
+
+/// Sends a progress notification for `token`, when the client sent one.
+async fn notify(
+    peer: &Peer<RoleServer>,
+    token: Option<&ProgressToken>,
+    progress: f64,
+    total: Option<f64>,
+    message: String,
+) {
+    let Some(token) = token else {
+        return;
+    };
+    let mut param = ProgressNotificationParam::new(token.clone(), progress);
+    if let Some(total) = total {
+        param = param.with_total(total);
+    }
+    if !message.is_empty() {
+        param = param.with_message(message);
+    }
+    // A client that went away loses its progress, nothing more.
+    let _ = peer.notify_progress(param).await;
 }
 
 /// The caller the HTTP gate admitted the request as (`gate.rs`).
@@ -259,44 +419,58 @@ fn turned(turned: Turned) -> ErrorData {
     ErrorData::new(SERVER_BUSY, turned.to_string(), None)
 }
 
-/// Forwards a call's progress to the client's `progressToken`, when it sent one.
-struct Progress {
-    peer: Peer<RoleServer>,
-    token: Option<ProgressToken>,
+/// Notes a running call passes to its request's handler, which speaks to the client on the
+/// request's own stream.
+enum Note {
+    Progress {
+        progress: f64,
+        total: Option<f64>,
+        message: String,
+    },
+    Asked(Approval),
 }
 
-impl Observer for Progress {
+/// Notes buffered between a call and its request's handler.
+const NOTES: usize = 16;
+
+/// The observer of an MCP call: progress (when the client asked for it) and approvals.
+struct Notes {
+    progress: bool,
+    notes: mpsc::Sender<Note>,
+}
+
+impl Observer for Notes {
     fn on_event(&self, event: Event) -> BoxFuture<'_, ()> {
         Box::pin(async move {
-            let (
-                Some(token),
-                Event::Progress {
-                    progress,
-                    total,
-                    message,
-                    ..
-                },
-            ) = (&self.token, event)
-            else {
-                return;
-            };
-            let mut param = ProgressNotificationParam::new(token.clone(), progress);
-            if let Some(total) = total {
-                param = param.with_total(total);
+            if let Event::ApprovalRequested(approval) = event {
+                // Waited for: the handler must hear of it (once it is gone, nobody listens).
+                let _ = self.notes.send(Note::Asked(approval)).await;
             }
-            if !message.is_empty() {
-                param = param.with_message(message);
-            }
-            // A client that went away loses its progress, nothing more.
-            let _ = self.peer.notify_progress(param).await;
         })
     }
 
     fn try_event(&self, event: Event) -> Option<Event> {
-        matches!(event, Event::Progress { .. }).then_some(event)
+        match event {
+            Event::Progress {
+                progress,
+                total,
+                message,
+                ..
+            } if self.progress => {
+                // Progress is a hint: dropped when the handler is behind.
+                let _ = self.notes.try_send(Note::Progress {
+                    progress,
+                    total,
+                    message,
+                });
+                None
+            }
+            Event::ApprovalRequested(_) => Some(event),
+            _ => None,
+        }
     }
 
     fn wants_events(&self) -> bool {
-        self.token.is_some()
+        true
     }
 }

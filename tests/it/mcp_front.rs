@@ -345,3 +345,155 @@ async fn a_foreign_origin_and_a_foreign_host_are_refused() {
     let reply = post(&url, &[("host", "evil.example")], initialize()).await;
     assert_eq!(reply.status(), 403);
 }
+
+/// A server whose `echo` asks a person first, with tokens for two agents and an approver of
+/// tenant acme; the agents may answer their own asks when `own` says so.
+async fn start_asking(own: bool) -> (TestServer, String) {
+    start_mcp(&format!(
+        r#"[approvals]
+        timeout = "30s"
+        [auth]
+        anonymous = "none"
+        [[auth.tokens]]
+        id = "agent"
+        tenant = "acme"
+        sha256 = "{}"
+        [[auth.tokens]]
+        id = "agent2"
+        tenant = "acme"
+        sha256 = "{}"
+        [[auth.tokens]]
+        id = "approver"
+        tenant = "acme"
+        roles = ["approver"]
+        sha256 = "{}"
+        [[permissions.rules]]
+        id = "ask-echo"
+        tools = "echo"
+        decision = "ask"
+        reason = "echo needs a person"
+        requester_may_answer = {own}
+        "#,
+        sha256_hex("agent-secret"),
+        sha256_hex("agent2-secret"),
+        sha256_hex("approver-secret"),
+    ))
+    .await
+}
+
+#[tokio::test]
+async fn the_person_at_the_client_approves_with_edits_or_denies_in_both_revisions() {
+    crate::peers::require_peers!(TestEnv);
+    let (_ts, url) = start_asking(true).await;
+    for mode in MODES {
+        let out = sdk(&url, mode, "approve", &["--token", "agent-secret"]).await;
+        assert_eq!(out["asked"].as_array().unwrap().len(), 1, "{mode}: {out}");
+        let asked = out["asked"][0].as_str().unwrap();
+        assert!(
+            asked.contains("'echo'") && asked.contains("echo needs a person"),
+            "{asked}"
+        );
+        let result = &out["result"];
+        assert_eq!(result["is_error"], false, "{mode}: {out}");
+        // The edited arguments ran (checked again against the schema and the rules).
+        assert_eq!(
+            result["structured"],
+            json!({"text": "edited"}),
+            "{mode}: {out}"
+        );
+
+        let out = sdk(&url, mode, "deny", &["--token", "agent-secret"]).await;
+        let result = &out["result"];
+        assert_eq!(result["is_error"], true, "{mode}: {out}");
+        assert_eq!(
+            result["meta"]["error_class"], "APPROVAL_DENIED",
+            "{mode}: {out}"
+        );
+        assert!(
+            result["text"].as_str().unwrap().contains("not today"),
+            "{mode}: {out}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_agent_that_may_not_answer_its_own_ask_waits_for_an_approver() {
+    crate::peers::require_peers!(TestEnv);
+    let (ts, url) = start_asking(false).await;
+    for mode in MODES {
+        let url = url.clone();
+        let client =
+            tokio::spawn(
+                async move { sdk(&url, mode, "approver", &["--token", "agent-secret"]).await },
+            );
+        // The approver finds the call waiting and approves it over gRPC.
+        let mut approvals = Vec::new();
+        eventually("the call waits for approval", async || {
+            approvals = ts
+                .client
+                .clone()
+                .list_approvals(as_caller(
+                    Some("approver-secret"),
+                    toolgate::pb::ListApprovalsRequest::default(),
+                ))
+                .await
+                .unwrap()
+                .into_inner()
+                .approvals;
+            !approvals.is_empty()
+        })
+        .await;
+        let resolve = toolgate::pb::ResolveApprovalRequest {
+            approval_id: approvals[0].approval_id.clone(),
+            decision: toolgate::pb::resolve_approval_request::Decision::Approve as i32,
+            ..Default::default()
+        };
+        ts.client
+            .clone()
+            .resolve_approval(as_caller(Some("approver-secret"), resolve))
+            .await
+            .unwrap();
+        let out = client.await.unwrap();
+        // The agent was never asked: only an approver may answer.
+        assert_eq!(out["asked"], json!([]), "{mode}: {out}");
+        assert_eq!(out["result"]["is_error"], false, "{mode}: {out}");
+        assert_eq!(
+            out["result"]["structured"],
+            json!({"text": "original"}),
+            "{mode}"
+        );
+        let progress = out["progress"].as_array().unwrap();
+        assert!(
+            progress.iter().any(|m| m
+                .as_str()
+                .unwrap_or_default()
+                .contains("waiting for an approver")),
+            "{mode}: the client hears why it waits: {out}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_request_state_is_good_once_for_its_own_caller_and_cannot_be_forged() {
+    crate::peers::require_peers!(TestEnv);
+    let (_ts, url) = start_asking(true).await;
+    let out = sdk(
+        &url,
+        "2026-07-28",
+        "state-abuse",
+        &["--token", "agent-secret", "--token2", "agent2-secret"],
+    )
+    .await;
+    assert_eq!(out["input_required"], true, "{out}");
+    assert_eq!(
+        out["forged"]["ok"], false,
+        "a tampered request_state: {out}"
+    );
+    assert_eq!(
+        out["other_caller"]["ok"], false,
+        "another identity's: {out}"
+    );
+    assert_eq!(out["owner"]["ok"], true, "{out}");
+    assert_eq!(out["owner"]["is_error"], false, "{out}");
+    assert_eq!(out["replayed"]["ok"], false, "redeemed twice: {out}");
+}

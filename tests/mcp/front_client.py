@@ -3,7 +3,8 @@ program would, and prints what it saw as one JSON object (tests/it/mcp_front.rs 
 
 usage: front_client.py URL MODE SCENARIO [--token T] [--session S]
   MODE: `legacy` (the initialize handshake, 2025-11-25) or `2026-07-28` (stateless)
-  SCENARIO: calls | loop | progress | cancel | session
+  SCENARIO: calls | loop | progress | cancel | session | approve | deny | approver | state-abuse
+  --token2 T: a second identity (state-abuse)
 """
 
 import argparse
@@ -11,6 +12,7 @@ import asyncio
 import json
 import sys
 
+import mcp_types as types
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -32,6 +34,7 @@ async def main():
     parser.add_argument("scenario")
     parser.add_argument("--token")
     parser.add_argument("--session")
+    parser.add_argument("--token2")
     args = parser.parse_args()
     headers = {}
     if args.token:
@@ -40,8 +43,19 @@ async def main():
         headers["x-toolgate-session"] = args.session
     http = create_mcp_http_client(headers=headers)
     transport = streamable_http_client(args.url, http_client=http)
-    out = {}
-    async with Client(transport, mode=args.mode, cache=None) as client:
+    out = {"asked": []}
+
+    async def answer(context, params):
+        """The person at the client: approves with edited arguments, or denies."""
+        out["asked"].append(params.message)
+        if args.scenario == "deny":
+            return types.ElicitResult(action="accept", content={"approve": False, "reason": "not today"})
+        return types.ElicitResult(
+            action="accept",
+            content={"approve": True, "reason": "fine", "arguments": json.dumps({"text": "edited"})},
+        )
+
+    async with Client(transport, mode=args.mode, cache=None, elicitation_callback=answer) as client:
         out["protocol"] = client.session.protocol_version if hasattr(client.session, "protocol_version") else None
         if args.scenario == "calls":
             listed = await client.list_tools()
@@ -85,6 +99,41 @@ async def main():
                 out["cancelled"] = True
             # The session goes on after a cancel.
             out["after"] = result_json(await client.call_tool("echo", {"after": True}))
+        elif args.scenario in ("approve", "deny"):
+            out["result"] = result_json(await client.call_tool("echo", {"text": "original"}))
+        elif args.scenario == "approver":
+            seen = []
+
+            async def on_progress(progress, total, message):
+                seen.append(message)
+
+            out["result"] = result_json(
+                await client.call_tool("echo", {"text": "original"}, progress_callback=on_progress)
+            )
+            out["progress"] = seen
+        elif args.scenario == "state-abuse":
+            first = await client.session.call_tool("echo", {"text": "original"}, allow_input_required=True)
+            state = first.request_state
+            out["input_required"] = isinstance(first, types.InputRequiredResult)
+            approve = {"approval": {"action": "accept", "content": {"approve": True}}}
+
+            async def attempt(session, request_state):
+                try:
+                    r = await session.call_tool(
+                        "echo", {"text": "original"}, input_responses=approve,
+                        request_state=request_state, allow_input_required=True,
+                    )
+                    return {"ok": True, "is_error": getattr(r, "is_error", None)}
+                except Exception as error:  # noqa: BLE001 - the refusal is the point
+                    return {"ok": False, "error": str(error)}
+
+            out["forged"] = await attempt(client.session, state[:-4] + "AAAA")
+            other_http = create_mcp_http_client(headers={"Authorization": f"Bearer {args.token2}"})
+            other = Client(streamable_http_client(args.url, http_client=other_http), mode=args.mode, cache=None)
+            async with other:
+                out["other_caller"] = await attempt(other.session, state)
+            out["owner"] = await attempt(client.session, state)
+            out["replayed"] = await attempt(client.session, state)
         elif args.scenario == "session":
             out["result"] = result_json(await client.call_tool("echo", {"n": 1}))
         else:
