@@ -427,7 +427,7 @@ enum Note {
         total: Option<f64>,
         message: String,
     },
-    Asked(Approval),
+    Asked(Box<Approval>),
 }
 
 /// Notes buffered between a call and its request's handler.
@@ -444,7 +444,7 @@ impl Observer for Notes {
         Box::pin(async move {
             if let Event::ApprovalRequested(approval) = event {
                 // Waited for: the handler must hear of it (once it is gone, nobody listens).
-                let _ = self.notes.send(Note::Asked(approval)).await;
+                let _ = self.notes.send(Note::Asked(Box::new(approval))).await;
             }
         })
     }
