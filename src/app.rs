@@ -36,6 +36,8 @@ use toolgate_remotes::{RemoteError, Remotes};
 /// How often the shared session store is asked whether it is up.
 const STORE_PROBE: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// How long cancelled calls get to end once stdin closed and the grace passed.
+const STDIO_CANCEL_SETTLE: std::time::Duration = std::time::Duration::from_secs(5);
 const METRICS_FLUSH: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// A toolgate server to be started: its config plus in-process tools, hooks and reflector.
@@ -77,6 +79,8 @@ pub enum StartError {
     /// `[auth]` settings that cannot be used (an unreadable token or JWKS file).
     #[error(transparent)]
     Auth(#[from] crate::front::auth::AuthError),
+    #[error(transparent)]
+    Stdio(#[from] crate::mcp::StdioError),
     /// `sessions.store` cannot be used (its URL, or an unreadable password file or variable).
     #[error(transparent)]
     SessionStore(#[from] build::SessionStoreError),
@@ -329,6 +333,35 @@ impl Server {
             trigger,
             task,
         })
+    }
+
+    /// Serves MCP over stdin and stdout with the engine in this process (`toolgate mcp
+    /// --config`): the config's remotes are connected, then calls run through the pipeline
+    /// until the client closes stdin. No listener is opened.
+    pub async fn serve_mcp_stdio(self) -> Result<(), StartError> {
+        self.config.validate()?;
+        let dispatcher = self.build()?;
+        let remotes = Remotes::new(dispatcher.catalog().clone(), self.metrics.metrics());
+        for spec in &self.config.remotes {
+            remotes.register_at_start(spec.clone()).await?;
+        }
+        let entry = Arc::new(Entry::new(
+            Admission::new(Capacity::from(&self.config.server)),
+            DecodedBudget::new(DecodedLimits::from(&self.config.limits)),
+            self.metrics.metrics(),
+        ));
+        let served = crate::mcp::serve_stdio(&self.config, dispatcher, entry.clone()).await;
+        // Running calls get the shutdown grace, then are cancelled.
+        entry.tracker.close();
+        if tokio::time::timeout(self.config.server.shutdown_grace, entry.tracker.wait())
+            .await
+            .is_err()
+        {
+            entry.shutdown.cancel("the MCP client closed stdin");
+            let _ = tokio::time::timeout(STDIO_CANCEL_SETTLE, entry.tracker.wait()).await;
+        }
+        remotes.close();
+        served.map_err(StartError::from)
     }
 
     /// The dispatcher this server would run, without the gRPC layer: for running batches

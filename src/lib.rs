@@ -18,6 +18,7 @@
 //! ```
 
 pub mod app;
+pub mod bridge;
 pub mod config;
 pub mod front;
 pub mod grpc;

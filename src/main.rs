@@ -36,9 +36,39 @@ enum Command {
     /// Ask a running server's grpc.health.v1 Check once: exit 0 when SERVING, 1 otherwise
     /// (nothing listening, NOT_SERVING, no answer in time). The container image's health check.
     Health(HealthArgs),
+    /// Serve MCP over stdin and stdout, for MCP clients that launch a command (Claude Desktop):
+    /// with an engine in this process (`--config`), or bridged to a running toolgate over gRPC
+    /// (`--connect`), whose sessions, approvals and identities then apply. Logs go to stderr.
+    Mcp(McpArgs),
     /// List, watch, approve or deny the pending approvals of a running server (calls that a hook
     /// or permission rule asked about, in batches with interactive approvals).
     Approvals(ApprovalsArgs),
+}
+
+#[derive(clap::Args)]
+struct McpArgs {
+    /// TOML config file of the engine in this process (its keys override the embedded
+    /// default); ignored with --connect.
+    #[arg(long, env = "TOOLGATE_CONFIG")]
+    config: Option<PathBuf>,
+    /// A running toolgate to bridge to, host:port (its gRPC listener).
+    #[arg(long)]
+    connect: Option<String>,
+    /// With --connect: an environment variable holding the bearer token to send.
+    #[arg(long)]
+    token_env: Option<String>,
+    /// With --connect: PEM CA certificates that verify the server; turns TLS on.
+    #[arg(long)]
+    ca_file: Option<PathBuf>,
+    /// With --connect: the name the server's certificate must carry (default: the host).
+    #[arg(long)]
+    tls_server_name: Option<String>,
+    /// With --connect: the toolgate session the calls run in (default: one per bridge run).
+    #[arg(long)]
+    session: Option<String>,
+    /// Log format on stderr.
+    #[arg(long, value_enum)]
+    log_format: Option<LogFormatArg>,
 }
 
 #[derive(clap::Args)]
@@ -161,6 +191,7 @@ fn main() -> ExitCode {
         Some(Command::CheckConfig { file }) => check_config(&file),
         Some(Command::Health(args)) => health(args),
         Some(Command::Approvals(args)) => approvals(args),
+        Some(Command::Mcp(args)) => mcp(args),
         Some(Command::Serve(args)) => serve(args),
         None => serve(cli.serve),
     }
@@ -275,6 +306,69 @@ fn approvals(args: ApprovalsArgs) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             report_error(&e.to_string());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn mcp(args: McpArgs) -> ExitCode {
+    let mut vars: Vec<(String, String)> = std::env::vars().collect();
+    if let Some(format) = args.log_format {
+        let format = match format {
+            LogFormatArg::Text => "text",
+            LogFormatArg::Json => "json",
+        };
+        vars.retain(|(name, _)| name != "TOOLGATE_LOG__FORMAT");
+        vars.push(("TOOLGATE_LOG__FORMAT".to_owned(), format.to_owned()));
+    }
+    let config_file = if args.connect.is_some() {
+        None
+    } else {
+        args.config.as_deref()
+    };
+    let config = match Config::load(config_file, vars) {
+        Ok(config) => config,
+        Err(e) => {
+            report_error(&e.to_string());
+            return ExitCode::FAILURE;
+        }
+    };
+    let redactor = config
+        .redaction
+        .redactor()
+        .unwrap_or_else(|_| Redactor::disabled());
+    if let Err(e) = toolgate::telemetry::init(&config.log, redactor) {
+        report_error(&e.to_string());
+        return ExitCode::FAILURE;
+    }
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            report_error(&format!("cannot start the async runtime: {e}"));
+            return ExitCode::FAILURE;
+        }
+    };
+    let outcome: anyhow::Result<()> = runtime.block_on(async {
+        match args.connect {
+            Some(addr) => {
+                let target = toolgate::grpc::cli::Target {
+                    addr,
+                    token_env: args.token_env,
+                    tls_ca: args.ca_file,
+                    tls_server_name: args.tls_server_name,
+                    timeout: std::time::Duration::from_secs(10),
+                    ..Default::default()
+                };
+                Ok(toolgate::bridge::serve_stdio(target, args.session).await?)
+            }
+            None => Ok(toolgate::Server::new(config).serve_mcp_stdio().await?),
+        }
+    });
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            report_error(&format!("error: {e}"));
             ExitCode::FAILURE
         }
     }

@@ -4,9 +4,9 @@
 //! entry (`front::entry`) and judged by the same `[auth]` (`front::auth`); `tools/list` shows
 //! the tools the caller may call, as `ListTools` names them. See docs/mcp.md.
 
-mod approvals;
+pub(crate) mod approvals;
 mod gate;
-mod handler;
+pub(crate) mod handler;
 mod listener;
 mod shape;
 
@@ -24,6 +24,7 @@ use crate::front::entry::Entry;
 use crate::front::tls::Tls;
 use toolgate_core::calls::IntakeLimits;
 use toolgate_core::dispatch::Dispatcher;
+use toolgate_core::identity::{Caller, Method, Role};
 
 /// What the MCP front is served with.
 pub struct McpParts {
@@ -31,6 +32,25 @@ pub struct McpParts {
     pub entry: Arc<Entry>,
     pub auth: Arc<Authenticator>,
     pub tls: Option<Tls>,
+}
+
+/// The handler's shared state for `config`.
+fn shared(
+    config: &Config,
+    dispatcher: Dispatcher,
+    entry: Arc<Entry>,
+    stdio_caller: Option<Arc<Caller>>,
+) -> Arc<handler::Shared> {
+    Arc::new(handler::Shared {
+        dispatcher,
+        entry,
+        intake: IntakeLimits {
+            max_json_depth: config.limits.max_json_depth,
+        },
+        page_size: config.mcp.page_size,
+        parked: approvals::Parked::new(config.approvals.timeout),
+        stdio_caller,
+    })
 }
 
 /// Serves MCP on `listener` until `stop` fires.
@@ -41,15 +61,7 @@ pub async fn serve(
     stop: CancellationToken,
 ) {
     let mcp = &config.mcp;
-    let shared = Arc::new(handler::Shared {
-        dispatcher: parts.dispatcher,
-        entry: parts.entry,
-        intake: IntakeLimits {
-            max_json_depth: config.limits.max_json_depth,
-        },
-        page_size: mcp.page_size,
-        parked: approvals::Parked::new(config.approvals.timeout),
-    });
+    let shared = shared(config, parts.dispatcher, parts.entry, None);
     let mut http = StreamableHttpServerConfig::default()
         .with_cancellation_token(stop.child_token())
         .with_max_request_body_bytes(config.server.max_message_bytes);
@@ -79,4 +91,41 @@ pub async fn serve(
         max_connections_per_address: config.server.max_connections_per_address,
     };
     listener::serve(listener, parts.tls, gates, bounds, stop).await;
+}
+
+/// Why MCP over stdio ended other than by the client closing stdin.
+#[derive(Debug, thiserror::Error)]
+#[error("MCP over stdio: {0}")]
+pub struct StdioError(String);
+
+/// Serves MCP over this process's stdin and stdout (`toolgate mcp --config`) until the client
+/// closes stdin. The caller is whoever started the process: `[auth]`'s anonymous tenant and
+/// roles. Nothing but MCP messages is written to stdout.
+pub async fn serve_stdio(
+    config: &Config,
+    dispatcher: Dispatcher,
+    entry: Arc<Entry>,
+) -> Result<(), StdioError> {
+    use rmcp::ServiceExt as _;
+    let caller = Arc::new(Caller {
+        id: "stdio".to_owned(),
+        tenant: config.auth.anonymous_tenant.clone(),
+        roles: config
+            .auth
+            .anonymous_roles
+            .iter()
+            .filter_map(|name| Role::parse(name))
+            .collect(),
+        method: Method::Anonymous,
+    });
+    let front = handler::Front(shared(config, dispatcher, entry, Some(caller)));
+    let running = front
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|e| StdioError(e.to_string()))?;
+    running
+        .waiting()
+        .await
+        .map(|_| ())
+        .map_err(|e| StdioError(e.to_string()))
 }

@@ -20,6 +20,16 @@ use toolgate_core::middleware::Redactor;
 
 use crate::config::{LogConfig, LogFormat, log_filter};
 
+/// `level` with the MCP library's per-session chatter (`client initialized`, each notification)
+/// kept to warnings, unless a directive names it.
+fn with_quiet_libraries(level: &str) -> String {
+    if level.contains("rmcp") {
+        level.to_owned()
+    } else {
+        format!("{level},rmcp=warn")
+    }
+}
+
 /// An OTLP exporter that could not be built (an endpoint it cannot use).
 #[derive(Debug, thiserror::Error)]
 pub enum ExporterError {
@@ -35,7 +45,7 @@ pub enum ExporterError {
 pub fn init(log: &LogConfig, redactor: Redactor) -> anyhow::Result<()> {
     let filter = match std::env::var("RUST_LOG") {
         Ok(directives) if !directives.is_empty() => log_filter(&directives),
-        _ => log_filter(&log.level),
+        _ => log_filter(&with_quiet_libraries(&log.level)),
     }
     .map_err(|e| anyhow::anyhow!("log filter: {e}"))?;
     // Colour codes only for a person at a terminal: in a file or a log shipper they are noise.

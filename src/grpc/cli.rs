@@ -7,7 +7,8 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use futures::StreamExt;
-use tonic::metadata::MetadataValue;
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 use toolgate_proto::pb;
@@ -87,26 +88,7 @@ pub async fn run(
     action: Action,
     out: &mut dyn FnMut(&str),
 ) -> Result<(), CliError> {
-    let channel = connect(target).await?;
-    let token = match &target.token_env {
-        Some(var) => {
-            let token = std::env::var(var).map_err(|_| CliError::TokenUnset(var.clone()))?;
-            let value: MetadataValue<_> = format!("Bearer {token}")
-                .parse()
-                .map_err(|_| CliError::TokenUnusable(var.clone()))?;
-            Some(value)
-        }
-        None => None,
-    };
-    let mut client =
-        ToolGateClient::with_interceptor(channel, move |mut request: tonic::Request<()>| {
-            if let Some(token) = &token {
-                request
-                    .metadata_mut()
-                    .insert("authorization", token.clone());
-            }
-            Ok(request)
-        });
+    let mut client = client(target).await?;
     match action {
         Action::List { session } => {
             let request = pb::ListApprovalsRequest {
@@ -184,6 +166,43 @@ pub async fn run(
             Ok(())
         }
     }
+}
+
+/// Sends `authorization: Bearer <token>` on every call, when there is a token.
+#[derive(Clone)]
+pub struct Bearer(Option<MetadataValue<Ascii>>);
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(token) = &self.0 {
+            request
+                .metadata_mut()
+                .insert("authorization", token.clone());
+        }
+        Ok(request)
+    }
+}
+
+/// A `ToolGate` client of `target`, sending its token.
+pub type Client = ToolGateClient<InterceptedService<Channel, Bearer>>;
+
+/// Connects to `target`, with the token its variable holds.
+pub async fn client(target: &Target) -> Result<Client, CliError> {
+    let channel = connect(target).await?;
+    let token = match &target.token_env {
+        Some(var) => {
+            let token = std::env::var(var).map_err(|_| CliError::TokenUnset(var.clone()))?;
+            let value: MetadataValue<_> = format!("Bearer {token}")
+                .parse()
+                .map_err(|_| CliError::TokenUnusable(var.clone()))?;
+            Some(value)
+        }
+        None => None,
+    };
+    Ok(ToolGateClient::with_interceptor(channel, Bearer(token)))
 }
 
 async fn connect(target: &Target) -> Result<Channel, CliError> {

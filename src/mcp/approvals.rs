@@ -121,13 +121,32 @@ fn owner_key(caller: &Caller) -> String {
     format!("{}:{}/{}", caller.method.name(), caller.tenant, caller.id)
 }
 
+/// What a person is asked about: the call and who asked why.
+pub(crate) struct Asked<'a> {
+    pub tool: &'a str,
+    pub arguments: &'a Value,
+    pub source: &'a str,
+    pub reason: &'a str,
+}
+
+impl<'a> From<&'a Approval> for Asked<'a> {
+    fn from(approval: &'a Approval) -> Self {
+        Asked {
+            tool: &approval.tool,
+            arguments: &approval.arguments,
+            source: &approval.source,
+            reason: &approval.reason,
+        }
+    }
+}
+
 /// The form the person at the client is asked to fill.
-pub(super) fn question(approval: &Approval) -> Result<ElicitRequestParams, ErrorData> {
+pub(crate) fn question(asked: Asked<'_>) -> Result<ElicitRequestParams, ErrorData> {
     let arguments =
-        toolgate_core::json::truncate_chars(&approval.arguments.to_string(), SHOWN_ARGUMENTS);
+        toolgate_core::json::truncate_chars(&asked.arguments.to_string(), SHOWN_ARGUMENTS);
     let message = format!(
         "toolgate: the agent wants to call '{}' with {arguments}. {} asks: {}. Approve this call?",
-        approval.tool, approval.source, approval.reason
+        asked.tool, asked.source, asked.reason
     );
     serde_json::from_value(json!({
         "mode": "form",
@@ -160,7 +179,7 @@ pub(super) fn question(approval: &Approval) -> Result<ElicitRequestParams, Error
 /// The person's answer, from what the client returned for the form. Declining or cancelling
 /// denies the call; edited arguments must be a JSON object (they are checked again against the
 /// tool's schema, permissions and hooks before the call runs).
-pub(super) fn answer(result: &ElicitResult, by: &Caller) -> Result<Answer, ErrorData> {
+pub(crate) fn answer(result: &ElicitResult, by: &Caller) -> Result<Answer, ErrorData> {
     let deny = |reason: &str| Answer {
         approve: false,
         by: by.id.clone(),

@@ -48,6 +48,9 @@ pub(super) struct Shared {
     pub page_size: usize,
     /// 2026-07-28 calls waiting for the answer to an approval the client was asked.
     pub parked: Arc<super::approvals::Parked>,
+    /// Over stdio, the one caller: whoever started the process (`[auth]`'s anonymous tenant
+    /// and roles). Over HTTP, `None`: the gate names each request's caller.
+    pub stdio_caller: Option<Arc<Caller>>,
 }
 
 /// The rmcp server handler: a handle on the shared state (one is made per session).
@@ -56,18 +59,7 @@ pub(super) struct Front(pub Arc<Shared>);
 
 impl ServerHandler for Front {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(
-            ServerCapabilities::builder()
-                .enable_tools()
-                .enable_tool_list_changed()
-                .build(),
-        )
-        .with_server_info(Implementation::new("toolgate", env!("CARGO_PKG_VERSION")))
-        .with_instructions(
-            "Every tool call runs through toolgate's safety pipeline: hooks, loop detection, \
-             breakers, permissions, validation and retries. A refused or failed call comes back \
-             as a result with isError set and a text that says why.",
-        )
+        server_info()
     }
 
     async fn list_tools(
@@ -75,7 +67,7 @@ impl ServerHandler for Front {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let caller = caller_of(&context)?;
+        let caller = self.caller_of(&context)?;
         let start = match request.and_then(|r| r.cursor) {
             None => 0,
             Some(cursor) => cursor.parse::<usize>().map_err(|_| {
@@ -104,7 +96,7 @@ impl ServerHandler for Front {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let caller = caller_of(&context)?;
+        let caller = self.caller_of(&context)?;
         if let Some(state) = &request.request_state {
             return self
                 .redeem(state, request.input_responses.as_ref(), &caller)
@@ -197,7 +189,7 @@ impl ServerHandler for Front {
                     Note::Asked(approval) if can_elicit && approval.requester_may_answer => {
                         if stateless {
                             let state = shared.parked.park(&approval, &caller, call)?;
-                            let question = approvals::question(&approval)?;
+                            let question = approvals::question((&*approval).into())?;
                             let request: ElicitRequest = ElicitRequest::new(question);
                             let mut inputs = InputRequests::new();
                             inputs.insert(
@@ -235,7 +227,7 @@ impl Front {
         approval: &Approval,
         caller: &Caller,
     ) {
-        let Ok(question) = approvals::question(approval) else {
+        let Ok(question) = approvals::question(approval.into()) else {
             return;
         };
         let asked = tokio::select! {
@@ -336,14 +328,31 @@ async fn notify(
     let _ = peer.notify_progress(param).await;
 }
 
-/// The caller the HTTP gate admitted the request as (`gate.rs`).
-fn caller_of(context: &RequestContext<RoleServer>) -> Result<Arc<Caller>, ErrorData> {
-    context
-        .extensions
-        .get::<http::request::Parts>()
-        .and_then(|parts| parts.extensions.get::<Arc<Caller>>())
-        .cloned()
+/// What toolgate tells an MCP client about itself at `initialize` (and `server/discover`).
+pub(crate) fn server_info() -> ServerConfig {
+    ServerConfig::new(
+        ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tool_list_changed()
+            .build(),
+    )
+    .with_server_info(Implementation::new("toolgate", env!("CARGO_PKG_VERSION")))
+    .with_instructions(
+        "Every tool call runs through toolgate's safety pipeline: hooks, loop detection, \
+         breakers, permissions, validation and retries. A refused or failed call comes back \
+         as a result with isError set and a text that says why.",
+    )
+}
+
+impl Front {
+    /// The caller the HTTP gate admitted the request as (`gate.rs`), or the stdio caller.
+    fn caller_of(&self, context: &RequestContext<RoleServer>) -> Result<Arc<Caller>, ErrorData> {
+        match context.extensions.get::<http::request::Parts>() {
+            Some(parts) => parts.extensions.get::<Arc<Caller>>().cloned(),
+            None => self.0.stdio_caller.clone(),
+        }
         .ok_or_else(|| ErrorData::internal_error("the request reached no caller", None))
+    }
 }
 
 /// The toolgate session a call runs in: the one the client names (the `x-toolgate-session`

@@ -497,3 +497,97 @@ async fn a_request_state_is_good_once_for_its_own_caller_and_cannot_be_forged() 
     assert_eq!(out["owner"]["is_error"], false, "{out}");
     assert_eq!(out["replayed"]["ok"], false, "redeemed twice: {out}");
 }
+
+/// The binary under test.
+fn toolgate() -> String {
+    env!("CARGO_BIN_EXE_toolgate").to_owned()
+}
+
+#[tokio::test]
+async fn toolgate_mcp_serves_stdio_with_an_engine_in_the_process() {
+    crate::peers::require_peers!(TestEnv);
+    let dir = folder("mcp-stdio");
+    let config = write(&dir, "toolgate.toml", "[loop_detection]\nstop_after = 4\n");
+    for mode in MODES {
+        let command = [toolgate(), "mcp".into(), "--config".into(), config.clone()];
+        let mut flags: Vec<&str> = vec!["--"];
+        flags.extend(command.iter().map(String::as_str));
+        let out = sdk("stdio", mode, "basic", &flags).await;
+        assert!(
+            out["tools"].as_array().unwrap().contains(&json!("echo")),
+            "{mode}: {out}"
+        );
+        assert_eq!(
+            out["echo"]["structured"],
+            json!({"text": "hi"}),
+            "{mode}: {out}"
+        );
+        assert_eq!(
+            out["unknown"]["meta"]["error_class"], "UNKNOWN_TOOL",
+            "{mode}: {out}"
+        );
+        // The config is the engine's: the loop stops at its 4th repeat.
+        let out = sdk("stdio", mode, "loop", &flags).await;
+        let classes: Vec<&str> = out["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["meta"]["error_class"].as_str().unwrap())
+            .collect();
+        assert_eq!(classes[4], "LOOP_STOPPED", "{mode}: {classes:?}");
+    }
+}
+
+#[tokio::test]
+async fn the_stdio_bridge_takes_the_servers_sessions_identities_and_approvals() {
+    crate::peers::require_peers!(TestEnv);
+    let (ts, _url) = start_asking(true).await;
+    let addr = ts.server.local_addr().to_string();
+    let bridge = |token: &str| {
+        vec![
+            "--env".to_owned(),
+            format!("TG_BRIDGE_TOKEN={token}"),
+            "--".to_owned(),
+            toolgate(),
+            "mcp".into(),
+            "--connect".into(),
+            addr.clone(),
+            "--token-env".into(),
+            "TG_BRIDGE_TOKEN".into(),
+        ]
+    };
+    let flags = bridge("agent-secret");
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    // The approval the server lets this identity answer is put to the person at the client.
+    let out = sdk("stdio", "legacy", "approve", &flags).await;
+    assert_eq!(out["asked"].as_array().unwrap().len(), 1, "{out}");
+    assert_eq!(
+        out["result"]["structured"],
+        json!({"text": "edited"}),
+        "{out}"
+    );
+    // Loop detection runs in the server's session for the bridge run.
+    let out = sdk("stdio", "legacy", "basic", &flags).await;
+    assert_eq!(
+        out["unknown"]["meta"]["error_class"], "UNKNOWN_TOOL",
+        "{out}"
+    );
+    // A token the server does not know: the client is told.
+    let wrong = bridge("guess");
+    let wrong: Vec<&str> = wrong.iter().map(String::as_str).collect();
+    let python = crate::peers::testenv().join("venv/bin/python");
+    let mut command = Command::new(python);
+    command
+        .arg(driver())
+        .args(["stdio", "legacy", "basic"])
+        .args(&wrong);
+    crate::processes::own_group(&mut command);
+    // Off the runtime: the server under test answers the bridge on it.
+    let output = tokio::task::spawn_blocking(move || command.output())
+        .await
+        .unwrap()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(!output.status.success(), "{text}");
+    assert!(text.contains("Unauthenticated"), "{text}");
+}

@@ -1,9 +1,10 @@
 """Drives toolgate's MCP front door with the official MCP Python SDK's client, as an MCP client
 program would, and prints what it saw as one JSON object (tests/it/mcp_front.rs asserts on it).
 
-usage: front_client.py URL MODE SCENARIO [--token T] [--session S]
+usage: front_client.py URL MODE SCENARIO [--token T] [--session S] [-- COMMAND ARGS...]
+  URL: the endpoint, or `stdio` to launch COMMAND and speak MCP over its stdin and stdout
   MODE: `legacy` (the initialize handshake, 2025-11-25) or `2026-07-28` (stateless)
-  SCENARIO: calls | loop | progress | cancel | session | approve | deny | approver | state-abuse
+  SCENARIO: basic | calls | loop | progress | cancel | session | approve | deny | approver | state-abuse
   --token2 T: a second identity (state-abuse)
 """
 
@@ -13,7 +14,7 @@ import json
 import sys
 
 import mcp_types as types
-from mcp import Client
+from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
@@ -35,14 +36,22 @@ async def main():
     parser.add_argument("--token")
     parser.add_argument("--session")
     parser.add_argument("--token2")
-    args = parser.parse_args()
+    parser.add_argument("--env", action="append", default=[], help="NAME=VALUE for COMMAND")
+    argv = sys.argv[1:]
+    command = argv[argv.index("--") + 1 :] if "--" in argv else []
+    args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
+    args.command = command
     headers = {}
     if args.token:
         headers["Authorization"] = f"Bearer {args.token}"
     if args.session:
         headers["x-toolgate-session"] = args.session
-    http = create_mcp_http_client(headers=headers)
-    transport = streamable_http_client(args.url, http_client=http)
+    if args.url == "stdio":
+        env = dict(item.split("=", 1) for item in args.env)
+        transport = StdioServerParameters(command=args.command[0], args=args.command[1:], env=env or None)
+    else:
+        http = create_mcp_http_client(headers=headers)
+        transport = streamable_http_client(args.url, http_client=http)
     out = {"asked": []}
 
     async def answer(context, params):
@@ -74,6 +83,11 @@ async def main():
             out["invalid"] = result_json(
                 await client.call_tool("scratch_write", {"path": 7, "extra": True})
             )
+        elif args.scenario == "basic":
+            listed = await client.list_tools()
+            out["tools"] = sorted(t.name for t in listed.tools)
+            out["echo"] = result_json(await client.call_tool("echo", {"text": "hi"}))
+            out["unknown"] = result_json(await client.call_tool("ecoh", {"text": "hi"}))
         elif args.scenario == "loop":
             out["results"] = [
                 result_json(await client.call_tool("echo", {"same": 1})) for _ in range(12)
