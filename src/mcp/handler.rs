@@ -4,13 +4,14 @@
 
 use std::sync::Arc;
 
+use rmcp::model::SubscriptionFilter;
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, ElicitRequest, ErrorCode, ErrorData,
     Implementation, InputRequest, InputRequests, InputRequiredResult, InputResponses,
     ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
     ProtocolVersion, ServerCapabilities, ServerConfig,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{Peer, RoleServer, ServerHandler};
 use serde_json::{Map, Value, json};
 
@@ -29,6 +30,8 @@ use toolgate_core::trace::Span;
 pub(super) const SESSION_HEADER: &str = "x-toolgate-session";
 /// The `_meta` key naming it, for clients that cannot set headers.
 pub(super) const SESSION_META: &str = "dev.toolgate/session";
+/// How often a session's change watcher checks that its session still lives.
+const SESSION_CHECK: std::time::Duration = std::time::Duration::from_secs(30);
 /// JSON-RPC's implementation-defined server error: the server could not take the request now.
 const SERVER_BUSY: ErrorCode = ErrorCode(-32000);
 
@@ -60,6 +63,52 @@ pub(super) struct Front(pub Arc<Shared>);
 impl ServerHandler for Front {
     fn get_info(&self) -> ServerConfig {
         server_info()
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        // A 2025-11-25 session hears of every change of the tool list while it lives.
+        let mut changes = self.0.dispatcher.catalog().changes();
+        changes.mark_unchanged();
+        let peer = context.peer;
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    changed = changes.changed() => {
+                        if changed.is_err() || peer.notify_tool_list_changed().await.is_err() {
+                            return;
+                        }
+                    }
+                    () = tokio::time::sleep(SESSION_CHECK) => {}
+                }
+                if peer.is_transport_closed() {
+                    return;
+                }
+            }
+        });
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        let _ = requested;
+        Some(SubscriptionFilter::builder().tools_list_changed().build())
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        // 2026-07-28: `subscriptions/listen` carries the changes while the client listens.
+        let mut changes = self.0.dispatcher.catalog().changes();
+        changes.mark_unchanged();
+        loop {
+            tokio::select! {
+                () = context.cancelled() => return Ok(()),
+                changed = changes.changed() => {
+                    if changed.is_err() || context.sink().notify_tool_list_changed().await.is_err() {
+                        return Ok(());
+                    }
+                }
+            }
+        }
     }
 
     async fn list_tools(

@@ -591,3 +591,58 @@ async fn the_stdio_bridge_takes_the_servers_sessions_identities_and_approvals() 
     assert!(!output.status.success(), "{text}");
     assert!(text.contains("Unauthenticated"), "{text}");
 }
+
+#[tokio::test]
+async fn a_remote_registered_at_run_time_reaches_listening_clients_as_list_changed() {
+    crate::peers::require_peers!(TestEnv);
+    let (ts, url) =
+        start_mcp("[remote_registration]\nenabled = true\negress_allow = [\"127.0.0.0/8\"]\n")
+            .await;
+    for (n, mode) in MODES.into_iter().enumerate() {
+        let python = crate::peers::testenv().join("venv/bin/python");
+        let mut command = Command::new(python);
+        command
+            .arg(driver())
+            .args([url.as_str(), mode, "list-changed"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        crate::processes::own_group(&mut command);
+        let mut child = command.spawn().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (lines, mut heard) = tokio::sync::mpsc::unbounded_channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead as _;
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                let _ = lines.send(line);
+            }
+        });
+        let ready = tokio::time::timeout(Duration::from_secs(20), heard.recv()).await;
+        assert_eq!(ready.unwrap().as_deref(), Some("ready"), "{mode}");
+        let name = format!("weather_{n}");
+        ts.client
+            .clone()
+            .register_remote(toolgate::pb::RegisterRemoteRequest {
+                definition: Some(toolgate_proto::protojson::Struct::from(
+                    json!({
+                        "name": format!("rt-{n}"), "kind": "http", "url": "http://127.0.0.1:9/weather",
+                        "definition": {"name": name, "description": "current weather"}
+                    })
+                    .as_object()
+                    .unwrap()
+                    .clone(),
+                )),
+            })
+            .await
+            .unwrap();
+        let last = tokio::time::timeout(Duration::from_secs(30), heard.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        let out: Value = serde_json::from_str(&last).unwrap();
+        let _ = tokio::task::spawn_blocking(move || child.wait()).await;
+        assert_eq!(out["added"], json!([name]), "{mode}: {out}");
+    }
+}

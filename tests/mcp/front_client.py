@@ -4,7 +4,7 @@ program would, and prints what it saw as one JSON object (tests/it/mcp_front.rs 
 usage: front_client.py URL MODE SCENARIO [--token T] [--session S] [-- COMMAND ARGS...]
   URL: the endpoint, or `stdio` to launch COMMAND and speak MCP over its stdin and stdout
   MODE: `legacy` (the initialize handshake, 2025-11-25) or `2026-07-28` (stateless)
-  SCENARIO: basic | calls | loop | progress | cancel | session | approve | deny | approver | state-abuse
+  SCENARIO: basic | calls | loop | progress | cancel | session | approve | deny | approver | state-abuse | list-changed
   --token2 T: a second identity (state-abuse)
 """
 
@@ -64,7 +64,15 @@ async def main():
             content={"approve": True, "reason": "fine", "arguments": json.dumps({"text": "edited"})},
         )
 
-    async with Client(transport, mode=args.mode, cache=None, elicitation_callback=answer) as client:
+    list_changed = asyncio.Event()
+
+    async def on_message(message):
+        if isinstance(message, types.ToolListChangedNotification):
+            list_changed.set()
+
+    async with Client(
+        transport, mode=args.mode, cache=None, elicitation_callback=answer, message_handler=on_message
+    ) as client:
         out["protocol"] = client.session.protocol_version if hasattr(client.session, "protocol_version") else None
         if args.scenario == "calls":
             listed = await client.list_tools()
@@ -148,6 +156,19 @@ async def main():
                 out["other_caller"] = await attempt(other.session, state)
             out["owner"] = await attempt(client.session, state)
             out["replayed"] = await attempt(client.session, state)
+        elif args.scenario == "list-changed":
+            # Prints `ready` once listening, then waits for the test to change the tool list.
+            before = {t.name for t in (await client.list_tools()).tools}
+            if args.mode == "legacy":
+                print("ready", flush=True)
+                await asyncio.wait_for(list_changed.wait(), timeout=20)
+            else:
+                async with client.listen(tools_list_changed=True) as subscription:
+                    print("ready", flush=True)
+                    event = await asyncio.wait_for(subscription.__anext__(), timeout=20)
+                    out["event"] = type(event).__name__
+            after = {t.name for t in (await client.list_tools()).tools}
+            out["added"] = sorted(after - before)
         elif args.scenario == "session":
             out["result"] = result_json(await client.call_tool("echo", {"n": 1}))
         else:

@@ -1,24 +1,40 @@
 //! The catalog: the server's current registry, replaceable at run time (remote tools come and
 //! go). Readers take a cheap snapshot; writers clone, change and swap, so a batch that took a
-//! snapshot is never disturbed by a registration.
+//! snapshot is never disturbed by a registration. Every change bumps a generation that front
+//! doors watch, to tell their clients the tool list changed.
 
 use std::sync::Arc;
 
 use parking_lot::RwLock;
+use tokio::sync::watch;
 
 use super::registry::ToolRegistry;
 
 /// The current registry.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Catalog {
     current: RwLock<Arc<ToolRegistry>>,
+    /// How many changes were installed.
+    generation: watch::Sender<u64>,
+}
+
+impl Default for Catalog {
+    fn default() -> Self {
+        Catalog::new(ToolRegistry::default())
+    }
 }
 
 impl Catalog {
     pub fn new(registry: ToolRegistry) -> Self {
         Catalog {
             current: RwLock::new(Arc::new(registry)),
+            generation: watch::Sender::new(0),
         }
+    }
+
+    /// Follows the changes: the receiver sees each installed change (or the latest of several).
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.generation.subscribe()
     }
 
     /// The registry as it is now.
@@ -36,6 +52,8 @@ impl Catalog {
         let mut next = (**current).clone();
         let out = change(&mut next)?;
         *current = Arc::new(next);
+        drop(current);
+        self.generation.send_modify(|n| *n += 1);
         Ok(out)
     }
 }
