@@ -283,6 +283,8 @@ impl Server {
                 let parts = crate::mcp::McpParts {
                     dispatcher: state.dispatcher.clone(),
                     entry: state.entry.clone(),
+                    metrics: state.metrics.clone(),
+                    tracer: state.tracer.clone(),
                     auth: auth.clone(),
                     tls: tls.clone(),
                 };
@@ -350,7 +352,15 @@ impl Server {
             DecodedBudget::new(DecodedLimits::from(&self.config.limits)),
             self.metrics.metrics(),
         ));
-        let served = crate::mcp::serve_stdio(&self.config, dispatcher, entry.clone()).await;
+        let parts = crate::mcp::McpParts {
+            dispatcher,
+            entry: entry.clone(),
+            metrics: self.metrics.metrics(),
+            tracer: self.tracer(),
+            auth: Arc::new(Authenticator::from_config(&self.config.auth).await?),
+            tls: None,
+        };
+        let served = crate::mcp::serve_stdio(&self.config, &parts).await;
         // Running calls get the shutdown grace, then are cancelled.
         entry.tracker.close();
         if tokio::time::timeout(self.config.server.shutdown_grace, entry.tracker.wait())

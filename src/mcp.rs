@@ -25,11 +25,15 @@ use crate::front::tls::Tls;
 use toolgate_core::calls::IntakeLimits;
 use toolgate_core::dispatch::Dispatcher;
 use toolgate_core::identity::{Caller, Method, Role};
+use toolgate_core::metrics::Metrics;
+use toolgate_core::trace::Tracer;
 
-/// What the MCP front is served with.
+/// What the MCP front is served with (over stdio, `auth` and `tls` are not used).
 pub struct McpParts {
     pub dispatcher: Dispatcher,
     pub entry: Arc<Entry>,
+    pub metrics: Arc<Metrics>,
+    pub tracer: Tracer,
     pub auth: Arc<Authenticator>,
     pub tls: Option<Tls>,
 }
@@ -37,13 +41,14 @@ pub struct McpParts {
 /// The handler's shared state for `config`.
 fn shared(
     config: &Config,
-    dispatcher: Dispatcher,
-    entry: Arc<Entry>,
+    parts: &McpParts,
     stdio_caller: Option<Arc<Caller>>,
 ) -> Arc<handler::Shared> {
     Arc::new(handler::Shared {
-        dispatcher,
-        entry,
+        dispatcher: parts.dispatcher.clone(),
+        entry: parts.entry.clone(),
+        metrics: parts.metrics.clone(),
+        tracer: parts.tracer.clone(),
         intake: IntakeLimits {
             max_json_depth: config.limits.max_json_depth,
         },
@@ -61,7 +66,7 @@ pub async fn serve(
     stop: CancellationToken,
 ) {
     let mcp = &config.mcp;
-    let shared = shared(config, parts.dispatcher, parts.entry, None);
+    let shared = shared(config, &parts, None);
     let mut http = StreamableHttpServerConfig::default()
         .with_cancellation_token(stop.child_token())
         .with_max_request_body_bytes(config.server.max_message_bytes);
@@ -101,11 +106,7 @@ pub struct StdioError(String);
 /// Serves MCP over this process's stdin and stdout (`toolgate mcp --config`) until the client
 /// closes stdin. The caller is whoever started the process: `[auth]`'s anonymous tenant and
 /// roles. Nothing but MCP messages is written to stdout.
-pub async fn serve_stdio(
-    config: &Config,
-    dispatcher: Dispatcher,
-    entry: Arc<Entry>,
-) -> Result<(), StdioError> {
+pub async fn serve_stdio(config: &Config, parts: &McpParts) -> Result<(), StdioError> {
     use rmcp::ServiceExt as _;
     let caller = Arc::new(Caller {
         id: "stdio".to_owned(),
@@ -118,7 +119,7 @@ pub async fn serve_stdio(
             .collect(),
         method: Method::Anonymous,
     });
-    let front = handler::Front(shared(config, dispatcher, entry, Some(caller)));
+    let front = handler::Front(shared(config, parts, Some(caller)));
     let running = front
         .serve(rmcp::transport::stdio())
         .await

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use rmcp::model::SubscriptionFilter;
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, ElicitRequest, ErrorCode, ErrorData,
-    Implementation, InputRequest, InputRequests, InputRequiredResult, InputResponses,
-    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
-    ProtocolVersion, ServerCapabilities, ServerConfig,
+    Implementation, InitializeRequestParams, InitializeResult, InputRequest, InputRequests,
+    InputRequiredResult, InputResponses, ListToolsResult, PaginatedRequestParams,
+    ProgressNotificationParam, ProgressToken, ProtocolVersion, ServerCapabilities, ServerConfig,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{Peer, RoleServer, ServerHandler};
@@ -18,13 +18,15 @@ use serde_json::{Map, Value, json};
 use super::{approvals, shape};
 use crate::front::admission::Holder;
 use crate::front::entry::{Entry, Turned};
+use opentelemetry::KeyValue;
+use opentelemetry::trace::SpanKind;
 use tokio::sync::mpsc;
 use toolgate_core::approvals::{Approval, ResolveError};
 use toolgate_core::calls::{self, IntakeLimits};
 use toolgate_core::dispatch::{Batch, BatchOptions, CallResult, Dispatcher, Event, Mode, Observer};
 use toolgate_core::identity::Caller;
 use toolgate_core::tools::BoxFuture;
-use toolgate_core::trace::Span;
+use toolgate_core::trace::{Span, attr};
 
 /// The header naming the toolgate session of a call, as on gRPC.
 pub(super) const SESSION_HEADER: &str = "x-toolgate-session";
@@ -49,6 +51,8 @@ pub(super) struct Shared {
     pub entry: Arc<Entry>,
     pub intake: IntakeLimits,
     pub page_size: usize,
+    pub metrics: Arc<toolgate_core::metrics::Metrics>,
+    pub tracer: toolgate_core::trace::Tracer,
     /// 2026-07-28 calls waiting for the answer to an approval the client was asked.
     pub parked: Arc<super::approvals::Parked>,
     /// Over stdio, the one caller: whoever started the process (`[auth]`'s anonymous tenant
@@ -96,6 +100,7 @@ impl ServerHandler for Front {
     }
 
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        self.0.metrics.mcp_request("subscriptions/listen", "ok");
         // 2026-07-28: `subscriptions/listen` carries the changes while the client listens.
         let mut changes = self.0.dispatcher.catalog().changes();
         changes.mark_unchanged();
@@ -116,7 +121,56 @@ impl ServerHandler for Front {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let caller = self.caller_of(&context)?;
+        let span = self.request_span("tools/list", None, &context, &context.meta.0.0);
+        let listed = self.list(request, &context);
+        let outcome = if listed.is_ok() { "ok" } else { "error" };
+        self.0.metrics.mcp_request("tools/list", outcome);
+        if let Err(error) = &listed {
+            span.fail("jsonrpc_error", &error.message);
+        }
+        span.end();
+        listed
+    }
+
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        context.peer.set_peer_info(request.clone());
+        let answer = self.negotiate_initialize(&request);
+        let outcome = if answer.is_ok() { "ok" } else { "error" };
+        self.0.metrics.mcp_request("initialize", outcome);
+        answer
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        // The span names a tool only when it is registered: the model picks the name.
+        let registered = self.0.dispatcher.registry().get(&request.name).is_some();
+        let target = registered.then_some(request.name.as_ref());
+        let meta = match &request.meta {
+            Some(meta) => meta.0.0.clone(),
+            None => context.meta.0.0.clone(),
+        };
+        let span = self.request_span("tools/call", target, &context, &meta);
+        let answered = self.run_call(request, context, span.clone()).await;
+        self.answered("tools/call", &span, &answered);
+        answered
+    }
+}
+
+impl Front {
+    /// `tools/list`: the tools the caller may call, a page at a time.
+    fn list(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let caller = self.caller_of(context)?;
         let start = match request.and_then(|r| r.cursor) {
             None => 0,
             Some(cursor) => cursor.parse::<usize>().map_err(|_| {
@@ -139,11 +193,15 @@ impl ServerHandler for Front {
         result.cache_scope = Some(CacheScope::Private);
         Ok(result)
     }
+}
 
-    async fn call_tool(
+impl Front {
+    /// `tools/call`: the call as a batch of one, under `trace`.
+    async fn run_call(
         &self,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
+        trace: Span,
     ) -> Result<CallToolResponse, ErrorData> {
         let caller = self.caller_of(&context)?;
         if let Some(state) = &request.request_state {
@@ -192,7 +250,7 @@ impl ServerHandler for Front {
             },
             turn: 0,
             caller: caller.clone(),
-            trace: Span::none(),
+            trace,
         };
         let (notes, mut heard) = mpsc::channel(NOTES);
         let observer = Notes {
@@ -394,6 +452,87 @@ pub(crate) fn server_info() -> ServerConfig {
 }
 
 impl Front {
+    /// The server span of an MCP request (OpenTelemetry's MCP conventions), under the trace
+    /// context its `_meta` carries (`traceparent`, `tracestate`), else its HTTP headers'.
+    fn request_span(
+        &self,
+        method: &'static str,
+        target: Option<&str>,
+        context: &RequestContext<RoleServer>,
+        meta: &Map<String, Value>,
+    ) -> Span {
+        let parts = context.extensions.get::<http::request::Parts>();
+        let header = |name: &str| {
+            parts
+                .and_then(|p| p.headers.get(name))
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        let in_meta = |name: &str| meta.get(name).and_then(Value::as_str).map(str::to_owned);
+        let (traceparent, tracestate) = match in_meta("traceparent") {
+            Some(tp) => (Some(tp), in_meta("tracestate")),
+            None => (header("traceparent"), header("tracestate")),
+        };
+        let parent = traceparent
+            .and_then(|tp| toolgate_core::trace::parse_traceparent(&tp, tracestate.as_deref()))
+            .map_or_else(Span::none, Span::remote);
+        let session = header("mcp-session-id");
+        let version = context.protocol_version();
+        let id = call_id(&context.id);
+        let stdio = parts.is_none();
+        let target = target.map(str::to_owned);
+        let name = match &target {
+            Some(target) => format!("{method} {target}"),
+            None => method.to_owned(),
+        };
+        self.0.tracer.start(
+            || name,
+            SpanKind::Server,
+            parent.context(),
+            || {
+                let mut attributes = vec![
+                    KeyValue::new(attr::MCP_METHOD, method),
+                    KeyValue::new(attr::JSONRPC_REQUEST_ID, id),
+                    KeyValue::new(attr::NETWORK_TRANSPORT, if stdio { "pipe" } else { "tcp" }),
+                ];
+                if let Some(session) = session {
+                    attributes.push(KeyValue::new(attr::MCP_SESSION_ID, session));
+                }
+                if let Some(version) = version {
+                    attributes.push(KeyValue::new(
+                        attr::MCP_PROTOCOL_VERSION,
+                        version.to_string(),
+                    ));
+                }
+                if let Some(tool) = target {
+                    attributes.push(KeyValue::new(attr::OPERATION, "execute_tool"));
+                    attributes.push(KeyValue::new(attr::TOOL_NAME, tool));
+                }
+                attributes
+            },
+        )
+    }
+
+    /// Counts a `tools/call`'s answer and ends its span with it.
+    fn answered(
+        &self,
+        method: &'static str,
+        span: &Span,
+        answered: &Result<CallToolResponse, ErrorData>,
+    ) {
+        let outcome = match answered {
+            Ok(CallToolResponse::InputRequired(_)) => "input_required",
+            Ok(CallToolResponse::Complete(result)) if result.is_error == Some(true) => "tool_error",
+            Ok(_) => "ok",
+            Err(error) => {
+                span.fail("jsonrpc_error", &error.message);
+                "error"
+            }
+        };
+        self.0.metrics.mcp_request(method, outcome);
+        span.end();
+    }
+
     /// The caller the HTTP gate admitted the request as (`gate.rs`), or the stdio caller.
     fn caller_of(&self, context: &RequestContext<RoleServer>) -> Result<Arc<Caller>, ErrorData> {
         match context.extensions.get::<http::request::Parts>() {

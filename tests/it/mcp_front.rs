@@ -646,3 +646,68 @@ async fn a_remote_registered_at_run_time_reaches_listening_clients_as_list_chang
         assert_eq!(out["added"], json!([name]), "{mode}: {out}");
     }
 }
+
+#[tokio::test]
+async fn mcp_requests_are_spans_under_the_clients_trace_and_counted_by_method() {
+    crate::peers::require_peers!(TestEnv);
+    let mut receiver = crate::observability::Receiver::start().await;
+    let (ts, url) = start_mcp(&format!(
+        "[telemetry]\notlp_endpoint = \"http://{}\"\nservice_name = \"toolgate-mcp\"\n",
+        receiver.addr
+    ))
+    .await;
+    let out = sdk(&url, "legacy", "traced", &[]).await;
+    assert_eq!(out["result"]["is_error"], false, "{out}");
+    let spans = receiver
+        .spans_until(|s| s.iter().any(|span| span["name"] == "tools/call echo") && s.len() >= 4)
+        .await;
+    let call = spans
+        .iter()
+        .find(|s| s["name"] == "tools/call echo")
+        .expect("the tools/call span");
+    let attr = |span: &Value, key: &str| {
+        span["attributes"]
+            .as_array()
+            .and_then(|a| a.iter().find(|kv| kv["key"] == key))
+            .map(|kv| kv["value"]["stringValue"].clone())
+            .unwrap_or(Value::Null)
+    };
+    // Under the traceparent the request's _meta carried (OpenTelemetry's MCP conventions).
+    assert_eq!(
+        call["traceId"], "0af7651916cd43dd8448eb211c80319c",
+        "{call:#}"
+    );
+    assert_eq!(call["parentSpanId"], "b7ad6b7169203331");
+    assert_eq!(call["kind"], "SPAN_KIND_SERVER");
+    assert_eq!(attr(call, "mcp.method.name"), "tools/call");
+    assert_eq!(attr(call, "mcp.protocol.version"), "2025-11-25");
+    assert_eq!(attr(call, "gen_ai.tool.name"), "echo");
+    assert_eq!(attr(call, "gen_ai.operation.name"), "execute_tool");
+    assert!(
+        attr(call, "mcp.session.id")
+            .as_str()
+            .is_some_and(|s| !s.is_empty()),
+        "{call:#}"
+    );
+    // The batch runs under it, as under a DispatchBatch's RPC span.
+    let batch = spans
+        .iter()
+        .find(|s| s["name"] == "toolgate.batch")
+        .unwrap();
+    assert_eq!(batch["parentSpanId"], call["spanId"]);
+    // An unregistered name never names a span.
+    assert!(
+        spans.iter().any(|s| s["name"] == "tools/call"),
+        "{spans:#?}"
+    );
+    assert!(!spans.iter().any(|s| s["name"] == "tools/call ecoh"));
+
+    let metrics = metrics_text(&ts).await;
+    for line in [
+        "toolgate_mcp_requests_total{mcp_method_name=\"tools/call\",toolgate_outcome=\"ok\"",
+        "toolgate_mcp_requests_total{mcp_method_name=\"tools/call\",toolgate_outcome=\"tool_error\"",
+        "toolgate_mcp_requests_total{mcp_method_name=\"initialize\",toolgate_outcome=\"ok\"",
+    ] {
+        assert!(metrics.contains(line), "{line} in:\n{metrics}");
+    }
+}

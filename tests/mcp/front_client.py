@@ -4,7 +4,7 @@ program would, and prints what it saw as one JSON object (tests/it/mcp_front.rs 
 usage: front_client.py URL MODE SCENARIO [--token T] [--session S] [-- COMMAND ARGS...]
   URL: the endpoint, or `stdio` to launch COMMAND and speak MCP over its stdin and stdout
   MODE: `legacy` (the initialize handshake, 2025-11-25) or `2026-07-28` (stateless)
-  SCENARIO: basic | calls | loop | progress | cancel | session | approve | deny | approver | state-abuse | list-changed
+  SCENARIO: basic | calls | loop | progress | cancel | session | approve | deny | approver | state-abuse | list-changed | traced
   --token2 T: a second identity (state-abuse)
 """
 
@@ -169,6 +169,12 @@ async def main():
                     out["event"] = type(event).__name__
             after = {t.name for t in (await client.list_tools()).tools}
             out["added"] = sorted(after - before)
+        elif args.scenario == "traced":
+            traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+            out["result"] = result_json(
+                await client.call_tool("echo", {"text": "traced"}, meta={"traceparent": traceparent})
+            )
+            out["fail"] = result_json(await client.call_tool("ecoh", {}))
         elif args.scenario == "session":
             out["result"] = result_json(await client.call_tool("echo", {"n": 1}))
         else:

@@ -52,6 +52,7 @@ pub struct Metrics {
     store_errors: Tally,
     spans_dropped: Tally,
     approvals: Tally,
+    mcp_requests: Tally,
 }
 
 impl Default for Metrics {
@@ -187,6 +188,12 @@ impl Metrics {
                 Some(TOOL),
                 Some("toolgate.approval"),
             ),
+            mcp_requests: counter(
+                "toolgate.mcp.requests",
+                "MCP requests answered, by method (mcp.method.name) and outcome (ok, tool_error, input_required, error)",
+                Some("mcp.method.name"),
+                Some(OUTCOME),
+            ),
             spans_dropped: counter(
                 "toolgate.telemetry.spans.dropped",
                 "Finished spans not exported, by reason (queue_full, export_failed)",
@@ -283,6 +290,11 @@ impl Metrics {
     /// `remembered_denied`, `expired`, `withdrawn`).
     pub fn approval(&self, tool: &str, how: &'static str) {
         self.approvals.add(tool, how, 1);
+    }
+
+    /// An MCP request of `method` was answered with `outcome`.
+    pub fn mcp_request(&self, method: &str, outcome: &'static str) {
+        self.mcp_requests.add(method, outcome, 1);
     }
 
     /// A request was refused because `capacity` was full.

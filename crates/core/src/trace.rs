@@ -31,10 +31,17 @@ pub mod attr {
     pub const RPC_GRPC_STATUS_CODE: &str = "rpc.grpc.status_code";
     pub const PEER_ADDRESS: &str = "network.peer.address";
     pub const PEER_PORT: &str = "network.peer.port";
-    pub(crate) const ERROR_TYPE: &str = "error.type";
+    pub const ERROR_TYPE: &str = "error.type";
+    pub const NETWORK_TRANSPORT: &str = "network.transport";
 
-    pub(crate) const OPERATION: &str = "gen_ai.operation.name";
-    pub(crate) const TOOL_NAME: &str = "gen_ai.tool.name";
+    /// The MCP front's server spans (OpenTelemetry's MCP conventions).
+    pub const MCP_METHOD: &str = "mcp.method.name";
+    pub const MCP_SESSION_ID: &str = "mcp.session.id";
+    pub const MCP_PROTOCOL_VERSION: &str = "mcp.protocol.version";
+    pub const JSONRPC_REQUEST_ID: &str = "jsonrpc.request.id";
+
+    pub const OPERATION: &str = "gen_ai.operation.name";
+    pub const TOOL_NAME: &str = "gen_ai.tool.name";
     pub(crate) const TOOL_CALL_ID: &str = "gen_ai.tool.call.id";
     pub(crate) const TOOL_TYPE: &str = "gen_ai.tool.type";
     pub(crate) const TOOL_ARGUMENTS: &str = "gen_ai.tool.call.arguments";
