@@ -216,7 +216,7 @@ impl Server {
             addr: "listener".to_owned(),
             source,
         })?;
-        let dispatcher = self.build()?;
+        let (dispatcher, shared_store) = self.build_with_store()?;
         let sessions = dispatcher.sessions_handle();
         let auth = Arc::new(Authenticator::from_config(&self.config.auth).await?);
         let tls = match TlsSettings::from_config(&self.config.tls) {
@@ -285,6 +285,9 @@ impl Server {
                     entry: state.entry.clone(),
                     metrics: state.metrics.clone(),
                     tracer: state.tracer.clone(),
+                    shared: shared_store
+                        .clone()
+                        .map(|store| Arc::new(crate::store::mcp::McpSessions::new(store))),
                     auth: auth.clone(),
                     tls: tls.clone(),
                 };
@@ -359,6 +362,7 @@ impl Server {
             tracer: self.tracer(),
             auth: Arc::new(Authenticator::from_config(&self.config.auth).await?),
             tls: None,
+            shared: None,
         };
         let served = crate::mcp::serve_stdio(&self.config, &parts).await;
         // Running calls get the shutdown grace, then are cancelled.
@@ -383,6 +387,13 @@ impl Server {
 
     /// The dispatcher from a config already validated.
     fn build(&self) -> Result<Dispatcher, StartError> {
+        self.build_with_store().map(|(dispatcher, _)| dispatcher)
+    }
+
+    /// The dispatcher, and the shared store it uses when `sessions.store` names one.
+    fn build_with_store(
+        &self,
+    ) -> Result<(Dispatcher, Option<Arc<crate::store::RedisStore>>), StartError> {
         let registry = Arc::new(Catalog::new(self.registry()?));
         let store = build::session_store(&self.config, self.metrics.metrics())?;
         let mut sessions = sessions(&self.config, self.metrics.metrics())?;
@@ -400,14 +411,15 @@ impl Server {
         }
         let bindings = self.config.bindings.clone();
         let mut dispatcher = Dispatcher::new(registry, Arc::new(sessions), pipeline);
-        if let Some(store) = store {
-            dispatcher = dispatcher.with_store(store);
+        if let Some(store) = &store {
+            dispatcher = dispatcher.with_store(store.clone());
         }
-        dispatcher.with_bindings(bindings).map_err(|problems| {
+        let dispatcher = dispatcher.with_bindings(bindings).map_err(|problems| {
             StartError::Config(ConfigError {
                 problems: vec![problems.to_string()],
             })
-        })
+        })?;
+        Ok((dispatcher, store))
     }
 
     fn pipeline(

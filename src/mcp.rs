@@ -22,6 +22,7 @@ use crate::config::Config;
 use crate::front::auth::Authenticator;
 use crate::front::entry::Entry;
 use crate::front::tls::Tls;
+use crate::store::mcp::McpSessions;
 use toolgate_core::calls::IntakeLimits;
 use toolgate_core::dispatch::Dispatcher;
 use toolgate_core::identity::{Caller, Method, Role};
@@ -34,6 +35,9 @@ pub struct McpParts {
     pub entry: Arc<Entry>,
     pub metrics: Arc<Metrics>,
     pub tracer: Tracer,
+    /// With `sessions.store`: 2025-11-25 sessions and their owners, shared with the other
+    /// replicas.
+    pub shared: Option<Arc<McpSessions>>,
     pub auth: Arc<Authenticator>,
     pub tls: Option<Tls>,
 }
@@ -78,6 +82,9 @@ pub async fn serve(
     http = http
         .with_allowed_origins(mcp.allowed_origins.iter().cloned())
         .enforce_origin_validation();
+    if let Some(shared) = &parts.shared {
+        http.session_store = Some(shared.clone());
+    }
     let sessions = Arc::new(LocalSessionManager::default());
     let front = handler::Front(shared);
     let service = StreamableHttpService::new(move || Ok(front.clone()), sessions.clone(), http);
@@ -89,6 +96,7 @@ pub async fn serve(
         service,
         sessions,
         owners: Default::default(),
+        shared: parts.shared.clone(),
         max_sessions: config.sessions.max_sessions,
     });
     let bounds = listener::Bounds {

@@ -27,6 +27,7 @@ use toolgate_core::session::StoreError;
 mod approvals;
 mod cache;
 mod ledger;
+pub mod mcp;
 mod scratch;
 mod scripts;
 mod session;

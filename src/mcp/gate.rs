@@ -22,6 +22,7 @@ use url::Url;
 
 use super::handler::{Connection, Front};
 use crate::front::auth::{Authenticator, Credentials, Denied};
+use crate::store::mcp::McpSessions;
 use toolgate_core::identity::{Caller, Role};
 
 /// What rmcp answers with, and so what the gate answers with.
@@ -41,8 +42,10 @@ pub(super) struct Gates {
     pub authorization_servers: Vec<String>,
     pub service: StreamableHttpService<Front, LocalSessionManager>,
     pub sessions: Arc<LocalSessionManager>,
-    /// Each live MCP session's owner (`method:tenant/id`).
+    /// Each live MCP session's owner (`method:tenant/id`), as this replica knows it.
     pub owners: Mutex<HashMap<String, String>>,
+    /// The owners every replica knows, with `sessions.store`.
+    pub shared: Option<Arc<McpSessions>>,
     /// The most MCP sessions open at once.
     pub max_sessions: usize,
 }
@@ -116,7 +119,7 @@ impl Gate {
             .map(str::to_owned);
         // A session another identity opened is, to this caller, a session that does not exist.
         if let Some(id) = &session
-            && shared.owners.lock().get(id).is_some_and(|o| *o != owner)
+            && !self.owned_by(id, &owner).await
         {
             return plain(StatusCode::NOT_FOUND, "session not found");
         }
@@ -143,7 +146,13 @@ impl Gate {
                     .get("mcp-session-id")
                     .and_then(|v| v.to_str().ok())
                 {
-                    shared.owners.lock().insert(id.to_owned(), owner);
+                    shared.owners.lock().insert(id.to_owned(), owner.clone());
+                    if let Some(store) = &shared.shared
+                        && let Err(error) = store.set_owner(id, &owner).await
+                    {
+                        // Another replica then cannot tell whose the session is, and refuses it.
+                        tracing::warn!(%error, "an MCP session's owner was not stored");
+                    }
                 }
             }
             Some(id) if deleting && reply.status().is_success() => {
@@ -152,6 +161,30 @@ impl Gate {
             Some(_) => {}
         }
         reply
+    }
+
+    /// Whether session `id` is `owner`'s, or unknown (rmcp then answers 404). With a shared
+    /// store, a session this replica has not seen is judged by the owner the store holds: one
+    /// the store does not know, or cannot be asked about, is refused.
+    async fn owned_by(&self, id: &str, owner: &str) -> bool {
+        let shared = &self.shared;
+        if let Some(known) = shared.owners.lock().get(id) {
+            return known == owner;
+        }
+        let Some(store) = &shared.shared else {
+            return true;
+        };
+        match store.owner(id).await {
+            Ok(Some(stored)) if stored == owner => {
+                shared.owners.lock().insert(id.to_owned(), stored);
+                true
+            }
+            Ok(_) => false,
+            Err(error) => {
+                tracing::warn!(%error, "an MCP session's owner could not be read; the request is refused");
+                false
+            }
+        }
     }
 
     /// Whether opening one more session would pass `max_sessions`; first forgets the owners of

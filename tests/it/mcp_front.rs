@@ -711,3 +711,140 @@ async fn mcp_requests_are_spans_under_the_clients_trace_and_counted_by_method() 
         assert!(metrics.contains(line), "{line} in:\n{metrics}");
     }
 }
+
+/// nginx as a plain HTTP round-robin balancer in front of `backends` (no stickiness: each
+/// request may go to another replica), with SSE passed through unbuffered.
+struct HttpBalancer {
+    child: std::process::Child,
+    addr: String,
+    dir: PathBuf,
+}
+
+impl HttpBalancer {
+    fn start(backends: &[std::net::SocketAddr]) -> HttpBalancer {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = folder(&format!("nginx-mcp-{port}"));
+        let servers: String = backends.iter().map(|b| format!("server {b};\n")).collect();
+        let d = dir.display();
+        let conf = format!(
+            "worker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
+             events {{ worker_connections 256; }}\n\
+             http {{\n access_log off;\n\
+               client_body_temp_path {d}/body; proxy_temp_path {d}/proxy;\n\
+               fastcgi_temp_path {d}/fastcgi; uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;\n\
+               upstream toolgate {{ {servers} keepalive 8; }}\n\
+               server {{\n listen 127.0.0.1:{port};\n\
+                 location / {{ proxy_pass http://toolgate; proxy_http_version 1.1;\n\
+                   proxy_set_header Connection \"\"; proxy_buffering off; proxy_read_timeout 60s; }}\n\
+               }}\n}}\n"
+        );
+        std::fs::write(dir.join("nginx.conf"), conf).unwrap();
+        let child = crate::shared_sessions::spawn_nginx(&dir);
+        let addr = format!("127.0.0.1:{port}");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(&addr).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "nginx did not listen on {addr}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        HttpBalancer { child, addr, dir }
+    }
+}
+
+impl Drop for HttpBalancer {
+    fn drop(&mut self) {
+        crate::processes::stop(&mut self.child, Duration::from_secs(5));
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[tokio::test]
+async fn a_2025_session_spread_over_replicas_behind_round_robin_keeps_its_loop_window() {
+    crate::peers::require_peers!(TestEnv, Redis, Nginx);
+    let redis = crate::shared_sessions::Redis::start();
+    let mut replicas = Vec::new();
+    for _ in 0..3 {
+        let config = Config::from_toml(&format!(
+            r#"[mcp]
+            listen = "127.0.0.1:0"
+            allowed_hosts = ["*"]
+            [sessions]
+            store = "{}"
+            [loop_detection]
+            warn_after = 2
+            stop_after = 3
+            [auth]
+            anonymous = "none"
+            [[auth.tokens]]
+            id = "agent"
+            tenant = "acme"
+            sha256 = "{}"
+            [[auth.tokens]]
+            id = "other"
+            tenant = "acme"
+            sha256 = "{}"
+            "#,
+            redis.url(),
+            sha256_hex("agent-secret"),
+            sha256_hex("other-secret"),
+        ))
+        .unwrap();
+        replicas.push(start_with(config).await);
+    }
+    let backends: Vec<_> = replicas
+        .iter()
+        .map(|r| r.server.mcp_addr().unwrap())
+        .collect();
+    let nginx = HttpBalancer::start(&backends);
+    let url = format!("http://{}/mcp", nginx.addr);
+    let out = sdk(&url, "legacy", "loop", &["--token", "agent-secret"]).await;
+    let classes: Vec<&str> = out["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["meta"]["error_class"].as_str().unwrap())
+        .collect();
+    // One window across the replicas: stopped at the 4th repeat, as on one server.
+    assert_eq!(classes[..3], ["NONE"; 3], "{out}");
+    assert_eq!(classes[3], "LOOP_STOPPED", "{out}");
+    // The calls were spread: every replica answered some.
+    for replica in &replicas {
+        let metrics = metrics_text(replica).await;
+        assert!(
+            metrics.contains("toolgate_mcp_requests_total{mcp_method_name=\"tools/call\""),
+            "every replica served calls of the session"
+        );
+    }
+    // Another identity that learnt the session id is refused on every replica, including
+    // those that never saw the session open.
+    let reply = post(
+        &url,
+        &[("authorization", "Bearer agent-secret")],
+        initialize(),
+    )
+    .await;
+    let session = reply.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    for replica in &backends {
+        let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+        let as_other = [
+            ("authorization", "Bearer other-secret"),
+            ("mcp-session-id", session.as_str()),
+            ("mcp-protocol-version", "2025-11-25"),
+        ];
+        let direct = format!("http://{replica}/mcp");
+        assert_eq!(
+            post(&direct, &as_other, list).await.status(),
+            404,
+            "{replica}"
+        );
+    }
+}
