@@ -44,7 +44,8 @@ COPY --from=build /usr/local/bin/toolgate /usr/local/bin/toolgate
 ENV TOOLGATE_LISTEN=0.0.0.0:50051 \
     TOOLGATE_ADMIN__LISTEN=0.0.0.0:9464
 # 50051: gRPC (toolgate.v1, health, reflection). 9464: admin HTTP (/metrics, /livez, /readyz).
-EXPOSE 50051 9464
+# 8765: the MCP front door, when a config turns it on ([mcp] listen = "0.0.0.0:8765").
+EXPOSE 50051 9464 8765
 USER 10001:10001
 # `toolgate health` asks grpc.health.v1 on the configured port (0.0.0.0 becomes 127.0.0.1).
 HEALTHCHECK --interval=10s --timeout=5s --start-period=10s --retries=3 \

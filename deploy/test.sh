@@ -48,7 +48,9 @@ free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1
 TOOLGATE_PORT=$(free_port)
 TOOLGATE_ADMIN_PORT=$(free_port)
 TOOLGATE_SCALE_PORT=$(free_port)
-export TOOLGATE_PORT TOOLGATE_ADMIN_PORT TOOLGATE_SCALE_PORT
+TOOLGATE_MCP_PORT=$(free_port)
+TOOLGATE_SCALE_MCP_PORT=$(free_port)
+export TOOLGATE_PORT TOOLGATE_ADMIN_PORT TOOLGATE_SCALE_PORT TOOLGATE_MCP_PORT TOOLGATE_SCALE_MCP_PORT
 addr=127.0.0.1:$TOOLGATE_PORT
 scale_addr=127.0.0.1:$TOOLGATE_SCALE_PORT
 project=toolgate-test-$$
@@ -178,6 +180,32 @@ remote_tools_listed() {
 }
 wait_for 90 remote_tools_listed || fail "ListTools never listed py.word_count and mcp.pid"
 g "$addr" toolgate.v1.ToolGate/ListTools | grep '"name": "\(py\|mcp\)\.' | sort
+
+step "the same tools through the MCP front door (127.0.0.1:$TOOLGATE_MCP_PORT/mcp, stateless 2026-07-28)"
+python3 - "127.0.0.1:$TOOLGATE_MCP_PORT" <<'PY'
+import json, sys, urllib.request
+version = "2026-07-28"
+meta = {"io.modelcontextprotocol/protocolVersion": version,
+        "io.modelcontextprotocol/clientInfo": {"name": "deploy-test", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {}}
+def call(id, method, params):
+    message = {"jsonrpc": "2.0", "id": id, "method": method, "params": params | {"_meta": meta}}
+    headers = {"content-type": "application/json", "accept": "application/json, text/event-stream",
+               "mcp-protocol-version": version, "mcp-method": method}
+    if method == "tools/call":
+        headers["mcp-name"] = params["name"]
+    request = urllib.request.Request(f"http://{sys.argv[1]}/mcp", json.dumps(message).encode(), headers)
+    with urllib.request.urlopen(request, timeout=30) as reply:
+        body = reply.read().decode()
+    if body.lstrip().startswith("{"):
+        return json.loads(body)
+    return [json.loads(l[5:]) for l in body.splitlines() if l.startswith("data:") and "jsonrpc" in l][-1]
+tools = [t["name"] for t in call(1, "tools/list", {})["result"]["tools"]]
+assert "mcp.pid" in tools and "py.word_count" in tools, tools
+result = call(2, "tools/call", {"name": "py.word_count", "arguments": {"text": "ship it to the world"}})["result"]
+assert not result.get("isError"), result
+print(f"tools/list: {len(tools)} tools; tools/call py.word_count: {result['content'][0]['text']}")
+PY
 
 step "the grpcurl tour (examples/grpcurl/demo.sh)"
 GRPCURL=$grpcurl examples/grpcurl/demo.sh "$addr" >"$work/tour.txt"
@@ -313,6 +341,35 @@ if g -d "{\"session_id\": \"$session\"}" "$scale_addr" toolgate.v1.ToolGate/GetS
 fi
 grep -q NotFound "$work/after.txt" || fail "GetSessionMemory after EndSession: $(cat "$work/after.txt")"
 echo "EndSession: ended; GetSessionMemory afterwards: NotFound"
+
+step "one MCP session through the balancer: four identical tools/call, spread over the replicas"
+# A 2025-11-25 session (initialize, then Mcp-Session-Id) with plain HTTP, as an MCP client sends it.
+python3 - "127.0.0.1:$TOOLGATE_SCALE_MCP_PORT" <<'PY'
+import json, sys, urllib.request
+url = f"http://{sys.argv[1]}/mcp"
+def post(message, session=None):
+    headers = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+    if session:
+        headers |= {"mcp-session-id": session, "mcp-protocol-version": "2025-11-25"}
+    request = urllib.request.Request(url, json.dumps(message).encode(), headers)
+    with urllib.request.urlopen(request, timeout=30) as reply:
+        body = reply.read().decode()
+        answers = [json.loads(line[5:]) for line in body.splitlines() if line.startswith("data:") and "jsonrpc" in line]
+        return reply.headers.get("mcp-session-id"), answers
+session, _ = post({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "deploy-test", "version": "1"}}})
+assert session, "initialize opened no session"
+post({"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
+classes = []
+for i in range(1, 5):
+    _, answers = post({"jsonrpc": "2.0", "id": i, "method": "tools/call",
+                       "params": {"name": "echo", "arguments": {"q": "same"}}}, session)
+    result = answers[-1]["result"]
+    classes.append(result["_meta"]["error_class"])
+    print(f"call {i}: {classes[-1]}" + ("; warned" if "[toolgate] warning" in result["content"][0]["text"] else ""))
+assert classes[:3] == ["NONE"] * 3 and classes[3] == "LOOP_STOPPED", classes
+print(f"session {session}: one loop window across the replicas")
+PY
 
 step "the batches reached more than one replica (toolgate_batches_total on each admin port)"
 # Read from inside the compose network (the replicas publish no port), with bash's /dev/tcp in
