@@ -848,3 +848,99 @@ async fn a_2025_session_spread_over_replicas_behind_round_robin_keeps_its_loop_w
         );
     }
 }
+
+#[tokio::test]
+async fn over_tls_a_client_certificate_is_an_identity_and_a_denied_tool_is_not_listed() {
+    let dir = folder("mcp-tls");
+    let (server_ca, client_ca) = (Ca::new(), Ca::new());
+    let (cert, key) = server_ca.sign(&["localhost"]);
+    let ca_file = write(&dir, "ca.pem", &server_ca.pem);
+    let (agent_cert, agent_key) = client_ca.sign(&["agent-7.clients.test"]);
+    let config = Config::from_toml(&format!(
+        r#"[mcp]
+        listen = "127.0.0.1:0"
+        [tls]
+        cert_file = "{}"
+        key_file = "{}"
+        client_ca_file = "{}"
+        [auth]
+        anonymous = "none"
+        [[auth.certificates]]
+        name = "agent-7.clients.test"
+        tenant = "acme"
+        roles = ["agent"]
+        [[permissions.rules]]
+        id = "no-clock-for-acme"
+        tools = "now"
+        tenants = ["acme"]
+        decision = "deny"
+        reason = "not for acme"
+        "#,
+        write(&dir, "server.pem", &cert),
+        write(&dir, "server.key", &key),
+        write(&dir, "client-ca.pem", &client_ca.pem),
+    ))
+    .unwrap();
+    let server = toolgate::Server::new(config).start_local().await.unwrap();
+    let url = format!(
+        "https://localhost:{}/mcp",
+        server.mcp_addr().unwrap().port()
+    );
+    let client = |identity: bool| {
+        let mut tls = json!({"ca_file": ca_file});
+        if identity {
+            tls["cert_file"] = json!(write(&dir, "agent.pem", &agent_cert));
+            tls["key_file"] = json!(write(&dir, "agent.key", &agent_key));
+        }
+        let tls: toolgate_remotes::TlsSpec = serde_json::from_value(tls).unwrap();
+        toolgate_remotes::tls::client_builder(Some(&tls), Duration::from_secs(10))
+            .unwrap()
+            .build()
+            .unwrap()
+    };
+    let stateless = |method: &str, id: u32| {
+        json!({"jsonrpc": "2.0", "id": id, "method": method, "params": {"_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {}}}})
+    };
+    let send = async |client: &reqwest::Client, body: Value| {
+        client
+            .post(&url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", body["method"].as_str().unwrap())
+            .body(body.to_string())
+            .send()
+            .await
+    };
+    // Without a certificate the handshake is refused (tls.client_ca_file asks for one). With the
+    // agent's: its tools, without the one denied to acme.
+    let refused = send(&client(false), stateless("tools/list", 1)).await;
+    assert!(refused.is_err(), "{refused:?}");
+    let reply = send(&client(true), stateless("tools/list", 2))
+        .await
+        .unwrap();
+    assert_eq!(reply.status(), 200);
+    let text = reply.text().await.unwrap();
+    let data = text
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("data:").filter(|d| d.contains("jsonrpc")))
+        .map_or(text.as_str(), str::trim);
+    let listed: Value = serde_json::from_str(data).unwrap();
+    let names: Vec<&str> = listed["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"echo"), "{names:?}");
+    assert!(
+        !names.contains(&"now"),
+        "a tool denied to the caller is not listed: {names:?}"
+    );
+    server.shutdown_handle().shutdown();
+    let _ = server.wait().await;
+}
