@@ -8,6 +8,7 @@ pub(crate) mod approvals;
 mod gate;
 pub(crate) mod handler;
 mod listener;
+mod owners;
 mod shape;
 
 use std::sync::Arc;

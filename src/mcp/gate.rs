@@ -4,7 +4,6 @@
 //! nowhere. The caller it admitted and the connection go into the request's extensions for the
 //! handler.
 
-use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -21,6 +20,7 @@ use rustls::pki_types::CertificateDer;
 use url::Url;
 
 use super::handler::{Connection, Front};
+use super::owners::Owners;
 use crate::front::auth::{Authenticator, Credentials, Denied};
 use crate::store::mcp::McpSessions;
 use toolgate_core::identity::{Caller, Role};
@@ -30,8 +30,6 @@ pub(super) type Reply = Response<BoxBody<Bytes, Infallible>>;
 
 /// Where the protected-resource metadata of a resource is (RFC 9728 §3.1).
 const METADATA_PATH: &str = "/.well-known/oauth-protected-resource";
-/// The 2026-07-28 revision: stateless, so a request of it never opens a session.
-const STATELESS_REVISION: &str = "2026-07-28";
 
 /// What every connection's gate shares.
 pub(super) struct Gates {
@@ -43,7 +41,7 @@ pub(super) struct Gates {
     pub service: StreamableHttpService<Front, LocalSessionManager>,
     pub sessions: Arc<LocalSessionManager>,
     /// Each live MCP session's owner (`method:tenant/id`), as this replica knows it.
-    pub owners: Mutex<HashMap<String, String>>,
+    pub owners: Mutex<Owners>,
     /// The owners every replica knows, with `sessions.store`.
     pub shared: Option<Arc<McpSessions>>,
     /// The most MCP sessions open at once.
@@ -123,14 +121,6 @@ impl Gate {
         {
             return plain(StatusCode::NOT_FOUND, "session not found");
         }
-        let opens_session =
-            session.is_none() && request.method() == Method::POST && !stateless(&request);
-        if opens_session && self.sessions_full().await {
-            return plain(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "too many MCP sessions are open; retry later, or end sessions you no longer use (DELETE)",
-            );
-        }
         let deleting = request.method() == Method::DELETE;
         request.extensions_mut().insert(caller);
         request.extensions_mut().insert(self.connection);
@@ -145,14 +135,10 @@ impl Gate {
                     .headers()
                     .get("mcp-session-id")
                     .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned)
+                    && let Err(full) = self.admit_session(&id, &owner).await
                 {
-                    shared.owners.lock().insert(id.to_owned(), owner.clone());
-                    if let Some(store) = &shared.shared
-                        && let Err(error) = store.set_owner(id, &owner).await
-                    {
-                        // Another replica then cannot tell whose the session is, and refuses it.
-                        tracing::warn!(%error, "an MCP session's owner was not stored");
-                    }
+                    return full;
                 }
             }
             Some(id) if deleting && reply.status().is_success() => {
@@ -187,19 +173,46 @@ impl Gate {
         }
     }
 
-    /// Whether opening one more session would pass `max_sessions`; first forgets the owners of
-    /// sessions rmcp has closed (idle, or deleted).
-    async fn sessions_full(&self) -> bool {
+    /// Takes the session rmcp just opened (`initialize`) for `owner`, or closes it at once and
+    /// answers 503 when it is one too many: past `sessions.max_sessions` on this replica, or past
+    /// an identity's share of them (a quarter), so that one identity cannot take them all.
+    /// Checked after the fact, whatever the request's headers claimed it was.
+    async fn admit_session(&self, id: &str, owner: &str) -> Result<(), Reply> {
         let shared = &self.shared;
-        let live = shared.sessions.sessions.read().await;
-        if live.len() >= shared.max_sessions {
-            return true;
+        let share = (shared.max_sessions / 4).max(1);
+        let full = {
+            let live = shared.sessions.sessions.read().await;
+            let mut owners = shared.owners.lock();
+            if owners.len() >= shared.max_sessions || owners.held_by(owner) >= share {
+                owners.keep_only(|session| live.contains_key(session));
+            }
+            let full = live.len() > shared.max_sessions
+                || owners.len() >= shared.max_sessions
+                || owners.held_by(owner) >= share;
+            if !full {
+                owners.insert(id.to_owned(), owner.to_owned());
+            }
+            full
+        };
+        if full {
+            let session: rmcp::transport::streamable_http_server::SessionId = id.into();
+            let _ = rmcp::transport::streamable_http_server::SessionManager::close_session(
+                shared.sessions.as_ref(),
+                &session,
+            )
+            .await;
+            return Err(plain(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "too many MCP sessions are open (sessions.max_sessions, a quarter per identity); end sessions you no longer use (DELETE), or retry later",
+            ));
         }
-        let mut owners = shared.owners.lock();
-        if owners.len() >= shared.max_sessions {
-            owners.retain(|id, _| live.contains_key(id.as_str()));
+        if let Some(store) = &shared.shared
+            && let Err(error) = store.set_owner(id, owner).await
+        {
+            // Another replica then cannot tell whose the session is, and refuses it.
+            tracing::warn!(%error, "an MCP session's owner was not stored");
         }
-        false
+        Ok(())
     }
 
     /// The resource's canonical URL: `mcp.resource`, else the URL the client used.
@@ -286,14 +299,6 @@ impl Gate {
         }
         reply
     }
-}
-
-/// Whether a request speaks the stateless revision (it never opens a session).
-fn stateless<B>(request: &Request<B>) -> bool {
-    request
-        .headers()
-        .get("mcp-protocol-version")
-        .is_some_and(|v| v.as_bytes() >= STATELESS_REVISION.as_bytes())
 }
 
 /// Who owns a session: the caller's credential, tenant and identity.

@@ -944,3 +944,44 @@ async fn over_tls_a_client_certificate_is_an_identity_and_a_denied_tool_is_not_l
     server.shutdown_handle().shutdown();
     let _ = server.wait().await;
 }
+
+#[tokio::test]
+async fn an_identity_opens_at_most_its_share_of_mcp_sessions_whatever_its_headers_say() {
+    let (_ts, url) = start_mcp(&format!(
+        r#"[sessions]
+        max_sessions = 8
+        [auth]
+        anonymous = "none"
+        [[auth.tokens]]
+        id = "greedy"
+        tenant = "acme"
+        sha256 = "{}"
+        [[auth.tokens]]
+        id = "modest"
+        tenant = "acme"
+        sha256 = "{}"
+        "#,
+        sha256_hex("greedy-secret"),
+        sha256_hex("modest-secret"),
+    ))
+    .await;
+    let greedy = [("authorization", "Bearer greedy-secret")];
+    // A quarter of 8 each; the third is closed at once and refused, also when the request
+    // claims the stateless revision (an initialize opens a session whatever it claims).
+    for _ in 0..2 {
+        assert_eq!(post(&url, &greedy, initialize()).await.status(), 200);
+    }
+    let mut claimed = initialize();
+    claimed["params"]["protocolVersion"] = json!("2026-07-28");
+    for (body, header) in [(initialize(), None), (claimed, Some("2026-07-28"))] {
+        let mut headers = vec![("authorization", "Bearer greedy-secret")];
+        if let Some(version) = header {
+            headers.push(("mcp-protocol-version", version));
+        }
+        let reply = post(&url, &headers, body).await;
+        assert_eq!(reply.status(), 503, "{:?}", reply.headers());
+    }
+    // Another identity still gets its own.
+    let modest = [("authorization", "Bearer modest-secret")];
+    assert_eq!(post(&url, &modest, initialize()).await.status(), 200);
+}
