@@ -32,6 +32,8 @@ use toolgate_core::trace::{Span, attr};
 pub(super) const SESSION_HEADER: &str = "x-toolgate-session";
 /// The `_meta` key naming it, for clients that cannot set headers.
 pub(super) const SESSION_META: &str = "dev.toolgate/session";
+/// How often a client waiting for an approver is told it still waits.
+const WAITING_REMINDER: std::time::Duration = std::time::Duration::from_secs(10);
 /// How often a session's change watcher checks that its session still lives.
 const SESSION_CHECK: std::time::Duration = std::time::Duration::from_secs(30);
 /// JSON-RPC's implementation-defined server error: the server could not take the request now.
@@ -279,7 +281,16 @@ impl Front {
             .client_capabilities()
             .is_some_and(|c| c.elicitation.is_some());
         let progress = context.meta.get_progress_token();
+        // While an approver is awaited: what the client is told, and how often it was.
+        let mut waiting: Option<String> = None;
+        let mut told = 0u32;
         loop {
+            let remind = async {
+                match &waiting {
+                    Some(_) => tokio::time::sleep(WAITING_REMINDER).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 biased;
                 // `notifications/cancelled`, or the client leaving a stateless request: the
@@ -315,9 +326,19 @@ impl Front {
                             "waiting for an approver to answer approval {} ({}: {})",
                             approval.id, approval.source, approval.reason
                         );
-                        notify(&context.peer, progress.as_ref(), 0.0, None, text).await;
+                        told += 1;
+                        notify(&context.peer, progress.as_ref(), f64::from(told), None, text.clone()).await;
+                        waiting = Some(text);
                     }
+                    Note::Resolved => waiting = None,
                 },
+                // Progress keeps the client (and proxies' idle timers) informed while it waits.
+                () = remind => {
+                    if let Some(text) = &waiting {
+                        told += 1;
+                        notify(&context.peer, progress.as_ref(), f64::from(told), None, text.clone()).await;
+                    }
+                }
             }
         }
         finished(call.await)
@@ -625,6 +646,8 @@ enum Note {
         message: String,
     },
     Asked(Box<Approval>),
+    /// The approval the call waited on ended.
+    Resolved,
 }
 
 /// Notes buffered between a call and its request's handler.
@@ -663,6 +686,10 @@ impl Observer for Notes {
                 None
             }
             Event::ApprovalRequested(_) => Some(event),
+            Event::ApprovalResolved(_) => {
+                let _ = self.notes.try_send(Note::Resolved);
+                None
+            }
             _ => None,
         }
     }
