@@ -619,3 +619,43 @@ decision = "deny"
     // A permission rule and a hook are told apart by their section.
     assert!(!problems.contains("permissions.rules[2]"), "{problems}");
 }
+
+#[test]
+fn an_mcp_listener_off_loopback_needs_tls_or_insecure_and_is_warned_about() {
+    let plain = Config::from_toml("[mcp]\nlisten = \"0.0.0.0:8765\"").unwrap_err();
+    assert!(
+        plain
+            .to_string()
+            .contains("mcp.listen: 0.0.0.0:8765 is not a loopback address and TLS is off"),
+        "{plain}"
+    );
+    let insecure = Config::from_toml(
+        "[server]\ninsecure = true\n[mcp]\nlisten = \"0.0.0.0:8765\"\n[auth]\nanonymous = \"any\"",
+    )
+    .unwrap();
+    let warnings = insecure.warnings();
+    assert!(
+        warnings.iter().any(|w| w.starts_with(
+            "mcp.listen: 0.0.0.0:8765 is not a loopback address and auth.anonymous = \"any\""
+        )),
+        "{warnings:?}"
+    );
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("mcp.listen: 0.0.0.0:8765 serves plaintext")),
+        "{warnings:?}"
+    );
+    let bad = Config::from_toml(
+        "[mcp]\npath = \"mcp\"\npage_size = 0\nauthorization_servers = [\"ftp://x\"]",
+    )
+    .unwrap_err()
+    .to_string();
+    for expected in [
+        "mcp.path: 'mcp' must start with '/'",
+        "mcp.page_size: must be at least 1",
+        "mcp.authorization_servers[0]: 'ftp://x' is not an http(s) URL",
+    ] {
+        assert!(bad.contains(expected), "{expected} in {bad}");
+    }
+}

@@ -191,6 +191,19 @@ impl Config {
                 }
             ));
         }
+        if let Some(mcp) = self.mcp.listen.filter(|addr| !addr.ip().is_loopback()) {
+            if self.auth.anonymous == Anonymous::Any {
+                w.push(format!(
+                    "mcp.listen: {mcp} is not a loopback address and auth.anonymous = \"any\": any MCP client that can reach it gets {}",
+                    self.auth.anonymous_roles.join(", ")
+                ));
+            }
+            if !self.tls.enabled() {
+                w.push(format!(
+                    "mcp.listen: {mcp} serves plaintext (server.insecure = true): tokens and results cross the network unencrypted"
+                ));
+            }
+        }
         if let Some(admin) = self.admin.listen.filter(|addr| !addr.ip().is_loopback()) {
             w.push(format!(
                 "admin.listen: {admin} is not a loopback address; /metrics, /livez and /readyz have no authentication"
