@@ -299,7 +299,15 @@ impl Front {
                     cancel.cancel("the MCP client cancelled the request");
                     break;
                 }
-                ended = &mut call => return finished(ended),
+                ended = &mut call => {
+                    // Progress the call sent before it ended goes out before its result.
+                    while let Ok(note) = heard.try_recv() {
+                        if let Note::Progress { progress: done, total, message } = note {
+                            notify(&context.peer, progress.as_ref(), done, total, message).await;
+                        }
+                    }
+                    return finished(ended);
+                }
                 Some(note) = heard.recv() => match note {
                     Note::Progress { progress: done, total, message } => {
                         notify(&context.peer, progress.as_ref(), done, total, message).await;

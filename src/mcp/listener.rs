@@ -54,11 +54,11 @@ pub(crate) async fn serve(
             }
         };
         let Ok(permit) = open.clone().try_acquire_owned() else {
-            tracing::debug!(%peer, "MCP connection refused: server.max_connections are open");
+            tracing::debug!(%peer, "an MCP connection was refused: server.max_connections are open");
             continue;
         };
         let Some(turn) = by_address.take(peer.ip(), bounds.max_connections_per_address) else {
-            tracing::debug!(%peer, "MCP connection refused: server.max_connections_per_address are open from its address");
+            tracing::debug!(%peer, "an MCP connection was refused: server.max_connections_per_address are open from its address");
             continue;
         };
         let connection = Connection {
@@ -105,11 +105,11 @@ async fn handshake(
     {
         Ok(Ok(stream)) => stream,
         Ok(Err(error)) => {
-            tracing::debug!(%peer, %error, "MCP TLS handshake failed");
+            tracing::debug!(%peer, %error, "an MCP TLS handshake failed");
             return None;
         }
         Err(_) => {
-            tracing::debug!(%peer, "MCP TLS handshake timed out");
+            tracing::debug!(%peer, "an MCP TLS handshake timed out");
             return None;
         }
     };

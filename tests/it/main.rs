@@ -19,6 +19,7 @@ mod http_tools;
 mod intake;
 mod limits;
 mod mcp;
+mod mcp_clients;
 mod mcp_front;
 mod messages;
 mod middleware;

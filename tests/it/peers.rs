@@ -22,6 +22,12 @@ pub(crate) enum Peer {
     TestEnv,
     /// Node, and `@modelcontextprotocol/server-everything` in `.testenv/node`.
     Everything,
+    /// Node, and the TypeScript SDK (`@modelcontextprotocol/sdk`) in `.testenv/node`.
+    TypeScriptSdk,
+    /// Node, and the MCP Inspector (`@modelcontextprotocol/inspector`) in `.testenv/node`.
+    Inspector,
+    /// `.testenv/mcp-v1`: Python with the MCP SDK 1.x (`scripts/requirements-mcp-v1.txt`).
+    McpV1,
     /// `promtool` (Debian's `prometheus` package).
     Promtool,
     /// The `prometheus` server (the same package).
@@ -47,6 +53,15 @@ impl Peer {
                     "node/node_modules/@modelcontextprotocol/server-everything/dist/index.js",
                 ))
             }),
+            Peer::TypeScriptSdk => on_path("node").or_else(|| {
+                file(env.join(
+                    "node/node_modules/@modelcontextprotocol/sdk/dist/esm/client/streamableHttp.js",
+                ))
+            }),
+            Peer::Inspector => {
+                on_path("node").or_else(|| file(env.join("node/node_modules/.bin/mcp-inspector")))
+            }
+            Peer::McpV1 => file(env.join("mcp-v1/bin/python")),
             Peer::Promtool => on_path("promtool"),
             Peer::Prometheus => on_path("prometheus"),
             Peer::Redis => on_path("redis-server"),
