@@ -233,6 +233,8 @@ impl Server {
         let mut transport = TransportSettings::from_config(server);
         transport.max_connections = build::connection_cap(server.max_connections);
         let budgets = Budgets::from_config(&self.config.limits, &self.metrics.metrics());
+        // The MCP front's request bodies count against gRPC's request-bytes budget.
+        let requests = budgets.requests.clone();
         let state = Arc::new(ServiceState {
             connections: Connections::new(transport, self.metrics.metrics()),
             dispatcher,
@@ -288,6 +290,7 @@ impl Server {
                     shared: shared_store
                         .clone()
                         .map(|store| Arc::new(crate::store::mcp::McpSessions::new(store))),
+                    requests: requests.clone(),
                     auth: auth.clone(),
                     tls: tls.clone(),
                 };
@@ -363,6 +366,7 @@ impl Server {
             auth: Arc::new(Authenticator::from_config(&self.config.auth).await?),
             tls: None,
             shared: None,
+            requests: Budgets::from_config(&self.config.limits, &self.metrics.metrics()).requests,
         };
         let served = crate::mcp::serve_stdio(&self.config, &parts).await;
         // Running calls get the shutdown grace, then are cancelled.

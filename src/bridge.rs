@@ -34,13 +34,13 @@ pub enum BridgeError {
 }
 
 /// Serves MCP over stdin and stdout, each call sent to `target` as a `DispatchBatch` in
-/// `session` (default: `mcp-bridge-<random>`, one per run), until the client closes stdin.
+/// `session` (default: `stdio-bridge-<random>`, one per run), until the client closes stdin.
 pub async fn serve_stdio(target: Target, session: Option<String>) -> Result<(), BridgeError> {
     use rmcp::ServiceExt as _;
     let client = client(&target).await?;
     let session = match session {
         Some(session) => session,
-        None => toolgate_core::tools::unguessable_name("mcp-bridge-")
+        None => toolgate_core::tools::unguessable_name("stdio-bridge-")
             .map_err(|e| BridgeError::Stdio(e.to_string()))?,
     };
     let bridge = Bridge(Arc::new(Inner { client, session }));

@@ -5,7 +5,6 @@ pub mod access;
 mod approvals;
 mod batch_stream;
 mod bodies;
-pub(crate) mod budget;
 pub mod cli;
 pub mod convert;
 pub mod probe;

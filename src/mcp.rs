@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::front::auth::Authenticator;
+use crate::front::budget::ByteBudget;
 use crate::front::entry::Entry;
 use crate::front::tls::Tls;
 use crate::store::mcp::McpSessions;
@@ -39,6 +40,8 @@ pub struct McpParts {
     /// With `sessions.store`: 2025-11-25 sessions and their owners, shared with the other
     /// replicas.
     pub shared: Option<Arc<McpSessions>>,
+    /// Request bytes being received, server-wide (the gRPC transport's budget).
+    pub requests: Arc<ByteBudget>,
     pub auth: Arc<Authenticator>,
     pub tls: Option<Tls>,
 }
@@ -98,7 +101,13 @@ pub async fn serve(
         sessions,
         owners: Default::default(),
         shared: parts.shared.clone(),
-        max_sessions: config.sessions.max_sessions,
+        max_sessions: mcp.max_sessions,
+        allowed_hosts: (!mcp.allowed_hosts.iter().any(|h| h == "*"))
+            .then(|| mcp.allowed_hosts.clone()),
+        requests: parts.requests.clone(),
+        entry: parts.entry.clone(),
+        max_body: config.server.max_message_bytes,
+        stall: config.server.stall_timeout,
     });
     let bounds = listener::Bounds {
         max_connections: config.server.max_connections,

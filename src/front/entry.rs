@@ -69,6 +69,15 @@ impl Entry {
         })
     }
 
+    /// What a front holds while it parses a request it has buffered: `weight` bytes against
+    /// the same decoded-bytes budgets, before anything in it is parsed.
+    pub(crate) fn weigh(&self, holder: &Holder, weight: usize) -> Result<Decoded, Turned> {
+        self.decoded.take(holder, weight).map_err(|full| {
+            self.metrics.refused(full.capacity_name());
+            Turned::Decoded(full)
+        })
+    }
+
     /// Once parsed: slots for up to `wanted` calls at once (at least one), given back when the
     /// `Ticket` drops.
     pub(crate) fn admit(&self, holder: Holder, wanted: usize) -> Result<Ticket, Turned> {

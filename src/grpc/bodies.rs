@@ -21,8 +21,8 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 use tonic::Status;
 
-use super::budget::{Full, Held, Share};
 use super::status::RequestError;
+use crate::front::budget::{Full, Held, Share};
 use slab::Slab;
 
 /// The most of a reply handed to the transport at once.
@@ -414,7 +414,7 @@ mod tests {
     use std::collections::VecDeque;
 
     use super::*;
-    use crate::grpc::budget::ByteBudget;
+    use crate::front::budget::ByteBudget;
 
     /// A body that yields these chunks, then waits forever (or ends, if `end`).
     struct Chunks {

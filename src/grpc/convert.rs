@@ -32,8 +32,7 @@ pub struct RequestRules {
     pub dispatch: DispatchConfig,
 }
 
-/// Longest call id or tool name accepted (provider ids are about 40 bytes, names at most 64).
-pub(crate) const MAX_ID_BYTES: usize = 256;
+pub(crate) use toolgate_core::calls::MAX_ID_BYTES;
 
 /// The metadata a client may also name its session in, so that a balancer can keep a session's
 /// requests on one replica (nginx `hash $http_x_toolgate_session consistent`, HAProxy

@@ -68,7 +68,7 @@ pub enum RequestError {
     Stalled(std::time::Duration),
     /// The connection's (or the server's) request bytes not yet decoded are at their bound.
     #[error("{}", request_backlog_text(.0))]
-    RequestBacklog(super::budget::Full),
+    RequestBacklog(crate::front::budget::Full),
     /// A request's message stayed incomplete for `server.stall_timeout`.
     #[error(
         "the request stopped arriving mid-message for {} (server.stall_timeout)",
@@ -83,7 +83,7 @@ pub enum RequestError {
     ReplyStalled(std::time::Duration),
     /// The connection's (or the server's) reply bytes not yet read are at their bound.
     #[error("{}", reply_backlog_text(.0))]
-    ReplyBacklog(super::budget::Full),
+    ReplyBacklog(crate::front::budget::Full),
     #[error("no live session '{0}'")]
     UnknownSession(String),
     /// The shared session store cannot be reached; the cause is logged, not sent.
@@ -167,8 +167,8 @@ impl From<RequestError> for Status {
 }
 
 /// Which request bytes bound was reached, and what helps.
-fn request_backlog_text(full: &super::budget::Full) -> String {
-    use super::budget::Full;
+fn request_backlog_text(full: &crate::front::budget::Full) -> String {
+    use crate::front::budget::Full;
     match full {
         Full::Connection(n) => format!(
             "this connection's requests being received hold {n} bytes, its share (limits.max_buffered_request_bytes_per_connection); send fewer or smaller requests at once"
@@ -180,8 +180,8 @@ fn request_backlog_text(full: &super::budget::Full) -> String {
 }
 
 /// Which reply bytes bound was reached, and what helps.
-fn reply_backlog_text(full: &super::budget::Full) -> String {
-    use super::budget::Full;
+fn reply_backlog_text(full: &crate::front::budget::Full) -> String {
+    use crate::front::budget::Full;
     match full {
         Full::Connection(n) => format!(
             "replies this connection has not read hold {n} bytes, its share (limits.max_unread_reply_bytes_per_connection); read the replies before sending more"

@@ -34,8 +34,8 @@ use tonic::transport::server::Connected;
 
 use super::access::Authorized;
 use super::bodies::{Received, Replies, Reply};
-use super::budget::{ByteBudget, Share};
 use super::wire::Wire;
+use crate::front::budget::{ByteBudget, Share};
 use crate::front::per_address::{AddressTurn, PerAddress};
 use crate::front::tls::Tls;
 use toolgate_core::metrics::Metrics;

@@ -204,8 +204,8 @@ mod tests {
     use tonic::codegen::http;
 
     use super::*;
+    use crate::front::budget::ByteBudget;
     use crate::grpc::bodies::{PIECE, Replies, Reply};
-    use crate::grpc::budget::ByteBudget;
     use crate::grpc::transport::{TransportSettings, http2};
 
     /// What the connection under test does with its next write.

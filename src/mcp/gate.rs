@@ -8,7 +8,9 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use bytes::Bytes;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
 use futures::future::BoxFuture;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::combinators::BoxBody;
@@ -21,7 +23,10 @@ use url::Url;
 
 use super::handler::{Connection, Front};
 use super::owners::Owners;
+use crate::front::admission::Holder;
 use crate::front::auth::{Authenticator, Credentials, Denied};
+use crate::front::budget::{ByteBudget, Full as BudgetFull, Held, Share};
+use crate::front::entry::Entry;
 use crate::store::mcp::McpSessions;
 use toolgate_core::identity::{Caller, Role};
 
@@ -46,6 +51,16 @@ pub(super) struct Gates {
     pub shared: Option<Arc<McpSessions>>,
     /// The most MCP sessions open at once.
     pub max_sessions: usize,
+    /// `mcp.allowed_hosts`; `None`: any host (`["*"]`).
+    pub allowed_hosts: Option<Vec<String>>,
+    /// Request bytes being received, server-wide (shared with gRPC) and per connection.
+    pub requests: Arc<ByteBudget>,
+    /// What requests hold once parsed, and the server's draining: the entry every front shares.
+    pub entry: Arc<Entry>,
+    /// The most a request body may be (`server.max_message_bytes`).
+    pub max_body: usize,
+    /// How long a request body may stop arriving (`server.stall_timeout`).
+    pub stall: Duration,
 }
 
 /// The gate of one connection.
@@ -57,11 +72,13 @@ pub(super) struct Gate {
     pub certificates: Option<Arc<Vec<CertificateDer<'static>>>>,
     /// Whether the connection is TLS (for the URLs the gate names).
     pub tls: bool,
+    /// This connection's share of the request bytes being received.
+    pub share: Arc<Share>,
 }
 
 impl<B> tower::Service<Request<B>> for Gate
 where
-    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
     B::Error: std::fmt::Display,
 {
     type Response = Reply;
@@ -79,12 +96,17 @@ where
 }
 
 impl Gate {
-    async fn serve<B>(self, mut request: Request<B>) -> Reply
+    async fn serve<B>(self, request: Request<B>) -> Reply
     where
-        B: http_body::Body<Data = Bytes> + Send + 'static,
+        B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
         B::Error: std::fmt::Display,
     {
         let shared = &self.shared;
+        // Before anything answers with a URL made from it (the challenge, the metadata): a Host
+        // this server does not go by is refused, as rmcp would refuse it on the endpoint.
+        if let Some(refused) = self.host_refused(&request) {
+            return refused;
+        }
         let path = request.uri().path();
         if path == METADATA_PATH || path.strip_prefix(METADATA_PATH) == Some(shared.path.as_str()) {
             return self.metadata(&request);
@@ -122,13 +144,32 @@ impl Gate {
             return plain(StatusCode::NOT_FOUND, "session not found");
         }
         let deleting = request.method() == Method::DELETE;
-        request.extensions_mut().insert(caller);
-        request.extensions_mut().insert(self.connection);
+        // The body is read here, within the request-bytes budgets and the stall timeout, and
+        // weighed as the decoded-bytes budgets weigh a gRPC request, before rmcp parses it.
+        let (mut parts, body) = request.into_parts();
+        let (body, received) = match self.read_body(&parts, body).await {
+            Ok(read) => read,
+            Err(reply) => return reply,
+        };
+        let holder = Holder::new(Some(self.connection.peer), &caller);
+        // rmcp holds the parsed message and a copy of it as a JSON value.
+        let weight = match std::str::from_utf8(&body) {
+            Ok(text) => 2 * toolgate_core::json::text_held_bytes(text),
+            Err(_) => body.len(),
+        };
+        let parsing = match shared.entry.weigh(&holder, weight) {
+            Ok(parsing) => parsing,
+            Err(turned) => return plain(StatusCode::SERVICE_UNAVAILABLE, &turned.to_string()),
+        };
+        parts.extensions.insert(caller);
+        parts.extensions.insert(self.connection);
+        let request = Request::from_parts(parts, Full::new(body));
         let mut service = shared.service.clone();
         let reply = match tower::Service::call(&mut service, request).await {
             Ok(reply) => reply,
             Err(never) => match never {},
         };
+        drop((parsing, received));
         match session {
             None => {
                 if let Some(id) = reply
@@ -173,6 +214,79 @@ impl Gate {
         }
     }
 
+    /// Reads a request's body: at most `server.max_message_bytes` (413 beyond), each part
+    /// arriving within `server.stall_timeout` (408 otherwise), every byte held against this
+    /// connection's share and the server's request-bytes budget while it is read and parsed (503
+    /// when one is full).
+    async fn read_body<B>(
+        &self,
+        parts: &http::request::Parts,
+        mut body: B,
+    ) -> Result<(Bytes, Held), Reply>
+    where
+        B: http_body::Body<Data = Bytes> + Unpin,
+        B::Error: std::fmt::Display,
+    {
+        let max = self.shared.max_body;
+        let too_large = || {
+            plain(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                &format!("the request body is over {max} bytes (server.max_message_bytes)"),
+            )
+        };
+        let declared = parts
+            .headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<usize>().ok());
+        if declared.is_some_and(|n| n > max) {
+            return Err(too_large());
+        }
+        let backlog = |full: BudgetFull| {
+            let text = match full {
+                BudgetFull::Connection(n) => format!(
+                    "this connection's requests being received hold {n} bytes, its share (limits.max_buffered_request_bytes_per_connection)"
+                ),
+                BudgetFull::Server(n) => format!(
+                    "the server holds {n} bytes of requests being received (limits.max_buffered_request_bytes); retry later"
+                ),
+            };
+            plain(StatusCode::SERVICE_UNAVAILABLE, &text)
+        };
+        let mut held = self.share.take(0).map_err(backlog)?;
+        let mut read = BytesMut::with_capacity(declared.unwrap_or(0).min(max));
+        loop {
+            let frame = match tokio::time::timeout(self.shared.stall, body.frame()).await {
+                Ok(None) => break,
+                Ok(Some(Ok(frame))) => frame,
+                Ok(Some(Err(error))) => {
+                    return Err(plain(
+                        StatusCode::BAD_REQUEST,
+                        &format!("the request body could not be read: {error}"),
+                    ));
+                }
+                Err(_) => {
+                    return Err(plain(
+                        StatusCode::REQUEST_TIMEOUT,
+                        &format!(
+                            "the request body stopped arriving for {} (server.stall_timeout)",
+                            toolgate_core::duration::readable(self.shared.stall)
+                        ),
+                    ));
+                }
+            };
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            if read.len() + data.len() > max {
+                return Err(too_large());
+            }
+            held.grow(data.len()).map_err(backlog)?;
+            read.extend_from_slice(&data);
+        }
+        Ok((read.freeze(), held))
+    }
+
     /// Takes the session rmcp just opened (`initialize`) for `owner`, or closes it at once and
     /// answers 503 when it is one too many: past `sessions.max_sessions` on this replica, or past
     /// an identity's share of them (a quarter), so that one identity cannot take them all.
@@ -213,6 +327,38 @@ impl Gate {
             tracing::warn!(%error, "an MCP session's owner was not stored");
         }
         Ok(())
+    }
+
+    /// The refusal of a request whose `Host` is not a name this server goes by
+    /// (`mcp.allowed_hosts`, against DNS rebinding) or, whatever the list, does not look like a
+    /// host: it is written into URLs.
+    fn host_refused<B>(&self, request: &Request<B>) -> Option<Reply> {
+        let host = request.headers().get(header::HOST)?;
+        let host = host.to_str().unwrap_or_default();
+        let shaped = !host.is_empty()
+            && host.bytes().all(|b| {
+                b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'[' | b']')
+            });
+        if !shaped {
+            return Some(plain(
+                StatusCode::BAD_REQUEST,
+                "the Host header is not a host",
+            ));
+        }
+        let allowed = self.shared.allowed_hosts.as_ref()?;
+        let name = match host.strip_prefix('[') {
+            Some(rest) => rest.split(']').next().unwrap_or_default(),
+            None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+        };
+        let listed = allowed
+            .iter()
+            .any(|entry| entry.eq_ignore_ascii_case(host) || entry.eq_ignore_ascii_case(name));
+        (!listed).then(|| {
+            plain(
+                StatusCode::FORBIDDEN,
+                "the Host header names a host this server does not go by (mcp.allowed_hosts)",
+            )
+        })
     }
 
     /// The resource's canonical URL: `mcp.resource`, else the URL the client used.

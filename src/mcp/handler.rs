@@ -25,6 +25,7 @@ use toolgate_core::approvals::{Approval, ResolveError};
 use toolgate_core::calls::{self, IntakeLimits};
 use toolgate_core::dispatch::{Batch, BatchOptions, CallResult, Dispatcher, Event, Mode, Observer};
 use toolgate_core::identity::Caller;
+use toolgate_core::session::FRONT_PREFIX;
 use toolgate_core::tools::BoxFuture;
 use toolgate_core::trace::{Span, attr};
 
@@ -220,6 +221,19 @@ impl Front {
             None => &context.meta.0.0,
         };
         let session_id = session_of(parts, Some(meta), &caller)?;
+        let id = call_id(&context.id);
+        for (field, text) in [("request id", id.as_str()), ("tool name", &request.name)] {
+            if text.len() > calls::MAX_ID_BYTES {
+                return Err(ErrorData::invalid_params(
+                    format!(
+                        "the {field} is {} bytes; the limit is {}",
+                        text.len(),
+                        calls::MAX_ID_BYTES
+                    ),
+                    None,
+                ));
+            }
+        }
         let arguments = Value::Object(request.arguments.unwrap_or_default());
         let holder = Holder::new(connection, &caller);
         let shared = &self.0;
@@ -228,7 +242,7 @@ impl Front {
             .open(&holder, toolgate_core::json::held_bytes(&arguments))
             .map_err(turned)?;
         let element = json!({
-            "id": call_id(&context.id),
+            "id": id,
             "name": request.name,
             "arguments": arguments,
         });
@@ -300,12 +314,7 @@ impl Front {
                     break;
                 }
                 ended = &mut call => {
-                    // Progress the call sent before it ended goes out before its result.
-                    while let Ok(note) = heard.try_recv() {
-                        if let Note::Progress { progress: done, total, message } = note {
-                            notify(&context.peer, progress.as_ref(), done, total, message).await;
-                        }
-                    }
+                    drain(&mut heard, &context.peer, progress.as_ref()).await;
                     return finished(ended);
                 }
                 Some(note) = heard.recv() => match note {
@@ -327,7 +336,16 @@ impl Front {
                                 Some(state),
                             )));
                         }
-                        self.ask_at_client(&context, &approval, &caller).await;
+                        // Asked until answered, or until the call ends without it (the approval
+                        // expired, or an approver answered): an abandoned form holds nothing.
+                        tokio::select! {
+                            biased;
+                            ended = &mut call => {
+                                drain(&mut heard, &context.peer, progress.as_ref()).await;
+                                return finished(ended);
+                            }
+                            () = self.ask_at_client(&context, &approval, &caller) => {}
+                        }
                     }
                     Note::Asked(approval) => {
                         let text = format!(
@@ -366,10 +384,15 @@ impl Front {
         let Ok(question) = approvals::question(approval.into()) else {
             return;
         };
+        // No longer than the approval waits.
+        let left = approval
+            .expires_at
+            .duration_since(std::time::SystemTime::now())
+            .unwrap_or_default();
         let asked = tokio::select! {
             biased;
             () = context.ct.cancelled() => return,
-            asked = context.peer.create_elicitation(question) => asked,
+            asked = context.peer.create_elicitation_with_timeout(question, Some(left)) => asked,
         };
         let answer = match asked.map_err(|e| e.to_string()).and_then(|result| {
             approvals::answer(&result, caller).map_err(|e| e.message.to_string())
@@ -442,6 +465,24 @@ fn finished(
     }
 }
 
+/// Sends the progress a call sent before it ended, before its result.
+async fn drain(
+    heard: &mut mpsc::Receiver<Note>,
+    peer: &Peer<RoleServer>,
+    token: Option<&ProgressToken>,
+) {
+    while let Ok(note) = heard.try_recv() {
+        if let Note::Progress {
+            progress,
+            total,
+            message,
+        } = note
+        {
+            notify(peer, token, progress, total, message).await;
+        }
+    }
+}
+
 /// Sends a progress notification for `token`, when the client sent one.
 async fn notify(
     peer: &Peer<RoleServer>,
@@ -507,7 +548,8 @@ impl Front {
             .map_or_else(Span::none, Span::remote);
         let session = header("mcp-session-id");
         let version = context.protocol_version();
-        let id = call_id(&context.id);
+        // A request id over the limit is refused after this; the span holds a bounded one.
+        let id = toolgate_core::json::truncate_chars(&call_id(&context.id), calls::MAX_ID_BYTES);
         let stdio = parts.is_none();
         let target = target.map(str::to_owned);
         let name = match &target {
@@ -602,24 +644,27 @@ fn session_of(
             ));
         }
     };
-    let id = match (named, in_meta) {
-        (Some(a), Some(b)) if a != b => {
-            return Err(ErrorData::invalid_params(
-                format!(
-                    "the {SESSION_HEADER} header and _meta.{SESSION_META} name different sessions"
-                ),
-                None,
-            ));
+    match (named, in_meta) {
+        (Some(a), Some(b)) if a != b => Err(ErrorData::invalid_params(
+            format!("the {SESSION_HEADER} header and _meta.{SESSION_META} name different sessions"),
+            None,
+        )),
+        (Some(id), _) | (None, Some(id)) => {
+            toolgate_core::session::validate_session_id(&id)
+                .map_err(|error| ErrorData::invalid_params(error.to_string(), None))?;
+            Ok(id)
         }
-        (Some(id), _) | (None, Some(id)) => id,
-        (None, None) => match header("mcp-session-id")? {
-            Some(id) => format!("mcp-{id}"),
-            None => caller_session(caller),
-        },
-    };
-    toolgate_core::session::validate_session_id(&id)
-        .map_err(|error| ErrorData::invalid_params(error.to_string(), None))?;
-    Ok(id)
+        // Names the client cannot choose, under the prefix no request may name.
+        (None, None) => {
+            let id = match header("mcp-session-id")? {
+                Some(session) => format!("{FRONT_PREFIX}{session}"),
+                None => caller_session(caller),
+            };
+            toolgate_core::session::validate_session_name(&id)
+                .map_err(|error| ErrorData::invalid_params(error.to_string(), None))?;
+            Ok(id)
+        }
+    }
 }
 
 /// The session of a caller that names none on a stateless request: one per identity, kept as

@@ -70,6 +70,7 @@ pub(crate) async fn serve(
             connection,
             certificates: None,
             tls: tls.is_some(),
+            share: gates.requests.share(),
         };
         let tls = tls.clone();
         let stop = stop.clone();

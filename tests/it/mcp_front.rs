@@ -176,7 +176,11 @@ async fn progress_of_a_remote_tool_reaches_the_clients_progress_token() {
     let out = sdk(&url, "legacy", "progress", &[]).await;
     assert_eq!(out["result"]["is_error"], false, "{out}");
     let progress = out["progress"].as_array().unwrap();
-    assert_eq!(progress.len(), 3, "every progress notification arrives, before the result: {out}");
+    assert_eq!(
+        progress.len(),
+        3,
+        "every progress notification arrives, before the result: {out}"
+    );
     assert_eq!(progress.last().unwrap()["total"], 3.0, "{out}");
 }
 
@@ -948,8 +952,7 @@ async fn over_tls_a_client_certificate_is_an_identity_and_a_denied_tool_is_not_l
 #[tokio::test]
 async fn an_identity_opens_at_most_its_share_of_mcp_sessions_whatever_its_headers_say() {
     let (_ts, url) = start_mcp(&format!(
-        r#"[sessions]
-        max_sessions = 8
+        r#"max_sessions = 8
         [auth]
         anonymous = "none"
         [[auth.tokens]]
@@ -984,4 +987,141 @@ async fn an_identity_opens_at_most_its_share_of_mcp_sessions_whatever_its_header
     // Another identity still gets its own.
     let modest = [("authorization", "Bearer modest-secret")];
     assert_eq!(post(&url, &modest, initialize()).await.status(), 200);
+}
+
+#[tokio::test]
+async fn a_form_the_person_never_answers_ends_with_the_approval() {
+    crate::peers::require_peers!(TestEnv);
+    let (_ts, url) = start_mcp(
+        r#"[approvals]
+        timeout = "2s"
+        requester_may_answer = true
+        [[permissions.rules]]
+        id = "ask-echo"
+        tools = "echo"
+        decision = "ask"
+        reason = "echo needs a person"
+        "#,
+    )
+    .await;
+    let started = std::time::Instant::now();
+    let out = sdk(&url, "legacy", "stall-form", &[]).await;
+    assert_eq!(out["asked"].as_array().unwrap().len(), 1, "{out}");
+    assert_eq!(
+        out["result"]["meta"]["error_class"], "APPROVAL_TIMEOUT",
+        "{out}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "the call answered when its approval expired, not when the form did"
+    );
+}
+
+#[tokio::test]
+async fn bodies_are_bounded_in_size_time_and_weight_and_front_sessions_cannot_be_named() {
+    let (_ts, url) = start_mcp(
+        "[server]\nmax_message_bytes = 65536\nstall_timeout = \"1s\"\n\
+         [limits]\nmax_decoded_bytes_per_connection = 200000\n",
+    )
+    .await;
+    let addr = url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_owned();
+    // Declared over server.max_message_bytes: 413 at once.
+    let client = toolgate_remotes::tls::client_builder(None, Duration::from_secs(10))
+        .unwrap()
+        .build()
+        .unwrap();
+    let big = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"pad\":\"{}\"}}",
+        "x".repeat(70_000)
+    );
+    let reply = client
+        .post(&url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(big)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reply.status(), 413);
+    // A body that stops arriving: 408 after server.stall_timeout.
+    let slow = tokio::task::spawn_blocking(move || {
+        use std::io::{Read as _, Write as _};
+        let mut stream = std::net::TcpStream::connect(&addr).unwrap();
+        stream
+            .write_all(
+                format!(
+                    "POST /mcp HTTP/1.1\r\nHost: {addr}\r\ncontent-type: application/json\r\n\
+                     accept: application/json, text/event-stream\r\ncontent-length: 1000\r\n\r\n{{\"jsonrpc\""
+                )
+                .as_bytes(),
+            )
+            .unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut answer = [0u8; 64];
+        let n = stream.read(&mut answer).unwrap_or(0);
+        String::from_utf8_lossy(&answer[..n]).into_owned()
+    })
+    .await
+    .unwrap();
+    assert!(slow.starts_with("HTTP/1.1 408"), "{slow}");
+    // A small body that would hold much more once parsed is weighed before it is: 503.
+    let amplifying = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{{\"name\":\"echo\",\"arguments\":{{\"a\":[{}[]]}}}}}}",
+        "[],".repeat(15_000)
+    );
+    let reply = post(&url, &[], serde_json::from_str(&amplifying).unwrap()).await;
+    assert_eq!(reply.status(), 503);
+    let text = reply.text().await.unwrap();
+    assert!(
+        text.contains("limits.max_decoded_bytes_per_connection"),
+        "{text}"
+    );
+    // The sessions the front derives cannot be named by a client.
+    let stateless = |session: &str| {
+        json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+            "name": "echo", "arguments": {},
+            "_meta": {
+                "dev.toolgate/session": session,
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "1"},
+                "io.modelcontextprotocol/clientCapabilities": {}}}})
+    };
+    let headers = [
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", "echo"),
+    ];
+    let reply = post(&url, &headers, stateless("mcp-caller-0123456789abcdef")).await;
+    let text = reply.text().await.unwrap();
+    assert!(
+        text.contains("name the sessions the MCP front door keeps"),
+        "{text}"
+    );
+    // A request id over 256 bytes is refused, not echoed.
+    let mut long = stateless("mine");
+    long["id"] = json!("i".repeat(300));
+    let text = post(&url, &headers, long).await.text().await.unwrap();
+    assert!(
+        text.contains("the request id is 300 bytes; the limit is 256"),
+        "{text}"
+    );
+    // A Host this server does not go by is refused before anything is built from it.
+    let reply = http_get(url.replace("/mcp", "/.well-known/oauth-protected-resource"))
+        .await
+        .unwrap();
+    assert_eq!(reply.status(), 200);
+    let client = toolgate_remotes::tls::client_builder(None, Duration::from_secs(10))
+        .unwrap()
+        .build()
+        .unwrap();
+    let reply = client
+        .get(url.replace("/mcp", "/.well-known/oauth-protected-resource"))
+        .header("host", "attacker.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reply.status(), 403);
 }

@@ -4,7 +4,7 @@ program would, and prints what it saw as one JSON object (tests/it/mcp_front.rs 
 usage: front_client.py URL MODE SCENARIO [--token T] [--session S] [-- COMMAND ARGS...]
   URL: the endpoint, or `stdio` to launch COMMAND and speak MCP over its stdin and stdout
   MODE: `legacy` (the initialize handshake, 2025-11-25) or `2026-07-28` (stateless)
-  SCENARIO: basic | calls | loop | progress | cancel | session | approve | deny | approver | state-abuse | list-changed | traced
+  SCENARIO: basic | calls | loop | progress | cancel | session | approve | deny | approver | state-abuse | list-changed | traced | stall-form
   --token2 T: a second identity (state-abuse)
 """
 
@@ -57,6 +57,8 @@ async def main():
     async def answer(context, params):
         """The person at the client: approves with edited arguments, or denies."""
         out["asked"].append(params.message)
+        if args.scenario == "stall-form":
+            await asyncio.sleep(60)
         if args.scenario == "deny":
             return types.ElicitResult(action="accept", content={"approve": False, "reason": "not today"})
         return types.ElicitResult(
@@ -121,7 +123,7 @@ async def main():
                 out["cancelled"] = True
             # The session goes on after a cancel.
             out["after"] = result_json(await client.call_tool("echo", {"after": True}))
-        elif args.scenario in ("approve", "deny"):
+        elif args.scenario in ("approve", "deny", "stall-form"):
             out["result"] = result_json(await client.call_tool("echo", {"text": "original"}))
         elif args.scenario == "approver":
             seen = []

@@ -34,6 +34,8 @@ pub struct McpConfig {
     pub authorization_servers: Vec<String>,
     /// Tools per `tools/list` page.
     pub page_size: usize,
+    /// MCP sessions (2025-11-25) open at once; an identity holds at most a quarter of them.
+    pub max_sessions: usize,
 }
 
 impl Default for McpConfig {
@@ -46,6 +48,7 @@ impl Default for McpConfig {
             resource: None,
             authorization_servers: Vec::new(),
             page_size: 100,
+            max_sessions: 1000,
         }
     }
 }

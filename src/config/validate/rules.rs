@@ -615,6 +615,10 @@ pub(super) fn mcp_front(c: &Config, p: &mut Problems) {
         ),
     );
     p.check(mcp.page_size >= 1, "mcp.page_size: must be at least 1");
+    p.check(
+        mcp.max_sessions >= 4,
+        "mcp.max_sessions: must be at least 4",
+    );
     for (i, server) in mcp.authorization_servers.iter().enumerate() {
         let url = url::Url::parse(server).ok();
         p.check(
