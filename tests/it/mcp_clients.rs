@@ -314,7 +314,11 @@ async fn progress_of_a_remote_tool_reaches_the_typescript_sdks_onprogress() {
     // The remote reports steps 1 to 3, the last just before its result: all three arrive, in
     // order, before the result.
     let progress = out["progress"].as_array().unwrap();
-    assert_eq!(progress.len(), 3, "every progress notification arrives: {out}");
+    assert_eq!(
+        progress.len(),
+        3,
+        "every progress notification arrives: {out}"
+    );
     for (i, p) in progress.iter().enumerate() {
         assert_eq!(p["progress"], json!(i + 1), "{out}");
         assert_eq!(p["total"], 3, "{out}");

@@ -59,6 +59,10 @@ pub struct Received {
     pub rejection: Option<(Rejection, String)>,
 }
 
+/// Longest call id or tool name a front accepts (provider ids are about 40 bytes, names at most
+/// 64): they are echoed several times per result and can never be cut to fit a reply.
+pub const MAX_ID_BYTES: usize = 256;
+
 /// Limits intake enforces on each call.
 #[derive(Debug, Clone, Copy)]
 pub struct IntakeLimits {

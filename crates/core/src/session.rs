@@ -52,6 +52,11 @@ pub enum InvalidSessionId {
     )]
     Reserved(String),
     #[error(
+        "session_id '{}' is invalid: ids starting with '{FRONT_PREFIX}' name the sessions the MCP front door keeps for its clients, which no request can address",
+        crate::json::truncate_chars(.0, 64)
+    )]
+    FrontReserved(String),
+    #[error(
         "session_id '{}' is invalid: use 1 to {MAX_SESSION_ID_LEN} ASCII letters, digits, '-', '_' or '.'",
         crate::json::truncate_chars(.0, 64)
     )]
@@ -63,11 +68,25 @@ pub fn is_ephemeral(id: &str) -> bool {
     id.starts_with(EPHEMERAL_PREFIX)
 }
 
+/// The prefix of the sessions a front door names for its clients (an MCP session's, or a
+/// caller's own on the stateless revision): derived from what the client cannot choose, so no
+/// other caller may name one.
+pub const FRONT_PREFIX: &str = "mcp-";
+
 /// Checks a client-supplied session id; the error says what is allowed.
 pub fn validate_session_id(id: &str) -> Result<(), InvalidSessionId> {
     if id.starts_with(EPHEMERAL_PREFIX) {
         return Err(InvalidSessionId::Reserved(id.to_owned()));
     }
+    if id.starts_with(FRONT_PREFIX) {
+        return Err(InvalidSessionId::FrontReserved(id.to_owned()));
+    }
+    validate_session_name(id)
+}
+
+/// Checks the characters and length of a session id a front door derives (see
+/// `FRONT_PREFIX`), which may carry it.
+pub fn validate_session_name(id: &str) -> Result<(), InvalidSessionId> {
     let valid_chars = id
         .bytes()
         .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
