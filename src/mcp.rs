@@ -75,7 +75,11 @@ pub async fn serve(
 ) {
     let mcp = &config.mcp;
     let shared = shared(config, &parts, None);
+    // A stateless request whose handler sends nothing before its result is answered as one
+    // JSON body rather than an event stream (it falls back to a stream when progress or a
+    // question comes first).
     let mut http = StreamableHttpServerConfig::default()
+        .with_json_response(true)
         .with_cancellation_token(stop.child_token())
         .with_max_request_body_bytes(config.server.max_message_bytes);
     http = if mcp.allowed_hosts.iter().any(|h| h == "*") {

@@ -53,6 +53,9 @@ pub(crate) async fn serve(
                 continue;
             }
         };
+        // A reply is its headers and a few small writes: without this, Nagle's algorithm holds
+        // the last of them for the client's delayed ACK (40 ms per call, measured).
+        let _ = stream.set_nodelay(true);
         let Ok(permit) = open.clone().try_acquire_owned() else {
             tracing::debug!(%peer, "an MCP connection was refused: server.max_connections are open");
             continue;
