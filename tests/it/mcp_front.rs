@@ -1125,3 +1125,51 @@ async fn bodies_are_bounded_in_size_time_and_weight_and_front_sessions_cannot_be
         .unwrap();
     assert_eq!(reply.status(), 403);
 }
+
+#[tokio::test]
+async fn tools_list_pages_through_every_tool_and_refuses_a_made_up_cursor() {
+    let (ts, url) = start_mcp("page_size = 4\n").await;
+    let stateless = |cursor: Option<&str>| {
+        let mut params = json!({"_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {}}});
+        if let Some(cursor) = cursor {
+            params["cursor"] = json!(cursor);
+        }
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": params})
+    };
+    let headers = [
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/list"),
+    ];
+    let mut names = Vec::new();
+    let mut cursor: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let page: Value = post(&url, &headers, stateless(cursor.as_deref()))
+            .await
+            .json()
+            .await
+            .unwrap();
+        let tools = page["result"]["tools"].as_array().unwrap();
+        assert!(tools.len() <= 4, "{page}");
+        names.extend(tools.iter().map(|t| t["name"].as_str().unwrap().to_owned()));
+        pages += 1;
+        match page["result"]["nextCursor"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    let mut listed: Vec<String> = list_tools(&ts).await.into_iter().map(|t| t.name).collect();
+    listed.sort();
+    names.sort();
+    assert_eq!(names, listed);
+    assert!(pages >= 3, "{pages} pages of at most 4");
+    let page: Value = post(&url, &headers, stateless(Some("not-a-cursor")))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(page["error"]["code"], -32602, "{page}");
+}
