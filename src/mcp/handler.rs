@@ -155,11 +155,10 @@ impl ServerHandler for Front {
         // The span names a tool only when it is registered: the model picks the name.
         let registered = self.0.dispatcher.registry().get(&request.name).is_some();
         let target = registered.then_some(request.name.as_ref());
-        let meta = match &request.meta {
-            Some(meta) => meta.0.0.clone(),
-            None => context.meta.0.0.clone(),
+        let span = match &request.meta {
+            Some(meta) => self.request_span("tools/call", target, &context, &meta.0.0),
+            None => self.request_span("tools/call", target, &context, &context.meta.0.0),
         };
-        let span = self.request_span("tools/call", target, &context, &meta);
         let answered = self.run_call(request, context, span.clone()).await;
         self.answered("tools/call", &span, &answered);
         answered
@@ -747,7 +746,12 @@ impl Observer for Notes {
         }
     }
 
+    /// Only the client's progress needs the call's events built; approvals come regardless.
     fn wants_events(&self) -> bool {
+        self.progress
+    }
+
+    fn wants_approvals(&self) -> bool {
         true
     }
 }

@@ -104,6 +104,12 @@ pub trait Observer: Send + Sync {
     fn wants_events(&self) -> bool {
         true
     }
+    /// Whether an approval's events (`ApprovalRequested`, `ApprovalResolved`) are wanted even
+    /// when no other event is: a front that puts asks to its client must hear of them, and
+    /// needs nothing else.
+    fn wants_approvals(&self) -> bool {
+        self.wants_events()
+    }
     /// Every call of the batch is done and no event follows; what is left before the result is
     /// bookkeeping (saving a shared session: one store round trip, bounded by its timeout). An
     /// observer that writes events may keep the ones it has not written for the result's write.

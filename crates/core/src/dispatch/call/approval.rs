@@ -71,7 +71,7 @@ impl Step<'_> {
             step: self,
             approval: Some(ticket.approval().clone()),
         };
-        self.emit(Event::ApprovalRequested(ticket.approval().clone()))
+        self.emit_approval(Event::ApprovalRequested(ticket.approval().clone()))
             .await;
         tracing::info!(target: "toolgate::approvals", approval = %ticket.approval().id, session = %request.session_id, call = %self.call.id, tool, source, "a call waits for approval");
         let waited = tokio::select! {
@@ -185,7 +185,8 @@ impl Step<'_> {
     /// The end of an approval: its event (and span event), audit line and metric.
     async fn approval_ended(&self, ended: &Ended) {
         self.record_ended(ended);
-        self.emit(Event::ApprovalResolved(ended.clone())).await;
+        self.emit_approval(Event::ApprovalResolved(ended.clone()))
+            .await;
     }
 
     /// An approval's end's audit line and metric.

@@ -108,6 +108,15 @@ impl Step<'_> {
         }
     }
 
+    /// An approval's event: onto the span, then to the client when it wants events or only
+    /// approvals' (`Observer::wants_approvals`).
+    pub(super) async fn emit_approval(&self, event: Event) {
+        self.trace.record(&event);
+        if self.client_wants_events() || self.scope.observer.wants_approvals() {
+            crate::dispatch::events::deliver(self.scope.observer, event).await;
+        }
+    }
+
     /// Step 1: `tool_pre`.
     pub(super) async fn announce(&self) {
         if self.client_wants_events() {
