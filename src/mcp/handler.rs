@@ -273,11 +273,11 @@ impl Front {
             notes,
         };
         let cancel = shared.entry.cancel();
-        // The call runs as a task of its own: on 2026-07-28 it outlives its first request while
-        // it waits for the person's answer (see `approvals.rs`).
+        // The call runs on this request's task; on 2026-07-28 it becomes a task of its own when
+        // it must outlive the request, waiting for the person's answer (see `approvals.rs`).
         let dispatcher = shared.dispatcher.clone();
         let batch_cancel = cancel.clone();
-        let mut call = tokio::spawn(shared.entry.tracker.track_future(async move {
+        let mut call: Call = Box::pin(shared.entry.tracker.track_future(async move {
             let _held = (ticket, decoded);
             match dispatcher.run(batch, &observer, &batch_cancel).await {
                 Ok(report) => report.results.into_iter().next(),
@@ -314,7 +314,7 @@ impl Front {
                 }
                 ended = &mut call => {
                     drain(&mut heard, &context.peer, progress.as_ref()).await;
-                    return finished(ended);
+                    return finished(Ok(ended));
                 }
                 Some(note) = heard.recv() => match note {
                     Note::Progress { progress: done, total, message } => {
@@ -322,7 +322,8 @@ impl Front {
                     }
                     Note::Asked(approval) if can_elicit && approval.requester_may_answer => {
                         if stateless {
-                            let state = shared.parked.park(&approval, &caller, call)?;
+                            let state =
+                                shared.parked.park(&approval, &caller, tokio::spawn(call))?;
                             let question = approvals::question((&*approval).into())?;
                             let request: ElicitRequest = ElicitRequest::new(question);
                             let mut inputs = InputRequests::new();
@@ -341,7 +342,7 @@ impl Front {
                             biased;
                             ended = &mut call => {
                                 drain(&mut heard, &context.peer, progress.as_ref()).await;
-                                return finished(ended);
+                                return finished(Ok(ended));
                             }
                             () = self.ask_at_client(&context, &approval, &caller) => {}
                         }
@@ -366,7 +367,7 @@ impl Front {
                 }
             }
         }
-        finished(call.await)
+        finished(Ok(call.await))
     }
 }
 
@@ -445,6 +446,10 @@ impl Front {
         finished(call.await)
     }
 }
+
+/// A call running as a batch of one: its first result, or `None` when its session's store was
+/// down.
+type Call = std::pin::Pin<Box<dyn std::future::Future<Output = Option<CallResult>> + Send>>;
 
 /// The answer to `tools/call` once the call's task ended.
 fn finished(
