@@ -217,10 +217,10 @@ fn the_unknown_section_message_lists_every_section() {
             SECTIONS.join(", ")
         )]
     );
-    for name in ["server", "bindings", "remotes", "log"] {
+    for name in ["server", "bindings", "remotes", "log", "mcp"] {
         assert!(SECTIONS.contains(&name));
     }
-    assert_eq!(SECTIONS.len(), 26);
+    assert_eq!(SECTIONS.len(), 27);
 }
 
 #[test]
