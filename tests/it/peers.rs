@@ -432,9 +432,12 @@ fn the_deploy_configs_pass_check_config() {
     std::fs::create_dir_all(&dir).unwrap();
     let from_configmap = dir.join("configmap.toml");
     std::fs::write(&from_configmap, toml).unwrap();
-    // The compose stack's remotes speak plaintext on the stack's own network: check-config
-    // says so, and says nothing else.
+    // The compose stack's MCP front door faces the stack's network without TLS or credentials
+    // (its ports are published on the host's loopback), and its remotes speak plaintext on
+    // that network: check-config says so, and says nothing else.
     let compose_warnings = [
+        "mcp.listen: 0.0.0.0:8765 is not a loopback address and auth.anonymous = \"any\"",
+        "mcp.listen: 0.0.0.0:8765 serves plaintext",
         "remotes[0] (py): endpoint 'http://worker:7001' is plaintext off loopback",
         "remotes[1] (mcp): url 'http://mcp:8000/mcp' is plaintext off loopback",
     ];
