@@ -10,8 +10,8 @@ use std::sync::Arc;
 use futures::StreamExt as _;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
-    ListToolsResult, MetaObject, PaginatedRequestParams, ProgressNotificationParam, ServerConfig,
-    Tool, ToolAnnotations,
+    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ServerConfig, Tool,
+    ToolAnnotations,
 };
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler};
@@ -264,15 +264,13 @@ fn call_result(result: pb::CallResult) -> CallToolResult {
     let class = pb::ErrorClass::try_from(result.error_class)
         .map(|c| c.as_str_name())
         .unwrap_or("UNKNOWN");
-    let mut meta = MetaObject::new();
-    meta.insert("error_class".to_owned(), json!(class));
-    meta.insert("attempts".to_owned(), json!(result.attempts));
-    meta.insert("cached".to_owned(), json!(result.cached));
-    meta.insert("truncated".to_owned(), json!(result.truncated));
-    if !result.tool.is_empty() {
-        meta.insert("tool".to_owned(), json!(result.tool));
-    }
-    answer.meta = Some(meta);
+    answer.meta = Some(crate::mcp::shape::run_meta(
+        class,
+        result.attempts,
+        result.cached,
+        result.truncated,
+        &result.tool,
+    ));
     answer
 }
 

@@ -9,7 +9,7 @@ mod gate;
 pub(crate) mod handler;
 mod listener;
 mod owners;
-mod shape;
+pub(crate) mod shape;
 
 use std::sync::Arc;
 

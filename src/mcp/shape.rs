@@ -60,14 +60,31 @@ pub(super) fn call_result(result: CallResult) -> CallToolResult {
     if result.success && result.result.is_object() {
         answer.structured_content = Some(result.result);
     }
-    let mut meta = MetaObject::new();
-    meta.insert("error_class".to_owned(), json!(result.error_class.name()));
-    meta.insert("attempts".to_owned(), json!(result.attempts));
-    meta.insert("cached".to_owned(), json!(result.cached));
-    meta.insert("truncated".to_owned(), json!(result.truncated));
-    if !result.tool.is_empty() {
-        meta.insert("tool".to_owned(), json!(result.tool));
-    }
-    answer.meta = Some(meta);
+    answer.meta = Some(run_meta(
+        result.error_class.name(),
+        result.attempts,
+        result.cached,
+        result.truncated,
+        &result.tool,
+    ));
     answer
+}
+
+/// What a result's `_meta` says of its run (the stdio bridge gives the same from gRPC's result).
+pub(crate) fn run_meta(
+    error_class: &str,
+    attempts: u32,
+    cached: bool,
+    truncated: bool,
+    tool: &str,
+) -> MetaObject {
+    let mut meta = MetaObject::new();
+    meta.insert("error_class".to_owned(), json!(error_class));
+    meta.insert("attempts".to_owned(), json!(attempts));
+    meta.insert("cached".to_owned(), json!(cached));
+    meta.insert("truncated".to_owned(), json!(truncated));
+    if !tool.is_empty() {
+        meta.insert("tool".to_owned(), json!(tool));
+    }
+    meta
 }
