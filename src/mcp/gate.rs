@@ -288,7 +288,7 @@ impl Gate {
     }
 
     /// Takes the session rmcp just opened (`initialize`) for `owner`, or closes it at once and
-    /// answers 503 when it is one too many: past `sessions.max_sessions` on this replica, or past
+    /// answers 503 when it is one too many: past `mcp.max_sessions` on this replica, or past
     /// an identity's share of them (a quarter), so that one identity cannot take them all.
     /// Checked after the fact, whatever the request's headers claimed it was.
     async fn admit_session(&self, id: &str, owner: &str) -> Result<(), Reply> {
@@ -317,7 +317,7 @@ impl Gate {
             .await;
             return Err(plain(
                 StatusCode::SERVICE_UNAVAILABLE,
-                "too many MCP sessions are open (sessions.max_sessions, a quarter per identity); end sessions you no longer use (DELETE), or retry later",
+                "too many MCP sessions are open (mcp.max_sessions, a quarter per identity); end sessions you no longer use (DELETE), or retry later",
             ));
         }
         if let Some(store) = &shared.shared

@@ -1,6 +1,6 @@
 //! Who owns each live MCP session on this replica, and how many each identity holds: so that a
 //! session is refused to anyone but the identity that opened it, and no identity opens more
-//! than its share of `sessions.max_sessions`.
+//! than its share of `mcp.max_sessions`.
 
 use std::collections::HashMap;
 

@@ -983,6 +983,11 @@ async fn an_identity_opens_at_most_its_share_of_mcp_sessions_whatever_its_header
         }
         let reply = post(&url, &headers, body).await;
         assert_eq!(reply.status(), 503, "{:?}", reply.headers());
+        let text = reply.text().await.unwrap();
+        assert!(
+            text.contains("mcp.max_sessions"),
+            "the refusal names its knob: {text}"
+        );
     }
     // Another identity still gets its own.
     let modest = [("authorization", "Bearer modest-secret")];
