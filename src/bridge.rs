@@ -276,11 +276,7 @@ fn call_result(result: pb::CallResult) -> CallToolResult {
 
 /// A gRPC refusal as a JSON-RPC error, its text the server's.
 fn status(status: tonic::Status) -> ErrorData {
-    ErrorData::new(
-        rmcp::model::ErrorCode(-32000),
-        format!("{:?}: {}", status.code(), status.message()),
-        None,
-    )
+    crate::mcp::shape::server_error(format!("{:?}: {}", status.code(), status.message()))
 }
 
 fn cancelled() -> ErrorData {

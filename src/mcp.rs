@@ -61,7 +61,13 @@ fn shared(
             max_json_depth: config.limits.max_json_depth,
         },
         page_size: config.mcp.page_size,
-        parked: approvals::Parked::new(config.approvals.timeout),
+        parked: approvals::Parked::new(
+            config.approvals.timeout,
+            config.dispatch.max_call_timeout,
+            parts.shared.clone(),
+        ),
+        asking: Default::default(),
+        store: parts.shared.clone(),
         stdio_caller,
     })
 }
@@ -95,13 +101,15 @@ pub async fn serve(
     }
     let sessions = Arc::new(LocalSessionManager::default());
     let front = handler::Front(shared);
-    let service = StreamableHttpService::new(move || Ok(front.clone()), sessions.clone(), http);
+    let made = front.clone();
+    let service = StreamableHttpService::new(move || Ok(made.clone()), sessions.clone(), http);
     let gates = Arc::new(gate::Gates {
         auth: parts.auth,
         path: mcp.path.clone(),
         resource: mcp.resource.clone(),
         authorization_servers: mcp.authorization_servers.clone(),
         service,
+        front,
         sessions,
         owners: Default::default(),
         shared: parts.shared.clone(),

@@ -28,7 +28,7 @@ use crate::front::auth::{Authenticator, Credentials, Denied};
 use crate::front::budget::{ByteBudget, Full as BudgetFull, Held, Share};
 use crate::front::entry::Entry;
 use crate::store::mcp::McpSessions;
-use toolgate_core::identity::{Caller, Role};
+use toolgate_core::identity::Role;
 
 /// What rmcp answers with, and so what the gate answers with.
 pub(super) type Reply = Response<BoxBody<Bytes, Infallible>>;
@@ -44,6 +44,8 @@ pub(super) struct Gates {
     pub resource: Option<Url>,
     pub authorization_servers: Vec<String>,
     pub service: StreamableHttpService<Front, LocalSessionManager>,
+    /// The handler, for an elicitation's answer another replica asked for.
+    pub front: Front,
     pub sessions: Arc<LocalSessionManager>,
     /// Each live MCP session's owner (`method:tenant/id`), as this replica knows it.
     pub owners: Mutex<Owners>,
@@ -131,7 +133,7 @@ impl Gate {
                 Ok(caller) => caller,
                 Err(denied) => return self.denied(&request, denied),
             };
-        let owner = owner_key(&caller);
+        let owner = super::owners::owner_key(&caller);
         let session = request
             .headers()
             .get("mcp-session-id")
@@ -151,6 +153,21 @@ impl Gate {
             Ok(read) => read,
             Err(reply) => return reply,
         };
+        // With a store, the answer to an elicitation another replica sent is taken here: rmcp
+        // knows only the ones this replica sent.
+        if let Some(id) = &session
+            && shared.shared.is_some()
+            && parts.method == Method::POST
+            && let Some((request, answer)) = elicitation_answer(&body)
+            && shared
+                .front
+                .answer_elsewhere(id, &request, &answer, &caller)
+                .await
+        {
+            let mut reply = Response::new(full(String::new()));
+            *reply.status_mut() = StatusCode::ACCEPTED;
+            return reply;
+        }
         let holder = Holder::new(Some(self.connection.peer), &caller);
         // rmcp holds the parsed message and a copy of it as a JSON value.
         let weight = match std::str::from_utf8(&body) {
@@ -448,8 +465,24 @@ impl Gate {
 }
 
 /// Who owns a session: the caller's credential, tenant and identity.
-fn owner_key(caller: &Caller) -> String {
-    format!("{}:{}/{}", caller.method.name(), caller.tenant, caller.id)
+/// The request id and result of a JSON-RPC response (what a client answers a server's request
+/// with), if `body` is one.
+fn elicitation_answer(body: &[u8]) -> Option<(String, serde_json::Value)> {
+    #[derive(serde::Deserialize)]
+    struct Peek {
+        id: Option<rmcp::model::RequestId>,
+        method: Option<serde::de::IgnoredAny>,
+        result: Option<serde_json::Value>,
+    }
+    let peek: Peek = serde_json::from_slice(body).ok()?;
+    match peek {
+        Peek {
+            id: Some(id),
+            method: None,
+            result: Some(result),
+        } => Some((super::handler::request_key(&id), result)),
+        _ => None,
+    }
 }
 
 fn full(text: String) -> BoxBody<Bytes, Infallible> {

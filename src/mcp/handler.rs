@@ -6,12 +6,15 @@ use std::sync::Arc;
 
 use rmcp::model::SubscriptionFilter;
 use rmcp::model::{
-    CacheScope, CallToolRequestParams, CallToolResponse, ElicitRequest, ErrorCode, ErrorData,
-    Implementation, InitializeRequestParams, InitializeResult, InputRequest, InputRequests,
-    InputRequiredResult, InputResponses, ListToolsResult, PaginatedRequestParams,
-    ProgressNotificationParam, ProgressToken, ProtocolVersion, ServerCapabilities, ServerConfig,
+    CacheScope, CallToolRequestParams, CallToolResponse, ElicitRequest, ErrorData, Implementation,
+    InitializeRequestParams, InitializeResult, InputRequest, InputRequests, InputRequiredResult,
+    InputResponses, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
+    ProgressToken, ProtocolVersion, ServerCapabilities, ServerConfig,
 };
-use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
+use rmcp::model::{ClientResult, ElicitResult, RequestId, ServerRequest};
+use rmcp::service::{
+    NotificationContext, PeerRequestOptions, RequestContext, ServiceError, SubscriptionContext,
+};
 use rmcp::{Peer, RoleServer, ServerHandler};
 use serde_json::{Map, Value, json};
 
@@ -37,8 +40,6 @@ pub(super) const SESSION_META: &str = "dev.toolgate/session";
 const WAITING_REMINDER: std::time::Duration = std::time::Duration::from_secs(10);
 /// How often a session's change watcher checks that its session still lives.
 const SESSION_CHECK: std::time::Duration = std::time::Duration::from_secs(30);
-/// JSON-RPC's implementation-defined server error: the server could not take the request now.
-const SERVER_BUSY: ErrorCode = ErrorCode(-32000);
 
 /// What a request's connection told the front door: put in each request's extensions by the
 /// listener.
@@ -58,6 +59,10 @@ pub(super) struct Shared {
     pub tracer: toolgate_core::trace::Tracer,
     /// 2026-07-28 calls waiting for the answer to an approval the client was asked.
     pub parked: Arc<super::approvals::Parked>,
+    /// 2025-11-25 elicitations out on this replica's sessions.
+    pub asking: Arc<super::approvals::Asking>,
+    /// With `sessions.store`: the other replicas' sessions and elicitations.
+    pub store: Option<Arc<crate::store::mcp::McpSessions>>,
     /// Over stdio, the one caller: whoever started the process (`[auth]`'s anonymous tenant
     /// and roles). Over HTTP, `None`: the gate names each request's caller.
     pub stdio_caller: Option<Arc<Caller>>,
@@ -208,7 +213,12 @@ impl Front {
         let caller = self.caller_of(&context)?;
         if let Some(state) = &request.request_state {
             return self
-                .redeem(state, request.input_responses.as_ref(), &caller)
+                .redeem(
+                    state,
+                    request.input_responses.as_ref(),
+                    &caller,
+                    &context.ct,
+                )
                 .await;
         }
         let parts = context.extensions.get::<http::request::Parts>();
@@ -314,7 +324,7 @@ impl Front {
                 }
                 ended = &mut call => {
                     drain(&mut heard, &context.peer, progress.as_ref()).await;
-                    return finished(Ok(ended));
+                    return answered(ended).map(CallToolResponse::Complete);
                 }
                 Some(note) = heard.recv() => match note {
                     Note::Progress { progress: done, total, message } => {
@@ -322,8 +332,10 @@ impl Front {
                     }
                     Note::Asked(approval) if can_elicit && approval.requester_may_answer => {
                         if stateless {
-                            let state =
-                                shared.parked.park(&approval, &caller, tokio::spawn(call))?;
+                            let state = shared
+                                .parked
+                                .park(&approval, &caller, async move { answered(call.await) })
+                                .await?;
                             let question = approvals::question((&*approval).into())?;
                             let request: ElicitRequest = ElicitRequest::new(question);
                             let mut inputs = InputRequests::new();
@@ -342,7 +354,7 @@ impl Front {
                             biased;
                             ended = &mut call => {
                                 drain(&mut heard, &context.peer, progress.as_ref()).await;
-                                return finished(Ok(ended));
+                                return answered(ended).map(CallToolResponse::Complete);
                             }
                             () = self.ask_at_client(&context, &approval, &caller) => {}
                         }
@@ -367,7 +379,7 @@ impl Front {
                 }
             }
         }
-        finished(Ok(call.await))
+        answered(call.await).map(CallToolResponse::Complete)
     }
 }
 
@@ -389,10 +401,46 @@ impl Front {
             .expires_at
             .duration_since(std::time::SystemTime::now())
             .unwrap_or_default();
+        let request = ServerRequest::ElicitRequest(ElicitRequest::new(question));
+        let sent = context
+            .peer
+            .send_request_with_option(request, PeerRequestOptions::with_timeout(left));
+        let handle = match sent.await {
+            Ok(handle) => handle,
+            Err(error) => {
+                tracing::info!(approval = %approval.id, %error, "an approval could not be put to the MCP client; it waits for an approver");
+                return;
+            }
+        };
+        // Noted while out, so that its answer finds the approval on whichever replica it
+        // reaches (see the gate).
+        let session = context
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|p| p.headers.get("mcp-session-id"))
+            .and_then(|v| v.to_str().ok());
+        let _out = match session {
+            Some(session) => Some(
+                approvals::Out::note(
+                    &self.0.asking,
+                    self.0.store.as_ref(),
+                    session,
+                    &request_key(&handle.id),
+                    approval,
+                    caller,
+                    left,
+                )
+                .await,
+            ),
+            None => None,
+        };
         let asked = tokio::select! {
             biased;
             () = context.ct.cancelled() => return,
-            asked = context.peer.create_elicitation_with_timeout(question, Some(left)) => asked,
+            asked = handle.await_response() => asked.and_then(|result| match result {
+                ClientResult::ElicitResult(result) => Ok(result),
+                _ => Err(ServiceError::UnexpectedResponse),
+            }),
         };
         let answer = match asked.map_err(|e| e.to_string()).and_then(|result| {
             approvals::answer(&result, caller).map_err(|e| e.message.to_string())
@@ -413,22 +461,18 @@ impl Front {
     }
 
     /// A 2026-07-28 retry: the person's answer for the approval its `request_state` names,
-    /// given to the registry as the caller's, then the parked call's result.
+    /// given to the registry as the caller's, then the parked call's result (from whichever
+    /// replica it runs on, while the client waits: `gone`).
     async fn redeem(
         &self,
         state: &str,
         responses: Option<&InputResponses>,
         caller: &Caller,
+        gone: &tokio_util::sync::CancellationToken,
     ) -> Result<CallToolResponse, ErrorData> {
         let parked = &self.0.parked;
-        let id = parked.open(state, caller)?;
+        let id = parked.open(state, caller).await?;
         let answer = approvals::answer_of(responses, caller)?;
-        let Some(call) = parked.take(&id) else {
-            return Err(ErrorData::invalid_params(
-                "this request_state was redeemed already, or its call ended long ago",
-                None,
-            ));
-        };
         match self
             .0
             .dispatcher
@@ -438,12 +482,68 @@ impl Front {
         {
             // Someone answered first (an approver): the call goes on with their answer.
             Ok(_) | Err(ResolveError::AlreadyAnswered(_) | ResolveError::NotFound(_)) => {}
+            // An answer the registry refuses leaves the call waiting for another (an
+            // approver's, or a retry's) until its timeout.
+            Err(error) => return Err(ErrorData::invalid_params(error.to_string(), None)),
+        }
+        parked.redeem_once(&id).await?;
+        parked
+            .answer(&id, gone.cancelled())
+            .await
+            .map(CallToolResponse::Complete)
+    }
+
+    /// The answer to elicitation `request` of MCP session `session`, which reached this
+    /// replica though another asked it (`sessions.store`): given to the registry as `caller`'s,
+    /// as the replica that asked would. `false` when no replica asked it: rmcp's to deliver.
+    pub(super) async fn answer_elsewhere(
+        &self,
+        session: &str,
+        request: &str,
+        answer: &Value,
+        caller: &Caller,
+    ) -> bool {
+        if self.0.asking.here(session, request) {
+            return false;
+        }
+        let Some(store) = &self.0.store else {
+            return false;
+        };
+        let asked = match store.take_asked(session, request).await {
+            Ok(Some(asked)) => asked,
+            Ok(None) => return false,
             Err(error) => {
-                call.abort();
-                return Err(ErrorData::invalid_params(error.to_string(), None));
+                tracing::warn!(%error, "an answer to an MCP elicitation could not be looked up; it is dropped");
+                return true;
+            }
+        };
+        // The session's owner answers (the gate checked whose session it is); anyone else's
+        // answer is dropped.
+        if asked.owner != super::owners::owner_key(caller) {
+            return true;
+        }
+        let taken = serde_json::from_value::<ElicitResult>(answer.clone())
+            .map_err(|e| e.to_string())
+            .and_then(|result| {
+                approvals::answer(&result, caller).map_err(|e| e.message.to_string())
+            });
+        match taken {
+            Ok(answer) => {
+                if let Err(error) = self
+                    .0
+                    .dispatcher
+                    .approvals()
+                    .resolve_anywhere(caller, &asked.approval, answer)
+                    .await
+                {
+                    tracing::info!(approval = %asked.approval, %error, "the MCP client's answer was not taken");
+                }
+            }
+            Err(error) => {
+                tracing::info!(approval = %asked.approval, %error, "the MCP client did not answer an approval; it waits for an approver");
             }
         }
-        finished(call.await)
+        true
     }
 }
 
@@ -451,20 +551,12 @@ impl Front {
 /// down.
 type Call = std::pin::Pin<Box<dyn std::future::Future<Output = Option<CallResult>> + Send>>;
 
-/// The answer to `tools/call` once the call's task ended.
-fn finished(
-    ended: Result<Option<CallResult>, tokio::task::JoinError>,
-) -> Result<CallToolResponse, ErrorData> {
+/// The answer to `tools/call` once the call ended.
+fn answered(ended: Option<CallResult>) -> approvals::Answered {
     match ended {
-        Ok(Some(result)) => Ok(CallToolResponse::Complete(shape::call_result(result))),
-        Ok(None) => Err(ErrorData::new(
-            SERVER_BUSY,
+        Some(result) => Ok(shape::call_result(result)),
+        None => Err(shape::server_error(
             "the session store is down: the session's state cannot be read or written, so nothing ran; retry later",
-            None,
-        )),
-        Err(_) => Err(ErrorData::internal_error(
-            "the call's task ended abnormally",
-            None,
         )),
     }
 }
@@ -691,7 +783,7 @@ fn call_id(id: &rmcp::model::RequestId) -> String {
 
 /// A refusal at the entry, as a JSON-RPC error whose text says what was full.
 fn turned(turned: Turned) -> ErrorData {
-    ErrorData::new(SERVER_BUSY, turned.to_string(), None)
+    shape::server_error(turned.to_string())
 }
 
 /// Notes a running call passes to its request's handler, which speaks to the client on the
@@ -759,4 +851,9 @@ impl Observer for Notes {
     fn wants_approvals(&self) -> bool {
         true
     }
+}
+
+/// A JSON-RPC request id as text: how the gate and the handler name an elicitation.
+pub(super) fn request_key(id: &RequestId) -> String {
+    serde_json::to_string(id).unwrap_or_default()
 }

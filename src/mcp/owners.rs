@@ -4,6 +4,8 @@
 
 use std::collections::HashMap;
 
+use toolgate_core::identity::Caller;
+
 /// Sessions by id, with their owners, and the count per owner.
 #[derive(Debug, Default)]
 pub(super) struct Owners {
@@ -59,6 +61,11 @@ impl Owners {
             }
         }
     }
+}
+
+/// Whose a session or a `request_state` is: the caller's credential, tenant and identity.
+pub(super) fn owner_key(caller: &Caller) -> String {
+    format!("{}:{}/{}", caller.method.name(), caller.tenant, caller.id)
 }
 
 #[cfg(test)]

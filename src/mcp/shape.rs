@@ -3,12 +3,23 @@
 
 use std::sync::Arc;
 
-use rmcp::model::{CallToolResult, ContentBlock, MetaObject, Tool, ToolAnnotations};
+use rmcp::model::{
+    CallToolResult, ContentBlock, ErrorCode, ErrorData, MetaObject, Tool, ToolAnnotations,
+};
 use serde_json::{Map, Value, json};
 
 use toolgate_core::dispatch::CallResult;
 use toolgate_core::identity::Caller;
 use toolgate_core::tools::{ContentPart, Registered};
+
+/// JSON-RPC's implementation-defined server error.
+const SERVER_ERROR: ErrorCode = ErrorCode(-32000);
+
+/// A request the server did not serve for a reason of its own (its store down, its capacity
+/// taken, a refusal of the gRPC server behind the bridge), saying why.
+pub(crate) fn server_error(why: impl Into<String>) -> ErrorData {
+    ErrorData::new(SERVER_ERROR, why.into(), None)
+}
 
 /// `registered` as `viewer` may see it (the pinned definition for a quarantined tool, nothing
 /// when that is not known), with the hints toolgate knows of it.

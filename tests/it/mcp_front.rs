@@ -488,6 +488,12 @@ async fn a_request_state_is_good_once_for_its_own_caller_and_cannot_be_forged() 
         &["--token", "agent-secret", "--token2", "agent2-secret"],
     )
     .await;
+    assert_request_state_abuse_refused(&out);
+}
+
+/// What the `state-abuse` scenario must see: a forged `request_state`, another identity's, and
+/// a replay refused; the owner's one redemption taken.
+fn assert_request_state_abuse_refused(out: &Value) {
     assert_eq!(out["input_required"], true, "{out}");
     assert_eq!(
         out["forged"]["ok"], false,
@@ -768,9 +774,16 @@ impl Drop for HttpBalancer {
     }
 }
 
-#[tokio::test]
-async fn a_2025_session_spread_over_replicas_behind_round_robin_keeps_its_loop_window() {
-    crate::peers::require_peers!(TestEnv, Redis, Nginx);
+/// Three replicas sharing a Redis store, behind a round-robin nginx, each with `extra` config
+/// and the tokens `agent-secret` and `other-secret` (tenant acme).
+async fn replicas(
+    extra: &str,
+) -> (
+    crate::shared_sessions::Redis,
+    Vec<TestServer>,
+    HttpBalancer,
+    String,
+) {
     let redis = crate::shared_sessions::Redis::start();
     let mut replicas = Vec::new();
     for _ in 0..3 {
@@ -780,9 +793,6 @@ async fn a_2025_session_spread_over_replicas_behind_round_robin_keeps_its_loop_w
             allowed_hosts = ["*"]
             [sessions]
             store = "{}"
-            [loop_detection]
-            warn_after = 2
-            stop_after = 3
             [auth]
             anonymous = "none"
             [[auth.tokens]]
@@ -793,6 +803,7 @@ async fn a_2025_session_spread_over_replicas_behind_round_robin_keeps_its_loop_w
             id = "other"
             tenant = "acme"
             sha256 = "{}"
+            {extra}
             "#,
             redis.url(),
             sha256_hex("agent-secret"),
@@ -807,6 +818,18 @@ async fn a_2025_session_spread_over_replicas_behind_round_robin_keeps_its_loop_w
         .collect();
     let nginx = HttpBalancer::start(&backends);
     let url = format!("http://{}/mcp", nginx.addr);
+    (redis, replicas, nginx, url)
+}
+
+#[tokio::test]
+async fn a_2025_session_spread_over_replicas_behind_round_robin_keeps_its_loop_window() {
+    crate::peers::require_peers!(TestEnv, Redis, Nginx);
+    let (_redis, replicas, _nginx, url) = replicas(
+        r#"[loop_detection]
+        warn_after = 2
+        stop_after = 3"#,
+    )
+    .await;
     let out = sdk(&url, "legacy", "loop", &["--token", "agent-secret"]).await;
     let classes: Vec<&str> = out["results"]
         .as_array()
@@ -837,7 +860,7 @@ async fn a_2025_session_spread_over_replicas_behind_round_robin_keeps_its_loop_w
         .to_str()
         .unwrap()
         .to_owned();
-    for replica in &backends {
+    for replica in replicas.iter().map(|r| r.server.mcp_addr().unwrap()) {
         let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
         let as_other = [
             ("authorization", "Bearer other-secret"),
@@ -851,6 +874,78 @@ async fn a_2025_session_spread_over_replicas_behind_round_robin_keeps_its_loop_w
             "{replica}"
         );
     }
+}
+
+/// How many `tools/call` requests each replica served so far.
+async fn calls_served(replicas: &[TestServer]) -> Vec<u64> {
+    let mut served = Vec::new();
+    for replica in replicas {
+        let metrics = metrics_text(replica).await;
+        let count = metrics
+            .lines()
+            .filter(|l| l.starts_with("toolgate_mcp_requests_total{mcp_method_name=\"tools/call\""))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum();
+        served.push(count);
+    }
+    served
+}
+
+#[tokio::test]
+async fn the_person_at_the_client_answers_through_any_replica_in_both_revisions() {
+    crate::peers::require_peers!(TestEnv, Redis, Nginx);
+    let (_redis, replicas, _nginx, url) = replicas(
+        r#"[approvals]
+        timeout = "30s"
+        [[permissions.rules]]
+        id = "ask-echo"
+        tools = "echo"
+        decision = "ask"
+        reason = "echo needs a person"
+        requester_may_answer = true"#,
+    )
+    .await;
+    for mode in MODES {
+        let before = calls_served(&replicas).await;
+        let out = sdk(&url, mode, "approve", &["--token", "agent-secret"]).await;
+        assert_eq!(out["asked"].as_array().unwrap().len(), 1, "{mode}: {out}");
+        // The edited arguments ran, on the replica the call waited on, whichever replica the
+        // answer reached.
+        assert_eq!(out["result"]["is_error"], false, "{mode}: {out}");
+        assert_eq!(
+            out["result"]["structured"],
+            json!({"text": "edited"}),
+            "{mode}: {out}"
+        );
+        if mode != "legacy" {
+            // The call and its retry (the person's answer) reached two replicas.
+            let after = calls_served(&replicas).await;
+            let grew = before.iter().zip(&after).filter(|(b, a)| a > b).count();
+            assert_eq!(grew, 2, "{before:?} -> {after:?}");
+        }
+        let out = sdk(&url, mode, "deny", &["--token", "agent-secret"]).await;
+        assert_eq!(
+            out["result"]["meta"]["error_class"], "APPROVAL_DENIED",
+            "{mode}: {out}"
+        );
+        assert!(
+            out["result"]["text"]
+                .as_str()
+                .unwrap()
+                .contains("not today"),
+            "{mode}: {out}"
+        );
+    }
+    // Every replica seals with the fleet's key and marks a redemption in the store: a forged
+    // or foreign request_state, or a replay reaching another replica, is refused there too.
+    let out = sdk(
+        &url,
+        "2026-07-28",
+        "state-abuse",
+        &["--token", "agent-secret", "--token2", "other-secret"],
+    )
+    .await;
+    assert_request_state_abuse_refused(&out);
 }
 
 #[tokio::test]
