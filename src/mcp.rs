@@ -5,6 +5,7 @@
 //! the tools the caller may call, as `ListTools` names them. See docs/mcp.md.
 
 pub(crate) mod approvals;
+mod fast;
 mod gate;
 pub(crate) mod handler;
 mod listener;
@@ -30,6 +31,10 @@ use toolgate_core::dispatch::Dispatcher;
 use toolgate_core::identity::{Caller, Method, Role};
 use toolgate_core::metrics::Metrics;
 use toolgate_core::trace::Tracer;
+
+/// What rmcp answers an HTTP request with, and so what the gate and the fast path answer with.
+type Reply =
+    http::Response<http_body_util::combinators::BoxBody<bytes::Bytes, std::convert::Infallible>>;
 
 /// What the MCP front is served with (over stdio, `auth` and `tls` are not used).
 pub struct McpParts {

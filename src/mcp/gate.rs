@@ -21,6 +21,7 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use rustls::pki_types::CertificateDer;
 use url::Url;
 
+use super::fast::FastCall;
 use super::handler::{Connection, Front};
 use super::owners::Owners;
 use crate::front::admission::Holder;
@@ -30,8 +31,7 @@ use crate::front::entry::Entry;
 use crate::store::mcp::McpSessions;
 use toolgate_core::identity::Role;
 
-/// What rmcp answers with, and so what the gate answers with.
-pub(super) type Reply = Response<BoxBody<Bytes, Infallible>>;
+use super::Reply;
 
 /// Where the protected-resource metadata of a resource is (RFC 9728 §3.1).
 const METADATA_PATH: &str = "/.well-known/oauth-protected-resource";
@@ -178,8 +178,17 @@ impl Gate {
             Ok(parsing) => parsing,
             Err(turned) => return plain(StatusCode::SERVICE_UNAVAILABLE, &turned.to_string()),
         };
-        parts.extensions.insert(caller);
         parts.extensions.insert(self.connection);
+        // A stateless `tools/call` rmcp would answer with one JSON reply is served without it.
+        if session.is_none()
+            && let Some(call) = FastCall::take(&parts, &body)
+        {
+            drop(body);
+            let reply = call.serve(&shared.front, parts, caller).await;
+            drop((parsing, received));
+            return reply;
+        }
+        parts.extensions.insert(caller);
         let request = Request::from_parts(parts, Full::new(body));
         let mut service = shared.service.clone();
         let reply = match tower::Service::call(&mut service, request).await {

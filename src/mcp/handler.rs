@@ -129,7 +129,14 @@ impl ServerHandler for Front {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let span = self.request_span("tools/list", None, &context, &context.meta.0.0);
+        let span = self.request_span(
+            "tools/list",
+            None,
+            context.extensions.get::<http::request::Parts>(),
+            &context.id,
+            context.protocol_version().as_ref(),
+            &context.meta.0.0,
+        );
         let listed = self.list(request, &context);
         let outcome = if listed.is_ok() { "ok" } else { "error" };
         self.0.metrics.mcp_request("tools/list", outcome);
@@ -157,14 +164,70 @@ impl ServerHandler for Front {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        let caller = self.caller_of(&context)?;
+        let parts = context.extensions.get::<http::request::Parts>();
+        let mut request = request;
+        let own_meta = request.meta.take();
+        let meta = match &own_meta {
+            Some(meta) => &meta.0.0,
+            None => &context.meta.0.0,
+        };
+        let site = Site {
+            caller,
+            parts,
+            id: &context.id,
+            meta,
+            version: context.protocol_version(),
+            can_elicit: context
+                .client_capabilities()
+                .is_some_and(|c| c.elicitation.is_some()),
+            progress: context.meta.get_progress_token(),
+            ct: &context.ct,
+            peer: Some(&context.peer),
+        };
+        self.serve_call(request, site).await
+    }
+}
+
+/// A `tools/call` request as the handler serves it: parsed by rmcp, or by the gate's fast path
+/// (`fast.rs`) for a stateless request that can need nothing from the client before its result.
+pub(super) struct Site<'a> {
+    pub caller: Arc<Caller>,
+    /// The HTTP request's head (over stdio, none).
+    pub parts: Option<&'a http::request::Parts>,
+    pub id: &'a RequestId,
+    /// The request's `_meta`.
+    pub meta: &'a Map<String, Value>,
+    pub version: Option<ProtocolVersion>,
+    /// Whether the client declared elicitation.
+    pub can_elicit: bool,
+    pub progress: Option<ProgressToken>,
+    /// Fires when the client cancels the request or leaves.
+    pub ct: &'a tokio_util::sync::CancellationToken,
+    /// Where progress and elicitations go; none on the fast path, which takes only requests
+    /// without a `progressToken` on the stateless revision (which elicits in its result).
+    pub peer: Option<&'a Peer<RoleServer>>,
+}
+
+impl Front {
+    /// `tools/call` under its server span, counted by outcome.
+    pub(super) async fn serve_call(
+        &self,
+        request: CallToolRequestParams,
+        site: Site<'_>,
+    ) -> Result<CallToolResponse, ErrorData> {
         // The span names a tool only when it is registered: the model picks the name.
         let registered = self.0.dispatcher.registry().get(&request.name).is_some();
         let target = registered.then_some(request.name.as_ref());
-        let span = match &request.meta {
-            Some(meta) => self.request_span("tools/call", target, &context, &meta.0.0),
-            None => self.request_span("tools/call", target, &context, &context.meta.0.0),
-        };
-        let answered = self.run_call(request, context, span.clone()).await;
+        let span = self.request_span(
+            "tools/call",
+            target,
+            site.parts,
+            site.id,
+            site.version.as_ref(),
+            site.meta,
+        );
+        let answered = self.run_call(request, &site, span.clone()).await;
         self.answered("tools/call", &span, &answered);
         answered
     }
@@ -207,30 +270,21 @@ impl Front {
     async fn run_call(
         &self,
         request: CallToolRequestParams,
-        context: RequestContext<RoleServer>,
+        site: &Site<'_>,
         trace: Span,
     ) -> Result<CallToolResponse, ErrorData> {
-        let caller = self.caller_of(&context)?;
+        let caller = site.caller.clone();
         if let Some(state) = &request.request_state {
             return self
-                .redeem(
-                    state,
-                    request.input_responses.as_ref(),
-                    &caller,
-                    &context.ct,
-                )
+                .redeem(state, request.input_responses.as_ref(), &caller, site.ct)
                 .await;
         }
-        let parts = context.extensions.get::<http::request::Parts>();
+        let parts = site.parts;
         let connection = parts
             .and_then(|p| p.extensions.get::<Connection>())
             .map(|c| c.peer);
-        let meta = match &request.meta {
-            Some(meta) => &meta.0.0,
-            None => &context.meta.0.0,
-        };
-        let session_id = session_of(parts, Some(meta), &caller)?;
-        let id = call_id(&context.id);
+        let session_id = session_of(parts, Some(site.meta), &caller)?;
+        let id = call_id(site.id);
         for (field, text) in [("request id", id.as_str()), ("tool name", &request.name)] {
             if text.len() > calls::MAX_ID_BYTES {
                 return Err(ErrorData::invalid_params(
@@ -279,7 +333,7 @@ impl Front {
         };
         let (notes, mut heard) = mpsc::channel(NOTES);
         let observer = Notes {
-            progress: context.meta.get_progress_token().is_some(),
+            progress: site.progress.is_some(),
             notes,
         };
         let cancel = shared.entry.cancel();
@@ -297,13 +351,13 @@ impl Front {
                 }
             }
         }));
-        let stateless = context
-            .protocol_version()
-            .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
-        let can_elicit = context
-            .client_capabilities()
-            .is_some_and(|c| c.elicitation.is_some());
-        let progress = context.meta.get_progress_token();
+        let stateless = site
+            .version
+            .as_ref()
+            .is_some_and(|v| *v >= ProtocolVersion::V_2026_07_28);
+        let can_elicit = site.can_elicit;
+        let progress = site.progress.as_ref();
+        let peer = site.peer;
         // While an approver is awaited: what the client is told, and how often it was.
         let mut waiting: Option<String> = None;
         let mut told = 0u32;
@@ -318,17 +372,17 @@ impl Front {
                 biased;
                 // `notifications/cancelled`, or the client leaving a stateless request: the
                 // call is cancelled and still answers, its events paired.
-                () = context.ct.cancelled() => {
+                () = site.ct.cancelled() => {
                     cancel.cancel("the MCP client cancelled the request");
                     break;
                 }
                 ended = &mut call => {
-                    drain(&mut heard, &context.peer, progress.as_ref()).await;
+                    drain(&mut heard, peer, progress).await;
                     return answered(ended).map(CallToolResponse::Complete);
                 }
                 Some(note) = heard.recv() => match note {
                     Note::Progress { progress: done, total, message } => {
-                        notify(&context.peer, progress.as_ref(), done, total, message).await;
+                        notify(peer, progress, done, total, message).await;
                     }
                     Note::Asked(approval) if can_elicit && approval.requester_may_answer => {
                         if stateless {
@@ -353,10 +407,10 @@ impl Front {
                         tokio::select! {
                             biased;
                             ended = &mut call => {
-                                drain(&mut heard, &context.peer, progress.as_ref()).await;
+                                drain(&mut heard, peer, progress).await;
                                 return answered(ended).map(CallToolResponse::Complete);
                             }
-                            () = self.ask_at_client(&context, &approval, &caller) => {}
+                            () = self.ask_at_client(site, &approval, &caller) => {}
                         }
                     }
                     Note::Asked(approval) => {
@@ -365,7 +419,7 @@ impl Front {
                             approval.id, approval.source, approval.reason
                         );
                         told += 1;
-                        notify(&context.peer, progress.as_ref(), f64::from(told), None, text.clone()).await;
+                        notify(peer, progress, f64::from(told), None, text.clone()).await;
                         waiting = Some(text);
                     }
                     Note::Resolved => waiting = None,
@@ -374,7 +428,7 @@ impl Front {
                 () = remind => {
                     if let Some(text) = &waiting {
                         told += 1;
-                        notify(&context.peer, progress.as_ref(), f64::from(told), None, text.clone()).await;
+                        notify(peer, progress, f64::from(told), None, text.clone()).await;
                     }
                 }
             }
@@ -387,12 +441,10 @@ impl Front {
     /// Puts `approval` to the person at the client (2025-11-25: `elicitation/create` on this
     /// request's stream) and gives the registry their answer as the caller's. A client that
     /// fails to answer leaves the approval to approvers and its timeout.
-    async fn ask_at_client(
-        &self,
-        context: &RequestContext<RoleServer>,
-        approval: &Approval,
-        caller: &Caller,
-    ) {
+    async fn ask_at_client(&self, site: &Site<'_>, approval: &Approval, caller: &Caller) {
+        let Some(peer) = site.peer else {
+            return;
+        };
         let Ok(question) = approvals::question(approval.into()) else {
             return;
         };
@@ -402,9 +454,7 @@ impl Front {
             .duration_since(std::time::SystemTime::now())
             .unwrap_or_default();
         let request = ServerRequest::ElicitRequest(ElicitRequest::new(question));
-        let sent = context
-            .peer
-            .send_request_with_option(request, PeerRequestOptions::with_timeout(left));
+        let sent = peer.send_request_with_option(request, PeerRequestOptions::with_timeout(left));
         let handle = match sent.await {
             Ok(handle) => handle,
             Err(error) => {
@@ -414,9 +464,8 @@ impl Front {
         };
         // Noted while out, so that its answer finds the approval on whichever replica it
         // reaches (see the gate).
-        let session = context
-            .extensions
-            .get::<http::request::Parts>()
+        let session = site
+            .parts
             .and_then(|p| p.headers.get("mcp-session-id"))
             .and_then(|v| v.to_str().ok());
         let _out = match session {
@@ -436,7 +485,7 @@ impl Front {
         };
         let asked = tokio::select! {
             biased;
-            () = context.ct.cancelled() => return,
+            () = site.ct.cancelled() => return,
             asked = handle.await_response() => asked.and_then(|result| match result {
                 ClientResult::ElicitResult(result) => Ok(result),
                 _ => Err(ServiceError::UnexpectedResponse),
@@ -564,7 +613,7 @@ fn answered(ended: Option<CallResult>) -> approvals::Answered {
 /// Sends the progress a call sent before it ended, before its result.
 async fn drain(
     heard: &mut mpsc::Receiver<Note>,
-    peer: &Peer<RoleServer>,
+    peer: Option<&Peer<RoleServer>>,
     token: Option<&ProgressToken>,
 ) {
     while let Ok(note) = heard.try_recv() {
@@ -581,13 +630,13 @@ async fn drain(
 
 /// Sends a progress notification for `token`, when the client sent one.
 async fn notify(
-    peer: &Peer<RoleServer>,
+    peer: Option<&Peer<RoleServer>>,
     token: Option<&ProgressToken>,
     progress: f64,
     total: Option<f64>,
     message: String,
 ) {
-    let Some(token) = token else {
+    let (Some(peer), Some(token)) = (peer, token) else {
         return;
     };
     let mut param = ProgressNotificationParam::new(token.clone(), progress);
@@ -624,10 +673,11 @@ impl Front {
         &self,
         method: &'static str,
         target: Option<&str>,
-        context: &RequestContext<RoleServer>,
+        parts: Option<&http::request::Parts>,
+        id: &RequestId,
+        version: Option<&ProtocolVersion>,
         meta: &Map<String, Value>,
     ) -> Span {
-        let parts = context.extensions.get::<http::request::Parts>();
         let header = |name: &str| {
             parts
                 .and_then(|p| p.headers.get(name))
@@ -643,9 +693,9 @@ impl Front {
             .and_then(|tp| toolgate_core::trace::parse_traceparent(&tp, tracestate.as_deref()))
             .map_or_else(Span::none, Span::remote);
         let session = header("mcp-session-id");
-        let version = context.protocol_version();
+        let version = version.map(ToString::to_string);
         // A request id over the limit is refused after this; the span holds a bounded one.
-        let id = toolgate_core::json::truncate_chars(&call_id(&context.id), calls::MAX_ID_BYTES);
+        let id = toolgate_core::json::truncate_chars(&call_id(id), calls::MAX_ID_BYTES);
         let stdio = parts.is_none();
         let target = target.map(str::to_owned);
         let name = match &target {
@@ -666,10 +716,7 @@ impl Front {
                     attributes.push(KeyValue::new(attr::MCP_SESSION_ID, session));
                 }
                 if let Some(version) = version {
-                    attributes.push(KeyValue::new(
-                        attr::MCP_PROTOCOL_VERSION,
-                        version.to_string(),
-                    ));
+                    attributes.push(KeyValue::new(attr::MCP_PROTOCOL_VERSION, version));
                 }
                 if let Some(tool) = target {
                     attributes.push(KeyValue::new(attr::OPERATION, "execute_tool"));

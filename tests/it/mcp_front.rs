@@ -220,6 +220,74 @@ fn initialize() -> Value {
         "clientInfo": {"name": "test", "version": "1"}}})
 }
 
+/// A stateless 2026-07-28 `tools/call` of `name` with `arguments`, as an SDK sends it.
+fn stateless_call(id: Value, name: &str, arguments: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+    "name": name, "arguments": arguments, "_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}},
+    }}})
+}
+
+#[tokio::test]
+async fn the_stateless_fast_path_answers_as_rmcp_does() {
+    // The same requests, taken by the fast path and (with a header the fast path leaves to
+    // rmcp, which accepts it: no tool declares `Mcp-Param-*` headers) by rmcp: the same status
+    // and the same reply, but for the sealed request_state, which differs every time.
+    let (_ts, url) = start_mcp(
+        r#"[[permissions.rules]]
+        id = "ask-scratch"
+        tools = "scratch_write"
+        decision = "ask"
+        reason = "writes need a person"
+        requester_may_answer = true"#,
+    )
+    .await;
+    let long = "x".repeat(300);
+    let cases = [
+        ("echo", stateless_call(json!(1), "echo", json!({"n": 1}))),
+        ("fail", stateless_call(json!("s-2"), "fail", json!({}))),
+        ("unknown", stateless_call(json!(3), "ecoh", json!({"n": 1}))),
+        (
+            "invalid",
+            stateless_call(json!(4), "scratch_write", json!({"path": 7})),
+        ),
+        ("long id", stateless_call(json!(long), "echo", json!({}))),
+        (
+            "asked",
+            stateless_call(
+                json!(6),
+                "scratch_write",
+                json!({"path": "a", "content": "b"}),
+            ),
+        ),
+    ];
+    for (case, body) in cases {
+        let name = body["params"]["name"].as_str().unwrap().to_owned();
+        let mut answers = Vec::new();
+        for extra in [None, Some(("mcp-param-unused", "1"))] {
+            let mut headers = vec![
+                ("mcp-protocol-version", "2026-07-28"),
+                ("mcp-method", "tools/call"),
+                ("mcp-name", name.as_str()),
+            ];
+            headers.extend(extra);
+            let reply = post(&url, &headers, body.clone()).await;
+            let status = reply.status();
+            let kind = reply.headers()["content-type"].to_str().unwrap().to_owned();
+            let mut answer: Value = reply.json().await.unwrap();
+            if let Some(state) = answer["result"].get_mut("requestState") {
+                assert!(state.as_str().is_some_and(|s| s.len() > 20), "{case}");
+                *state = json!("sealed");
+            }
+            answers.push((status, kind, answer));
+        }
+        assert_eq!(answers[0], answers[1], "{case}");
+        assert_eq!(answers[0].0, 200, "{case}");
+    }
+}
+
 #[tokio::test]
 async fn a_client_without_credentials_is_sent_to_the_protected_resource_metadata() {
     let key = crate::security::JwtKey::new("k1");
