@@ -37,14 +37,17 @@ pub(super) fn tool(registered: &Registered, viewer: &Caller) -> Option<Tool> {
         .destructive(a.destructive)
         .idempotent(a.idempotent)
         .open_world(a.open_world);
-    Some(
-        Tool::new_with_raw(
-            registered.tool.name().to_owned(),
-            Some(definition.description.into()),
-            Arc::new(schema),
-        )
-        .with_annotations(annotations),
+    let mut tool = Tool::new_with_raw(
+        registered.tool.name().to_owned(),
+        Some(definition.description.into()),
+        Arc::new(schema),
     )
+    .with_annotations(annotations);
+    // An MCP output schema is an object schema; another kind of schema is not shown.
+    if let Some(Value::Object(output)) = definition.output_schema {
+        tool.output_schema = Some(Arc::new(output));
+    }
+    Some(tool)
 }
 
 /// The answer to `tools/call`: the content the model reads (the same text `DispatchBatch`

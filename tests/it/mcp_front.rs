@@ -164,14 +164,18 @@ async fn loop_detection_spans_the_calls_of_one_mcp_session() {
     }
 }
 
+/// The MCP reference server (server-everything over stdio) as the remote `ev.`.
+fn everything_remote() -> String {
+    let everything = crate::mcp::everything_js().display().to_string();
+    format!(
+        "[[remotes]]\nname = \"everything\"\nkind = \"mcp\"\nprefix = \"ev.\"\ntimeout = \"30s\"\ncommand = [\"node\", {everything:?}, \"stdio\"]\n"
+    )
+}
+
 #[tokio::test]
 async fn progress_of_a_remote_tool_reaches_the_clients_progress_token() {
     crate::peers::require_peers!(TestEnv, Everything);
-    let everything = crate::mcp::everything_js().display().to_string();
-    let (_ts, url) = start_mcp(&format!(
-        "[[remotes]]\nname = \"everything\"\nkind = \"mcp\"\nprefix = \"ev.\"\ntimeout = \"30s\"\ncommand = [\"node\", {everything:?}, \"stdio\"]\n"
-    ))
-    .await;
+    let (_ts, url) = start_mcp(&everything_remote()).await;
     // Progress needs the request's own stream: the legacy session's POST stream carries it.
     let out = sdk(&url, "legacy", "progress", &[]).await;
     assert_eq!(out["result"]["is_error"], false, "{out}");
@@ -182,6 +186,27 @@ async fn progress_of_a_remote_tool_reaches_the_clients_progress_token() {
         "every progress notification arrives, before the result: {out}"
     );
     assert_eq!(progress.last().unwrap()["total"], 3.0, "{out}");
+}
+
+#[tokio::test]
+async fn a_remote_tools_output_schema_is_listed_and_its_result_conforms() {
+    crate::peers::require_peers!(TestEnv, Everything);
+    let (_ts, url) = start_mcp(&everything_remote()).await;
+    for mode in MODES {
+        let out = sdk(&url, mode, "structured", &[]).await;
+        let schema = &out["output_schema"];
+        assert_eq!(schema["type"], "object", "{mode}: {out}");
+        assert_eq!(
+            schema["properties"]["temperature"]["type"], "number",
+            "{mode}: {out}"
+        );
+        assert_eq!(out["result"]["is_error"], false, "{mode}: {out}");
+        assert_eq!(
+            out["result"]["structured"],
+            json!({"temperature": 36, "conditions": "Light rain / drizzle", "humidity": 82}),
+            "{mode}: {out}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -4,7 +4,7 @@ program would, and prints what it saw as one JSON object (tests/it/mcp_front.rs 
 usage: front_client.py URL MODE SCENARIO [--token T] [--session S] [-- COMMAND ARGS...]
   URL: the endpoint, or `stdio` to launch COMMAND and speak MCP over its stdin and stdout
   MODE: `legacy` (the initialize handshake, 2025-11-25) or `2026-07-28` (stateless)
-  SCENARIO: basic | calls | loop | progress | cancel | session | approve | deny | approver | state-abuse | list-changed | traced | stall-form
+  SCENARIO: basic | structured | calls | loop | progress | cancel | session | approve | deny | approver | state-abuse | list-changed | traced | stall-form
   --token2 T: a second identity (state-abuse)
 """
 
@@ -92,6 +92,15 @@ async def main():
             out["unknown"] = result_json(await client.call_tool("ecoh", {"text": "hi"}))
             out["invalid"] = result_json(
                 await client.call_tool("scratch_write", {"path": 7, "extra": True})
+            )
+        elif args.scenario == "structured":
+            # A remote tool declaring an output schema: listed with it, and its result checked
+            # against it by the SDK (which refuses structured content that does not conform).
+            listed = await client.list_tools()
+            tool = next(t for t in listed.tools if t.name == "ev.get-structured-content")
+            out["output_schema"] = tool.output_schema
+            out["result"] = result_json(
+                await client.call_tool("ev.get-structured-content", {"location": "Chicago"})
             )
         elif args.scenario == "basic":
             listed = await client.list_tools()

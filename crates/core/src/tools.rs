@@ -65,6 +65,10 @@ pub trait Tool: Send + Sync + 'static {
     fn description(&self) -> &str;
     /// JSON Schema of the input object.
     fn input_schema(&self) -> Value;
+    /// JSON Schema of the result, when the tool declares one (an MCP server's `outputSchema`).
+    fn output_schema(&self) -> Option<Value> {
+        None
+    }
     /// Behaviour hints (read-only, destructive, idempotent, open-world).
     fn annotations(&self) -> Annotations {
         Annotations::default()

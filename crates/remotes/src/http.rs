@@ -138,6 +138,7 @@ fn definition(prefix: &str, d: HttpToolDefinition) -> RemoteDefinition {
         remote_name: d.name,
         description: d.description,
         input_schema: d.input_schema,
+        output_schema: None,
         annotations: Annotations {
             read_only: d.read_only,
             destructive: d.destructive,

@@ -228,6 +228,10 @@ fn definition(prefix: &str, tool: &rmcp::model::Tool) -> RemoteDefinition {
         remote_name: tool.name.to_string(),
         description: tool.description.as_deref().unwrap_or_default().to_owned(),
         input_schema: Value::Object((*tool.input_schema).clone()),
+        output_schema: tool
+            .output_schema
+            .as_ref()
+            .map(|schema| Value::Object((**schema).clone())),
         annotations: Annotations {
             read_only,
             // MCP's default for destructiveHint is true, but only for tools that are not

@@ -18,6 +18,8 @@ pub struct RemoteDefinition {
     pub description: String,
     /// JSON Schema of the input object.
     pub input_schema: Value,
+    /// JSON Schema of the result, when the remote declares one (MCP's `outputSchema`).
+    pub output_schema: Option<Value>,
     pub annotations: Annotations,
     /// Whether a call may run beside other calls.
     pub concurrency_safe: bool,
@@ -54,7 +56,7 @@ impl RemoteDefinition {
     /// including those that change how calls are scheduled.
     pub fn digest(&self) -> String {
         let a = self.annotations;
-        let canonical = toolgate_core::json::canonical(&serde_json::json!({
+        let mut fields = serde_json::json!({
             "name": self.name,
             "remote_name": self.remote_name,
             "description": self.description,
@@ -67,7 +69,12 @@ impl RemoteDefinition {
             },
             "concurrency_safe": self.concurrency_safe,
             "resource_key": self.resource_key,
-        }));
+        });
+        // Only when declared: the pins of tools without one stay what they were.
+        if let Some(schema) = &self.output_schema {
+            fields["output_schema"] = schema.clone();
+        }
+        let canonical = toolgate_core::json::canonical(&fields);
         let digest = ring::digest::digest(&ring::digest::SHA256, canonical.as_bytes());
         let mut hex = String::with_capacity(64);
         toolgate_core::hash::push_hex(&mut hex, digest.as_ref());
@@ -109,6 +116,9 @@ impl Tool for RemoteTool {
     fn input_schema(&self) -> Value {
         self.definition.input_schema.clone()
     }
+    fn output_schema(&self) -> Option<Value> {
+        self.definition.output_schema.clone()
+    }
     fn annotations(&self) -> Annotations {
         self.definition.annotations
     }
@@ -146,6 +156,7 @@ mod tests {
             remote_name: "t".into(),
             description: String::new(),
             input_schema: json!({"type": "object"}),
+            output_schema: None,
             annotations: Annotations::default(),
             concurrency_safe: false,
             resource_key: resource_key.map(str::to_owned),
@@ -164,11 +175,13 @@ mod tests {
         // {"annotations":{"destructive":false,"idempotent":false,"open_world":false,
         // "read_only":false},"concurrency_safe":false,"description":"","input_schema":
         // {"type":"object"},"name":"r.t","remote_name":"t","resource_key":null}
+        // (no `output_schema` key when none is declared: the pins of such tools are what they
+        // were before toolgate read output schemas)
         assert_eq!(
             base.digest(),
             "b87c24729ac20e20230a1b1df91052ec35a36d9c9a740acee4c7e1b9f9946fcb"
         );
-        let changes: [fn(&mut RemoteDefinition); 8] = [
+        let changes: [fn(&mut RemoteDefinition); 9] = [
             |d| d.name.push('x'),
             |d| d.remote_name.push('x'),
             |d| d.description.push('x'),
@@ -177,6 +190,7 @@ mod tests {
             |d| d.annotations.open_world = true,
             |d| d.concurrency_safe = true,
             |d| d.resource_key = Some("arguments.path".into()),
+            |d| d.output_schema = Some(json!({"type": "object"})),
         ];
         for (n, change) in changes.iter().enumerate() {
             let mut changed = plain(None);

@@ -186,6 +186,7 @@ fn definition(spec: &RemoteSpec, tool: pb::WorkerTool) -> Result<RemoteDefinitio
         remote_name: tool.name,
         description: tool.description,
         input_schema,
+        output_schema: None,
         annotations: Annotations {
             read_only: annotations.read_only,
             destructive: annotations.destructive,

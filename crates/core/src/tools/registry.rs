@@ -144,6 +144,8 @@ pub struct ToolPin {
 pub struct Definition {
     pub description: String,
     pub input_schema: serde_json::Value,
+    /// JSON Schema of the result, when the tool declares one.
+    pub output_schema: Option<serde_json::Value>,
     pub annotations: super::Annotations,
     pub concurrency_safe: bool,
 }
@@ -155,6 +157,7 @@ impl Definition {
         Definition {
             description: tool.description().to_owned(),
             input_schema: tool.input_schema(),
+            output_schema: tool.output_schema(),
             annotations: tool.annotations(),
             concurrency_safe: tool.is_concurrency_safe(&no_input),
         }
@@ -184,6 +187,14 @@ impl Definition {
             "input_schema",
             crate::json::canonical(&self.input_schema),
             crate::json::canonical(&next.input_schema),
+        );
+        let schema = |s: &Option<serde_json::Value>| {
+            s.as_ref().map(crate::json::canonical).unwrap_or_default()
+        };
+        field(
+            "output_schema",
+            schema(&self.output_schema),
+            schema(&next.output_schema),
         );
         field(
             "annotations",
