@@ -326,27 +326,9 @@ fn mcp(args: McpArgs) -> ExitCode {
     } else {
         args.config.as_deref()
     };
-    let config = match Config::load(config_file, vars) {
-        Ok(config) => config,
-        Err(e) => {
-            report_error(&e.to_string());
-            return ExitCode::FAILURE;
-        }
-    };
-    let redactor = config
-        .redaction
-        .redactor()
-        .unwrap_or_else(|_| Redactor::disabled());
-    if let Err(e) = toolgate::telemetry::init(&config.log, redactor) {
-        report_error(&e.to_string());
-        return ExitCode::FAILURE;
-    }
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            report_error(&format!("cannot start the async runtime: {e}"));
-            return ExitCode::FAILURE;
-        }
+    let (config, runtime) = match start(config_file, vars) {
+        Ok(started) => started,
+        Err(code) => return code,
     };
     let outcome: anyhow::Result<()> = runtime.block_on(async {
         match args.connect {
@@ -374,33 +356,40 @@ fn mcp(args: McpArgs) -> ExitCode {
     }
 }
 
-fn serve(args: ServeArgs) -> ExitCode {
-    // The command line's settings go in as the last overrides, so one validation covers them.
-    let config = match Config::load(args.config.as_deref(), overrides(&args)) {
-        Ok(config) => config,
-        Err(e) => {
-            report_error(&e.to_string());
-            return ExitCode::FAILURE;
-        }
-    };
-    // A pattern that does not compile stops the start below, with the problem named.
+/// What `serve` and `mcp` start with: the config (`file`, then `vars` over it), logging as it
+/// says (config warnings logged), and the async runtime; the exit code when one of them fails.
+fn start(
+    file: Option<&std::path::Path>,
+    vars: Vec<(String, String)>,
+) -> Result<(Config, tokio::runtime::Runtime), ExitCode> {
+    let config = Config::load(file, vars).map_err(|e| {
+        report_error(&e.to_string());
+        ExitCode::FAILURE
+    })?;
+    // A pattern that does not compile stops the start later, with the problem named.
     let redactor = config
         .redaction
         .redactor()
         .unwrap_or_else(|_| Redactor::disabled());
-    if let Err(e) = toolgate::telemetry::init(&config.log, redactor) {
+    toolgate::telemetry::init(&config.log, redactor).map_err(|e| {
         report_error(&e.to_string());
-        return ExitCode::FAILURE;
-    }
+        ExitCode::FAILURE
+    })?;
     for warning in config.warnings() {
         tracing::warn!(%warning, "config warning");
     }
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            report_error(&format!("cannot start the async runtime: {e}"));
-            return ExitCode::FAILURE;
-        }
+    let runtime = tokio::runtime::Runtime::new().map_err(|e| {
+        report_error(&format!("cannot start the async runtime: {e}"));
+        ExitCode::FAILURE
+    })?;
+    Ok((config, runtime))
+}
+
+fn serve(args: ServeArgs) -> ExitCode {
+    // The command line's settings go in as the last overrides, so one validation covers them.
+    let (config, runtime) = match start(args.config.as_deref(), overrides(&args)) {
+        Ok(started) => started,
+        Err(code) => return code,
     };
     let outcome = runtime.block_on(run(config));
     // The server has drained by now; what is left are idle blocking-pool threads (and any work a

@@ -12,11 +12,9 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use opentelemetry::KeyValue;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
-use crate::front::per_address::PerAddress;
+use crate::front::http1::{self, Limits};
 use crate::grpc::ServiceState;
 use crate::telemetry::metrics::MetricsPipeline;
 use toolgate_remotes::Remotes;
@@ -52,54 +50,15 @@ pub(super) async fn serve(
         .route("/livez", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
         .with_state(Admin { metrics, state });
-    let open = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-    let by_address: Arc<PerAddress> = Arc::default();
-    let tracker = TaskTracker::new();
-    loop {
-        let accepted = tokio::select! {
-            () = stop.cancelled() => break,
-            accepted = listener.accept() => accepted,
-        };
-        let (stream, peer) = match accepted {
-            Ok(accepted) => accepted,
-            Err(error) => {
-                tracing::warn!(%error, "the admin listener could not accept");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let Ok(permit) = open.clone().try_acquire_owned() else {
-            tracing::debug!("admin connection refused: {MAX_CONNECTIONS} are open");
-            continue;
-        };
-        let Some(from_address) = by_address.take(peer.ip(), MAX_PER_ADDRESS) else {
-            tracing::debug!(%peer, "admin connection refused: {MAX_PER_ADDRESS} open from its address");
-            continue;
-        };
-        let service = hyper_util::service::TowerToHyperService::new(router.clone());
-        let stop = stop.clone();
-        tracker.spawn(async move {
-            let _permit = (permit, from_address);
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT)
-                .keep_alive(false);
-            let connection =
-                builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
-            tokio::pin!(connection);
-            tokio::select! {
-                _ = &mut connection => {}
-                () = stop.cancelled() => {
-                    connection.as_mut().graceful_shutdown();
-                    let _ = tokio::time::timeout(HEADER_TIMEOUT, connection).await;
-                }
-            }
-        });
-    }
-    drop(listener);
-    tracker.close();
-    let _ = tokio::time::timeout(HEADER_TIMEOUT, tracker.wait()).await;
+    let limits = Limits {
+        name: "admin",
+        max_connections: MAX_CONNECTIONS,
+        max_per_address: MAX_PER_ADDRESS,
+        header_timeout: HEADER_TIMEOUT,
+        keep_alive: false,
+        close_grace: HEADER_TIMEOUT,
+    };
+    http1::serve(listener, None, limits, stop, move |_| router.clone()).await;
 }
 
 async fn prometheus(State(admin): State<Admin>) -> impl IntoResponse {
