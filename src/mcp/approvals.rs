@@ -19,14 +19,14 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use rmcp::model::{
     CallToolResult, ElicitRequestParams, ElicitResult, ElicitationAction, ErrorData,
 };
 use rmcp::model::{RequestStateCodec, SealOptions};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use tokio::sync::{OnceCell, oneshot};
+use tokio::sync::oneshot;
 
 use crate::store::mcp::McpSessions;
 use toolgate_core::approvals::{Answer, Approval, Remember};
@@ -40,6 +40,11 @@ const KEPT_AFTER_END: Duration = Duration::from_secs(60);
 const SHOWN_ARGUMENTS: usize = 2000;
 /// How often, at most, a retry on another replica looks for its call's result in the store.
 const RESULT_POLL: Duration = Duration::from_millis(500);
+/// How long a parked call's mark in the store lasts unless its replica renews it (a third as
+/// often): a replica that dies leaves its calls' retries waiting this long at most.
+const PARKED_MARK: Duration = Duration::from_secs(30);
+/// How often a replica looks whether a session's turn to ask is free.
+const ASKING_POLL: Duration = Duration::from_millis(250);
 
 /// What a parked call ends with: the `tools/call` answer its retry takes.
 pub(super) type Answered = Result<CallToolResult, ErrorData>;
@@ -61,8 +66,9 @@ pub(super) enum Slot {
 
 /// Calls that wait for an answer after their first request ended (2026-07-28), by approval id.
 pub(super) struct Parked {
-    /// Sealing key: a fresh random one on a server of its own; the fleet's with a store.
-    codec: OnceCell<RequestStateCodec>,
+    /// Sealing key: a fresh random one on a server of its own; the fleet's with a store (read
+    /// again when a state does not open, in case the store lost it and another was made).
+    codec: RwLock<Option<Arc<RequestStateCodec>>>,
     /// How long a `request_state` stays good: the approvals' timeout.
     ttl: Duration,
     /// The longest a retry waits for a call running elsewhere: `ttl` and the longest call.
@@ -82,7 +88,7 @@ impl Parked {
         store: Option<Arc<McpSessions>>,
     ) -> Arc<Self> {
         Arc::new(Parked {
-            codec: OnceCell::new(),
+            codec: RwLock::new(None),
             ttl,
             longest: ttl.saturating_add(longest_call),
             calls: Mutex::new(HashMap::new()),
@@ -90,37 +96,42 @@ impl Parked {
         })
     }
 
-    /// The codec, its key made (or, with a store, agreed with the other replicas) at first use.
-    async fn codec(&self) -> Result<&RequestStateCodec, ErrorData> {
-        self.codec
-            .get_or_try_init(|| async {
-                let fresh = random_key();
-                let key = match &self.store {
-                    None => fresh,
-                    Some(store) => store.state_key(&fresh).await.map_err(|error| {
-                        super::shape::server_error(format!("the session store is down ({error}): approvals at the client cannot be sealed; retry later"))
-                    })?,
-                };
-                Ok(RequestStateCodec::new_unchecked(key.into_bytes()))
-            })
-            .await
+    /// The codec, its key made (or, with a store, agreed with the other replicas) at first use,
+    /// or read again from the store (`fresh`).
+    async fn codec(&self, fresh: bool) -> Result<Arc<RequestStateCodec>, ErrorData> {
+        if !fresh && let Some(codec) = self.codec.read().clone() {
+            return Ok(codec);
+        }
+        let made = random_key();
+        let key = match &self.store {
+            None => match self.codec.read().clone() {
+                Some(codec) => return Ok(codec),
+                None => made,
+            },
+            Some(store) => store.state_key(&made).await.map_err(|error| {
+                super::shape::server_error(format!("the session store is down ({error}): approvals at the client cannot be sealed or opened; retry later"))
+            })?,
+        };
+        let mut codec = self.codec.write();
+        // Without a store, the first key made stays: a racing first use does not replace it.
+        if self.store.is_none()
+            && let Some(kept) = codec.clone()
+        {
+            return Ok(kept);
+        }
+        let made = Arc::new(RequestStateCodec::new_unchecked(key.into_bytes()));
+        *codec = Some(made.clone());
+        Ok(made)
     }
 
-    /// Parks `call`, which waits on `approval`, and returns the `request_state` that redeems it
-    /// for `caller` alone. The call's answer is kept `KEPT_AFTER_END` after it ends when no
-    /// retry took it yet (and put in the store, for a retry on another replica).
-    pub(super) async fn park<F>(
-        self: &Arc<Self>,
+    /// The `request_state` that redeems the call waiting on `approval`, for `caller` alone.
+    pub(super) async fn seal(
+        &self,
         approval: &Approval,
         caller: &Caller,
-        call: F,
-    ) -> Result<String, ErrorData>
-    where
-        F: Future<Output = Answered> + Send + 'static,
-    {
+    ) -> Result<String, ErrorData> {
         let owner = super::owners::owner_key(caller);
-        let sealed = self
-            .codec()
+        self.codec(false)
             .await?
             .seal_json_with(
                 &State {
@@ -130,15 +141,42 @@ impl Parked {
                     .associated_data(owner.as_bytes())
                     .ttl(self.ttl),
             )
-            .map_err(|e| ErrorData::internal_error(format!("request_state: {e}"), None))?;
+            .map_err(|e| ErrorData::internal_error(format!("request_state: {e}"), None))
+    }
+
+    /// Parks `call`, which waits on `approval` (its `request_state` sealed already). The call's
+    /// answer is kept `KEPT_AFTER_END` after it ends when no retry took it yet, and, with a
+    /// store, put there for a retry on another replica, which meanwhile sees the call running
+    /// (a mark this replica renews).
+    pub(super) async fn park<F>(self: &Arc<Self>, approval: &Approval, call: F)
+    where
+        F: Future<Output = Answered> + Send + 'static,
+    {
         let (answer, answered) = oneshot::channel();
         let id = approval.id.clone();
         self.calls
             .lock()
             .insert(id.clone(), Slot::Running(answered));
+        if let Some(store) = &self.store
+            && let Err(error) = store.mark_parked(&id, PARKED_MARK).await
+        {
+            tracing::warn!(approval = %id, %error, "a parked MCP call was not marked in the store; a retry on another replica may not find it");
+        }
         let parked = self.clone();
         tokio::spawn(async move {
-            let ended = call.await;
+            let mut call = std::pin::pin!(call);
+            let mut renew = tokio::time::interval(PARKED_MARK / 3);
+            renew.tick().await;
+            let ended = loop {
+                tokio::select! {
+                    ended = &mut call => break ended,
+                    _ = renew.tick() => {
+                        if let Some(store) = &parked.store {
+                            let _ = store.mark_parked(&id, PARKED_MARK).await;
+                        }
+                    }
+                }
+            };
             // A retry took the slot: it waits for this answer. Otherwise the answer is kept.
             let kept = {
                 let mut calls = parked.calls.lock();
@@ -150,36 +188,47 @@ impl Parked {
                     _ => false,
                 }
             };
-            if !kept {
-                let _ = answer.send(ended);
-                return;
-            }
             if let Some(store) = &parked.store {
-                let text = serde_json::to_string(&ended).unwrap_or_default();
+                let text = match kept {
+                    true => serde_json::to_string(&ended).unwrap_or_default(),
+                    // Taken here: the store is only told the call ended.
+                    false => String::new(),
+                };
                 if let Err(error) = store.put_result(&id, &text, KEPT_AFTER_END).await {
                     tracing::warn!(approval = %id, %error, "a parked MCP call's result was not stored; a retry on another replica does not find it");
                 }
             }
+            if !kept {
+                let _ = answer.send(ended);
+                return;
+            }
             tokio::time::sleep(KEPT_AFTER_END).await;
             parked.calls.lock().remove(&id);
         });
-        Ok(sealed)
     }
 
     /// The approval a `request_state` names, if it was sealed (here or, with a store, by a
     /// replica) for `caller` and is not past its time.
     pub(super) async fn open(&self, sealed: &str, caller: &Caller) -> Result<String, ErrorData> {
         let owner = super::owners::owner_key(caller);
-        self.codec()
-            .await?
-            .open_json_with::<State>(sealed, owner.as_bytes())
-            .map(|state| state.approval)
-            .map_err(|_| {
-                ErrorData::invalid_params(
-                    "request_state is not one this server gave this caller, or it expired",
-                    None,
-                )
-            })
+        let open = |codec: &RequestStateCodec| {
+            codec
+                .open_json_with::<State>(sealed, owner.as_bytes())
+                .map(|state| state.approval)
+        };
+        if let Ok(approval) = open(&*self.codec(false).await?) {
+            return Ok(approval);
+        }
+        // The fleet's key may have changed (the store lost it and a replica made another).
+        if self.store.is_some()
+            && let Ok(approval) = open(&*self.codec(true).await?)
+        {
+            return Ok(approval);
+        }
+        Err(ErrorData::invalid_params(
+            "request_state is not one this server gave this caller, or it expired",
+            None,
+        ))
     }
 
     /// Marks the `request_state` naming `approval` redeemed, once across the replicas; an
@@ -199,7 +248,8 @@ impl Parked {
 
     /// The answer of the call waiting on `approval` (once: a second redemption finds nothing):
     /// from this server, or, with a store, from the replica it runs on, waiting for it to end
-    /// until `gone` fires or `ttl` and the longest call passed.
+    /// while it runs there (its mark renewed), until `gone` fires, and at most `ttl` and the
+    /// longest call.
     pub(super) async fn answer(&self, approval: &str, gone: impl Future<Output = ()>) -> Answered {
         let slot = self.calls.lock().remove(approval);
         match slot {
@@ -220,19 +270,20 @@ impl Parked {
         let look = async {
             let mut every = Duration::from_millis(25);
             loop {
+                // The result first, then the mark: the replica puts the one and clears the
+                // other at once, so a call seen ended has its result seen before.
                 match store.take_result(approval).await {
-                    Ok(Some(text)) => {
-                        return serde_json::from_str::<Answered>(&text).unwrap_or_else(|e| {
-                            Err(ErrorData::internal_error(
-                                format!("a stored call result is not readable: {e}"),
-                                None,
-                            ))
-                        });
-                    }
+                    Ok(Some(text)) => return stored(&text),
                     Ok(None) => {}
                     Err(error) => {
                         tracing::warn!(%approval, %error, "a parked MCP call's result could not be read; trying again");
                     }
+                }
+                if let Ok(false) = store.is_parked(approval).await {
+                    return match store.take_result(approval).await {
+                        Ok(Some(text)) => stored(&text),
+                        _ => Err(redeemed()),
+                    };
                 }
                 tokio::time::sleep(every).await;
                 every = (every * 2).min(RESULT_POLL);
@@ -249,6 +300,19 @@ impl Parked {
     }
 }
 
+/// A result a replica stored: empty when a retry there took it.
+fn stored(text: &str) -> Answered {
+    if text.is_empty() {
+        return Err(redeemed());
+    }
+    serde_json::from_str::<Answered>(text).unwrap_or_else(|e| {
+        Err(ErrorData::internal_error(
+            format!("a stored call result is not readable: {e}"),
+            None,
+        ))
+    })
+}
+
 /// The error for a `request_state` redeemed already, or whose call ended long ago.
 fn redeemed() -> ErrorData {
     ErrorData::invalid_params(
@@ -257,7 +321,7 @@ fn redeemed() -> ErrorData {
     )
 }
 
-/// A fresh random sealing key, as hex.
+/// A fresh random key, as hex.
 fn random_key() -> String {
     let mut key = [0u8; 32];
     // An unavailable system RNG leaves the key zero; sealing is then no protection, so it is
@@ -273,9 +337,19 @@ fn random_key() -> String {
 /// The 2025-11-25 elicitations this replica has out, by session and JSON-RPC request id: an
 /// answer for one of them is rmcp's to deliver here; an answer for another may be for one a
 /// replica sent (`sessions.store`).
-#[derive(Default)]
 pub(super) struct Asking {
     out: Mutex<HashSet<(String, String)>>,
+    /// This replica, as the store's notes name it.
+    replica: String,
+}
+
+impl Default for Asking {
+    fn default() -> Self {
+        Asking {
+            out: Mutex::default(),
+            replica: random_key(),
+        }
+    }
 }
 
 impl Asking {
@@ -285,53 +359,95 @@ impl Asking {
             .lock()
             .contains(&(session.to_owned(), request.to_owned()))
     }
+
+    /// Whether `replica` is another replica than this one.
+    pub(super) fn elsewhere(&self, replica: &str) -> bool {
+        replica != self.replica
+    }
 }
 
-/// An elicitation out on a session, noted here (and in the store) until dropped.
+/// This replica's turn to put a form to a session's person, and the form once it is out:
+/// noted here and in the store until dropped.
 pub(super) struct Out {
     asking: Arc<Asking>,
     store: Option<Arc<McpSessions>>,
-    key: (String, String),
+    session: String,
+    request: Option<String>,
 }
 
 impl Out {
-    /// Notes elicitation `request` on `session`, asking about `approval` of `caller`, for
-    /// `ttl`: here, and in the store for the replica its answer may reach.
-    pub(super) async fn note(
+    /// Waits for this replica's turn to put a form on `session` (with a store, one at a time
+    /// across the fleet, held at most `ttl`); polled until it comes, so the caller bounds the
+    /// wait. Without a store the turn is at once.
+    pub(super) async fn turn(
         asking: &Arc<Asking>,
         store: Option<&Arc<McpSessions>>,
         session: &str,
-        request: &str,
-        approval: &Approval,
-        caller: &Caller,
         ttl: Duration,
     ) -> Self {
-        let key = (session.to_owned(), request.to_owned());
-        asking.out.lock().insert(key.clone());
         if let Some(store) = store {
-            let asked = crate::store::mcp::Asked {
-                approval: approval.id.clone(),
-                owner: super::owners::owner_key(caller),
-            };
-            if let Err(error) = store.ask(session, request, &asked, ttl).await {
-                tracing::warn!(approval = %approval.id, %error, "an MCP elicitation was not stored; an answer reaching another replica is lost");
+            loop {
+                match store.take_asking_turn(session, &asking.replica, ttl).await {
+                    Ok(true) => break,
+                    Ok(false) => {}
+                    Err(error) => {
+                        tracing::warn!(%error, "an MCP session's turn to ask could not be taken; trying again");
+                    }
+                }
+                tokio::time::sleep(ASKING_POLL).await;
             }
         }
         Out {
             asking: asking.clone(),
             store: store.cloned(),
-            key,
+            session: session.to_owned(),
+            request: None,
+        }
+    }
+
+    /// Notes elicitation `request`, asking about `approval` of `caller`, for `ttl`: here, and
+    /// in the store for the replica its answer may reach.
+    pub(super) async fn note(
+        &mut self,
+        request: &str,
+        approval: &Approval,
+        caller: &Caller,
+        ttl: Duration,
+    ) {
+        self.asking
+            .out
+            .lock()
+            .insert((self.session.clone(), request.to_owned()));
+        self.request = Some(request.to_owned());
+        if let Some(store) = &self.store {
+            let asked = crate::store::mcp::Asked {
+                approval: approval.id.clone(),
+                owner: super::owners::owner_key(caller),
+                replica: self.asking.replica.clone(),
+            };
+            if let Err(error) = store.ask(&self.session, request, &asked, ttl).await {
+                tracing::warn!(approval = %approval.id, %error, "an MCP elicitation was not stored; an answer reaching another replica is lost");
+            }
         }
     }
 }
 
 impl Drop for Out {
     fn drop(&mut self) {
-        self.asking.out.lock().remove(&self.key);
-        if let Some(store) = self.store.take() {
-            let (session, request) = std::mem::take(&mut self.key);
-            tokio::spawn(async move {
-                let _ = store.forget_asked(&session, &request).await;
+        let request = self.request.take().unwrap_or_default();
+        self.asking
+            .out
+            .lock()
+            .remove(&(self.session.clone(), request.clone()));
+        if let Some(store) = self.store.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            let session = std::mem::take(&mut self.session);
+            let replica = self.asking.replica.clone();
+            runtime.spawn(async move {
+                if let Err(error) = store.done_asking(&session, &request, &replica).await {
+                    tracing::warn!(%error, "an MCP session's turn to ask was not given up; it lapses with its approval");
+                }
             });
         }
     }

@@ -153,6 +153,16 @@ impl Gate {
             Ok(read) => read,
             Err(reply) => return reply,
         };
+        let holder = Holder::new(Some(self.connection.peer), &caller);
+        // rmcp holds the parsed message and a copy of it as a JSON value.
+        let weight = match std::str::from_utf8(&body) {
+            Ok(text) => 2 * toolgate_core::json::text_held_bytes(text),
+            Err(_) => body.len(),
+        };
+        let parsing = match shared.entry.weigh(&holder, weight) {
+            Ok(parsing) => parsing,
+            Err(turned) => return plain(StatusCode::SERVICE_UNAVAILABLE, &turned.to_string()),
+        };
         // With a store, the answer to an elicitation another replica sent is taken here: rmcp
         // knows only the ones this replica sent.
         if let Some(id) = &session
@@ -166,18 +176,9 @@ impl Gate {
         {
             let mut reply = Response::new(full(String::new()));
             *reply.status_mut() = StatusCode::ACCEPTED;
+            drop((parsing, received));
             return reply;
         }
-        let holder = Holder::new(Some(self.connection.peer), &caller);
-        // rmcp holds the parsed message and a copy of it as a JSON value.
-        let weight = match std::str::from_utf8(&body) {
-            Ok(text) => 2 * toolgate_core::json::text_held_bytes(text),
-            Err(_) => body.len(),
-        };
-        let parsing = match shared.entry.weigh(&holder, weight) {
-            Ok(parsing) => parsing,
-            Err(turned) => return plain(StatusCode::SERVICE_UNAVAILABLE, &turned.to_string()),
-        };
         parts.extensions.insert(self.connection);
         // A stateless `tools/call` rmcp would answer with one JSON reply is served without it.
         if session.is_none()
@@ -359,7 +360,14 @@ impl Gate {
     /// (`mcp.allowed_hosts`, against DNS rebinding) or, whatever the list, does not look like a
     /// host: it is written into URLs.
     fn host_refused<B>(&self, request: &Request<B>) -> Option<Reply> {
-        let host = request.headers().get(header::HOST)?;
+        let Some(host) = request.headers().get(header::HOST) else {
+            // As rmcp refuses it when it checks hosts.
+            return self
+                .shared
+                .allowed_hosts
+                .as_ref()
+                .map(|_| plain(StatusCode::BAD_REQUEST, "the request has no Host header"));
+        };
         let host = host.to_str().unwrap_or_default();
         let shaped = !host.is_empty()
             && host.bytes().all(|b| {

@@ -3,6 +3,7 @@
 //! of one admitted through the server's one entry (`front::entry`), in a toolgate session.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use rmcp::model::SubscriptionFilter;
 use rmcp::model::{
@@ -36,6 +37,10 @@ use toolgate_core::trace::{Span, attr};
 pub(super) const SESSION_HEADER: &str = "x-toolgate-session";
 /// The `_meta` key naming it, for clients that cannot set headers.
 pub(super) const SESSION_META: &str = "dev.toolgate/session";
+/// How long an answer that reached another replica than the one that asked waits for the
+/// asker's note, and how often it looks.
+const NOTE_WAIT: Duration = Duration::from_secs(2);
+const NOTE_POLL: Duration = Duration::from_millis(50);
 /// How often a client waiting for an approver is told it still waits.
 const WAITING_REMINDER: std::time::Duration = std::time::Duration::from_secs(10);
 /// How often a session's change watcher checks that its session still lives.
@@ -298,6 +303,12 @@ impl Front {
             }
         }
         let arguments = Value::Object(request.arguments.unwrap_or_default());
+        let structured = self
+            .0
+            .dispatcher
+            .registry()
+            .get(&request.name)
+            .is_some_and(|registered| registered.tool.output_schema().is_some());
         let holder = Holder::new(connection, &caller);
         let shared = &self.0;
         let decoded = shared
@@ -378,7 +389,7 @@ impl Front {
                 }
                 ended = &mut call => {
                     drain(&mut heard, peer, progress).await;
-                    return answered(ended).map(CallToolResponse::Complete);
+                    return answered(ended, structured).map(CallToolResponse::Complete);
                 }
                 Some(note) = heard.recv() => match note {
                     Note::Progress { progress: done, total, message } => {
@@ -386,10 +397,20 @@ impl Front {
                     }
                     Note::Asked(approval) if can_elicit && approval.requester_may_answer => {
                         if stateless {
-                            let state = shared
+                            let state = match shared.parked.seal(&approval, &caller).await {
+                                Ok(state) => state,
+                                Err(error) => {
+                                    // The call does not outlive a request that cannot name it:
+                                    // cancelled, its events paired.
+                                    cancel.cancel("the approval could not be put to the MCP client");
+                                    let _ = call.await;
+                                    return Err(error);
+                                }
+                            };
+                            shared
                                 .parked
-                                .park(&approval, &caller, async move { answered(call.await) })
-                                .await?;
+                                .park(&approval, async move { answered(call.await, structured) })
+                                .await;
                             let question = approvals::question((&*approval).into())?;
                             let request: ElicitRequest = ElicitRequest::new(question);
                             let mut inputs = InputRequests::new();
@@ -408,7 +429,7 @@ impl Front {
                             biased;
                             ended = &mut call => {
                                 drain(&mut heard, peer, progress).await;
-                                return answered(ended).map(CallToolResponse::Complete);
+                                return answered(ended, structured).map(CallToolResponse::Complete);
                             }
                             () = self.ask_at_client(site, &approval, &caller) => {}
                         }
@@ -433,7 +454,7 @@ impl Front {
                 }
             }
         }
-        answered(call.await).map(CallToolResponse::Complete)
+        answered(call.await, structured).map(CallToolResponse::Complete)
     }
 }
 
@@ -453,6 +474,19 @@ impl Front {
             .expires_at
             .duration_since(std::time::SystemTime::now())
             .unwrap_or_default();
+        // One form at a time on a session across the fleet, noted while out, so that its answer
+        // finds the approval on whichever replica it reaches (see the gate). The turn is
+        // waited for while the call waits; the call ending drops the wait.
+        let session = site
+            .parts
+            .and_then(|p| p.headers.get("mcp-session-id"))
+            .and_then(|v| v.to_str().ok());
+        let mut out = match session {
+            Some(session) => Some(
+                approvals::Out::turn(&self.0.asking, self.0.store.as_ref(), session, left).await,
+            ),
+            None => None,
+        };
         let request = ServerRequest::ElicitRequest(ElicitRequest::new(question));
         let sent = peer.send_request_with_option(request, PeerRequestOptions::with_timeout(left));
         let handle = match sent.await {
@@ -462,27 +496,10 @@ impl Front {
                 return;
             }
         };
-        // Noted while out, so that its answer finds the approval on whichever replica it
-        // reaches (see the gate).
-        let session = site
-            .parts
-            .and_then(|p| p.headers.get("mcp-session-id"))
-            .and_then(|v| v.to_str().ok());
-        let _out = match session {
-            Some(session) => Some(
-                approvals::Out::note(
-                    &self.0.asking,
-                    self.0.store.as_ref(),
-                    session,
-                    &request_key(&handle.id),
-                    approval,
-                    caller,
-                    left,
-                )
-                .await,
-            ),
-            None => None,
-        };
+        if let Some(out) = &mut out {
+            out.note(&request_key(&handle.id), approval, caller, left)
+                .await;
+        }
         let asked = tokio::select! {
             biased;
             () = site.ct.cancelled() => return,
@@ -558,14 +575,32 @@ impl Front {
         let Some(store) = &self.0.store else {
             return false;
         };
-        let asked = match store.take_asked(session, request).await {
-            Ok(Some(asked)) => asked,
-            Ok(None) => return false,
-            Err(error) => {
-                tracing::warn!(%error, "an answer to an MCP elicitation could not be looked up; it is dropped");
-                return true;
+        // The replica that asked notes its form right after sending it: an answer quicker than
+        // that waits for the note while that replica's turn lasts.
+        let mut waited = Duration::ZERO;
+        let asked = loop {
+            match store.take_asked(session, request).await {
+                Ok(Some(asked)) => break asked,
+                Ok(None) => {}
+                Err(error) => {
+                    tracing::warn!(%error, "an answer to an MCP elicitation could not be looked up; it is dropped");
+                    return true;
+                }
             }
+            let asking_elsewhere = matches!(
+                store.asking(session).await,
+                Ok(Some(replica)) if self.0.asking.elsewhere(&replica)
+            );
+            if !asking_elsewhere || waited >= NOTE_WAIT {
+                return false;
+            }
+            tokio::time::sleep(NOTE_POLL).await;
+            waited += NOTE_POLL;
         };
+        // Noted by this replica: a form it withdrew; the answer is moot.
+        if !self.0.asking.elsewhere(&asked.replica) {
+            return true;
+        }
         // The session's owner answers (the gate checked whose session it is); anyone else's
         // answer is dropped.
         if asked.owner != super::owners::owner_key(caller) {
@@ -600,10 +635,11 @@ impl Front {
 /// down.
 type Call = std::pin::Pin<Box<dyn std::future::Future<Output = Option<CallResult>> + Send>>;
 
-/// The answer to `tools/call` once the call ended.
-fn answered(ended: Option<CallResult>) -> approvals::Answered {
+/// The answer to `tools/call` once the call ended (`structured`: the tool declares an output
+/// schema).
+fn answered(ended: Option<CallResult>, structured: bool) -> approvals::Answered {
     match ended {
-        Some(result) => Ok(shape::call_result(result)),
+        Some(result) => Ok(shape::call_result(result, structured)),
         None => Err(shape::server_error(
             "the session store is down: the session's state cannot be read or written, so nothing ran; retry later",
         )),

@@ -53,7 +53,11 @@ pub(super) fn tool(registered: &Registered, viewer: &Caller) -> Option<Tool> {
 /// The answer to `tools/call`: the content the model reads (the same text `DispatchBatch`
 /// gives it), the JSON result as `structuredContent` when it is an object, `isError` for a call
 /// that failed, and in `_meta` what toolgate knows of the run.
-pub(super) fn call_result(result: CallResult) -> CallToolResult {
+///
+/// A tool that declares an output schema (`structured`) promises structured content that
+/// conforms to it: a result toolgate turned into text (cut by an output cap) cannot, and is
+/// answered as an error, which clients do not check against the schema.
+pub(super) fn call_result(result: CallResult, structured: bool) -> CallToolResult {
     let content = if result.parts.is_empty() {
         vec![ContentBlock::text(result.content)]
     } else {
@@ -66,7 +70,8 @@ pub(super) fn call_result(result: CallResult) -> CallToolResult {
             })
             .collect()
     };
-    let mut answer = if result.success {
+    let unstructured = structured && result.success && !result.result.is_object();
+    let mut answer = if result.success && !unstructured {
         CallToolResult::success(content)
     } else {
         CallToolResult::error(content)

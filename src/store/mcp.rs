@@ -33,6 +33,16 @@ fn asked_key(session: &str, request: &str) -> String {
     format!("toolgate:{{mcp}}:asked:{session}:{request}")
 }
 
+/// Which replica has an elicitation out on `session` (one at a time across the fleet).
+fn asking_key(session: &str) -> String {
+    format!("toolgate:{{mcp}}:asking:{session}")
+}
+
+/// Present while the call waiting on `approval` runs, renewed by its replica.
+fn parked_key(approval: &str) -> String {
+    format!("toolgate:{{mcp}}:parked:{approval}")
+}
+
 /// Set once a `request_state` naming `approval` was redeemed.
 fn redeemed_key(approval: &str) -> String {
     format!("toolgate:{{mcp}}:redeemed:{approval}")
@@ -49,7 +59,18 @@ pub struct Asked {
     pub approval: String,
     /// The session owner's key (`method:tenant/id`).
     pub owner: String,
+    /// The replica that asked.
+    pub replica: String,
 }
+
+/// Deletes an elicitation's note, then lets the session's next form go, if this replica held it.
+const DONE_ASKING: &str = r#"
+redis.call('DEL', KEYS[1])
+if redis.call('GET', KEYS[2]) == ARGV[1] then
+  redis.call('DEL', KEYS[2])
+end
+return 1
+"#;
 
 /// rmcp's session store, and the sessions' owners, on the shared Redis.
 pub struct McpSessions {
@@ -116,6 +137,60 @@ impl McpSessions {
             .await
     }
 
+    /// Takes the turn to put a form to `session`'s person, for `replica`, for at most `ttl`;
+    /// `false` while another elicitation is out on the session (on any replica). A JSON-RPC id
+    /// is unique only within one replica's worker for the session, so one form at a time lets
+    /// an answer name its elicitation wherever it arrives.
+    pub async fn take_asking_turn(
+        &self,
+        session: &str,
+        replica: &str,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let key = asking_key(session);
+        let set: Option<String> = self
+            .store
+            .within(async |c| {
+                redis::cmd("SET")
+                    .arg(&key)
+                    .arg(replica)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(millis(ttl))
+                    .query_async(c)
+                    .await
+            })
+            .await?;
+        Ok(set.is_some())
+    }
+
+    /// The replica with an elicitation out on `session`, if any.
+    pub async fn asking(&self, session: &str) -> Result<Option<String>, StoreError> {
+        let key = asking_key(session);
+        self.store
+            .within(async |c| redis::cmd("GET").arg(&key).query_async(c).await)
+            .await
+    }
+
+    /// Forgets elicitation `request` of `session` (answered, or withdrawn), and gives up the
+    /// session's turn if `replica` held it.
+    pub async fn done_asking(
+        &self,
+        session: &str,
+        request: &str,
+        replica: &str,
+    ) -> Result<(), StoreError> {
+        let done = redis::Script::new(DONE_ASKING);
+        let mut script = done.prepare_invoke();
+        script
+            .key(asked_key(session, request))
+            .key(asking_key(session))
+            .arg(replica);
+        self.store
+            .within(async |c| script.invoke_async::<()>(c).await)
+            .await
+    }
+
     /// Records that elicitation `request` of `session` asks `asked`, for `ttl`.
     pub async fn ask(
         &self,
@@ -154,11 +229,55 @@ impl McpSessions {
         Ok(text.and_then(|t| serde_json::from_str(&t).ok()))
     }
 
-    /// Forgets elicitation `request` of `session` (answered where it was asked, or withdrawn).
-    pub async fn forget_asked(&self, session: &str, request: &str) -> Result<(), StoreError> {
-        let key = asked_key(session, request);
+    /// Marks the call waiting on `approval` as running, for `ttl` (renewed while it runs).
+    pub async fn mark_parked(&self, approval: &str, ttl: Duration) -> Result<(), StoreError> {
+        let key = parked_key(approval);
         self.store
-            .within(async |c| redis::cmd("DEL").arg(&key).query_async::<()>(c).await)
+            .within(async |c| {
+                redis::cmd("SET")
+                    .arg(&key)
+                    .arg(1)
+                    .arg("PX")
+                    .arg(millis(ttl))
+                    .query_async::<()>(c)
+                    .await
+            })
+            .await
+    }
+
+    /// Whether the call waiting on `approval` still runs on some replica.
+    pub async fn is_parked(&self, approval: &str) -> Result<bool, StoreError> {
+        let key = parked_key(approval);
+        self.store
+            .within(async |c| redis::cmd("EXISTS").arg(&key).query_async(c).await)
+            .await
+    }
+
+    /// Puts the result of the call waiting on `approval` for `ttl`, and marks it no longer
+    /// running (in that order, so a retry that sees it ended finds the result).
+    pub async fn put_result(
+        &self,
+        approval: &str,
+        result: &str,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        let key = result_key(approval);
+        let parked = parked_key(approval);
+        self.store
+            .within(async |c| {
+                redis::pipe()
+                    .atomic()
+                    .cmd("SET")
+                    .arg(&key)
+                    .arg(result)
+                    .arg("PX")
+                    .arg(millis(ttl))
+                    .ignore()
+                    .del(&parked)
+                    .ignore()
+                    .query_async::<()>(c)
+                    .await
+            })
             .await
     }
 
@@ -179,27 +298,6 @@ impl McpSessions {
             })
             .await?;
         Ok(set.is_some())
-    }
-
-    /// Keeps the result of the parked call waiting on `approval` for `ttl`.
-    pub async fn put_result(
-        &self,
-        approval: &str,
-        result: &str,
-        ttl: Duration,
-    ) -> Result<(), StoreError> {
-        let key = result_key(approval);
-        self.store
-            .within(async |c| {
-                redis::cmd("SET")
-                    .arg(&key)
-                    .arg(result)
-                    .arg("PX")
-                    .arg(millis(ttl))
-                    .query_async::<()>(c)
-                    .await
-            })
-            .await
     }
 
     /// Takes the result of the parked call waiting on `approval`, once it is there.

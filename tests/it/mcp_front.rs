@@ -1029,6 +1029,23 @@ async fn the_person_at_the_client_answers_through_any_replica_in_both_revisions(
             "{mode}: {out}"
         );
     }
+    // Three calls of one session at once, asked on whichever replicas they landed: each
+    // person's answer (its own call's arguments, edited) reaches its own call.
+    for mode in MODES {
+        let out = sdk(&url, mode, "approve-parallel", &["--token", "agent-secret"]).await;
+        assert_eq!(out["asked"].as_array().unwrap().len(), 3, "{mode}: {out}");
+        let texts: Vec<&Value> = out["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| &r["structured"]["text"])
+            .collect();
+        assert_eq!(
+            texts,
+            [&json!("edited-a"), &json!("edited-b"), &json!("edited-c")],
+            "{mode}: {out}"
+        );
+    }
     // Every replica seals with the fleet's key and marks a redemption in the store: a forged
     // or foreign request_state, or a replay reaching another replica, is refused there too.
     let out = sdk(

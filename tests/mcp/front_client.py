@@ -4,7 +4,7 @@ program would, and prints what it saw as one JSON object (tests/it/mcp_front.rs 
 usage: front_client.py URL MODE SCENARIO [--token T] [--session S] [-- COMMAND ARGS...]
   URL: the endpoint, or `stdio` to launch COMMAND and speak MCP over its stdin and stdout
   MODE: `legacy` (the initialize handshake, 2025-11-25) or `2026-07-28` (stateless)
-  SCENARIO: basic | structured | calls | loop | progress | cancel | session | approve | deny | approver | state-abuse | list-changed | traced | stall-form
+  SCENARIO: basic | structured | calls | approve-parallel | loop | progress | cancel | session | approve | deny | approver | state-abuse | list-changed | traced | stall-form
   --token2 T: a second identity (state-abuse)
 """
 
@@ -61,6 +61,11 @@ async def main():
             await asyncio.sleep(60)
         if args.scenario == "deny":
             return types.ElicitResult(action="accept", content={"approve": False, "reason": "not today"})
+        if args.scenario == "approve-parallel":
+            # Each call's own arguments, edited: an answer applied to the wrong call shows.
+            original = json.loads(params.message.split(" with ", 1)[1].split(". ", 1)[0])["text"]
+            edited = {"text": f"edited-{original}"}
+            return types.ElicitResult(action="accept", content={"approve": True, "arguments": json.dumps(edited)})
         return types.ElicitResult(
             action="accept",
             content={"approve": True, "reason": "fine", "arguments": json.dumps({"text": "edited"})},
@@ -132,6 +137,11 @@ async def main():
                 out["cancelled"] = True
             # The session goes on after a cancel.
             out["after"] = result_json(await client.call_tool("echo", {"after": True}))
+        elif args.scenario == "approve-parallel":
+            results = await asyncio.gather(
+                *(client.call_tool("echo", {"text": t}) for t in ("a", "b", "c"))
+            )
+            out["results"] = [result_json(r) for r in results]
         elif args.scenario in ("approve", "deny", "stall-form"):
             out["result"] = result_json(await client.call_tool("echo", {"text": "original"}))
         elif args.scenario == "approver":
