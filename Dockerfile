@@ -41,8 +41,11 @@ COPY --from=build /usr/local/bin/toolgate /usr/local/bin/toolgate
 # any other key can be set the same way, TOOLGATE_<SECTION>__<KEY>. A non-loopback listener
 # needs TLS ([tls]) or an explicit server.insecure = true, and callers that are not on the
 # container's loopback need credentials ([auth]): the image decides neither for the operator.
+# The web console (docs/console.md) is off: off loopback it needs the admin listener's TLS
+# (admin.tls with [tls]); set TOOLGATE_CONSOLE__ENABLED=true with those.
 ENV TOOLGATE_LISTEN=0.0.0.0:50051 \
-    TOOLGATE_ADMIN__LISTEN=0.0.0.0:9464
+    TOOLGATE_ADMIN__LISTEN=0.0.0.0:9464 \
+    TOOLGATE_CONSOLE__ENABLED=false
 # 50051: gRPC (toolgate.v1, health, reflection). 9464: admin HTTP (/metrics, /livez, /readyz).
 # 8765: the MCP front door, when a config turns it on ([mcp] listen = "0.0.0.0:8765").
 EXPOSE 50051 9464 8765

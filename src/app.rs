@@ -267,10 +267,27 @@ impl Server {
         let admin_addr = match admin {
             Some(listener) => {
                 let admin_addr = listener.local_addr().ok();
+                let admin_tls = if self.config.admin.tls {
+                    tls.clone()
+                } else {
+                    None
+                };
+                let console = self.config.console.enabled.then(|| {
+                    crate::console::Console::new(
+                        state.dispatcher.clone(),
+                        auth.clone(),
+                        &self.config.console,
+                        admin_tls.is_some(),
+                        self.config.limits.max_json_depth,
+                    )
+                    .router()
+                });
                 tokio::spawn(admin::serve(
                     listener,
                     self.metrics.clone(),
                     state.clone(),
+                    console,
+                    admin_tls,
                     stop_admin.clone(),
                 ));
                 admin_addr

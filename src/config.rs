@@ -87,6 +87,8 @@ sections! {
     log: LogConfig,
     /// The admin HTTP listener: `/metrics`, `/livez`, `/readyz`.
     admin: AdminConfig,
+    /// The web console on the admin listener.
+    console: ConsoleConfig,
     /// The MCP front door: toolgate as an MCP server over streamable HTTP.
     mcp: McpConfig,
     /// OpenTelemetry export over OTLP.

@@ -20,6 +20,7 @@
 pub mod app;
 pub mod bridge;
 pub mod config;
+pub mod console;
 pub mod front;
 pub mod grpc;
 pub mod mcp;

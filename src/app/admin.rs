@@ -15,6 +15,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::front::http1::{self, Limits};
+use crate::front::tls::Tls;
 use crate::grpc::ServiceState;
 use crate::telemetry::metrics::MetricsPipeline;
 use toolgate_remotes::Remotes;
@@ -39,17 +40,25 @@ const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 /// listener is unauthenticated, so a client holding sockets open must not starve the probes
 /// and the scraper (1 500 partial requests were held open by axum's server, which has no
 /// header timeout): at most `MAX_PER_ADDRESS` from one address.
+///
+/// With `console`, the web console is served beside them (`/console/`); with `tls`, all of it
+/// over TLS. Each request carries its connection (`Accepted`), for the console's callers.
 pub(super) async fn serve(
     listener: TcpListener,
     metrics: Arc<MetricsPipeline>,
     state: Arc<ServiceState>,
+    console: Option<Router>,
+    tls: Option<Tls>,
     stop: CancellationToken,
 ) {
-    let router = Router::new()
+    let mut router = Router::new()
         .route("/metrics", get(prometheus))
         .route("/livez", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
         .with_state(Admin { metrics, state });
+    if let Some(console) = console {
+        router = router.merge(console);
+    }
     let limits = Limits {
         name: "admin",
         max_connections: MAX_CONNECTIONS,
@@ -58,7 +67,10 @@ pub(super) async fn serve(
         keep_alive: false,
         close_grace: HEADER_TIMEOUT,
     };
-    http1::serve(listener, None, limits, stop, move |_| router.clone()).await;
+    http1::serve(listener, tls, limits, stop, move |accepted| {
+        router.clone().layer(axum::Extension(accepted))
+    })
+    .await;
 }
 
 async fn prometheus(State(admin): State<Admin>) -> impl IntoResponse {

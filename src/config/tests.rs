@@ -217,10 +217,10 @@ fn the_unknown_section_message_lists_every_section() {
             SECTIONS.join(", ")
         )]
     );
-    for name in ["server", "bindings", "remotes", "log", "mcp"] {
+    for name in ["server", "bindings", "remotes", "log", "mcp", "console"] {
         assert!(SECTIONS.contains(&name));
     }
-    assert_eq!(SECTIONS.len(), 27);
+    assert_eq!(SECTIONS.len(), 28);
 }
 
 #[test]
@@ -398,7 +398,7 @@ fn per_tool_overrides_win() {
 fn addresses_urls_and_the_sampler_are_typed_as_they_are_read() {
     let c = Config::from_toml(
         "[server]\nlisten = \"[::1]:7000\"\n[admin]\nlisten = \"0.0.0.0:0\"\n\
-         [telemetry]\notlp_endpoint = \"https://collector:4317\"\nsampler = \"traceidratio\"\n\
+         [console]\nenabled = false\n[telemetry]\notlp_endpoint = \"https://collector:4317\"\nsampler = \"traceidratio\"\n\
          [auth.jwt]\njwks_url = \"http://idp/jwks\"\nissuer = \"i\"\naudience = \"a\"",
     )
     .unwrap();
@@ -412,6 +412,36 @@ fn addresses_urls_and_the_sampler_are_typed_as_they_are_read() {
         let c = Config::from_toml(&format!("[telemetry]\nsampler = \"{}\"", sampler.name()));
         assert_eq!(c.unwrap().telemetry.sampler, sampler);
     }
+}
+
+/// The console, off loopback, needs the admin listener's TLS, which needs `[tls]`.
+#[test]
+fn the_console_off_loopback_needs_the_admin_listeners_tls() {
+    let refused = Config::from_toml("[admin]\nlisten = \"0.0.0.0:9464\"").unwrap_err();
+    assert!(
+        refused.to_string().contains("console.enabled")
+            && refused.to_string().contains("admin.tls"),
+        "{refused}"
+    );
+    let refused = Config::from_toml("[admin]\ntls = true").unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("admin.tls: needs tls.cert_file"),
+        "{refused}"
+    );
+    let off = Config::from_toml("[admin]\nlisten = \"0.0.0.0:9464\"\n[console]\nenabled = false");
+    assert!(off.is_ok(), "{off:?}");
+    let tls = Config::from_toml(
+        "[admin]\nlisten = \"0.0.0.0:9464\"\ntls = true\n\
+         [tls]\ncert_file = \"/c.pem\"\nkey_file = \"/k.pem\"",
+    );
+    assert!(
+        tls.as_ref()
+            .err()
+            .is_none_or(|e| !e.to_string().contains("console")),
+        "{tls:?}"
+    );
 }
 
 /// `""` still means "off" or "unset" in a file and in a variable, as the file documents.

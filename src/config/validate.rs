@@ -75,6 +75,7 @@ const RULES: &[Rule] = &[
     rules::someone_can_get_in,
     rules::remote_registration,
     rules::mcp_front,
+    rules::console,
 ];
 
 /// The problems found so far, with the checks rules share.

@@ -413,7 +413,7 @@ fn header_names_crit(token: &str) -> bool {
 /// A value from a request as an audit field: no quote or backslash (the log's redactor works on
 /// the formatted line, and one that consumed an escaping backslash would end the quoted field
 /// early), no control character, at most 256 characters.
-fn audit_text(text: &str) -> String {
+pub(crate) fn audit_text(text: &str) -> String {
     text.chars()
         .take(256)
         .map(|c| match c {

@@ -8,6 +8,7 @@
 mod approvals;
 mod bindings;
 mod connections;
+mod console;
 mod dispatch;
 mod docs;
 mod gate;

@@ -36,6 +36,8 @@ pub(crate) enum Peer {
     Redis,
     /// nginx (Debian's `nginx-light`), as a gRPC balancer.
     Nginx,
+    /// A headless Chromium (Debian's `chromium`) and Playwright for Python in `.testenv/venv`.
+    Chromium,
 }
 
 impl Peer {
@@ -69,6 +71,14 @@ impl Peer {
                 let sbin = Path::new("/usr/sbin/nginx").exists();
                 if sbin { None } else { on_path("nginx") }
             }
+            Peer::Chromium => on_path("chromium").or_else(|| {
+                let found = std::fs::read_dir(env.join("venv/lib"))
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .any(|dir| dir.path().join("site-packages/playwright").exists());
+                (!found).then(|| "Playwright for Python is not in .testenv/venv".to_owned())
+            }),
         }
     }
 }

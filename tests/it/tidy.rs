@@ -169,7 +169,7 @@ const LAYERS: &[(&str, &[&[&str]])] = &[
         &[
             &["config"],
             &["front", "telemetry", "store"],
-            &["grpc", "mcp"],
+            &["grpc", "mcp", "console"],
             &["app", "bridge"],
         ],
     ),

@@ -40,8 +40,8 @@ pub use select::select;
 pub use timeout::Timeout;
 pub(crate) use timeout::TimeoutLayer;
 pub(crate) use unknown_tool::unknown_tool_message;
-pub use validate::Validate;
 pub(crate) use validate::ValidateLayer;
+pub use validate::{Validate, violations_of};
 
 /// One execution of a tool, as the middleware sees it.
 #[derive(Debug, Clone)]

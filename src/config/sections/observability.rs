@@ -56,12 +56,38 @@ pub struct AdminConfig {
     /// Its address; `None` (`""` in the file) turns it off.
     #[serde(deserialize_with = "parse::admin_listen")]
     pub listen: Option<SocketAddr>,
+    /// Serve it over TLS, with `[tls]`'s certificate and key (reloaded with them).
+    pub tls: bool,
 }
 
 impl Default for AdminConfig {
     fn default() -> Self {
         AdminConfig {
             listen: Some(SocketAddr::from((Ipv4Addr::LOCALHOST, 9464))),
+            tls: false,
+        }
+    }
+}
+
+/// `[console]`: the web console on the admin listener (`/console/`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConsoleConfig {
+    /// Serve it.
+    pub enabled: bool,
+    /// How long a sign-in lasts.
+    #[serde(with = "toolgate_core::duration")]
+    pub session_ttl: std::time::Duration,
+    /// Sign-ins held at once; past it the oldest ends.
+    pub max_sessions: usize,
+}
+
+impl Default for ConsoleConfig {
+    fn default() -> Self {
+        ConsoleConfig {
+            enabled: true,
+            session_ttl: std::time::Duration::from_secs(8 * 3600),
+            max_sessions: 1000,
         }
     }
 }

@@ -605,6 +605,33 @@ pub(super) fn remote_registration(c: &Config, p: &mut Problems) {
     }
 }
 
+/// The admin listener's TLS needs `[tls]`; the console, off loopback, needs the admin listener's
+/// TLS (it carries tokens and session cookies).
+pub(super) fn console(c: &Config, p: &mut Problems) {
+    p.check(
+        !c.admin.tls || c.tls.enabled(),
+        "admin.tls: needs tls.cert_file and tls.key_file, the certificate it serves",
+    );
+    p.check(
+        c.console.session_ttl >= std::time::Duration::from_secs(60),
+        "console.session_ttl: must be at least 1m",
+    );
+    p.check(
+        c.console.max_sessions >= 1,
+        "console.max_sessions: must be at least 1",
+    );
+    if let Some(listen) = c.admin.listen
+        && c.console.enabled
+    {
+        p.check(
+            listen.ip().is_loopback() || c.admin.tls,
+            format_args!(
+                "console.enabled: the admin listener ({listen}) is not on loopback and serves plaintext; set admin.tls = true (with [tls]'s certificate), or console.enabled = false"
+            ),
+        );
+    }
+}
+
 pub(super) fn mcp_front(c: &Config, p: &mut Problems) {
     let mcp = &c.mcp;
     p.check(

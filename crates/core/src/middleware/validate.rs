@@ -63,6 +63,14 @@ fn validator(registered: &Registered) -> Option<Arc<jsonschema::Validator>> {
     registered.input_validator.get_or_init(compile).clone()
 }
 
+/// What is wrong with `input` for `registered`'s input schema, as `<path>: <message>` lines
+/// joined with `; ` (`None`: valid, or not checked: quarantined, or a schema that does not
+/// compile), as the pipeline's validation judges it. For people who edit a call's arguments
+/// (an approval with edits), before they are sent.
+pub fn violations_of(registered: &Registered, input: &serde_json::Value) -> Option<String> {
+    violations(&*validator(registered)?, input)
+}
+
 /// Every violation as `<path>: <message>`, or `None` when the input is valid.
 pub(super) fn violations(
     validator: &jsonschema::Validator,

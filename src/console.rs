@@ -1,0 +1,600 @@
+//! The web console (docs/console.md), on the admin listener under `/console/`: the approvals
+//! inbox for the people who answer approvals, live (server-sent events from the approvals
+//! registry's updates, as `WatchApprovals` reads them), with Approve, Deny with a reason, and
+//! Approve with edited arguments (checked against the tool's schema in the page and here).
+//! Server-rendered HTML (`pages.rs`) and one small script of our own, both built into the
+//! binary; a strict Content-Security-Policy on every answer. Who may look: `signin.rs`.
+
+mod pages;
+mod signin;
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::Uri;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use futures::Stream;
+use maud::Markup;
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+use tokio::sync::broadcast::error::RecvError;
+
+use crate::config::ConsoleConfig;
+use crate::front::auth::{Authenticator, Denied, audit_text};
+use crate::front::http1::Accepted;
+use signin::{SignIns, Viewer, Who};
+use toolgate_core::approvals::{Answer, Ended, Listing, Remember, ResolveError, Update};
+use toolgate_core::dispatch::Dispatcher;
+use toolgate_core::identity::Caller;
+
+/// Decisions kept for "Last decisions", across tenants (each viewer sees its tenant's).
+const DECISIONS_KEPT: usize = 200;
+/// Decisions shown.
+const DECISIONS_SHOWN: usize = 20;
+/// Bytes of whole arguments the inbox carries (oldest first); past them, previews.
+const WHOLE_BYTES: usize = 1 << 20;
+/// The longest edited arguments taken, in bytes.
+const MAX_EDIT_BYTES: usize = 256 * 1024;
+
+/// What the console serves with.
+pub struct Console {
+    dispatcher: Dispatcher,
+    sign_ins: SignIns,
+    decisions: Mutex<VecDeque<Ended>>,
+    /// `limits.max_json_depth`, for edited arguments.
+    max_depth: usize,
+}
+
+impl Console {
+    /// The console of `dispatcher`'s approvals, judging callers with `auth`; `tls` when the
+    /// admin listener serves TLS. Keeps the last decisions from now on.
+    pub fn new(
+        dispatcher: Dispatcher,
+        auth: Arc<Authenticator>,
+        config: &ConsoleConfig,
+        tls: bool,
+        max_depth: usize,
+    ) -> Arc<Self> {
+        let console = Arc::new(Console {
+            sign_ins: SignIns::new(auth, config.session_ttl, config.max_sessions, tls),
+            decisions: Mutex::new(VecDeque::with_capacity(DECISIONS_KEPT)),
+            max_depth,
+            dispatcher,
+        });
+        let mut updates = console.dispatcher.approvals().subscribe();
+        let weak = Arc::downgrade(&console);
+        tokio::spawn(async move {
+            loop {
+                let update = match updates.recv().await {
+                    Ok(update) => update,
+                    Err(RecvError::Lagged(_)) => continue,
+                    Err(RecvError::Closed) => return,
+                };
+                let Some(console) = weak.upgrade() else {
+                    return;
+                };
+                if let Update::Ended(ended) = update {
+                    let mut decisions = console.decisions.lock();
+                    if decisions.len() == DECISIONS_KEPT {
+                        decisions.pop_back();
+                    }
+                    decisions.push_front(ended);
+                }
+            }
+        });
+        console
+    }
+
+    /// The console's routes, under `/console/`.
+    pub fn router(self: Arc<Self>) -> Router {
+        Router::new()
+            .route(
+                "/console",
+                get(|| async { Redirect::permanent("/console/") }),
+            )
+            .route("/console/", get(inbox))
+            .route("/console/login", get(login_page).post(login))
+            .route("/console/logout", post(logout))
+            .route("/console/events", get(events))
+            .route("/console/approvals/{id}", post(answer))
+            .route("/console/assets/console.js", get(script))
+            .route("/console/assets/console.css", get(style))
+            .layer(axum::middleware::map_response(secured))
+            .with_state(self)
+    }
+
+    /// Who sent a request.
+    fn who(&self, headers: &HeaderMap, peer: Option<&Accepted>) -> Who {
+        self.sign_ins.who(headers, peer.map(|p| p.peer))
+    }
+
+    /// The decisions `viewer` may see, newest first.
+    fn decisions_for(&self, viewer: &Caller) -> Vec<Ended> {
+        self.decisions
+            .lock()
+            .iter()
+            .filter(|ended| ended.tenant == viewer.tenant)
+            .filter(|ended| Update::Ended((*ended).clone()).visible_to(viewer))
+            .take(DECISIONS_SHOWN)
+            .cloned()
+            .collect()
+    }
+
+    /// The tool's input schema, as JSON text for the page's check.
+    fn schema_of(&self, tool: &str) -> Option<String> {
+        let registry = self.dispatcher.registry();
+        let registered = registry.get(tool)?;
+        if registered.quarantined().is_some() {
+            return None;
+        }
+        Some(registered.tool.input_schema().to_string())
+    }
+}
+
+/// The peer of a request, as the admin listener accepted its connection.
+type Peer = Option<axum::Extension<Accepted>>;
+
+/// Every answer: a strict Content-Security-Policy (nothing inline, nothing from elsewhere), no
+/// framing, no sniffing, no referrer to other sites, no caching.
+async fn secured(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    for (name, value) in [
+        (
+            header::CONTENT_SECURITY_POLICY,
+            "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'; object-src 'none'",
+        ),
+        (header::X_FRAME_OPTIONS, "DENY"),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        // Not `no-referrer`: under it a browser sends `Origin: null` with a form, and the
+        // same-origin check of changes could not tell this console's pages from others.
+        (header::REFERRER_POLICY, "same-origin"),
+        (header::CACHE_CONTROL, "no-store"),
+    ] {
+        headers.insert(name, HeaderValue::from_static(value));
+    }
+    response
+}
+
+/// An HTML answer.
+fn html(status: StatusCode, markup: Markup) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        markup.into_string(),
+    )
+        .into_response()
+}
+
+/// The answer to a request that is not let in: sign in, or 403 saying why.
+fn turned_away(who: Who, wants_html: bool) -> Response {
+    match who {
+        Who::SignIn if wants_html => Redirect::to("/console/login").into_response(),
+        Who::SignIn => (StatusCode::UNAUTHORIZED, "sign in first\n").into_response(),
+        Who::Refused(Denied::Unauthenticated(text)) => html(
+            StatusCode::UNAUTHORIZED,
+            pages::problem("Not signed in", &text),
+        ),
+        Who::Refused(Denied::PermissionDenied(text)) => {
+            html(StatusCode::FORBIDDEN, pages::problem("Forbidden", &text))
+        }
+        Who::Viewer(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
+async fn inbox(
+    State(console): State<Arc<Console>>,
+    peer: Peer,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    let viewer = match console.who(&headers, peer.as_deref()) {
+        Who::Viewer(viewer) => viewer,
+        other => return turned_away(other, true),
+    };
+    let query = Form::parse(uri.query().unwrap_or_default().as_bytes());
+    let notice = query.get("notice").and_then(pages::notice);
+    render_inbox(&console, &viewer, notice, None, StatusCode::OK).await
+}
+
+/// The inbox for `viewer`, with `problem` (an approval id, the problem, the arguments sent)
+/// shown on its card.
+async fn render_inbox(
+    console: &Console,
+    viewer: &Viewer,
+    notice: Option<&str>,
+    problem: Option<(&str, &str, &str)>,
+    status: StatusCode,
+) -> Response {
+    let listing = Listing {
+        session_id: None,
+        approval_id: None,
+        whole_bytes: WHOLE_BYTES,
+    };
+    let pending = match console
+        .dispatcher
+        .approvals()
+        .list_anywhere(&viewer.caller, &listing)
+        .await
+    {
+        Ok(pending) => pending,
+        Err(error) => {
+            return html(
+                StatusCode::SERVICE_UNAVAILABLE,
+                pages::problem("Approvals unavailable", &error.to_string()),
+            );
+        }
+    };
+    let csrf = viewer.csrf.as_deref();
+    let cards = pending
+        .iter()
+        .map(|approval| {
+            let mine = problem.filter(|(id, _, _)| *id == approval.id);
+            pages::card(
+                approval,
+                &pages::CardExtras {
+                    csrf,
+                    schema: console.schema_of(&approval.tool),
+                    problem: mine.map(|(_, text, _)| text),
+                    edited: mine.map(|(_, _, sent)| sent),
+                },
+            )
+        })
+        .collect();
+    let decisions = console.decisions_for(&viewer.caller);
+    html(
+        status,
+        pages::inbox(&viewer.caller, csrf, notice, cards, &decisions),
+    )
+}
+
+async fn login_page(
+    State(console): State<Arc<Console>>,
+    peer: Peer,
+    headers: HeaderMap,
+) -> Response {
+    if let Who::Viewer(_) = console.who(&headers, peer.as_deref()) {
+        return Redirect::to("/console/").into_response();
+    }
+    html(StatusCode::OK, pages::login(None))
+}
+
+async fn login(
+    State(console): State<Arc<Console>>,
+    peer: Peer,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let form = Form::parse(&body);
+    // A sign-in from another site's page is refused (login CSRF).
+    if !signin::same_origin(&headers) {
+        return html(
+            StatusCode::FORBIDDEN,
+            pages::problem(
+                "Forbidden",
+                "a sign-in must come from this console's own page",
+            ),
+        );
+    }
+    let token = form.get("token").unwrap_or_default();
+    let addr = peer.as_deref().map(|p| p.peer);
+    match console.sign_ins.sign_in(token, addr) {
+        Ok((caller, cookie)) => {
+            tracing::info!(
+                target: "toolgate::audit",
+                rpc = signin::RPC,
+                outcome = "signed_in",
+                identity = audit_text(&caller.id).as_str(),
+                tenant = audit_text(&caller.tenant).as_str(),
+                method = caller.method.name(),
+                peer = ?addr,
+                "console sign-in"
+            );
+            let mut response = Redirect::to("/console/").into_response();
+            if let Ok(value) = HeaderValue::from_str(&cookie) {
+                response.headers_mut().insert(header::SET_COOKIE, value);
+            }
+            response
+        }
+        Err(denied) => {
+            let (status, text) = match denied {
+                Denied::Unauthenticated(text) => (StatusCode::UNAUTHORIZED, text),
+                Denied::PermissionDenied(text) => (StatusCode::FORBIDDEN, text),
+            };
+            html(status, pages::login(Some(&text)))
+        }
+    }
+}
+
+async fn logout(
+    State(console): State<Arc<Console>>,
+    peer: Peer,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let form = Form::parse(&body);
+    if let Who::Viewer(viewer) = console.who(&headers, peer.as_deref())
+        && !signin::change_allowed(&viewer, form.get("csrf"), &headers)
+    {
+        return html(
+            StatusCode::FORBIDDEN,
+            pages::problem("Forbidden", "the form's CSRF token is missing or wrong"),
+        );
+    }
+    let cookie = console.sign_ins.sign_out(&headers);
+    let mut response = Redirect::to("/console/login").into_response();
+    if let Ok(value) = HeaderValue::from_str(&cookie) {
+        response.headers_mut().insert(header::SET_COOKIE, value);
+    }
+    response
+}
+
+/// `POST /console/approvals/{id}`: approve, deny with a reason, or approve with edited
+/// arguments (checked against the tool's schema here first: a problem is shown on the card and
+/// nothing is sent).
+async fn answer(
+    State(console): State<Arc<Console>>,
+    peer: Peer,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let viewer = match console.who(&headers, peer.as_deref()) {
+        Who::Viewer(viewer) => viewer,
+        other => return turned_away(other, true),
+    };
+    let form = Form::parse(&body);
+    if !signin::change_allowed(&viewer, form.get("csrf"), &headers) {
+        return html(
+            StatusCode::FORBIDDEN,
+            pages::problem("Forbidden", "the form's CSRF token is missing or wrong"),
+        );
+    }
+    if id.len() > 128 {
+        return html(
+            StatusCode::BAD_REQUEST,
+            pages::problem("Bad request", "that is not an approval id"),
+        );
+    }
+    let reason = form.get("reason").unwrap_or_default().trim();
+    let remember = match form.get("remember") {
+        Some("session") => Remember::Session,
+        _ => Remember::Once,
+    };
+    let (approve, updated_arguments) = match form.get("decision") {
+        Some("approve") => (true, None),
+        Some("deny") => (false, None),
+        Some("edit") => {
+            let sent = form.get("arguments").unwrap_or_default();
+            match console.edited(&id, &viewer, sent).await {
+                Ok(arguments) => (true, Some(arguments)),
+                Err(problem) => {
+                    return render_inbox(
+                        &console,
+                        &viewer,
+                        None,
+                        Some((&id, &problem, sent)),
+                        StatusCode::UNPROCESSABLE_ENTITY,
+                    )
+                    .await;
+                }
+            }
+        }
+        _ => {
+            return html(
+                StatusCode::BAD_REQUEST,
+                pages::problem("Bad request", "the decision is approve, deny or edit"),
+            );
+        }
+    };
+    let caller = &viewer.caller;
+    let answer = Answer {
+        approve,
+        by: caller.id.clone(),
+        reason: reason.to_owned(),
+        updated_arguments,
+        remember,
+    };
+    let edited = answer.updated_arguments.is_some();
+    let resolved = console
+        .dispatcher
+        .approvals()
+        .resolve_anywhere(caller, &id, answer)
+        .await;
+    let outcome = match &resolved {
+        Ok(_) => "answered",
+        Err(_) => "refused",
+    };
+    tracing::info!(
+        target: "toolgate::audit",
+        rpc = signin::RPC,
+        outcome,
+        identity = audit_text(&caller.id).as_str(),
+        tenant = audit_text(&caller.tenant).as_str(),
+        method = caller.method.name(),
+        approval = audit_text(&id).as_str(),
+        decision = if approve { "approve" } else { "deny" },
+        edited,
+        reason = audit_text(reason).as_str(),
+        "console decision"
+    );
+    match resolved {
+        Ok(_) if approve => Redirect::to("/console/?notice=approved").into_response(),
+        Ok(_) => Redirect::to("/console/?notice=denied").into_response(),
+        Err(ResolveError::NotFound(_) | ResolveError::AlreadyAnswered(_)) => {
+            Redirect::to("/console/?notice=gone").into_response()
+        }
+        Err(error) => html(
+            StatusCode::FORBIDDEN,
+            pages::problem("Not taken", &error.to_string()),
+        ),
+    }
+}
+
+impl Console {
+    /// Edited arguments for approval `id`: a JSON object, no deeper than the limit, valid for
+    /// the tool's input schema (the engine checks them again, with the rules and hooks).
+    async fn edited(&self, id: &str, viewer: &Viewer, sent: &str) -> Result<Value, String> {
+        if sent.len() > MAX_EDIT_BYTES {
+            return Err(format!(
+                "the arguments are {} bytes; at most {MAX_EDIT_BYTES} are taken",
+                sent.len()
+            ));
+        }
+        let value: Value =
+            serde_json::from_str(sent).map_err(|e| format!("the arguments are not JSON: {e}"))?;
+        if !value.is_object() {
+            return Err("the arguments must be a JSON object".to_owned());
+        }
+        if toolgate_core::json::depth(&value) > self.max_depth {
+            return Err(format!(
+                "the arguments are nested deeper than limits.max_json_depth ({})",
+                self.max_depth
+            ));
+        }
+        let listing = Listing {
+            session_id: None,
+            approval_id: Some(id),
+            whole_bytes: 0,
+        };
+        let tool = self
+            .dispatcher
+            .approvals()
+            .list_anywhere(&viewer.caller, &listing)
+            .await
+            .ok()
+            .and_then(|found| found.into_iter().next())
+            .map(|approval| approval.tool)
+            .ok_or_else(|| "that approval is no longer pending".to_owned())?;
+        let registry = self.dispatcher.registry();
+        if let Some(registered) = registry.get(&tool)
+            && let Some(problems) = toolgate_core::middleware::violations_of(registered, &value)
+        {
+            return Err(format!(
+                "the arguments do not fit the tool's schema: {problems}"
+            ));
+        }
+        Ok(value)
+    }
+}
+
+/// `GET /console/events`: the inbox's changes as they happen, for the viewer: `requested`
+/// (the new card's HTML) and `ended` (the approval's id, who ended it and the decision's HTML).
+async fn events(State(console): State<Arc<Console>>, peer: Peer, headers: HeaderMap) -> Response {
+    let viewer = match console.who(&headers, peer.as_deref()) {
+        Who::Viewer(viewer) => viewer,
+        other => return turned_away(other, false),
+    };
+    let approvals = console.dispatcher.approvals();
+    let slot = match approvals.watch_slot(&viewer.caller) {
+        Ok(slot) => slot,
+        Err(full) => return (StatusCode::SERVICE_UNAVAILABLE, format!("{full}\n")).into_response(),
+    };
+    let updates = approvals.subscribe();
+    let stream = changes(console.clone(), viewer, updates, slot);
+    Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+        .into_response()
+}
+
+/// The events of `updates` `viewer` may see, while its watch slot is held.
+fn changes(
+    console: Arc<Console>,
+    viewer: Viewer,
+    updates: tokio::sync::broadcast::Receiver<Update>,
+    slot: toolgate_core::approvals::WatchSlot,
+) -> impl Stream<Item = Result<Event, Infallible>> {
+    futures::stream::unfold(
+        (console, viewer, updates, slot),
+        |(console, viewer, mut updates, slot)| async move {
+            loop {
+                let update = match updates.recv().await {
+                    Ok(update) => update,
+                    // Missed some: the page reloads the inbox.
+                    Err(RecvError::Lagged(_)) => {
+                        let event = Event::default().event("stale").data("reload");
+                        return Some((Ok(event), (console, viewer, updates, slot)));
+                    }
+                    Err(RecvError::Closed) => return None,
+                };
+                let caller = &viewer.caller;
+                if !update.visible_to(caller) {
+                    continue;
+                }
+                let event = match &update {
+                    Update::Requested(approval) if approval.tenant == caller.tenant => {
+                        let card = pages::card(
+                            approval,
+                            &pages::CardExtras {
+                                csrf: viewer.csrf.as_deref(),
+                                schema: console.schema_of(&approval.tool),
+                                problem: None,
+                                edited: None,
+                            },
+                        );
+                        Event::default().event("requested").data(card.into_string())
+                    }
+                    Update::Ended(ended) if ended.tenant == caller.tenant => {
+                        let data = json!({
+                            "id": ended.approval_id,
+                            "by": pages::shown(&ended.by),
+                            "how": ended.how.name(),
+                            "html": pages::decision(ended).into_string(),
+                        });
+                        Event::default().event("ended").data(data.to_string())
+                    }
+                    _ => continue,
+                };
+                return Some((Ok(event), (console, viewer, updates, slot)));
+            }
+        },
+    )
+}
+
+async fn script() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+        include_str!("console/assets/console.js"),
+    )
+}
+
+async fn style() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
+        include_str!("console/assets/console.css"),
+    )
+}
+
+/// An `application/x-www-form-urlencoded` body.
+struct Form(Vec<(String, String)>);
+
+impl Form {
+    fn parse(body: &[u8]) -> Self {
+        Form(url::form_urlencoded::parse(body).into_owned().collect())
+    }
+
+    fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.as_str())
+    }
+}
+
+/// 256 random bits as hex: sign-in ids and CSRF tokens.
+fn random_hex() -> String {
+    let mut bytes = [0u8; 32];
+    if ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes).is_err() {
+        tracing::error!("the system RNG failed: console sign-ins are guessable");
+    }
+    let mut hex = String::with_capacity(64);
+    toolgate_core::hash::push_hex(&mut hex, &bytes);
+    hex
+}

@@ -1,0 +1,223 @@
+//! Who looks at the console: a request's own credentials (a bearer token or JWT, as on gRPC;
+//! anonymous callers as `[auth]` says), or a sign-in, made on the login page from a token and
+//! kept server-side behind an HttpOnly, SameSite=Strict cookie (`Secure`, and `__Host-`, under
+//! TLS) with its own CSRF token. The console needs the `approver` or `admin` role.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http::HeaderMap;
+use parking_lot::Mutex;
+
+use crate::front::auth::{Authenticator, Credentials, Denied};
+use toolgate_core::identity::{Caller, Role};
+
+/// What the audit lines call the console's requests.
+pub(super) const RPC: &str = "console";
+
+/// Who is looking, and how they proved it.
+#[derive(Clone)]
+pub(super) struct Viewer {
+    pub caller: Arc<Caller>,
+    /// The sign-in's CSRF token: changes need it. `None` for a request that carried its own
+    /// credentials (a script's bearer token), which a browser does not add by itself.
+    pub csrf: Option<String>,
+}
+
+/// What a request's credentials came to.
+pub(super) enum Who {
+    Viewer(Viewer),
+    /// No credentials: sign in.
+    SignIn,
+    /// Credentials without the role, or refused: the text says which, never the credential.
+    Refused(Denied),
+}
+
+/// A sign-in.
+struct Signed {
+    caller: Arc<Caller>,
+    csrf: String,
+    until: Instant,
+    made: Instant,
+}
+
+/// The console's sign-ins, by their cookie's value.
+pub(super) struct SignIns {
+    auth: Arc<Authenticator>,
+    held: Mutex<HashMap<String, Signed>>,
+    ttl: Duration,
+    max: usize,
+    /// Under TLS the cookie is `Secure` and `__Host-` prefixed.
+    tls: bool,
+}
+
+impl SignIns {
+    pub(super) fn new(auth: Arc<Authenticator>, ttl: Duration, max: usize, tls: bool) -> Self {
+        SignIns {
+            auth,
+            held: Mutex::new(HashMap::new()),
+            ttl,
+            max,
+            tls,
+        }
+    }
+
+    /// The cookie's name.
+    fn cookie(&self) -> &'static str {
+        if self.tls {
+            "__Host-toolgate_console"
+        } else {
+            "toolgate_console"
+        }
+    }
+
+    /// Who sent a request with `headers` from `peer`: its sign-in's cookie when it has a live
+    /// one, else its own credentials.
+    pub(super) fn who(&self, headers: &HeaderMap, peer: Option<SocketAddr>) -> Who {
+        if let Some(id) = self.cookie_value(headers) {
+            let mut held = self.held.lock();
+            match held.get(&id) {
+                Some(signed) if signed.until > Instant::now() => {
+                    return Who::Viewer(Viewer {
+                        caller: signed.caller.clone(),
+                        csrf: Some(signed.csrf.clone()),
+                    });
+                }
+                Some(_) => {
+                    held.remove(&id);
+                }
+                None => {}
+            }
+        }
+        match self.judge(&Credentials::new(headers, peer, None)) {
+            Ok(caller) => Who::Viewer(Viewer { caller, csrf: None }),
+            // Anonymous and refused: the person signs in.
+            Err(Denied::Unauthenticated(_))
+                if !headers.contains_key(http::header::AUTHORIZATION) =>
+            {
+                Who::SignIn
+            }
+            Err(denied) => Who::Refused(denied),
+        }
+    }
+
+    /// Signs in with `token` from `peer`: the `Set-Cookie` value of the new sign-in.
+    pub(super) fn sign_in(
+        &self,
+        token: &str,
+        peer: Option<SocketAddr>,
+    ) -> Result<(Arc<Caller>, String), Denied> {
+        let mut headers = HeaderMap::new();
+        let value = http::HeaderValue::from_str(&format!("Bearer {}", token.trim()))
+            .map_err(|_| Denied::Unauthenticated("the token is not one".to_owned()))?;
+        headers.insert(http::header::AUTHORIZATION, value);
+        let caller = self.judge(&Credentials::new(&headers, peer, None))?;
+        let id = super::random_hex();
+        let now = Instant::now();
+        let mut held = self.held.lock();
+        held.retain(|_, signed| signed.until > now);
+        if held.len() >= self.max
+            && let Some(oldest) = held
+                .iter()
+                .min_by_key(|(_, signed)| signed.made)
+                .map(|(id, _)| id.clone())
+        {
+            held.remove(&oldest);
+        }
+        held.insert(
+            id.clone(),
+            Signed {
+                caller: caller.clone(),
+                csrf: super::random_hex(),
+                until: now + self.ttl,
+                made: now,
+            },
+        );
+        let cookie = format!(
+            "{}={id}; Path={}; Max-Age={}; HttpOnly; SameSite=Strict{}",
+            self.cookie(),
+            if self.tls { "/" } else { "/console" },
+            self.ttl.as_secs(),
+            if self.tls { "; Secure" } else { "" }
+        );
+        Ok((caller, cookie))
+    }
+
+    /// Ends the sign-in the request's cookie names; the `Set-Cookie` value that clears it.
+    pub(super) fn sign_out(&self, headers: &HeaderMap) -> String {
+        if let Some(id) = self.cookie_value(headers) {
+            self.held.lock().remove(&id);
+        }
+        format!(
+            "{}=; Path={}; Max-Age=0; HttpOnly; SameSite=Strict{}",
+            self.cookie(),
+            if self.tls { "/" } else { "/console" },
+            if self.tls { "; Secure" } else { "" }
+        )
+    }
+
+    /// The caller `credentials` prove, with a role that may use the console.
+    fn judge(&self, credentials: &Credentials<'_>) -> Result<Arc<Caller>, Denied> {
+        self.auth.authorize_for(
+            credentials,
+            None,
+            RPC,
+            &[Role::Approver, Role::Admin],
+            false,
+        )
+    }
+
+    /// The sign-in id the request's cookie carries.
+    fn cookie_value(&self, headers: &HeaderMap) -> Option<String> {
+        let name = self.cookie();
+        headers
+            .get_all(http::header::COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(';'))
+            .filter_map(|pair| pair.trim().split_once('='))
+            .find(|(key, _)| *key == name)
+            .map(|(_, value)| value.to_owned())
+            .filter(|value| value.len() == 64 && value.bytes().all(|b| b.is_ascii_hexdigit()))
+    }
+}
+
+/// Whether a change from `viewer` may be made: its sign-in's CSRF token in the form (a request
+/// with its own credentials needs none), from a page of this very host (`same_origin`).
+pub(super) fn change_allowed(
+    viewer: &Viewer,
+    form_csrf: Option<&str>,
+    headers: &HeaderMap,
+) -> bool {
+    let token = match &viewer.csrf {
+        None => true,
+        // Compared in full whatever differs first (both are 64 hex digits when right).
+        Some(expected) => form_csrf.is_some_and(|sent| {
+            sent.len() == expected.len()
+                && sent
+                    .bytes()
+                    .zip(expected.bytes())
+                    .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                    == 0
+        }),
+    };
+    same_origin(headers) && token
+}
+
+/// Whether the request's `Origin`, when the browser sent one, is this very host.
+pub(super) fn same_origin(headers: &HeaderMap) -> bool {
+    let Some(origin) = headers.get(http::header::ORIGIN) else {
+        return true;
+    };
+    let host = headers
+        .get(http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or_default();
+    origin
+        .to_str()
+        .ok()
+        .and_then(|origin| origin.split_once("://"))
+        .is_some_and(|(_, rest)| !host.is_empty() && rest == host)
+}

@@ -1,0 +1,211 @@
+"""Drives toolgate's web console in a real headless Chromium (Debian's, through Playwright for
+Python) while batches whose calls are asked about run through gRPC (toolgate's Python client),
+and prints what it saw as one JSON object: tests/it/console.rs asserts on it.
+
+usage: browser.py CONSOLE_URL GRPC_ADDR --agent T --approver T --other T [--shots DIR]
+  CONSOLE_URL: the admin listener's base URL (http://127.0.0.1:PORT)
+  --agent: an agent's token (tenant acme); --approver: an approver of acme; --other: an
+  approver of another tenant. --shots: where to save screenshots of the pages.
+"""
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+from playwright.sync_api import sync_playwright
+from toolgate import Client
+
+CHROMIUM = os.environ.get("TOOLGATE_CHROMIUM", "/usr/bin/chromium")
+HOSTILE = {
+    "html": "<img src=x onerror=alert(1)>",
+    "script": "</script><script>alert(2)</script>",
+    "link": "javascript:alert(3)",
+    "bidi": "abc\u202edcba",
+}
+
+
+class Batch:
+    """One batch of one call, run on a thread, waiting for the console's answer."""
+
+    def __init__(self, client, name, arguments, session=None):
+        self.result = None
+        self.error = None
+        call = [{"id": "c1", "name": name, "arguments": arguments}]
+
+        def run():
+            try:
+                with client.stream(call, session_id=session, interactive_approvals=True) as events:
+                    last = None
+                    for last in events:
+                        pass
+                    self.result = client._finish(last)
+            except Exception as error:  # noqa: BLE001 - reported to the test
+                self.error = repr(error)
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.started = time.monotonic()
+        self.thread.start()
+
+    def outcome(self, timeout=20):
+        self.thread.join(timeout)
+        if self.thread.is_alive():
+            return {"finished": False}
+        if self.error:
+            return {"finished": True, "error": self.error}
+        call = self.result.results[0]
+        return {
+            "finished": True,
+            "success": call.success,
+            "result": call.result,
+            "content": call.content,
+            "error_class": str(call.error_class),
+        }
+
+
+def status_of(url, token=None, data=None, headers=None):
+    request = urllib.request.Request(url, data=data, headers=headers or {})
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request) as reply:
+            return reply.status, dict(reply.headers)
+    except urllib.error.HTTPError as error:
+        return error.code, dict(error.headers)
+
+
+def sign_in(context, base, token):
+    page = context.new_page()
+    page.goto(f"{base}/console/")
+    page.fill("#token", token)
+    page.click("form.login button")
+    page.wait_for_url(f"{base}/console/")
+    return page
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("base")
+    parser.add_argument("grpc")
+    parser.add_argument("--agent", required=True)
+    parser.add_argument("--approver", required=True)
+    parser.add_argument("--other", required=True)
+    parser.add_argument("--shots")
+    args = parser.parse_args()
+    base = args.base.rstrip("/")
+    out = {}
+    agents = Client(args.grpc, token=args.agent, timeout=30)
+
+    # An agent's token is refused, by header and on the sign-in page.
+    out["agent_header_status"], _ = status_of(f"{base}/console/", token=args.agent)
+    status, headers = status_of(f"{base}/console/login")
+    out["headers"] = {k.lower(): v for k, v in headers.items()}
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        context = browser.new_context(viewport={"width": 1280, "height": 800})
+        dialogs, requests = [], []
+        context.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        context.on("request", lambda r: requests.append(r.url))
+
+        page = context.new_page()
+        page.goto(f"{base}/console/login")
+        page.fill("#token", args.agent)
+        page.click("form.login button")
+        out["agent_sign_in_error"] = page.text_content("p.error")
+
+        page = sign_in(context, base, args.approver)
+        if args.shots:
+            page.screenshot(path=os.path.join(args.shots, "inbox-empty.png"))
+
+        # A call asked about appears within a second; Approve lets it run.
+        batch = Batch(agents, "echo", {"text": "hi"})
+        page.wait_for_selector("li.card", timeout=5000)
+        out["appeared_after_s"] = time.monotonic() - batch.started
+        if args.shots:
+            page.screenshot(path=os.path.join(args.shots, "inbox.png"), full_page=True)
+        page.click("li.card button.approve")
+        out["approve"] = batch.outcome()
+        page.wait_for_selector("li.card", state="detached", timeout=5000)
+
+        # Deny with a reason.
+        batch = Batch(agents, "echo", {"text": "no"})
+        page.wait_for_selector("li.card", timeout=5000)
+        page.fill("li.card input[name=reason]", "not today")
+        page.click("li.card button.deny")
+        out["deny"] = batch.outcome()
+        page.wait_for_selector("li.card", state="detached", timeout=5000)
+        out["decisions"] = page.locator("li.decision").all_text_contents()
+
+        # Edit: arguments that break the schema show the error and send nothing; valid ones run.
+        batch = Batch(agents, "scratch_write", {"path": "a.txt", "content": "orig"}, session="console-edit")
+        page.wait_for_selector("li.card", timeout=5000)
+        page.click("li.card details.edit summary")
+        page.fill("li.card textarea", '{"path": 7}')
+        posts_before = sum(1 for url in requests if "/console/approvals/" in url)
+        page.click("li.card form.edit button")
+        page.wait_for_selector("li.card .edit-error:not([hidden])", timeout=5000)
+        out["edit_error"] = page.text_content("li.card .edit-error")
+        out["edit_posts_after_invalid"] = sum(1 for url in requests if "/console/approvals/" in url) - posts_before
+        if args.shots:
+            page.screenshot(path=os.path.join(args.shots, "edit-error.png"), full_page=True)
+        page.fill("li.card textarea", '{"path": "b.txt", "content": "edited"}')
+        page.click("li.card form.edit button")
+        out["edit"] = batch.outcome()
+        page.wait_for_selector("li.card", state="detached", timeout=5000)
+
+        # Hostile arguments render inert: arriving live, and rendered by the server.
+        requests.clear()
+        batch = Batch(agents, "echo", HOSTILE)
+        page.wait_for_selector("li.card", timeout=5000)
+        page.wait_for_timeout(300)
+        live_text = page.text_content("li.card pre.arguments")
+        page.reload()
+        page.wait_for_selector("li.card", timeout=5000)
+        page.wait_for_timeout(300)
+        out["hostile"] = {
+            "dialogs": dialogs,
+            "requests": [url for url in requests if not url.startswith(f"{base}/console")],
+            "console_requests": sorted({url.split("?")[0] for url in requests}),
+            "live_text": live_text,
+            "served_text": page.text_content("li.card pre.arguments"),
+            "images": page.locator("li.card img").count(),
+            "links": page.locator("li.card a").count(),
+            "scripts": page.locator("li.card script").count(),
+        }
+
+        # Another tenant's approver never sees it, live or on load.
+        other = browser.new_context(viewport={"width": 390, "height": 844})
+        other_page = sign_in(other, base, args.other)
+        other_page.wait_for_timeout(500)
+        out["other_tenant_cards"] = other_page.locator("li.card").count()
+        if args.shots:
+            page.screenshot(path=os.path.join(args.shots, "inbox-phone.png"), full_page=True)
+
+        # A change without the sign-in's CSRF token is refused, and the call still waits.
+        approval = page.get_attribute("li.card", "data-approval")
+        refused = context.request.post(
+            f"{base}/console/approvals/{approval}", form={"decision": "approve"}, max_redirects=0
+        )
+        out["csrf_missing_status"] = refused.status
+        page.reload()
+        out["still_pending_after_csrf"] = page.locator("li.card").count()
+        page.fill("li.card input[name=reason]", "hostile")
+        page.click("li.card button.deny")
+        out["hostile_outcome"] = batch.outcome()
+
+        other.close()
+        browser.close()
+    print(json.dumps(out, default=str))
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except Exception as error:  # noqa: BLE001 - the test prints what failed
+        print(json.dumps({"error": repr(error)}))
+        sys.exit(1)

@@ -1,0 +1,172 @@
+//! The web console in a real headless Chromium (Debian's `chromium`, driven by Playwright for
+//! Python: tests/console/browser.py) against the real server, while batches run through gRPC:
+//! the approvals inbox live, Approve, Deny with a reason, Edit checked in the page and run,
+//! hostile arguments inert, an agent's token refused, tenants apart, CSRF refused.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+use toolgate::config::Config;
+
+use crate::support::*;
+
+/// A server whose `echo` and `scratch_write` calls need an approver, with the tokens
+/// `agent-secret` (acme's agent), `approver-secret` (acme's approver) and `other-secret` (an
+/// approver of another tenant), and the admin listener (and the console) on a free port.
+async fn start_console() -> (TestServer, String) {
+    let config = Config::from_toml(&format!(
+        r#"[admin]
+        listen = "127.0.0.1:0"
+        [approvals]
+        timeout = "60s"
+        [auth]
+        anonymous = "none"
+        [[auth.tokens]]
+        id = "agent"
+        tenant = "acme"
+        sha256 = "{}"
+        [[auth.tokens]]
+        id = "ada"
+        tenant = "acme"
+        roles = ["approver"]
+        sha256 = "{}"
+        [[auth.tokens]]
+        id = "bob"
+        tenant = "beta"
+        roles = ["approver"]
+        sha256 = "{}"
+        [[permissions.rules]]
+        id = "ask-echo"
+        tools = "echo"
+        decision = "ask"
+        reason = "a person looks first"
+        [[permissions.rules]]
+        id = "ask-scratch"
+        tools = "scratch_write"
+        decision = "ask"
+        reason = "a person looks first"
+        "#,
+        sha256_hex("agent-secret"),
+        sha256_hex("approver-secret"),
+        sha256_hex("other-secret"),
+    ))
+    .unwrap();
+    let ts = start_with(config).await;
+    let admin = ts.server.admin_addr().expect("the admin listener is on");
+    (ts, format!("http://{admin}"))
+}
+
+#[tokio::test]
+async fn an_approver_answers_in_the_console_and_hostile_arguments_stay_text() {
+    crate::peers::require_peers!(TestEnv, Chromium);
+    let (ts, base) = start_console().await;
+    let grpc = ts.server.local_addr().to_string();
+    let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+    let python = crate::peers::testenv().join("venv/bin/python");
+    let mut command = Command::new(python);
+    command
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/console/browser.py"
+        ))
+        .args([&base, &grpc])
+        .args(["--agent", "agent-secret", "--approver", "approver-secret"])
+        .args(["--other", "other-secret"])
+        .arg("--shots")
+        .arg(&shots)
+        .env(
+            "PYTHONPATH",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/clients/python/src"),
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    crate::processes::own_group(&mut command);
+    let child = command.spawn().expect("python starts");
+    let output = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let out: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|_| panic!("the driver printed no JSON: {stdout}\n{stderr}"));
+    assert!(output.status.success(), "{out}\n{stderr}");
+
+    // The agent's credential gets 403, by header and on the sign-in page.
+    assert_eq!(out["agent_header_status"], 403, "{out}");
+    let refused = out["agent_sign_in_error"].as_str().unwrap();
+    assert!(refused.contains("approver"), "{out}");
+    // Every page carries the strict policy.
+    let csp = out["headers"]["content-security-policy"].as_str().unwrap();
+    assert!(
+        csp.contains("default-src 'self'") && csp.contains("script-src 'self'"),
+        "{csp}"
+    );
+    assert_eq!(out["headers"]["x-frame-options"], "DENY", "{out}");
+
+    // The call asked about appeared within a second; Approve ran it.
+    let appeared = out["appeared_after_s"].as_f64().unwrap();
+    assert!(appeared < 1.0, "the approval took {appeared} s to appear");
+    assert_eq!(out["approve"]["success"], true, "{out}");
+    assert_eq!(out["approve"]["result"]["text"], "hi", "{out}");
+    // Deny ended it APPROVAL_DENIED, the reason in the tool message.
+    assert_eq!(out["deny"]["success"], false, "{out}");
+    assert!(
+        out["deny"]["error_class"]
+            .as_str()
+            .unwrap()
+            .contains("APPROVAL_DENIED"),
+        "{out}"
+    );
+    assert!(
+        out["deny"]["content"]
+            .as_str()
+            .unwrap()
+            .contains("not today"),
+        "{out}"
+    );
+    let decisions = out["decisions"].to_string();
+    assert!(
+        decisions.contains("denied") && decisions.contains("by ada"),
+        "{out}"
+    );
+    // Edit: the schema's complaint shown, nothing sent; then the valid arguments ran.
+    assert!(
+        out["edit_error"].as_str().unwrap().contains("path"),
+        "{out}"
+    );
+    assert_eq!(out["edit_posts_after_invalid"], 0, "{out}");
+    assert_eq!(out["edit"]["success"], true, "{out}");
+    assert_eq!(out["edit"]["result"]["path"], "b.txt", "{out}");
+
+    // Hostile arguments: text, live and served; no dialog, no request, no element made.
+    let hostile = &out["hostile"];
+    assert_eq!(hostile["dialogs"], serde_json::json!([]), "{out}");
+    assert_eq!(hostile["requests"], serde_json::json!([]), "{out}");
+    for text in [&hostile["live_text"], &hostile["served_text"]] {
+        let text = text.as_str().unwrap();
+        assert!(text.contains("<img src=x onerror=alert(1)>"), "{text}");
+        assert!(
+            text.contains("</script><script>alert(2)</script>"),
+            "{text}"
+        );
+        assert!(text.contains("<U+202E>"), "bidi controls shown: {text}");
+    }
+    assert_eq!(hostile["images"], 0, "{out}");
+    assert_eq!(hostile["links"], 0, "{out}");
+    assert_eq!(hostile["scripts"], 0, "{out}");
+    assert!(
+        !hostile["console_requests"]
+            .to_string()
+            .contains("/console/x"),
+        "the image's src was fetched: {out}"
+    );
+    // Another tenant's approver saw none of it.
+    assert_eq!(out["other_tenant_cards"], 0, "{out}");
+    // A change without the CSRF token was refused, and the call kept waiting.
+    assert_eq!(out["csrf_missing_status"], 403, "{out}");
+    assert_eq!(out["still_pending_after_csrf"], 1, "{out}");
+    assert_eq!(out["hostile_outcome"]["success"], false, "{out}");
+}
