@@ -184,7 +184,9 @@ def main():
         other_page.wait_for_timeout(500)
         out["other_tenant_cards"] = other_page.locator("li.card").count()
         if args.shots:
+            page.set_viewport_size({"width": 390, "height": 844})
             page.screenshot(path=os.path.join(args.shots, "inbox-phone.png"), full_page=True)
+            page.set_viewport_size({"width": 1280, "height": 800})
 
         # A change without the sign-in's CSRF token is refused, and the call still waits.
         approval = page.get_attribute("li.card", "data-approval")
