@@ -2,10 +2,13 @@
 Python) while batches whose calls are asked about run through gRPC (toolgate's Python client),
 and prints what it saw as one JSON object: tests/it/console.rs asserts on it.
 
-usage: browser.py CONSOLE_URL GRPC_ADDR --agent T --approver T --other T [--shots DIR]
+usage: browser.py CONSOLE_URL GRPC_ADDR --agent T --approver T [--other T] [--shots DIR]
+                  [--axe FILE] [--fleet]
   CONSOLE_URL: the admin listener's base URL (http://127.0.0.1:PORT)
   --agent: an agent's token (tenant acme); --approver: an approver of acme; --other: an
-  approver of another tenant. --shots: where to save screenshots of the pages.
+  approver of another tenant. --shots: where to save screenshots of the pages. --axe: axe-core's
+  axe.min.js, to audit the pages' accessibility. --fleet: only approve one call (GRPC_ADDR may
+  be another replica than the console's).
 """
 
 import argparse
@@ -87,18 +90,50 @@ def sign_in(context, base, token):
     return page
 
 
+def axe(page, script):
+    """The serious and critical violations axe-core finds on `page`."""
+    page.add_script_tag(path=script)
+    found = page.evaluate("async () => (await axe.run()).violations")
+    return [
+        {"id": v["id"], "impact": v["impact"], "nodes": len(v["nodes"]), "help": v["help"]}
+        for v in found
+        if v["impact"] in ("serious", "critical")
+    ]
+
+
+def fleet(args, base, agents):
+    """A call raised through one replica, approved in another's console."""
+    out = {}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        context = browser.new_context(viewport={"width": 1280, "height": 800})
+        page = sign_in(context, base, args.approver)
+        batch = Batch(agents, "echo", {"text": "across"})
+        page.wait_for_selector("li.card", timeout=5000)
+        out["appeared_after_s"] = time.monotonic() - batch.started
+        page.click("li.card button.approve")
+        out["approve"] = batch.outcome()
+        browser.close()
+    return out
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("base")
     parser.add_argument("grpc")
     parser.add_argument("--agent", required=True)
     parser.add_argument("--approver", required=True)
-    parser.add_argument("--other", required=True)
+    parser.add_argument("--other")
     parser.add_argument("--shots")
+    parser.add_argument("--axe")
+    parser.add_argument("--fleet", action="store_true")
     args = parser.parse_args()
     base = args.base.rstrip("/")
     out = {}
     agents = Client(args.grpc, token=args.agent, timeout=30)
+    if args.fleet:
+        print(json.dumps(fleet(args, base, agents), default=str))
+        return
 
     # An agent's token is refused, by header and on the sign-in page.
     out["agent_header_status"], _ = status_of(f"{base}/console/", token=args.agent)
@@ -187,6 +222,18 @@ def main():
             page.set_viewport_size({"width": 390, "height": 844})
             page.screenshot(path=os.path.join(args.shots, "inbox-phone.png"), full_page=True)
             page.set_viewport_size({"width": 1280, "height": 800})
+
+        # Accessibility: axe-core on the inbox (with a card) and the sign-in page. The audit's
+        # script is injected, so this context lets it past the policy.
+        if args.axe:
+            audit = browser.new_context(viewport={"width": 1280, "height": 800}, bypass_csp=True)
+            audited = sign_in(audit, base, args.approver)
+            audited.wait_for_selector("li.card", timeout=5000)
+            out["axe_inbox"] = axe(audited, args.axe)
+            login = audit.new_page()
+            login.goto(f"{base}/console/login")
+            out["axe_login"] = axe(login, args.axe)
+            audit.close()
 
         # A change without the sign-in's CSRF token is refused, and the call still waits.
         approval = page.get_attribute("li.card", "data-approval")

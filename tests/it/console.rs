@@ -11,12 +11,14 @@ use toolgate::config::Config;
 
 use crate::support::*;
 
-/// A server whose `echo` and `scratch_write` calls need an approver, with the tokens
-/// `agent-secret` (acme's agent), `approver-secret` (acme's approver) and `other-secret` (an
-/// approver of another tenant), and the admin listener (and the console) on a free port.
-async fn start_console() -> (TestServer, String) {
-    let config = Config::from_toml(&format!(
-        r#"[admin]
+/// The config of a server whose `echo` and `scratch_write` calls need an approver, with the
+/// tokens `agent-secret` (acme's agent), `approver-secret` (acme's approver) and `other-secret`
+/// (an approver of another tenant), the admin listener (and the console) on a free port, and
+/// `extra` after it.
+fn console_config(extra: &str) -> Config {
+    Config::from_toml(&format!(
+        r#"{extra}
+        [admin]
         listen = "127.0.0.1:0"
         [approvals]
         timeout = "60s"
@@ -51,19 +53,18 @@ async fn start_console() -> (TestServer, String) {
         sha256_hex("approver-secret"),
         sha256_hex("other-secret"),
     ))
-    .unwrap();
-    let ts = start_with(config).await;
-    let admin = ts.server.admin_addr().expect("the admin listener is on");
-    (ts, format!("http://{admin}"))
+    .unwrap()
 }
 
-#[tokio::test]
-async fn an_approver_answers_in_the_console_and_hostile_arguments_stay_text() {
-    crate::peers::require_peers!(TestEnv, Chromium);
-    let (ts, base) = start_console().await;
-    let grpc = ts.server.local_addr().to_string();
-    let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
-    std::fs::create_dir_all(&shots).unwrap();
+/// The console's base URL on `ts`.
+fn console_url(ts: &TestServer) -> String {
+    let admin = ts.server.admin_addr().expect("the admin listener is on");
+    format!("http://{admin}")
+}
+
+/// Runs tests/console/browser.py against the console at `base` and the gRPC port `grpc`, with
+/// `flags` after the tokens, and returns what it printed.
+async fn drive(base: &str, grpc: &str, flags: &[&str]) -> Value {
     let python = crate::peers::testenv().join("venv/bin/python");
     let mut command = Command::new(python);
     command
@@ -71,11 +72,9 @@ async fn an_approver_answers_in_the_console_and_hostile_arguments_stay_text() {
             env!("CARGO_MANIFEST_DIR"),
             "/tests/console/browser.py"
         ))
-        .args([&base, &grpc])
+        .args([base, grpc])
         .args(["--agent", "agent-secret", "--approver", "approver-secret"])
-        .args(["--other", "other-secret"])
-        .arg("--shots")
-        .arg(&shots)
+        .args(flags)
         .env(
             "PYTHONPATH",
             concat!(env!("CARGO_MANIFEST_DIR"), "/clients/python/src"),
@@ -93,6 +92,21 @@ async fn an_approver_answers_in_the_console_and_hostile_arguments_stay_text() {
     let out: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
         .unwrap_or_else(|_| panic!("the driver printed no JSON: {stdout}\n{stderr}"));
     assert!(output.status.success(), "{out}\n{stderr}");
+    out
+}
+
+#[tokio::test]
+async fn an_approver_answers_in_the_console_and_hostile_arguments_stay_text() {
+    crate::peers::require_peers!(TestEnv, Chromium);
+    let ts = start_with(console_config("")).await;
+    let base = console_url(&ts);
+    let grpc = ts.server.local_addr().to_string();
+    let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+    let axe = crate::peers::testenv().join("node/node_modules/axe-core/axe.min.js");
+    let (shots, axe) = (shots.display().to_string(), axe.display().to_string());
+    let flags = ["--other", "other-secret", "--shots", &shots, "--axe", &axe];
+    let out = drive(&base, &grpc, &flags).await;
 
     // The agent's credential gets 403, by header and on the sign-in page.
     assert_eq!(out["agent_header_status"], 403, "{out}");
@@ -169,4 +183,25 @@ async fn an_approver_answers_in_the_console_and_hostile_arguments_stay_text() {
     assert_eq!(out["csrf_missing_status"], 403, "{out}");
     assert_eq!(out["still_pending_after_csrf"], 1, "{out}");
     assert_eq!(out["hostile_outcome"]["success"], false, "{out}");
+    // axe-core finds nothing serious on the inbox or the sign-in page.
+    assert_eq!(out["axe_inbox"], serde_json::json!([]), "{out}");
+    assert_eq!(out["axe_login"], serde_json::json!([]), "{out}");
+}
+
+#[tokio::test]
+async fn an_approval_raised_on_one_replica_is_answered_in_the_console_of_another() {
+    crate::peers::require_peers!(TestEnv, Chromium, Redis);
+    let redis = crate::shared_sessions::Redis::start();
+    let store = format!("[sessions]\nstore = \"{}\"", redis.url());
+    let first = start_with(console_config(&store)).await;
+    let second = start_with(console_config(&store)).await;
+    // The batch through the first replica's gRPC port, the answer in the second's console.
+    let out = drive(
+        &console_url(&second),
+        &first.server.local_addr().to_string(),
+        &["--fleet"],
+    )
+    .await;
+    assert_eq!(out["approve"]["success"], true, "{out}");
+    assert_eq!(out["approve"]["result"]["text"], "across", "{out}");
 }

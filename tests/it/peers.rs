@@ -36,7 +36,8 @@ pub(crate) enum Peer {
     Redis,
     /// nginx (Debian's `nginx-light`), as a gRPC balancer.
     Nginx,
-    /// A headless Chromium (Debian's `chromium`) and Playwright for Python in `.testenv/venv`.
+    /// A headless Chromium (Debian's `chromium`), Playwright for Python in `.testenv/venv`, and
+    /// axe-core in `.testenv/node`.
     Chromium,
 }
 
@@ -77,7 +78,9 @@ impl Peer {
                     .flatten()
                     .flatten()
                     .any(|dir| dir.path().join("site-packages/playwright").exists());
-                (!found).then(|| "Playwright for Python is not in .testenv/venv".to_owned())
+                (!found)
+                    .then(|| "Playwright for Python is not in .testenv/venv".to_owned())
+                    .or_else(|| file(env.join("node/node_modules/axe-core/axe.min.js")))
             }),
         }
     }
