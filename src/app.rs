@@ -275,6 +275,7 @@ impl Server {
                 let console = self.config.console.enabled.then(|| {
                     crate::console::Console::new(
                         state.dispatcher.clone(),
+                        state.allow_registration.then(|| state.remotes.clone()),
                         auth.clone(),
                         &self.config.console,
                         admin_tls.is_some(),

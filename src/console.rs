@@ -33,7 +33,9 @@ use crate::front::http1::Accepted;
 use signin::{SignIns, Viewer, Who};
 use toolgate_core::approvals::{Answer, Ended, Listing, Remember, ResolveError, Update};
 use toolgate_core::dispatch::Dispatcher;
-use toolgate_core::identity::Caller;
+use toolgate_core::identity::{Caller, Role};
+use toolgate_core::tools::Definition;
+use toolgate_remotes::Remotes;
 
 /// Decisions kept for "Last decisions", across tenants (each viewer sees its tenant's).
 const DECISIONS_KEPT: usize = 200;
@@ -47,6 +49,9 @@ const MAX_EDIT_BYTES: usize = 256 * 1024;
 /// What the console serves with.
 pub struct Console {
     dispatcher: Dispatcher,
+    /// Where a quarantined tool's change is accepted; `None` unless `remote_registration`
+    /// is enabled (as for `AcceptToolChange`).
+    remotes: Option<Arc<Remotes>>,
     sign_ins: SignIns,
     decisions: Mutex<VecDeque<Ended>>,
     /// `limits.max_json_depth`, for edited arguments.
@@ -58,6 +63,7 @@ impl Console {
     /// admin listener serves TLS. Keeps the last decisions from now on.
     pub fn new(
         dispatcher: Dispatcher,
+        remotes: Option<Arc<Remotes>>,
         auth: Arc<Authenticator>,
         config: &ConsoleConfig,
         tls: bool,
@@ -68,6 +74,7 @@ impl Console {
             decisions: Mutex::new(VecDeque::with_capacity(DECISIONS_KEPT)),
             max_depth,
             dispatcher,
+            remotes,
         });
         let mut updates = console.dispatcher.approvals().subscribe();
         let weak = Arc::downgrade(&console);
@@ -105,6 +112,8 @@ impl Console {
             .route("/console/logout", post(logout))
             .route("/console/events", get(events))
             .route("/console/approvals/{id}", post(answer))
+            .route("/console/tools", get(tools))
+            .route("/console/tools/{name}/accept", post(accept))
             .route("/console/assets/console.js", get(script))
             .route("/console/assets/console.css", get(style))
             .layer(axum::middleware::map_response(secured))
@@ -482,6 +491,127 @@ impl Console {
             ));
         }
         Ok(value)
+    }
+}
+
+/// `GET /console/tools`: every tool with its source, pin, breaker and health; for admins, each
+/// quarantined tool's change, pinned and new side by side.
+async fn tools(
+    State(console): State<Arc<Console>>,
+    peer: Peer,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    let viewer = match console.who(&headers, peer.as_deref()) {
+        Who::Viewer(viewer) => viewer,
+        other => return turned_away(other, true),
+    };
+    let query = Form::parse(uri.query().unwrap_or_default().as_bytes());
+    let notice = query.get("notice").and_then(pages::notice);
+    let caller = &viewer.caller;
+    let admin = caller.has(Role::Admin);
+    let registry = console.dispatcher.registry();
+    let health = console
+        .dispatcher
+        .health()
+        .report(tokio::time::Instant::now());
+    let rows: Vec<pages::ToolRow<'_>> = registry
+        .iter()
+        .map(|registered| {
+            let quarantined = registered.quarantined();
+            let change = match (&registered.pin, admin) {
+                (Some(pin), true) => match (&pin.changed_to, &pin.accepted) {
+                    (Some(digest), Some(accepted)) => Some((
+                        accepted.as_ref(),
+                        Definition::of(registered.tool.as_ref()),
+                        digest.as_str(),
+                    )),
+                    _ => None,
+                },
+                _ => None,
+            };
+            pages::ToolRow {
+                name: registered.name(),
+                source: registered.source,
+                pin: registered.pin.as_ref().map(|_| match quarantined {
+                    Some(_) => "QUARANTINED",
+                    None => "PINNED",
+                }),
+                health: health.iter().find(|h| h.tool == registered.name()),
+                change,
+            }
+        })
+        .collect();
+    html(
+        StatusCode::OK,
+        pages::tools(
+            caller,
+            viewer.csrf.as_deref(),
+            notice,
+            &rows,
+            console.remotes.is_some(),
+        ),
+    )
+}
+
+/// `POST /console/tools/{name}/accept`: an admin accepts a quarantined tool's new definition,
+/// the one it reviewed (its digest): a change since is refused.
+async fn accept(
+    State(console): State<Arc<Console>>,
+    peer: Peer,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let viewer = match console.who(&headers, peer.as_deref()) {
+        Who::Viewer(viewer) => viewer,
+        other => return turned_away(other, true),
+    };
+    let form = Form::parse(&body);
+    if !signin::change_allowed(&viewer, form.get("csrf"), &headers) {
+        return html(
+            StatusCode::FORBIDDEN,
+            pages::problem("Forbidden", "the form's CSRF token is missing or wrong"),
+        );
+    }
+    let caller = &viewer.caller;
+    if !caller.has(Role::Admin) {
+        return html(
+            StatusCode::FORBIDDEN,
+            pages::problem(
+                "Forbidden",
+                "accepting a tool's change needs the admin role",
+            ),
+        );
+    }
+    let Some(remotes) = &console.remotes else {
+        return html(
+            StatusCode::FORBIDDEN,
+            pages::problem(
+                "Forbidden",
+                "accepting a tool's change needs remote_registration.enabled",
+            ),
+        );
+    };
+    let reviewed = form.get("digest").filter(|d| !d.is_empty());
+    let accepted = remotes.accept(&name, reviewed);
+    tracing::info!(
+        target: "toolgate::audit",
+        rpc = signin::RPC,
+        outcome = if accepted.is_ok() { "accepted" } else { "refused" },
+        identity = audit_text(&caller.id).as_str(),
+        tenant = audit_text(&caller.tenant).as_str(),
+        method = caller.method.name(),
+        tool = audit_text(&name).as_str(),
+        digest = audit_text(reviewed.unwrap_or_default()).as_str(),
+        "console tool change"
+    );
+    match accepted {
+        Ok(()) => Redirect::to("/console/tools?notice=accepted").into_response(),
+        Err(error) => html(
+            StatusCode::CONFLICT,
+            pages::problem("Not accepted", &error.to_string()),
+        ),
     }
 }
 

@@ -9,6 +9,9 @@ use serde_json::Value;
 
 use toolgate_core::approvals::{Approval, Ended};
 use toolgate_core::identity::Caller;
+use toolgate_core::safety::breaker::BreakerState;
+use toolgate_core::safety::health::{HealthReport, Minute};
+use toolgate_core::tools::{Definition, ToolSource};
 
 /// Characters of an approval's arguments shown before the rest is folded.
 const SHOWN: usize = 1500;
@@ -31,7 +34,9 @@ pub(super) fn page(title: &str, viewer: Option<(&Caller, Option<&str>)>, body: M
                     span.brand { "toolgate" }
                     @if let Some((caller, csrf)) = viewer {
                         nav aria-label="Console" {
-                            a href="/console/" aria-current="page" { "Approvals" }
+                            @for (href, name) in [("/console/", "Approvals"), ("/console/tools", "Tools")] {
+                                a href=(href) aria-current=[(name == title).then_some("page")] { (name) }
+                            }
                         }
                         span.who {
                             (caller.id) " · " (caller.tenant) " · " (caller.role_names())
@@ -76,6 +81,7 @@ pub(super) fn notice(code: &str) -> Option<&'static str> {
         "approved" => "Approved: the call runs.",
         "denied" => "Denied: the call ends with your reason.",
         "gone" => "That approval is no longer pending: it was answered, expired or withdrawn.",
+        "accepted" => "Accepted: the new definition is pinned, and the tool runs again.",
         _ => return None,
     })
 }
@@ -217,6 +223,201 @@ pub(super) fn decision(ended: &Ended) -> Markup {
             @if !ended.reason.is_empty() { " · “" (shown(&ended.reason)) "”" }
         }
     }
+}
+
+/// One tool, as the tools page shows it.
+pub(super) struct ToolRow<'a> {
+    pub name: &'a str,
+    pub source: ToolSource,
+    /// `PINNED`, `QUARANTINED`, or none (a tool of the server's own).
+    pub pin: Option<&'static str>,
+    pub health: Option<&'a HealthReport>,
+    /// For an admin, a quarantined tool's pinned and changed definitions and the change's
+    /// digest.
+    pub change: Option<(&'a Definition, Definition, &'a str)>,
+}
+
+/// The tools page: every tool with its source, pin, breaker and health, and, for admins, each
+/// quarantined tool's change with **Accept**.
+pub(super) fn tools(
+    viewer: &Caller,
+    csrf: Option<&str>,
+    notice: Option<&str>,
+    rows: &[ToolRow<'_>],
+    may_accept: bool,
+) -> Markup {
+    page(
+        "Tools",
+        Some((viewer, csrf)),
+        html! {
+            h1 { "Tools" }
+            @if let Some(notice) = notice {
+                p.notice role="status" { (notice) }
+            }
+            div.table {
+                table {
+                    caption { "Every tool, its breaker and its health since the server started" }
+                    thead { tr {
+                        th scope="col" { "Tool" } th scope="col" { "Source" } th scope="col" { "Pin" }
+                        th scope="col" { "Breaker" } th scope="col" { "Success" }
+                        th scope="col" { "Failures in a row" } th scope="col" { "p50" }
+                        th scope="col" { "p99" } th scope="col" { "Last 15 minutes" }
+                    } }
+                    tbody {
+                        @for row in rows {
+                            tr.quarantined[row.pin == Some("QUARANTINED")] {
+                                th scope="row" { code { (shown(row.name)) } }
+                                td { (source_name(row.source)) }
+                                td { (row.pin.map_or("—", pin_name)) }
+                                @match row.health {
+                                    Some(h) => {
+                                        td { (breaker_name(h.breaker)) }
+                                        td { (rate(h)) }
+                                        td { (h.consecutive_failures) }
+                                        td { (millis(h.p50)) }
+                                        td { (millis(h.p99)) }
+                                        td { (chart(row.name, &h.recent)) }
+                                    }
+                                    None => {
+                                        td { "closed" } td { "no calls yet" } td { "0" }
+                                        td { "—" } td { "—" } td { (chart(row.name, &[])) }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            @for row in rows {
+                @if let Some((pinned, now, digest)) = &row.change {
+                    section.change aria-labelledby={"change-" (row.name)} {
+                        h2 #{"change-" (row.name)} { "Changed definition of " code { (shown(row.name)) } }
+                        p { "The remote now offers another definition; calls are refused QUARANTINED until an admin accepts it. The new text is the remote's word: read it before you accept." }
+                        (diff(pinned, now))
+                        @if may_accept {
+                            form method="post" action={"/console/tools/" (row.name) "/accept"} {
+                                @if let Some(csrf) = csrf { input type="hidden" name="csrf" value=(csrf); }
+                                input type="hidden" name="digest" value=(digest);
+                                button.approve type="submit" { "Accept the new definition" }
+                            }
+                        } @else {
+                            p { "Accepting needs remote_registration.enabled." }
+                        }
+                    }
+                }
+            }
+        },
+    )
+}
+
+/// The pinned and the new definition side by side, field by field, the fields that differ
+/// marked.
+fn diff(pinned: &Definition, now: &Definition) -> Markup {
+    let schema = |s: &Option<serde_json::Value>| s.as_ref().map(pretty).unwrap_or_default();
+    let fields = [
+        (
+            "Description",
+            pinned.description.clone(),
+            now.description.clone(),
+        ),
+        (
+            "Input schema",
+            pretty(&pinned.input_schema),
+            pretty(&now.input_schema),
+        ),
+        (
+            "Output schema",
+            schema(&pinned.output_schema),
+            schema(&now.output_schema),
+        ),
+        (
+            "Annotations",
+            format!("{:?}", pinned.annotations),
+            format!("{:?}", now.annotations),
+        ),
+        (
+            "Runs beside other calls",
+            pinned.concurrency_safe.to_string(),
+            now.concurrency_safe.to_string(),
+        ),
+    ];
+    html! {
+        table.diff {
+            thead { tr { th scope="col" { "Field" } th scope="col" { "Pinned" } th scope="col" { "Now" } } }
+            tbody {
+                @for (name, was, is) in fields {
+                    @let changed = was != is;
+                    tr.changed[changed] {
+                        th scope="row" { (name) @if changed { " (changed)" } }
+                        td { pre { (shown(&was)) } }
+                        td { @if changed { mark { pre { (shown(&is)) } } } @else { pre { (shown(&is)) } } }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Attempts and failures per minute as bars (an SVG drawn here; no script), with a text
+/// equivalent.
+fn chart(tool: &str, minutes: &[Minute]) -> Markup {
+    let most = minutes.iter().map(|m| m.calls).max().unwrap_or(0).max(1);
+    let total: u32 = minutes.iter().map(|m| m.calls).sum();
+    let failed: u32 = minutes.iter().map(|m| m.failures).sum();
+    let label = format!("{} calls, {failed} failed, in the last 15 minutes", total);
+    let height = |n: u32| u64::from(n) * 24 / u64::from(most);
+    html! {
+        svg.chart width="90" height="26" viewBox="0 0 90 26" role="img" aria-label=(label) {
+            title { (shown(tool)) ": " (label) }
+            @for (i, m) in minutes.iter().enumerate() {
+                @let x = i * 6;
+                @let h = height(m.calls);
+                @let f = height(m.failures);
+                rect x=(x) y=(25 - h) width="5" height=(h) fill="#8aa1b4" {}
+                rect x=(x) y=(25 - f) width="5" height=(f) fill="#a40e26" {}
+            }
+            line x1="0" y1="25.5" x2="90" y2="25.5" stroke="#4a5560" stroke-width="1" {}
+        }
+    }
+}
+
+fn source_name(source: ToolSource) -> &'static str {
+    match source {
+        ToolSource::Builtin => "built-in",
+        ToolSource::Embedded => "embedded",
+        ToolSource::Worker => "worker",
+        ToolSource::Mcp => "MCP",
+        ToolSource::Http => "HTTP",
+    }
+}
+
+fn pin_name(pin: &str) -> &'static str {
+    match pin {
+        "QUARANTINED" => "quarantined",
+        _ => "pinned",
+    }
+}
+
+fn breaker_name(state: BreakerState) -> &'static str {
+    match state {
+        BreakerState::Closed => "closed",
+        BreakerState::HalfOpen => "half-open",
+        BreakerState::Open => "open",
+    }
+}
+
+/// The success rate, as people read it.
+fn rate(h: &HealthReport) -> String {
+    if h.calls == 0 {
+        return "no calls yet".to_owned();
+    }
+    #[allow(clippy::cast_precision_loss)]
+    let rate = 100.0 * h.successes as f64 / h.calls as f64;
+    format!("{rate:.1}% of {}", h.calls)
+}
+
+fn millis(d: std::time::Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1000.0)
 }
 
 /// A page for a refusal (403) or another problem.

@@ -34,6 +34,11 @@ fn console_config(extra: &str) -> Config {
         roles = ["approver"]
         sha256 = "{}"
         [[auth.tokens]]
+        id = "root"
+        tenant = "acme"
+        roles = ["admin"]
+        sha256 = "{}"
+        [[auth.tokens]]
         id = "bob"
         tenant = "beta"
         roles = ["approver"]
@@ -51,6 +56,7 @@ fn console_config(extra: &str) -> Config {
         "#,
         sha256_hex("agent-secret"),
         sha256_hex("approver-secret"),
+        sha256_hex("admin-secret"),
         sha256_hex("other-secret"),
     ))
     .unwrap()
@@ -204,4 +210,52 @@ async fn an_approval_raised_on_one_replica_is_answered_in_the_console_of_another
     .await;
     assert_eq!(out["approve"]["success"], true, "{out}");
     assert_eq!(out["approve"]["result"]["text"], "across", "{out}");
+}
+
+#[tokio::test]
+async fn an_admin_sees_a_quarantined_change_side_by_side_and_accepts_it() {
+    crate::peers::require_peers!(TestEnv, Chromium);
+    let remote = crate::mcp::stdio_remote("pymcp", "pm.", &crate::mcp::python_server());
+    let ts = start_with(console_config(&format!(
+        "{remote}[loop_detection]\nenabled = false\n[remote_registration]\nenabled = true\n"
+    )))
+    .await;
+    let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+    let shots = shots.display().to_string();
+    let grpc = ts.server.local_addr().to_string();
+    let out = drive(
+        &console_url(&ts),
+        &grpc,
+        &["--tools", "admin-secret", "--shots", &shots],
+    )
+    .await;
+    // An approver sees the tool quarantined, not the remote's new words.
+    let rows = out["approver_rows"].to_string();
+    assert!(
+        rows.contains("pm.greet") && rows.contains("quarantined"),
+        "{out}"
+    );
+    assert_eq!(out["approver_sees_change"], 0, "{out}");
+    // The admin sees both descriptions, the changed field marked, the new text as text.
+    assert!(
+        out["changed_fields"].to_string().contains("Description"),
+        "{out}"
+    );
+    let new = out["new_description"].as_str().unwrap();
+    assert!(
+        new.contains("~/.ssh/id_rsa") && new.contains("<b>now</b>"),
+        "{out}"
+    );
+    assert!(
+        !out["pinned_description"]
+            .as_str()
+            .unwrap()
+            .contains("id_rsa"),
+        "{out}"
+    );
+    assert_eq!(out["bold_elements"], 0, "{out}");
+    // Accept pinned the new definition: the tool runs again.
+    assert_eq!(out["after_accept"], 0, "{out}");
+    assert_eq!(out["greet_after"]["success"], true, "{out}");
 }

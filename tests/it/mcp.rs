@@ -25,7 +25,7 @@ pub(crate) fn everything_js() -> PathBuf {
     path
 }
 
-fn stdio_remote(name: &str, prefix: &str, command: &[String]) -> String {
+pub(crate) fn stdio_remote(name: &str, prefix: &str, command: &[String]) -> String {
     let command: Vec<String> = command.iter().map(|c| format!("{c:?}")).collect();
     format!(
         "[[remotes]]\nname = \"{name}\"\nkind = \"mcp\"\nprefix = \"{prefix}\"\ntimeout = \"30s\"\ncommand = [{}]\n",
@@ -139,7 +139,7 @@ async fn server_everything_over_streamable_http() {
     assert_eq!(class(&result.results[1]), ErrorClass::CircuitOpen);
 }
 
-fn python_server() -> Vec<String> {
+pub(crate) fn python_server() -> Vec<String> {
     let env = crate::peers::testenv();
     vec![
         env.join("venv/bin/python").display().to_string(),

@@ -3,7 +3,7 @@
 //! `HealthOutcome`), and gates and records under the same name: the tool that runs.
 
 use parking_lot::Mutex;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -44,6 +44,92 @@ pub struct HealthReport {
     pub status: Status,
     pub breaker: BreakerState,
     pub consecutive_failures: u32,
+    /// Median and 99th-percentile duration of the attempts recorded (within a quarter of a
+    /// doubling: what a log histogram of 4 buckets per doubling tells).
+    pub p50: Duration,
+    pub p99: Duration,
+    /// Attempts and failures in each of the last `RECENT_MINUTES` minutes, oldest first (the
+    /// current minute last).
+    pub recent: Vec<Minute>,
+}
+
+/// Minutes of attempts a report carries.
+pub const RECENT_MINUTES: usize = 15;
+
+/// One minute of a tool's attempts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Minute {
+    pub calls: u32,
+    pub failures: u32,
+}
+
+/// Buckets of the latency histogram: 4 per doubling from 1 µs, past an hour in the last.
+const BUCKETS: usize = 4 * 32;
+
+/// Attempt durations, counted in log-scale buckets (fixed size, whatever the traffic).
+#[derive(Debug, Clone)]
+struct Latencies {
+    counts: Box<[u32; BUCKETS]>,
+    total: u64,
+}
+
+impl Latencies {
+    fn new() -> Self {
+        Latencies {
+            counts: Box::new([0; BUCKETS]),
+            total: 0,
+        }
+    }
+
+    /// The bucket of `d`: ⌊4·log2(µs)⌋.
+    fn bucket(d: Duration) -> usize {
+        let micros = u64::try_from(d.as_micros()).unwrap_or(u64::MAX).max(1);
+        #[allow(
+            clippy::cast_precision_loss,
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss
+        )]
+        let index = (4.0 * (micros as f64).log2()).floor() as usize;
+        index.min(BUCKETS - 1)
+    }
+
+    /// The upper bound of bucket `i`.
+    fn bound(i: usize) -> Duration {
+        #[allow(
+            clippy::cast_precision_loss,
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss
+        )]
+        let micros = 2f64.powf((i + 1) as f64 / 4.0).round() as u64;
+        Duration::from_micros(micros)
+    }
+
+    fn observe(&mut self, d: Duration) {
+        let bucket = &mut self.counts[Self::bucket(d)];
+        *bucket = bucket.saturating_add(1);
+        self.total += 1;
+    }
+
+    /// The duration below which a fraction `q` of the attempts fell (zero before any).
+    fn quantile(&self, q: f64) -> Duration {
+        if self.total == 0 {
+            return Duration::ZERO;
+        }
+        #[allow(
+            clippy::cast_precision_loss,
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss
+        )]
+        let rank = ((q * self.total as f64).ceil() as u64).max(1);
+        let mut seen = 0u64;
+        for (i, count) in self.counts.iter().enumerate() {
+            seen += u64::from(*count);
+            if seen >= rank {
+                return Self::bound(i);
+            }
+        }
+        Self::bound(BUCKETS - 1)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -55,6 +141,9 @@ struct Entry {
     max: Duration,
     ewma: f64,
     breaker: Breaker,
+    latencies: Latencies,
+    /// The last `RECENT_MINUTES` minutes' attempts, by minute since the health began.
+    minutes: VecDeque<(u64, Minute)>,
 }
 
 /// Health of every tool that has been gated.
@@ -62,6 +151,8 @@ struct Entry {
 pub struct Health {
     config: BreakerConfig,
     tools: Mutex<HashMap<String, Entry>>,
+    /// Where minutes are counted from.
+    began: Instant,
 }
 
 impl Health {
@@ -69,6 +160,7 @@ impl Health {
         Health {
             config,
             tools: Mutex::new(HashMap::new()),
+            began: Instant::now(),
         }
     }
 
@@ -85,13 +177,14 @@ impl Health {
         was_probe: bool,
         now: Instant,
     ) -> Option<Transition> {
+        let minute = self.minute(now);
         self.with(tool, |e| match outcome {
             HealthOutcome::Success(d) => {
-                e.observe(true, d);
+                e.observe(true, d, minute);
                 e.breaker.record_success(now)
             }
             HealthOutcome::Failure(d) => {
-                e.observe(false, d);
+                e.observe(false, d, minute);
                 e.breaker.record_failure(now)
             }
             HealthOutcome::Neutral if was_probe => e.breaker.release_probe(),
@@ -101,9 +194,12 @@ impl Health {
 
     /// Every gated tool's health, sorted by name.
     pub fn report(&self, now: Instant) -> Vec<HealthReport> {
+        let minute = self.minute(now);
         let tools = self.tools.lock();
-        let mut out: Vec<HealthReport> =
-            tools.iter().map(|(name, e)| e.report(name, now)).collect();
+        let mut out: Vec<HealthReport> = tools
+            .iter()
+            .map(|(name, e)| e.report(name, now, minute))
+            .collect();
         out.sort_by(|a, b| a.tool.cmp(&b.tool));
         out
     }
@@ -118,13 +214,36 @@ impl Health {
             max: Duration::ZERO,
             ewma: 1.0,
             breaker: Breaker::new(self.config),
+            latencies: Latencies::new(),
+            minutes: VecDeque::with_capacity(RECENT_MINUTES),
         });
         f(entry)
+    }
+
+    /// The minute `now` falls in, counted from when the health began.
+    fn minute(&self, now: Instant) -> u64 {
+        now.saturating_duration_since(self.began).as_secs() / 60
     }
 }
 
 impl Entry {
-    fn observe(&mut self, success: bool, duration: Duration) {
+    fn observe(&mut self, success: bool, duration: Duration, minute: u64) {
+        self.latencies.observe(duration);
+        match self.minutes.back_mut() {
+            Some((at, _)) if *at == minute => {}
+            _ => {
+                if self.minutes.len() == RECENT_MINUTES {
+                    self.minutes.pop_front();
+                }
+                self.minutes.push_back((minute, Minute::default()));
+            }
+        }
+        if let Some((_, counts)) = self.minutes.back_mut() {
+            counts.calls = counts.calls.saturating_add(1);
+            if !success {
+                counts.failures = counts.failures.saturating_add(1);
+            }
+        }
         self.calls += 1;
         if success {
             self.successes += 1;
@@ -136,7 +255,7 @@ impl Entry {
         self.ewma = 0.7 * self.ewma + 0.3 * if success { 1.0 } else { 0.0 };
     }
 
-    fn report(&self, tool: &str, now: Instant) -> HealthReport {
+    fn report(&self, tool: &str, now: Instant, minute: u64) -> HealthReport {
         #[allow(clippy::cast_precision_loss)]
         let rate = if self.calls == 0 {
             1.0
@@ -169,6 +288,19 @@ impl Entry {
             status,
             breaker,
             consecutive_failures: self.breaker.consecutive_failures(),
+            p50: self.latencies.quantile(0.5),
+            p99: self.latencies.quantile(0.99),
+            recent: (0..RECENT_MINUTES as u64)
+                .rev()
+                .map(|ago| {
+                    let at = minute.checked_sub(ago);
+                    self.minutes
+                        .iter()
+                        .find(|(m, _)| Some(*m) == at)
+                        .map(|(_, counts)| *counts)
+                        .unwrap_or_default()
+                })
+                .collect(),
         }
     }
 }
@@ -176,6 +308,37 @@ impl Entry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quantiles_and_minutes_follow_the_attempts() {
+        let h = Health::new(BreakerConfig::default());
+        let start = Instant::now();
+        for ms in 1..=100u64 {
+            h.record(
+                "t",
+                HealthOutcome::Success(Duration::from_millis(ms)),
+                false,
+                start,
+            );
+        }
+        h.record(
+            "t",
+            HealthOutcome::Failure(Duration::from_secs(5)),
+            false,
+            start + Duration::from_secs(120),
+        );
+        let r = &h.report(start + Duration::from_secs(130))[0];
+        // Within a quarter of a doubling (19%) above the true value.
+        let near = |got: Duration, want: Duration| got >= want && got <= want.mul_f64(1.19);
+        assert!(near(r.p50, Duration::from_millis(50)), "{:?}", r.p50);
+        assert!(near(r.p99, Duration::from_millis(100)), "{:?}", r.p99);
+        assert_eq!(r.recent.len(), RECENT_MINUTES);
+        let last = r.recent[RECENT_MINUTES - 1];
+        assert_eq!((last.calls, last.failures), (1, 1));
+        let first_minute = r.recent[RECENT_MINUTES - 3];
+        assert_eq!((first_minute.calls, first_minute.failures), (100, 0));
+        assert_eq!(r.recent[RECENT_MINUTES - 2], Minute::default());
+    }
 
     #[test]
     fn statistics_and_score_follow_outcomes() {
