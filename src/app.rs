@@ -436,6 +436,10 @@ impl Server {
         if let Some(store) = &store {
             dispatcher = dispatcher.with_store(store.clone());
         }
+        // The console shows the recent batches with their events.
+        if self.config.console.enabled && self.config.admin.listen.is_some() {
+            dispatcher = dispatcher.with_flights();
+        }
         let dispatcher = dispatcher.with_bindings(bindings).map_err(|problems| {
             StartError::Config(ConfigError {
                 problems: vec![problems.to_string()],

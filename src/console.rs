@@ -113,6 +113,10 @@ impl Console {
             .route("/console/events", get(events))
             .route("/console/approvals/{id}", post(answer))
             .route("/console/tools", get(tools))
+            .route("/console/batches", get(batches))
+            .route("/console/batches/{id}", get(batch))
+            .route("/console/sessions", get(sessions))
+            .route("/console/sessions/end", post(end_session))
             .route("/console/tools/{name}/accept", post(accept))
             .route("/console/assets/console.js", get(script))
             .route("/console/assets/console.css", get(style))
@@ -611,6 +615,167 @@ async fn accept(
         Err(error) => html(
             StatusCode::CONFLICT,
             pages::problem("Not accepted", &error.to_string()),
+        ),
+    }
+}
+
+/// `GET /console/batches`: the tenant's recent batches.
+async fn batches(State(console): State<Arc<Console>>, peer: Peer, headers: HeaderMap) -> Response {
+    let viewer = match console.who(&headers, peer.as_deref()) {
+        Who::Viewer(viewer) => viewer,
+        other => return turned_away(other, true),
+    };
+    let flights = console
+        .dispatcher
+        .flights()
+        .map(|f| f.recent(&viewer.caller.tenant))
+        .unwrap_or_default();
+    html(
+        StatusCode::OK,
+        pages::batches(&viewer.caller, viewer.csrf.as_deref(), &flights),
+    )
+}
+
+/// `GET /console/batches/{id}`: one batch's timeline.
+async fn batch(
+    State(console): State<Arc<Console>>,
+    peer: Peer,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let viewer = match console.who(&headers, peer.as_deref()) {
+        Who::Viewer(viewer) => viewer,
+        other => return turned_away(other, true),
+    };
+    let found = id
+        .parse::<u64>()
+        .ok()
+        .and_then(|id| console.dispatcher.flights()?.get(&viewer.caller.tenant, id));
+    match found {
+        Some(flight) => html(
+            StatusCode::OK,
+            pages::batch(&viewer.caller, viewer.csrf.as_deref(), &flight),
+        ),
+        None => html(
+            StatusCode::NOT_FOUND,
+            pages::problem(
+                "Not found",
+                "no recent batch of your tenant has that number",
+            ),
+        ),
+    }
+}
+
+/// `GET /console/sessions?id=`: a session's memory and trajectory.
+async fn sessions(
+    State(console): State<Arc<Console>>,
+    peer: Peer,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    let viewer = match console.who(&headers, peer.as_deref()) {
+        Who::Viewer(viewer) => viewer,
+        other => return turned_away(other, true),
+    };
+    let query = Form::parse(uri.query().unwrap_or_default().as_bytes());
+    let notice = query.get("notice").and_then(pages::notice);
+    let caller = &viewer.caller;
+    let id = query.get("id").map(str::trim).filter(|id| !id.is_empty());
+    let view = match id {
+        None => None,
+        Some(id) => {
+            if toolgate_core::session::validate_session_name(id).is_err() {
+                return html(
+                    StatusCode::BAD_REQUEST,
+                    pages::problem("Bad request", "that is not a session id"),
+                );
+            }
+            let memory = match console.dispatcher.session_memory(&caller.tenant, id).await {
+                Ok(memory) => memory,
+                Err(error) => {
+                    return html(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        pages::problem("The session store is down", &error.to_string()),
+                    );
+                }
+            };
+            let trajectory = console
+                .dispatcher
+                .flights()
+                .map(|f| {
+                    f.recent(&caller.tenant)
+                        .into_iter()
+                        .filter(|flight| flight.session == id)
+                        .collect()
+                })
+                .unwrap_or_default();
+            Some(pages::SessionView {
+                id,
+                memory,
+                trajectory,
+                may_end: caller.has(Role::Admin),
+            })
+        }
+    };
+    html(
+        StatusCode::OK,
+        pages::sessions(caller, viewer.csrf.as_deref(), notice, view.as_ref()),
+    )
+}
+
+/// `POST /console/sessions/end`: an admin ends one of its tenant's sessions.
+async fn end_session(
+    State(console): State<Arc<Console>>,
+    peer: Peer,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let viewer = match console.who(&headers, peer.as_deref()) {
+        Who::Viewer(viewer) => viewer,
+        other => return turned_away(other, true),
+    };
+    let form = Form::parse(&body);
+    if !signin::change_allowed(&viewer, form.get("csrf"), &headers) {
+        return html(
+            StatusCode::FORBIDDEN,
+            pages::problem("Forbidden", "the form's CSRF token is missing or wrong"),
+        );
+    }
+    let caller = &viewer.caller;
+    if !caller.has(Role::Admin) {
+        return html(
+            StatusCode::FORBIDDEN,
+            pages::problem("Forbidden", "ending a session needs the admin role"),
+        );
+    }
+    let id = form.get("id").unwrap_or_default();
+    if toolgate_core::session::validate_session_name(id).is_err() {
+        return html(
+            StatusCode::BAD_REQUEST,
+            pages::problem("Bad request", "that is not a session id"),
+        );
+    }
+    let ended = console.dispatcher.end_session(&caller.tenant, id).await;
+    tracing::info!(
+        target: "toolgate::audit",
+        rpc = signin::RPC,
+        outcome = match &ended { Ok(true) => "ended", Ok(false) => "not_live", Err(_) => "store_down" },
+        identity = audit_text(&caller.id).as_str(),
+        tenant = audit_text(&caller.tenant).as_str(),
+        method = caller.method.name(),
+        session = audit_text(id).as_str(),
+        "console end session"
+    );
+    let back = |notice: &str| {
+        let id: String = url::form_urlencoded::byte_serialize(id.as_bytes()).collect();
+        Redirect::to(&format!("/console/sessions?id={id}&notice={notice}")).into_response()
+    };
+    match ended {
+        Ok(true) => back("ended"),
+        Ok(false) => back("not-live"),
+        Err(error) => html(
+            StatusCode::SERVICE_UNAVAILABLE,
+            pages::problem("The session store is down", &error.to_string()),
         ),
     }
 }

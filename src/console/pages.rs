@@ -8,6 +8,7 @@ use maud::{DOCTYPE, Markup, html};
 use serde_json::Value;
 
 use toolgate_core::approvals::{Approval, Ended};
+use toolgate_core::dispatch::Flight;
 use toolgate_core::identity::Caller;
 use toolgate_core::safety::breaker::BreakerState;
 use toolgate_core::safety::health::{HealthReport, Minute};
@@ -34,7 +35,12 @@ pub(super) fn page(title: &str, viewer: Option<(&Caller, Option<&str>)>, body: M
                     span.brand { "toolgate" }
                     @if let Some((caller, csrf)) = viewer {
                         nav aria-label="Console" {
-                            @for (href, name) in [("/console/", "Approvals"), ("/console/tools", "Tools")] {
+                            @for (href, name) in [
+                                ("/console/", "Approvals"),
+                                ("/console/tools", "Tools"),
+                                ("/console/batches", "Batches"),
+                                ("/console/sessions", "Sessions"),
+                            ] {
                                 a href=(href) aria-current=[(name == title).then_some("page")] { (name) }
                             }
                         }
@@ -82,6 +88,8 @@ pub(super) fn notice(code: &str) -> Option<&'static str> {
         "denied" => "Denied: the call ends with your reason.",
         "gone" => "That approval is no longer pending: it was answered, expired or withdrawn.",
         "accepted" => "Accepted: the new definition is pinned, and the tool runs again.",
+        "ended" => "The session ended: its memory and loop window are gone.",
+        "not-live" => "No live session of your tenant had that id.",
         _ => return None,
     })
 }
@@ -418,6 +426,189 @@ fn rate(h: &HealthReport) -> String {
 
 fn millis(d: std::time::Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1000.0)
+}
+
+/// The recent batches of the viewer's tenant, newest first.
+pub(super) fn batches(
+    viewer: &Caller,
+    csrf: Option<&str>,
+    flights: &[std::sync::Arc<Flight>],
+) -> Markup {
+    page(
+        "Batches",
+        Some((viewer, csrf)),
+        html! {
+            h1 { "Batches" }
+            p { "The tenant's most recent batches (up to " (toolgate_core::dispatch::FLIGHTS) " across the server, since it started), from every front." }
+            @if flights.is_empty() {
+                p.empty { "No batch has run yet." }
+            } @else {
+                div.table { table {
+                    caption { "Recent batches, newest first" }
+                    thead { tr {
+                        th scope="col" { "Batch" } th scope="col" { "Started" } th scope="col" { "Caller" }
+                        th scope="col" { "Session" } th scope="col" { "Calls" } th scope="col" { "Outcome" }
+                        th scope="col" { "Took" }
+                    } }
+                    tbody { @for flight in flights { (batch_row(flight)) } }
+                } }
+            }
+        },
+    )
+}
+
+fn batch_row(flight: &Flight) -> Markup {
+    html! {
+        tr {
+            th scope="row" { a href={"/console/batches/" (flight.id)} { "#" (flight.id) } }
+            td { (clock(flight.started)) }
+            td { (shown(&flight.caller)) }
+            td { code { (shown(&flight.session)) } }
+            td { ul.calls { @for call in &flight.calls {
+                li { code { (shown(&call.name)) } " " span.ok[call.success] { (call.error_class) } }
+            } } }
+            td { (flight.outcome) }
+            td { (millis(flight.duration)) }
+        }
+    }
+}
+
+/// One batch as a timeline of its events.
+pub(super) fn batch(viewer: &Caller, csrf: Option<&str>, flight: &Flight) -> Markup {
+    page(
+        "Batches",
+        Some((viewer, csrf)),
+        html! {
+            h1 { "Batch #" (flight.id) }
+            dl {
+                dt { "Started" } dd { (clock(flight.started)) }
+                dt { "Caller" } dd { (shown(&flight.caller)) }
+                dt { "Session" } dd { a href={"/console/sessions?id=" (url_part(&flight.session))} { code { (shown(&flight.session)) } } }
+                dt { "Outcome" } dd { (flight.outcome) " in " (millis(flight.duration)) }
+            }
+            h2 { "Calls" }
+            ol.calls { @for call in &flight.calls {
+                li { code { (shown(&call.name)) } @if !call.tool.is_empty() && call.tool != call.name { " (" code { (shown(&call.tool)) } ")" }
+                     " " span.ok[call.success] { (call.error_class) } " · " (call.attempts) " attempt(s)" }
+            } }
+            h2 { "Timeline" }
+            ol.timeline {
+                @for event in &flight.events {
+                    li.event data-kind=(event.kind) {
+                        span.at { "+" (millis(event.at)) } " "
+                        strong { (event.kind) } " "
+                        @if let Some(call) = event.call { span.call { "call " (call) } " " }
+                        (shown(&event.text))
+                    }
+                }
+                li.event data-kind="result" {
+                    span.at { "+" (millis(flight.duration)) } " " strong { "result" } " " (flight.outcome)
+                }
+            }
+            @if flight.events_dropped > 0 {
+                p { (flight.events_dropped) " more events were not kept." }
+            }
+        },
+    )
+}
+
+/// A session's memory and trajectory (its recent batches), with **End session** for admins.
+pub(super) struct SessionView<'a> {
+    pub id: &'a str,
+    /// Its memory entries; `None`: no such live session.
+    pub memory: Option<Vec<String>>,
+    pub trajectory: Vec<std::sync::Arc<Flight>>,
+    pub may_end: bool,
+}
+
+pub(super) fn sessions(
+    viewer: &Caller,
+    csrf: Option<&str>,
+    notice: Option<&str>,
+    view: Option<&SessionView<'_>>,
+) -> Markup {
+    page(
+        "Sessions",
+        Some((viewer, csrf)),
+        html! {
+            h1 { "Sessions" }
+            @if let Some(notice) = notice {
+                p.notice role="status" { (notice) }
+            }
+            form.lookup method="get" action="/console/sessions" {
+                label for="session-id" { "Session id" }
+                input #session-id type="text" name="id" value=[view.map(|v| v.id)] required maxlength="256";
+                button type="submit" { "Show" }
+            }
+            @if let Some(view) = view {
+                h2 { "Session " code { (shown(view.id)) } }
+                @match &view.memory {
+                    None => p { "No live session of your tenant has this id." }
+                    Some(memory) => {
+                        h3 { "Memory" }
+                        @if memory.is_empty() { p.empty { "Nothing remembered." } }
+                        ol.memory { @for entry in memory { li { pre { (shown(entry)) } } } }
+                        @if view.may_end {
+                            form method="post" action="/console/sessions/end" {
+                                @if let Some(csrf) = csrf { input type="hidden" name="csrf" value=(csrf); }
+                                input type="hidden" name="id" value=(view.id);
+                                button.deny type="submit" { "End session" }
+                            }
+                        }
+                    }
+                }
+                h3 { "Trajectory" }
+                @if view.trajectory.is_empty() {
+                    p.empty { "No recent batch of this session is kept." }
+                } @else {
+                    div.table { table {
+                        caption { "The session's recent batches, newest first" }
+                        thead { tr {
+                            th scope="col" { "Batch" } th scope="col" { "Started" } th scope="col" { "Caller" }
+                            th scope="col" { "Session" } th scope="col" { "Calls" } th scope="col" { "Outcome" }
+                            th scope="col" { "Took" }
+                        } }
+                        tbody { @for flight in &view.trajectory { (batch_row(flight)) } }
+                    } }
+                }
+            }
+        },
+    )
+}
+
+/// Wall-clock time, UTC, to the second.
+fn clock(at: SystemTime) -> String {
+    let secs = at
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    format!(
+        "{} {:02}:{:02}:{:02} UTC",
+        date_of(days),
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
+/// The civil date `days` after 1970-01-01 (Howard Hinnant's algorithm).
+fn date_of(days: u64) -> String {
+    let z = i64::try_from(days).unwrap_or(0) + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}")
+}
+
+/// `text` for a URL's query.
+fn url_part(text: &str) -> String {
+    url::form_urlencoded::byte_serialize(text.as_bytes()).collect()
 }
 
 /// A page for a refusal (403) or another problem.

@@ -163,6 +163,12 @@ def tools(args, base, agents):
         page.wait_for_url(f"{base}/console/tools?notice=accepted")
         out["notice"] = page.text_content("p.notice")
         out["after_accept"] = page.locator("tr.quarantined").count()
+        # An admin ends a session from its page.
+        page.goto(f"{base}/console/sessions?id=tools")
+        out["tools_session_memory"] = page.locator("h3").all_text_contents()
+        page.click("form[action='/console/sessions/end'] button")
+        page.wait_for_selector("p.notice", timeout=5000)
+        out["end_notice"] = page.text_content("p.notice")
         browser.close()
     out["greet_after"] = call(agents, "pm.greet", {"name": "Ada"})
     return out
@@ -267,6 +273,27 @@ def main():
             "links": page.locator("li.card a").count(),
             "scripts": page.locator("li.card script").count(),
         }
+
+        # The recent batches, and one as a timeline of its events (the hostile one: still text).
+        page.goto(f"{base}/console/batches")
+        out["batch_rows"] = page.locator("tbody tr").all_text_contents()
+        page.click("tbody tr:nth-child(2) th a")
+        out["timeline"] = page.locator("li.event").all_text_contents()
+        out["timeline_kinds"] = [
+            page.locator("li.event").nth(i).get_attribute("data-kind")
+            for i in range(page.locator("li.event").count())
+        ]
+        if args.shots:
+            page.screenshot(path=os.path.join(args.shots, "batch.png"), full_page=True)
+        # A session: its memory and trajectory; an approver may not end it.
+        page.goto(f"{base}/console/sessions?id=console-edit")
+        out["session_trajectory"] = page.locator("tbody tr").count()
+        out["session_end_buttons"] = page.locator("form[action='/console/sessions/end']").count()
+        if args.shots:
+            page.screenshot(path=os.path.join(args.shots, "session.png"), full_page=True)
+        out["hostile"]["dialogs_after_pages"] = list(dialogs)
+        page.goto(f"{base}/console/")
+        page.wait_for_selector("li.card", timeout=5000)
 
         # Another tenant's approver never sees it, live or on load.
         other = browser.new_context(viewport={"width": 390, "height": 844})

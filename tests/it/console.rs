@@ -183,6 +183,30 @@ async fn an_approver_answers_in_the_console_and_hostile_arguments_stay_text() {
             .contains("/console/x"),
         "the image's src was fetched: {out}"
     );
+    // The recent batches: the tenant's, each a timeline of its events from received to result.
+    let rows = out["batch_rows"].to_string();
+    assert!(
+        rows.contains("agent") && rows.contains("console-edit"),
+        "{out}"
+    );
+    let kinds = out["timeline_kinds"].to_string();
+    for kind in ["received", "approval", "pre", "post", "result"] {
+        assert!(kinds.contains(kind), "{kind} in {out}");
+    }
+    assert!(
+        out["timeline"]
+            .to_string()
+            .contains("denied by ada: not today"),
+        "{out}"
+    );
+    assert_eq!(
+        hostile["dialogs_after_pages"],
+        serde_json::json!([]),
+        "{out}"
+    );
+    // A session's trajectory; an approver has no End button.
+    assert!(out["session_trajectory"].as_u64().unwrap() >= 1, "{out}");
+    assert_eq!(out["session_end_buttons"], 0, "{out}");
     // Another tenant's approver saw none of it.
     assert_eq!(out["other_tenant_cards"], 0, "{out}");
     // A change without the CSRF token was refused, and the call kept waiting.
@@ -258,4 +282,9 @@ async fn an_admin_sees_a_quarantined_change_side_by_side_and_accepts_it() {
     // Accept pinned the new definition: the tool runs again.
     assert_eq!(out["after_accept"], 0, "{out}");
     assert_eq!(out["greet_after"]["success"], true, "{out}");
+    // The admin ended the session its calls ran in.
+    assert!(
+        out["end_notice"].as_str().unwrap().contains("ended"),
+        "{out}"
+    );
 }

@@ -6,6 +6,7 @@ mod batch;
 mod call;
 mod cancel;
 mod events;
+mod flight;
 mod messages;
 mod pipeline;
 pub mod plan;
@@ -37,6 +38,7 @@ pub use crate::tools::ErrorClass;
 pub use batch::{Batch, BatchOptions, BatchReport, Binding, Mode, Outcome};
 pub use cancel::Cancel;
 pub use events::{Event, NoObserver, Observer};
+pub use flight::{FLIGHT_EVENTS, FLIGHTS, Flight, FlightCall, FlightEvent, FlightRecorder};
 pub use messages::{MessageFormat, tool_messages};
 pub use pipeline::{DEFAULTS, Pipeline, PipelineBuilder, PipelineDefaults, PipelineSettings};
 pub use result::CallResult;
@@ -59,6 +61,8 @@ pub struct Dispatcher {
     pipeline: Pipeline,
     /// The server's bindings (from the config), already checked.
     bindings: Arc<BTreeMap<String, Binding>>,
+    /// The recent batches and their events, when kept (`with_flights`).
+    flights: Option<Arc<FlightRecorder>>,
 }
 
 /// One call, ready to run: the tool it targets and the input that tool receives.
@@ -78,7 +82,20 @@ impl Dispatcher {
             saves: tokio_util::task::TaskTracker::new(),
             pipeline,
             bindings: Arc::default(),
+            flights: None,
         }
+    }
+
+    /// Keeps the recent batches with their events (`flights`), for people to look at. Every
+    /// batch's events are then built, whether its front wants them or not.
+    pub fn with_flights(mut self) -> Self {
+        self.flights = Some(Arc::default());
+        self
+    }
+
+    /// The recent batches, when they are kept.
+    pub fn flights(&self) -> Option<&FlightRecorder> {
+        self.flights.as_deref()
     }
 
     /// Keeps named sessions' loop windows and memory in `store` (the table given to `new`
@@ -258,9 +275,20 @@ impl Dispatcher {
             session: &session,
             tenant,
         };
-        let report = self
-            .run_in(&session, batch, observer, cancel, started)
-            .await;
+        let report = match &self.flights {
+            None => {
+                self.run_in(&session, batch, observer, cancel, started)
+                    .await
+            }
+            Some(flights) => {
+                let recording = flights.recording(observer);
+                let report = self
+                    .run_in(&session, batch, &recording, cancel, started)
+                    .await;
+                flights.keep(recording, &caller, &report);
+                report
+            }
+        };
         // Saved before the batch is answered, so the agent's next batch sees it on any server;
         // unless a call of the batch found the store failing: a save awaited then would hold the
         // answer for another `store_timeout` (a write that timed out was answered after two).
