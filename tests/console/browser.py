@@ -21,7 +21,7 @@ import urllib.error
 import urllib.request
 
 from playwright.sync_api import sync_playwright
-from toolgate import Client
+from toolgate import Answer, Client
 
 CHROMIUM = os.environ.get("TOOLGATE_CHROMIUM", "/usr/bin/chromium")
 HOSTILE = {
@@ -325,8 +325,11 @@ def main():
         out["csrf_missing_status"] = refused.status
         page.reload()
         out["still_pending_after_csrf"] = page.locator("li.card").count()
-        page.fill("li.card input[name=reason]", "hostile")
-        page.click("li.card button.deny")
+        # Answered elsewhere (over gRPC): it leaves the list, saying by whom.
+        approvers = Client(args.grpc, token=args.approver, timeout=30)
+        approvers.resolve_approval(approval, Answer(approve=False, reason="hostile"))
+        page.wait_for_selector("li.card", state="detached", timeout=5000)
+        out["resolved_elsewhere"] = page.text_content("#live")
         out["hostile_outcome"] = batch.outcome()
 
         other.close()

@@ -212,6 +212,9 @@ async fn an_approver_answers_in_the_console_and_hostile_arguments_stay_text() {
     // A change without the CSRF token was refused, and the call kept waiting.
     assert_eq!(out["csrf_missing_status"], 403, "{out}");
     assert_eq!(out["still_pending_after_csrf"], 1, "{out}");
+    // Answered over gRPC, it left the list saying by whom.
+    let said = out["resolved_elsewhere"].as_str().unwrap();
+    assert!(said.contains("by ada"), "{out}");
     assert_eq!(out["hostile_outcome"]["success"], false, "{out}");
     // axe-core finds nothing serious on the inbox or the sign-in page.
     assert_eq!(out["axe_inbox"], serde_json::json!([]), "{out}");
@@ -287,4 +290,78 @@ async fn an_admin_sees_a_quarantined_change_side_by_side_and_accepts_it() {
         out["end_notice"].as_str().unwrap().contains("ended"),
         "{out}"
     );
+}
+
+#[tokio::test]
+async fn over_tls_the_sign_in_cookie_is_secure_and_host_bound() {
+    let dir = folder("console-tls");
+    let ca = Ca::new();
+    let (cert, key) = ca.sign(&["localhost"]);
+    let ca_file = write(&dir, "ca.pem", &ca.pem);
+    let tls = format!(
+        "[tls]\ncert_file = {:?}\nkey_file = {:?}\n",
+        write(&dir, "server.pem", &cert),
+        write(&dir, "server.key", &key),
+    );
+    let mut config = console_config(&tls);
+    config.admin.tls = true;
+    let ts = start_with(config).await;
+    let port = ts.server.admin_addr().unwrap().port();
+    let spec: toolgate_remotes::TlsSpec =
+        serde_json::from_value(serde_json::json!({"ca_file": ca_file})).unwrap();
+    let client =
+        toolgate_remotes::tls::client_builder(Some(&spec), std::time::Duration::from_secs(10))
+            .unwrap()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap();
+    let base = format!("https://localhost:{port}");
+    // The probes and the console are served over TLS; plaintext gets nothing.
+    let live = client.get(format!("{base}/livez")).send().await.unwrap();
+    assert_eq!(live.status(), 200);
+    assert!(
+        http_get(format!("http://127.0.0.1:{port}/livez"))
+            .await
+            .is_err()
+    );
+    let signed = client
+        .post(format!("{base}/console/login"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("origin", &base)
+        .body("token=approver-secret")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(signed.status(), 303);
+    let cookie = signed.headers()["set-cookie"].to_str().unwrap().to_owned();
+    for part in [
+        "__Host-toolgate_console=",
+        "Path=/;",
+        "HttpOnly",
+        "SameSite=Strict",
+        "Secure",
+    ] {
+        assert!(cookie.contains(part), "{part} in {cookie}");
+    }
+    // The cookie lets its holder in; without it, the inbox sends people to sign in.
+    let value = cookie.split(';').next().unwrap();
+    let inbox = client
+        .get(format!("{base}/console/"))
+        .header("cookie", value)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(inbox.status(), 200);
+    let anonymous = client.get(format!("{base}/console/")).send().await.unwrap();
+    assert_eq!(anonymous.status(), 303);
+    // A sign-in from another site's page is refused.
+    let foreign = client
+        .post(format!("{base}/console/login"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("origin", "https://evil.example")
+        .body("token=approver-secret")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(foreign.status(), 403);
 }
