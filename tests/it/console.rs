@@ -211,6 +211,14 @@ async fn an_approver_answers_in_the_console_and_hostile_arguments_stay_text() {
     assert_eq!(out["other_tenant_cards"], 0, "{out}");
     // A change without the CSRF token was refused, and the call kept waiting.
     assert_eq!(out["csrf_missing_status"], 403, "{out}");
+    assert_eq!(out["server_edit_status"], 422, "{out}");
+    assert!(
+        out["server_edit_text"]
+            .as_str()
+            .unwrap()
+            .contains("must be a JSON object"),
+        "{out}"
+    );
     assert_eq!(out["still_pending_after_csrf"], 1, "{out}");
     // Answered over gRPC, it left the list saying by whom.
     let said = out["resolved_elsewhere"].as_str().unwrap();
@@ -235,6 +243,8 @@ async fn an_approval_raised_on_one_replica_is_answered_in_the_console_of_another
         &["--fleet"],
     )
     .await;
+    // Approved by keyboard alone.
+    assert_eq!(out["focused"], "Approve", "{out}");
     assert_eq!(out["approve"]["success"], true, "{out}");
     assert_eq!(out["approve"]["result"]["text"], "across", "{out}");
 }
