@@ -21,7 +21,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use futures::Stream;
+use futures::{Stream, StreamExt as _};
 use maud::Markup;
 use parking_lot::Mutex;
 use serde_json::{Value, json};
@@ -45,6 +45,13 @@ const DECISIONS_SHOWN: usize = 20;
 const WHOLE_BYTES: usize = 1 << 20;
 /// The longest edited arguments taken, in bytes.
 const MAX_EDIT_BYTES: usize = 256 * 1024;
+/// Bytes of whole arguments the page of one approval carries.
+const ONE_WHOLE_BYTES: usize = 16 << 20;
+/// Live inbox streams open at once: the admin listener's other connections stay for the
+/// probes, the scraper and pages.
+const MAX_STREAMS: usize = 16;
+/// How long one live stream lasts; the browser opens another.
+const STREAM_LIFETIME: Duration = Duration::from_secs(600);
 
 /// What the console serves with.
 pub struct Console {
@@ -56,6 +63,10 @@ pub struct Console {
     decisions: Mutex<VecDeque<Ended>>,
     /// `limits.max_json_depth`, for edited arguments.
     max_depth: usize,
+    /// `console.allowed_hosts`; `None`: any.
+    hosts: Option<Vec<String>>,
+    /// Live inbox streams' places.
+    streams: Arc<tokio::sync::Semaphore>,
 }
 
 impl Console {
@@ -75,6 +86,8 @@ impl Console {
             max_depth,
             dispatcher,
             remotes,
+            hosts: crate::front::hosts::allowed(&config.allowed_hosts),
+            streams: Arc::new(tokio::sync::Semaphore::new(MAX_STREAMS)),
         });
         let mut updates = console.dispatcher.approvals().subscribe();
         let weak = Arc::downgrade(&console);
@@ -111,7 +124,7 @@ impl Console {
             .route("/console/login", get(login_page).post(login))
             .route("/console/logout", post(logout))
             .route("/console/events", get(events))
-            .route("/console/approvals/{id}", post(answer))
+            .route("/console/approvals/{id}", get(one_approval).post(answer))
             .route("/console/tools", get(tools))
             .route("/console/batches", get(batches))
             .route("/console/batches/{id}", get(batch))
@@ -120,6 +133,10 @@ impl Console {
             .route("/console/tools/{name}/accept", post(accept))
             .route("/console/assets/console.js", get(script))
             .route("/console/assets/console.css", get(style))
+            .layer(axum::middleware::from_fn_with_state(
+                self.clone(),
+                host_guard,
+            ))
             .layer(axum::middleware::map_response(secured))
             .with_state(self)
     }
@@ -150,6 +167,46 @@ impl Console {
         }
         Some(registered.tool.input_schema().to_string())
     }
+}
+
+/// Refuses a request whose `Host` is not one the console goes by (DNS rebinding).
+async fn host_guard(
+    State(console): State<Arc<Console>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    match crate::front::hosts::check(request.headers(), console.hosts.as_deref()) {
+        Ok(()) => next.run(request).await,
+        Err(_) => html(
+            StatusCode::FORBIDDEN,
+            pages::problem(
+                "Forbidden",
+                "the Host header names a host this console does not go by (console.allowed_hosts)",
+            ),
+        ),
+    }
+}
+
+/// The answer for a page only admins see, to anyone else.
+fn admins_only(viewer: &Viewer, what: &str) -> Option<Response> {
+    (!viewer.caller.has(Role::Admin)).then(|| {
+        html(
+            StatusCode::FORBIDDEN,
+            pages::problem("Forbidden", &format!("{what} needs the admin role")),
+        )
+    })
+}
+
+/// A page for a store that could not be reached (the cause is logged, not shown).
+fn store_down(error: &dyn std::fmt::Display) -> Response {
+    tracing::warn!(%error, "the console could not reach the session store");
+    html(
+        StatusCode::SERVICE_UNAVAILABLE,
+        pages::problem(
+            "The session store is down",
+            "what this page shows is in the shared store, which did not answer; retry later",
+        ),
+    )
 }
 
 /// The peer of a request, as the admin listener accepted its connection.
@@ -238,12 +295,7 @@ async fn render_inbox(
         .await
     {
         Ok(pending) => pending,
-        Err(error) => {
-            return html(
-                StatusCode::SERVICE_UNAVAILABLE,
-                pages::problem("Approvals unavailable", &error.to_string()),
-            );
-        }
+        Err(error) => return store_down(&error),
     };
     let csrf = viewer.csrf.as_deref();
     let cards = pending
@@ -444,11 +496,62 @@ async fn answer(
         Err(ResolveError::NotFound(_) | ResolveError::AlreadyAnswered(_)) => {
             Redirect::to("/console/?notice=gone").into_response()
         }
+        Err(error @ ResolveError::StoreDown(_)) => store_down(&error),
         Err(error) => html(
             StatusCode::FORBIDDEN,
             pages::problem("Not taken", &error.to_string()),
         ),
     }
+}
+
+/// `GET /console/approvals/{id}`: one approval with its arguments whole, to read before
+/// answering (the inbox shows long ones cut).
+async fn one_approval(
+    State(console): State<Arc<Console>>,
+    peer: Peer,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let viewer = match console.who(&headers, peer.as_deref()) {
+        Who::Viewer(viewer) => viewer,
+        other => return turned_away(other, true),
+    };
+    let listing = Listing {
+        session_id: None,
+        approval_id: Some(&id),
+        whole_bytes: ONE_WHOLE_BYTES,
+    };
+    let found = match console
+        .dispatcher
+        .approvals()
+        .list_anywhere(&viewer.caller, &listing)
+        .await
+    {
+        Ok(found) => found,
+        Err(error) => return store_down(&error),
+    };
+    let Some(approval) = found.into_iter().next() else {
+        return Redirect::to("/console/?notice=gone").into_response();
+    };
+    let card = pages::card(
+        &approval,
+        &pages::CardExtras {
+            csrf: viewer.csrf.as_deref(),
+            schema: console.schema_of(&approval.tool),
+            problem: None,
+            edited: None,
+        },
+    );
+    html(
+        StatusCode::OK,
+        pages::inbox(
+            &viewer.caller,
+            viewer.csrf.as_deref(),
+            None,
+            vec![card],
+            &[],
+        ),
+    )
 }
 
 impl Console {
@@ -510,6 +613,9 @@ async fn tools(
         Who::Viewer(viewer) => viewer,
         other => return turned_away(other, true),
     };
+    if let Some(refused) = admins_only(&viewer, "the tools page") {
+        return refused;
+    }
     let query = Form::parse(uri.query().unwrap_or_default().as_bytes());
     let notice = query.get("notice").and_then(pages::notice);
     let caller = &viewer.caller;
@@ -625,6 +731,9 @@ async fn batches(State(console): State<Arc<Console>>, peer: Peer, headers: Heade
         Who::Viewer(viewer) => viewer,
         other => return turned_away(other, true),
     };
+    if let Some(refused) = admins_only(&viewer, "the batches page") {
+        return refused;
+    }
     let flights = console
         .dispatcher
         .flights()
@@ -647,6 +756,9 @@ async fn batch(
         Who::Viewer(viewer) => viewer,
         other => return turned_away(other, true),
     };
+    if let Some(refused) = admins_only(&viewer, "the batches page") {
+        return refused;
+    }
     let found = id
         .parse::<u64>()
         .ok()
@@ -677,6 +789,9 @@ async fn sessions(
         Who::Viewer(viewer) => viewer,
         other => return turned_away(other, true),
     };
+    if let Some(refused) = admins_only(&viewer, "the sessions page") {
+        return refused;
+    }
     let query = Form::parse(uri.query().unwrap_or_default().as_bytes());
     let notice = query.get("notice").and_then(pages::notice);
     let caller = &viewer.caller;
@@ -692,12 +807,7 @@ async fn sessions(
             }
             let memory = match console.dispatcher.session_memory(&caller.tenant, id).await {
                 Ok(memory) => memory,
-                Err(error) => {
-                    return html(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        pages::problem("The session store is down", &error.to_string()),
-                    );
-                }
+                Err(error) => return store_down(&error),
             };
             let trajectory = console
                 .dispatcher
@@ -773,10 +883,7 @@ async fn end_session(
     match ended {
         Ok(true) => back("ended"),
         Ok(false) => back("not-live"),
-        Err(error) => html(
-            StatusCode::SERVICE_UNAVAILABLE,
-            pages::problem("The session store is down", &error.to_string()),
-        ),
+        Err(error) => store_down(&error),
     }
 }
 
@@ -788,12 +895,36 @@ async fn events(State(console): State<Arc<Console>>, peer: Peer, headers: Header
         other => return turned_away(other, false),
     };
     let approvals = console.dispatcher.approvals();
+    let Ok(place) = console.streams.clone().try_acquire_owned() else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many live inbox streams are open; the page updates when you reload it\n",
+        )
+            .into_response();
+    };
     let slot = match approvals.watch_slot(&viewer.caller) {
         Ok(slot) => slot,
         Err(full) => return (StatusCode::SERVICE_UNAVAILABLE, format!("{full}\n")).into_response(),
     };
     let updates = approvals.subscribe();
-    let stream = changes(console.clone(), viewer, updates, slot);
+    // What is pending now, after subscribing: an approval raised between the page's listing
+    // and this stream comes in one or the other (the page skips a card it has).
+    let listing = Listing {
+        session_id: None,
+        approval_id: None,
+        whole_bytes: 0,
+    };
+    let pending = match approvals.list_anywhere(&viewer.caller, &listing).await {
+        Ok(pending) => pending,
+        Err(error) => return store_down(&error),
+    };
+    let now: Vec<Result<Event, Infallible>> = pending
+        .iter()
+        .map(|approval| Ok(requested(&console, &viewer, approval)))
+        .collect();
+    let stream = futures::stream::iter(now)
+        .chain(changes(console.clone(), viewer, updates, (slot, place)))
+        .take_until(tokio::time::sleep(STREAM_LIFETIME));
     Sse::new(stream)
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
         .into_response()
@@ -804,7 +935,10 @@ fn changes(
     console: Arc<Console>,
     viewer: Viewer,
     updates: tokio::sync::broadcast::Receiver<Update>,
-    slot: toolgate_core::approvals::WatchSlot,
+    slot: (
+        toolgate_core::approvals::WatchSlot,
+        tokio::sync::OwnedSemaphorePermit,
+    ),
 ) -> impl Stream<Item = Result<Event, Infallible>> {
     futures::stream::unfold(
         (console, viewer, updates, slot),
@@ -825,16 +959,7 @@ fn changes(
                 }
                 let event = match &update {
                     Update::Requested(approval) if approval.tenant == caller.tenant => {
-                        let card = pages::card(
-                            approval,
-                            &pages::CardExtras {
-                                csrf: viewer.csrf.as_deref(),
-                                schema: console.schema_of(&approval.tool),
-                                problem: None,
-                                edited: None,
-                            },
-                        );
-                        Event::default().event("requested").data(card.into_string())
+                        requested(&console, &viewer, approval)
                     }
                     Update::Ended(ended) if ended.tenant == caller.tenant => {
                         let data = json!({
@@ -851,6 +976,24 @@ fn changes(
             }
         },
     )
+}
+
+/// The `requested` event of `approval`: its card, for `viewer`.
+fn requested(
+    console: &Console,
+    viewer: &Viewer,
+    approval: &toolgate_core::approvals::Approval,
+) -> Event {
+    let card = pages::card(
+        approval,
+        &pages::CardExtras {
+            csrf: viewer.csrf.as_deref(),
+            schema: console.schema_of(&approval.tool),
+            problem: None,
+            edited: None,
+        },
+    );
+    Event::default().event("requested").data(card.into_string())
 }
 
 async fn script() -> impl IntoResponse {
@@ -883,13 +1026,15 @@ impl Form {
     }
 }
 
-/// 256 random bits as hex: sign-in ids and CSRF tokens.
-fn random_hex() -> String {
+/// 256 random bits as hex: sign-in ids and CSRF tokens; `None` when the system RNG fails
+/// (then nobody signs in).
+fn random_hex() -> Option<String> {
     let mut bytes = [0u8; 32];
     if ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes).is_err() {
-        tracing::error!("the system RNG failed: console sign-ins are guessable");
+        tracing::error!("the system RNG failed: console sign-ins are refused");
+        return None;
     }
     let mut hex = String::with_capacity(64);
     toolgate_core::hash::push_hex(&mut hex, &bytes);
-    hex
+    Some(hex)
 }

@@ -10,6 +10,7 @@ pub mod auth;
 pub mod budget;
 pub mod decoded;
 pub mod entry;
+pub(crate) mod hosts;
 pub(crate) mod http1;
 pub(crate) mod per_address;
 pub mod tls;

@@ -119,8 +119,7 @@ pub async fn serve(
         owners: Default::default(),
         shared: parts.shared.clone(),
         max_sessions: mcp.max_sessions,
-        allowed_hosts: (!mcp.allowed_hosts.iter().any(|h| h == "*"))
-            .then(|| mcp.allowed_hosts.clone()),
+        allowed_hosts: crate::front::hosts::allowed(&mcp.allowed_hosts),
         requests: parts.requests.clone(),
         entry: parts.entry.clone(),
         max_body: config.server.max_message_bytes,

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use toolgate_core::approvals::{Approval, Ended};
 use toolgate_core::dispatch::Flight;
-use toolgate_core::identity::Caller;
+use toolgate_core::identity::{Caller, Role};
 use toolgate_core::safety::breaker::BreakerState;
 use toolgate_core::safety::health::{HealthReport, Minute};
 use toolgate_core::tools::{Definition, ToolSource};
@@ -41,7 +41,9 @@ pub(super) fn page(title: &str, viewer: Option<(&Caller, Option<&str>)>, body: M
                                 ("/console/batches", "Batches"),
                                 ("/console/sessions", "Sessions"),
                             ] {
-                                a href=(href) aria-current=[(name == title).then_some("page")] { (name) }
+                                @if name == "Approvals" || caller.has(Role::Admin) {
+                                    a href=(href) aria-current=[(name == title).then_some("page")] { (name) }
+                                }
                             }
                         }
                         span.who {
@@ -176,7 +178,15 @@ pub(super) fn card(approval: &Approval, extras: &CardExtras<'_>) -> Markup {
             @if let Some(problem) = extras.problem {
                 p.error role="alert" #{"problem-" (id)} { (problem) }
             }
+            @if approval.arguments_cut {
+                p.notice {
+                    "The arguments are too long to show here. "
+                    a href={"/console/approvals/" (id)} { "Read them whole" }
+                    " before you approve."
+                }
+            }
             div.answers {
+                @if !approval.arguments_cut {
                 form.answer method="post" action={"/console/approvals/" (id)} {
                     (hidden_csrf(extras.csrf))
                     input type="hidden" name="decision" value="approve";
@@ -189,6 +199,7 @@ pub(super) fn card(approval: &Approval, extras: &CardExtras<'_>) -> Markup {
                     }
                     button.approve type="submit" { "Approve" }
                 }
+                }
                 form.answer method="post" action={"/console/approvals/" (id)} {
                     (hidden_csrf(extras.csrf))
                     input type="hidden" name="decision" value="deny";
@@ -196,6 +207,7 @@ pub(super) fn card(approval: &Approval, extras: &CardExtras<'_>) -> Markup {
                     input #{"reason-" (id)} type="text" name="reason" maxlength="1000";
                     button.deny type="submit" { "Deny" }
                 }
+                @if !approval.arguments_cut {
                 details.edit open[extras.edited.is_some()] {
                     summary { "Edit" }
                     form.answer.edit method="post" action={"/console/approvals/" (id)} {
@@ -208,6 +220,7 @@ pub(super) fn card(approval: &Approval, extras: &CardExtras<'_>) -> Markup {
                         p.error.edit-error #{"edit-error-" (id)} role="alert" hidden {}
                         button type="submit" { "Approve with these arguments" }
                     }
+                }
                 }
             }
         }
@@ -303,7 +316,7 @@ pub(super) fn tools(
                         p { "The remote now offers another definition; calls are refused QUARANTINED until an admin accepts it. The new text is the remote's word: read it before you accept." }
                         (diff(pinned, now))
                         @if may_accept {
-                            form method="post" action={"/console/tools/" (row.name) "/accept"} {
+                            form method="post" action={"/console/tools/" (path_part(row.name)) "/accept"} {
                                 @if let Some(csrf) = csrf { input type="hidden" name="csrf" value=(csrf); }
                                 input type="hidden" name="digest" value=(digest);
                                 button.approve type="submit" { "Accept the new definition" }
@@ -604,6 +617,20 @@ fn date_of(days: u64) -> String {
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
     format!("{year:04}-{month:02}-{day:02}")
+}
+
+/// `text` as one segment of a URL's path: every byte but letters, digits, `-` and `_`
+/// percent-encoded (a tool named `..` stays one segment).
+fn path_part(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_') {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
 }
 
 /// `text` for a URL's query.

@@ -16,6 +16,8 @@ use toolgate_core::identity::{Caller, Role};
 
 /// What the audit lines call the console's requests.
 pub(super) const RPC: &str = "console";
+/// Sign-ins one identity holds at once.
+const PER_IDENTITY: usize = 16;
 
 /// Who is looking, and how they proved it.
 #[derive(Clone)]
@@ -91,14 +93,12 @@ impl SignIns {
                 None => {}
             }
         }
+        let carried = headers.contains_key(http::header::AUTHORIZATION);
         match self.judge(&Credentials::new(headers, peer, None)) {
             Ok(caller) => Who::Viewer(Viewer { caller, csrf: None }),
-            // Anonymous and refused: the person signs in.
-            Err(Denied::Unauthenticated(_))
-                if !headers.contains_key(http::header::AUTHORIZATION) =>
-            {
-                Who::SignIn
-            }
+            // No credentials of its own (anonymous, refused or without the role): the person
+            // signs in.
+            Err(_) if !carried => Who::SignIn,
             Err(denied) => Who::Refused(denied),
         }
     }
@@ -114,15 +114,31 @@ impl SignIns {
             .map_err(|_| Denied::Unauthenticated("the token is not one".to_owned()))?;
         headers.insert(http::header::AUTHORIZATION, value);
         let caller = self.judge(&Credentials::new(&headers, peer, None))?;
-        let id = super::random_hex();
+        let unavailable = || Denied::Unauthenticated("sign-ins are unavailable".to_owned());
+        let id = super::random_hex().ok_or_else(unavailable)?;
+        let csrf = super::random_hex().ok_or_else(unavailable)?;
         let now = Instant::now();
         let mut held = self.held.lock();
         held.retain(|_, signed| signed.until > now);
-        if held.len() >= self.max
-            && let Some(oldest) = held
-                .iter()
+        // One identity's sign-ins end its own oldest first: it cannot sign everyone else out.
+        let same = |signed: &Signed| {
+            signed.caller.id == caller.id
+                && signed.caller.tenant == caller.tenant
+                && signed.caller.method == caller.method
+        };
+        let own = held.values().filter(|signed| same(signed)).count();
+        let oldest = |held: &HashMap<String, Signed>, only_own: bool| {
+            held.iter()
+                .filter(|(_, signed)| !only_own || same(signed))
                 .min_by_key(|(_, signed)| signed.made)
                 .map(|(id, _)| id.clone())
+        };
+        if own >= PER_IDENTITY
+            && let Some(oldest) = oldest(&held, true)
+        {
+            held.remove(&oldest);
+        } else if held.len() >= self.max
+            && let Some(oldest) = oldest(&held, false)
         {
             held.remove(&oldest);
         }
@@ -130,7 +146,7 @@ impl SignIns {
             id.clone(),
             Signed {
                 caller: caller.clone(),
-                csrf: super::random_hex(),
+                csrf,
                 until: now + self.ttl,
                 made: now,
             },

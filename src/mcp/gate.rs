@@ -28,6 +28,7 @@ use crate::front::admission::Holder;
 use crate::front::auth::{Authenticator, Credentials, Denied};
 use crate::front::budget::{ByteBudget, Full as BudgetFull, Held, Share};
 use crate::front::entry::Entry;
+use crate::front::hosts::{self, HostRefused};
 use crate::store::mcp::McpSessions;
 use toolgate_core::identity::Role;
 
@@ -360,39 +361,23 @@ impl Gate {
     /// (`mcp.allowed_hosts`, against DNS rebinding) or, whatever the list, does not look like a
     /// host: it is written into URLs.
     fn host_refused<B>(&self, request: &Request<B>) -> Option<Reply> {
-        let Some(host) = request.headers().get(header::HOST) else {
+        let allowed = self.shared.allowed_hosts.as_deref();
+        match hosts::check(request.headers(), allowed) {
+            Ok(()) => None,
             // As rmcp refuses it when it checks hosts.
-            return self
-                .shared
-                .allowed_hosts
-                .as_ref()
-                .map(|_| plain(StatusCode::BAD_REQUEST, "the request has no Host header"));
-        };
-        let host = host.to_str().unwrap_or_default();
-        let shaped = !host.is_empty()
-            && host.bytes().all(|b| {
-                b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'[' | b']')
-            });
-        if !shaped {
-            return Some(plain(
+            Err(HostRefused::Missing) => Some(plain(
+                StatusCode::BAD_REQUEST,
+                "the request has no Host header",
+            )),
+            Err(HostRefused::Malformed) => Some(plain(
                 StatusCode::BAD_REQUEST,
                 "the Host header is not a host",
-            ));
-        }
-        let allowed = self.shared.allowed_hosts.as_ref()?;
-        let name = match host.strip_prefix('[') {
-            Some(rest) => rest.split(']').next().unwrap_or_default(),
-            None => host.rsplit_once(':').map_or(host, |(name, _)| name),
-        };
-        let listed = allowed
-            .iter()
-            .any(|entry| entry.eq_ignore_ascii_case(host) || entry.eq_ignore_ascii_case(name));
-        (!listed).then(|| {
-            plain(
+            )),
+            Err(HostRefused::NotListed) => Some(plain(
                 StatusCode::FORBIDDEN,
                 "the Host header names a host this server does not go by (mcp.allowed_hosts)",
-            )
-        })
+            )),
+        }
     }
 
     /// The resource's canonical URL: `mcp.resource`, else the URL the client used.

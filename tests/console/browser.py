@@ -155,12 +155,7 @@ def tools(args, base, agents):
         time.sleep(0.2)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        approver = browser.new_context()
-        page = sign_in(approver, base, args.approver)
-        page.goto(f"{base}/console/tools")
-        out["approver_rows"] = page.locator("tbody tr").all_text_contents()
-        out["approver_sees_change"] = page.locator("section.change").count()
-        approver.close()
+        out["approver_tools_status"], _ = status_of(f"{base}/console/tools", token=args.approver)
         context = browser.new_context(viewport={"width": 1280, "height": 800})
         page = sign_in(context, base, args.tools)
         page.goto(f"{base}/console/tools")
@@ -193,6 +188,7 @@ def main():
     parser.add_argument("--agent", required=True)
     parser.add_argument("--approver", required=True)
     parser.add_argument("--other")
+    parser.add_argument("--admin")
     parser.add_argument("--shots")
     parser.add_argument("--axe")
     parser.add_argument("--fleet", action="store_true")
@@ -210,6 +206,13 @@ def main():
 
     # An agent's token is refused, by header and on the sign-in page.
     out["agent_header_status"], _ = status_of(f"{base}/console/", token=args.agent)
+    # A page of another site whose name points here (DNS rebinding) is refused.
+    port = base.rsplit(":", 1)[1]
+    out["rebound_status"], _ = status_of(
+        f"{base}/console/login", headers={"Host": f"evil.example:{port}"}
+    )
+    # The inbox is an approver's; the other pages are admins'.
+    out["approver_batches_status"], _ = status_of(f"{base}/console/batches", token=args.approver)
     status, headers = status_of(f"{base}/console/login")
     out["headers"] = {k.lower(): v for k, v in headers.items()}
 
@@ -286,26 +289,29 @@ def main():
             "scripts": page.locator("li.card script").count(),
         }
 
-        # The recent batches, and one as a timeline of its events (the hostile one: still text).
-        page.goto(f"{base}/console/batches")
-        out["batch_rows"] = page.locator("tbody tr").all_text_contents()
-        page.click("tbody tr:nth-child(2) th a")
-        out["timeline"] = page.locator("li.event").all_text_contents()
+        out["approver_nav"] = page.locator("header nav a").all_text_contents()
+        # An admin: the recent batches, and one as a timeline of its events.
+        admin = browser.new_context(viewport={"width": 1280, "height": 800})
+        admin.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        admin_page = sign_in(admin, base, args.admin)
+        admin_page.goto(f"{base}/console/batches")
+        out["batch_rows"] = admin_page.locator("tbody tr").all_text_contents()
+        admin_page.click("tbody tr:nth-child(2) th a")
+        out["timeline"] = admin_page.locator("li.event").all_text_contents()
         out["timeline_kinds"] = [
-            page.locator("li.event").nth(i).get_attribute("data-kind")
-            for i in range(page.locator("li.event").count())
+            admin_page.locator("li.event").nth(i).get_attribute("data-kind")
+            for i in range(admin_page.locator("li.event").count())
         ]
         if args.shots:
-            page.screenshot(path=os.path.join(args.shots, "batch.png"), full_page=True)
-        # A session: its memory and trajectory; an approver may not end it.
-        page.goto(f"{base}/console/sessions?id=console-edit")
-        out["session_trajectory"] = page.locator("tbody tr").count()
-        out["session_end_buttons"] = page.locator("form[action='/console/sessions/end']").count()
+            admin_page.screenshot(path=os.path.join(args.shots, "batch.png"), full_page=True)
+        # A session: its memory and trajectory, and End session.
+        admin_page.goto(f"{base}/console/sessions?id=console-edit")
+        out["session_trajectory"] = admin_page.locator("tbody tr").count()
+        out["session_end_buttons"] = admin_page.locator("form[action='/console/sessions/end']").count()
         if args.shots:
-            page.screenshot(path=os.path.join(args.shots, "session.png"), full_page=True)
+            admin_page.screenshot(path=os.path.join(args.shots, "session.png"), full_page=True)
+        admin.close()
         out["hostile"]["dialogs_after_pages"] = list(dialogs)
-        page.goto(f"{base}/console/")
-        page.wait_for_selector("li.card", timeout=5000)
 
         # Another tenant's approver never sees it, live or on load.
         other = browser.new_context(viewport={"width": 390, "height": 844})
@@ -353,6 +359,17 @@ def main():
         page.wait_for_selector("li.card", state="detached", timeout=5000)
         out["resolved_elsewhere"] = page.text_content("#live")
         out["hostile_outcome"] = batch.outcome()
+
+        # Arguments too long for the card: no Approve there, a page to read them whole first.
+        long_text = "x" * 4000 + " rm -rf /"
+        batch = Batch(agents, "echo", {"text": long_text})
+        page.wait_for_selector("li.card", timeout=5000)
+        out["cut_card_approve_buttons"] = page.locator("li.card button.approve").count()
+        page.click("li.card p.notice a")
+        page.wait_for_selector("li.card button.approve", timeout=5000)
+        out["whole_text_shown"] = "rm -rf /" in (page.text_content("li.card") or "")
+        page.click("li.card button.approve")
+        out["cut_outcome"] = batch.outcome()
 
         other.close()
         browser.close()

@@ -111,11 +111,28 @@ async fn an_approver_answers_in_the_console_and_hostile_arguments_stay_text() {
     std::fs::create_dir_all(&shots).unwrap();
     let axe = crate::peers::testenv().join("node/node_modules/axe-core/axe.min.js");
     let (shots, axe) = (shots.display().to_string(), axe.display().to_string());
-    let flags = ["--other", "other-secret", "--shots", &shots, "--axe", &axe];
+    let flags = [
+        "--other",
+        "other-secret",
+        "--admin",
+        "admin-secret",
+        "--shots",
+        &shots,
+        "--axe",
+        &axe,
+    ];
     let out = drive(&base, &grpc, &flags).await;
 
     // The agent's credential gets 403, by header and on the sign-in page.
     assert_eq!(out["agent_header_status"], 403, "{out}");
+    // A rebound name is refused; an approver has the inbox alone.
+    assert_eq!(out["rebound_status"], 403, "{out}");
+    assert_eq!(out["approver_batches_status"], 403, "{out}");
+    assert_eq!(
+        out["approver_nav"],
+        serde_json::json!(["Approvals"]),
+        "{out}"
+    );
     let refused = out["agent_sign_in_error"].as_str().unwrap();
     assert!(refused.contains("approver"), "{out}");
     // Every page carries the strict policy.
@@ -204,9 +221,9 @@ async fn an_approver_answers_in_the_console_and_hostile_arguments_stay_text() {
         serde_json::json!([]),
         "{out}"
     );
-    // A session's trajectory; an approver has no End button.
+    // A session's trajectory and, for the admin, End session.
     assert!(out["session_trajectory"].as_u64().unwrap() >= 1, "{out}");
-    assert_eq!(out["session_end_buttons"], 0, "{out}");
+    assert_eq!(out["session_end_buttons"], 1, "{out}");
     // Another tenant's approver saw none of it.
     assert_eq!(out["other_tenant_cards"], 0, "{out}");
     // A change without the CSRF token was refused, and the call kept waiting.
@@ -224,6 +241,10 @@ async fn an_approver_answers_in_the_console_and_hostile_arguments_stay_text() {
     let said = out["resolved_elsewhere"].as_str().unwrap();
     assert!(said.contains("by ada"), "{out}");
     assert_eq!(out["hostile_outcome"]["success"], false, "{out}");
+    // Arguments too long for a card are read whole on their own page before Approve.
+    assert_eq!(out["cut_card_approve_buttons"], 0, "{out}");
+    assert_eq!(out["whole_text_shown"], true, "{out}");
+    assert_eq!(out["cut_outcome"]["success"], true, "{out}");
     // axe-core finds nothing serious on the inbox or the sign-in page.
     assert_eq!(out["axe_inbox"], serde_json::json!([]), "{out}");
     assert_eq!(out["axe_login"], serde_json::json!([]), "{out}");
@@ -267,13 +288,8 @@ async fn an_admin_sees_a_quarantined_change_side_by_side_and_accepts_it() {
         &["--tools", "admin-secret", "--shots", &shots],
     )
     .await;
-    // An approver sees the tool quarantined, not the remote's new words.
-    let rows = out["approver_rows"].to_string();
-    assert!(
-        rows.contains("pm.greet") && rows.contains("quarantined"),
-        "{out}"
-    );
-    assert_eq!(out["approver_sees_change"], 0, "{out}");
+    // The tools page is an admin's: an approver is refused it.
+    assert_eq!(out["approver_tools_status"], 403, "{out}");
     // The admin sees both descriptions, the changed field marked, the new text as text.
     assert!(
         out["changed_fields"].to_string().contains("Description"),
@@ -374,4 +390,25 @@ async fn over_tls_the_sign_in_cookie_is_secure_and_host_bound() {
         .await
         .unwrap();
     assert_eq!(foreign.status(), 403);
+}
+
+#[tokio::test]
+async fn a_caller_without_the_role_and_no_credential_of_its_own_is_sent_to_sign_in() {
+    // Anonymous loopback callers with no role (as `[auth]` may leave them): the inbox sends
+    // them to the sign-in page, rather than refusing them with nowhere to go.
+    let mut config = Config::from_toml("[admin]\nlisten = \"127.0.0.1:0\"").unwrap();
+    config.auth.anonymous_roles = Vec::new();
+    let ts = start_with(config).await;
+    let client = toolgate_remotes::tls::client_builder(None, std::time::Duration::from_secs(10))
+        .unwrap()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let inbox = client
+        .get(format!("{}/console/", console_url(&ts)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(inbox.status(), 303);
+    assert_eq!(inbox.headers()["location"], "/console/login");
 }

@@ -80,6 +80,9 @@ pub struct ConsoleConfig {
     pub session_ttl: std::time::Duration,
     /// Sign-ins held at once; past it the oldest ends.
     pub max_sessions: usize,
+    /// `Host` values (names or `host:port`) the console answers, against DNS rebinding; `["*"]`
+    /// any (behind a proxy that checks it).
+    pub allowed_hosts: Vec<String>,
 }
 
 impl Default for ConsoleConfig {
@@ -88,6 +91,7 @@ impl Default for ConsoleConfig {
             enabled: true,
             session_ttl: std::time::Duration::from_secs(8 * 3600),
             max_sessions: 1000,
+            allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "::1".into()],
         }
     }
 }

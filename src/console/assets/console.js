@@ -166,6 +166,10 @@
     holder.innerHTML = ended.html;
     if (holder.content.firstElementChild) {
       decided.insertBefore(holder.content.firstElementChild, decided.firstChild);
+      // The last 50: a flood of decisions does not grow the page without end.
+      while (decided.children.length > 50) {
+        decided.removeChild(decided.lastChild);
+      }
     }
   });
   source.addEventListener("stale", function () {

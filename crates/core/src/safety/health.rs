@@ -229,6 +229,12 @@ impl Health {
 impl Entry {
     fn observe(&mut self, success: bool, duration: Duration, minute: u64) {
         self.latencies.observe(duration);
+        // Attempts recorded out of order (their minute taken before the lock) count in the
+        // newest minute: the minutes stay in order, each once.
+        let minute = self
+            .minutes
+            .back()
+            .map_or(minute, |(at, _)| minute.max(*at));
         match self.minutes.back_mut() {
             Some((at, _)) if *at == minute => {}
             _ => {

@@ -1,0 +1,86 @@
+//! Which `Host` a request may name, against DNS rebinding: a page of another site whose name
+//! comes to point at this server's address is sent with that site's name as `Host`, so a
+//! front that a browser can reach answers only the names it goes by. Shared by the MCP front
+//! (`mcp.allowed_hosts`) and the console (`console.allowed_hosts`).
+
+use http::HeaderMap;
+
+/// Why a request's `Host` was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HostRefused {
+    /// No `Host` header.
+    Missing,
+    /// Not shaped like a host (it may be written into URLs).
+    Malformed,
+    /// A name the list does not hold.
+    NotListed,
+}
+
+/// Whether `headers`' `Host` is one of `allowed` (names, with or without a port, case
+/// insensitive; `None`: any well-formed host).
+pub(crate) fn check(headers: &HeaderMap, allowed: Option<&[String]>) -> Result<(), HostRefused> {
+    let Some(host) = headers.get(http::header::HOST) else {
+        return match allowed {
+            Some(_) => Err(HostRefused::Missing),
+            None => Ok(()),
+        };
+    };
+    let host = host.to_str().unwrap_or_default();
+    let shaped = !host.is_empty()
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'[' | b']'));
+    if !shaped {
+        return Err(HostRefused::Malformed);
+    }
+    let Some(allowed) = allowed else {
+        return Ok(());
+    };
+    let name = match host.strip_prefix('[') {
+        Some(rest) => rest.split(']').next().unwrap_or_default(),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    let listed = allowed
+        .iter()
+        .any(|entry| entry.eq_ignore_ascii_case(host) || entry.eq_ignore_ascii_case(name));
+    if listed {
+        Ok(())
+    } else {
+        Err(HostRefused::NotListed)
+    }
+}
+
+/// The list `entries` says: `None` for `["*"]` (any host).
+pub(crate) fn allowed(entries: &[String]) -> Option<Vec<String>> {
+    (!entries.iter().any(|h| h == "*")).then(|| entries.to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_host(host: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(http::header::HOST, host.parse().unwrap());
+        headers
+    }
+
+    #[test]
+    fn listed_names_pass_with_any_port_and_others_do_not() {
+        let list = vec!["localhost".to_owned(), "::1".to_owned()];
+        let allowed = Some(list.as_slice());
+        assert_eq!(check(&with_host("localhost:9464"), allowed), Ok(()));
+        assert_eq!(check(&with_host("[::1]:9464"), allowed), Ok(()));
+        assert_eq!(check(&with_host("LOCALHOST"), allowed), Ok(()));
+        assert_eq!(
+            check(&with_host("evil.example:9464"), allowed),
+            Err(HostRefused::NotListed)
+        );
+        assert_eq!(
+            check(&with_host("a/b"), allowed),
+            Err(HostRefused::Malformed)
+        );
+        assert_eq!(check(&HeaderMap::new(), allowed), Err(HostRefused::Missing));
+        assert_eq!(check(&with_host("anything.example"), None), Ok(()));
+    }
+}
