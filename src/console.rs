@@ -187,6 +187,46 @@ async fn host_guard(
     }
 }
 
+/// Who looks at a page (with `admin`, a page only admins see: what it is), or the answer
+/// turning them away.
+fn look(
+    console: &Console,
+    peer: Option<&Accepted>,
+    headers: &HeaderMap,
+    admin: Option<&str>,
+) -> Result<Viewer, Box<Response>> {
+    let viewer = match console.who(headers, peer) {
+        Who::Viewer(viewer) => viewer,
+        other => return Err(Box::new(turned_away(other, true))),
+    };
+    if let Some(what) = admin
+        && let Some(refused) = admins_only(&viewer, what)
+    {
+        return Err(Box::new(refused));
+    }
+    Ok(viewer)
+}
+
+/// Who sends a change and its form, checked for the sign-in's CSRF token and this console's
+/// origin (with `admin`, a change only admins make: what it is); or the answer refusing it.
+fn change(
+    console: &Console,
+    peer: Option<&Accepted>,
+    headers: &HeaderMap,
+    body: &[u8],
+    admin: Option<&str>,
+) -> Result<(Viewer, Form), Box<Response>> {
+    let viewer = look(console, peer, headers, admin)?;
+    let form = Form::parse(body);
+    if !signin::change_allowed(&viewer, form.get("csrf"), headers) {
+        return Err(Box::new(html(
+            StatusCode::FORBIDDEN,
+            pages::problem("Forbidden", "the form's CSRF token is missing or wrong"),
+        )));
+    }
+    Ok((viewer, form))
+}
+
 /// The answer for a page only admins see, to anyone else.
 fn admins_only(viewer: &Viewer, what: &str) -> Option<Response> {
     (!viewer.caller.has(Role::Admin)).then(|| {
@@ -265,9 +305,9 @@ async fn inbox(
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    let viewer = match console.who(&headers, peer.as_deref()) {
-        Who::Viewer(viewer) => viewer,
-        other => return turned_away(other, true),
+    let viewer = match look(&console, peer.as_deref(), &headers, None) {
+        Ok(viewer) => viewer,
+        Err(refused) => return *refused,
     };
     let query = Form::parse(uri.query().unwrap_or_default().as_bytes());
     let notice = query.get("notice").and_then(pages::notice);
@@ -411,17 +451,10 @@ async fn answer(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let viewer = match console.who(&headers, peer.as_deref()) {
-        Who::Viewer(viewer) => viewer,
-        other => return turned_away(other, true),
+    let (viewer, form) = match change(&console, peer.as_deref(), &headers, &body, None) {
+        Ok(change) => change,
+        Err(refused) => return *refused,
     };
-    let form = Form::parse(&body);
-    if !signin::change_allowed(&viewer, form.get("csrf"), &headers) {
-        return html(
-            StatusCode::FORBIDDEN,
-            pages::problem("Forbidden", "the form's CSRF token is missing or wrong"),
-        );
-    }
     if id.len() > 128 {
         return html(
             StatusCode::BAD_REQUEST,
@@ -512,9 +545,9 @@ async fn one_approval(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    let viewer = match console.who(&headers, peer.as_deref()) {
-        Who::Viewer(viewer) => viewer,
-        other => return turned_away(other, true),
+    let viewer = match look(&console, peer.as_deref(), &headers, None) {
+        Ok(viewer) => viewer,
+        Err(refused) => return *refused,
     };
     let listing = Listing {
         session_id: None,
@@ -609,13 +642,10 @@ async fn tools(
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    let viewer = match console.who(&headers, peer.as_deref()) {
-        Who::Viewer(viewer) => viewer,
-        other => return turned_away(other, true),
+    let viewer = match look(&console, peer.as_deref(), &headers, Some("the tools page")) {
+        Ok(viewer) => viewer,
+        Err(refused) => return *refused,
     };
-    if let Some(refused) = admins_only(&viewer, "the tools page") {
-        return refused;
-    }
     let query = Form::parse(uri.query().unwrap_or_default().as_bytes());
     let notice = query.get("notice").and_then(pages::notice);
     let caller = &viewer.caller;
@@ -673,27 +703,17 @@ async fn accept(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let viewer = match console.who(&headers, peer.as_deref()) {
-        Who::Viewer(viewer) => viewer,
-        other => return turned_away(other, true),
+    let (viewer, form) = match change(
+        &console,
+        peer.as_deref(),
+        &headers,
+        &body,
+        Some("accepting a tool's change"),
+    ) {
+        Ok(change) => change,
+        Err(refused) => return *refused,
     };
-    let form = Form::parse(&body);
-    if !signin::change_allowed(&viewer, form.get("csrf"), &headers) {
-        return html(
-            StatusCode::FORBIDDEN,
-            pages::problem("Forbidden", "the form's CSRF token is missing or wrong"),
-        );
-    }
     let caller = &viewer.caller;
-    if !caller.has(Role::Admin) {
-        return html(
-            StatusCode::FORBIDDEN,
-            pages::problem(
-                "Forbidden",
-                "accepting a tool's change needs the admin role",
-            ),
-        );
-    }
     let Some(remotes) = &console.remotes else {
         return html(
             StatusCode::FORBIDDEN,
@@ -727,13 +747,15 @@ async fn accept(
 
 /// `GET /console/batches`: the tenant's recent batches.
 async fn batches(State(console): State<Arc<Console>>, peer: Peer, headers: HeaderMap) -> Response {
-    let viewer = match console.who(&headers, peer.as_deref()) {
-        Who::Viewer(viewer) => viewer,
-        other => return turned_away(other, true),
+    let viewer = match look(
+        &console,
+        peer.as_deref(),
+        &headers,
+        Some("the batches page"),
+    ) {
+        Ok(viewer) => viewer,
+        Err(refused) => return *refused,
     };
-    if let Some(refused) = admins_only(&viewer, "the batches page") {
-        return refused;
-    }
     let flights = console
         .dispatcher
         .flights()
@@ -752,13 +774,15 @@ async fn batch(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    let viewer = match console.who(&headers, peer.as_deref()) {
-        Who::Viewer(viewer) => viewer,
-        other => return turned_away(other, true),
+    let viewer = match look(
+        &console,
+        peer.as_deref(),
+        &headers,
+        Some("the batches page"),
+    ) {
+        Ok(viewer) => viewer,
+        Err(refused) => return *refused,
     };
-    if let Some(refused) = admins_only(&viewer, "the batches page") {
-        return refused;
-    }
     let found = id
         .parse::<u64>()
         .ok()
@@ -785,13 +809,15 @@ async fn sessions(
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    let viewer = match console.who(&headers, peer.as_deref()) {
-        Who::Viewer(viewer) => viewer,
-        other => return turned_away(other, true),
+    let viewer = match look(
+        &console,
+        peer.as_deref(),
+        &headers,
+        Some("the sessions page"),
+    ) {
+        Ok(viewer) => viewer,
+        Err(refused) => return *refused,
     };
-    if let Some(refused) = admins_only(&viewer, "the sessions page") {
-        return refused;
-    }
     let query = Form::parse(uri.query().unwrap_or_default().as_bytes());
     let notice = query.get("notice").and_then(pages::notice);
     let caller = &viewer.caller;
@@ -840,24 +866,17 @@ async fn end_session(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let viewer = match console.who(&headers, peer.as_deref()) {
-        Who::Viewer(viewer) => viewer,
-        other => return turned_away(other, true),
+    let (viewer, form) = match change(
+        &console,
+        peer.as_deref(),
+        &headers,
+        &body,
+        Some("ending a session"),
+    ) {
+        Ok(change) => change,
+        Err(refused) => return *refused,
     };
-    let form = Form::parse(&body);
-    if !signin::change_allowed(&viewer, form.get("csrf"), &headers) {
-        return html(
-            StatusCode::FORBIDDEN,
-            pages::problem("Forbidden", "the form's CSRF token is missing or wrong"),
-        );
-    }
     let caller = &viewer.caller;
-    if !caller.has(Role::Admin) {
-        return html(
-            StatusCode::FORBIDDEN,
-            pages::problem("Forbidden", "ending a session needs the admin role"),
-        );
-    }
     let id = form.get("id").unwrap_or_default();
     if toolgate_core::session::validate_session_name(id).is_err() {
         return html(

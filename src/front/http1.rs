@@ -34,6 +34,37 @@ pub(crate) struct Limits {
     pub close_grace: Duration,
 }
 
+/// A service hyper can serve a connection with: what `serve` asks of the one it makes.
+pub(crate) trait Serves:
+    tower::Service<
+        http::Request<Incoming>,
+        Response = http::Response<Self::Body>,
+        Future: Send + 'static,
+        Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    > + Clone
+    + Send
+    + 'static
+{
+    type Body: http_body::Body<Data: Send, Error: Into<Box<dyn std::error::Error + Send + Sync>>>
+        + Send
+        + 'static;
+}
+
+impl<S, B> Serves for S
+where
+    S: tower::Service<http::Request<Incoming>, Response = http::Response<B>>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    type Body = B;
+}
+
 /// A connection, as the service made for it learns of it.
 #[derive(Debug, Clone)]
 pub(crate) struct Accepted {
@@ -46,7 +77,7 @@ pub(crate) struct Accepted {
 
 /// Serves `listener` until `stop` fires, then gives open connections `limits.close_grace`. Each
 /// connection is served by the service `make` makes for it.
-pub(crate) async fn serve<M, S, B>(
+pub(crate) async fn serve<M, S>(
     listener: TcpListener,
     tls: Option<Tls>,
     limits: Limits,
@@ -54,15 +85,7 @@ pub(crate) async fn serve<M, S, B>(
     make: M,
 ) where
     M: Fn(Accepted) -> S + Send + Sync + 'static,
-    S: tower::Service<http::Request<Incoming>, Response = http::Response<B>>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    B: http_body::Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    S: Serves,
 {
     let make = Arc::new(make);
     let open = Arc::new(Semaphore::new(limits.max_connections));
@@ -154,18 +177,9 @@ async fn handshake(
 
 /// Serves one connection until it closes, or `stop` fires (then it finishes what it serves,
 /// within the grace).
-async fn run<I, S, B>(io: I, service: S, limits: &Limits, stop: &CancellationToken)
+async fn run<I, S: Serves>(io: I, service: S, limits: &Limits, stop: &CancellationToken)
 where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-    S: tower::Service<http::Request<Incoming>, Response = http::Response<B>>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    B: http_body::Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder

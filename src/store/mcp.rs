@@ -147,21 +147,7 @@ impl McpSessions {
         replica: &str,
         ttl: Duration,
     ) -> Result<bool, StoreError> {
-        let key = asking_key(session);
-        let set: Option<String> = self
-            .store
-            .within(async |c| {
-                redis::cmd("SET")
-                    .arg(&key)
-                    .arg(replica)
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(millis(ttl))
-                    .query_async(c)
-                    .await
-            })
-            .await?;
-        Ok(set.is_some())
+        self.set_new(&asking_key(session), replica, ttl).await
     }
 
     /// The replica with an elicitation out on `session`, if any.
@@ -199,19 +185,8 @@ impl McpSessions {
         asked: &Asked,
         ttl: Duration,
     ) -> Result<(), StoreError> {
-        let key = asked_key(session, request);
         let text = serde_json::to_string(asked).unwrap_or_default();
-        self.store
-            .within(async |c| {
-                redis::cmd("SET")
-                    .arg(&key)
-                    .arg(&text)
-                    .arg("PX")
-                    .arg(millis(ttl))
-                    .query_async::<()>(c)
-                    .await
-            })
-            .await
+        self.set(&asked_key(session, request), &text, ttl).await
     }
 
     /// What elicitation `request` of `session` asks, taken (once) by the replica its answer
@@ -231,18 +206,7 @@ impl McpSessions {
 
     /// Marks the call waiting on `approval` as running, for `ttl` (renewed while it runs).
     pub async fn mark_parked(&self, approval: &str, ttl: Duration) -> Result<(), StoreError> {
-        let key = parked_key(approval);
-        self.store
-            .within(async |c| {
-                redis::cmd("SET")
-                    .arg(&key)
-                    .arg(1)
-                    .arg("PX")
-                    .arg(millis(ttl))
-                    .query_async::<()>(c)
-                    .await
-            })
-            .await
+        self.set(&parked_key(approval), "1", ttl).await
     }
 
     /// Whether the call waiting on `approval` still runs on some replica.
@@ -283,13 +247,32 @@ impl McpSessions {
 
     /// Marks the `request_state` naming `approval` redeemed; `false` when it was already.
     pub async fn redeem_once(&self, approval: &str, ttl: Duration) -> Result<bool, StoreError> {
-        let key = redeemed_key(approval);
+        self.set_new(&redeemed_key(approval), "1", ttl).await
+    }
+
+    /// Sets `key` to `value` for `ttl`.
+    async fn set(&self, key: &str, value: &str, ttl: Duration) -> Result<(), StoreError> {
+        self.store
+            .within(async |c| {
+                redis::cmd("SET")
+                    .arg(key)
+                    .arg(value)
+                    .arg("PX")
+                    .arg(millis(ttl))
+                    .query_async::<()>(c)
+                    .await
+            })
+            .await
+    }
+
+    /// Sets `key` to `value` for `ttl` unless it is set; whether it was not.
+    async fn set_new(&self, key: &str, value: &str, ttl: Duration) -> Result<bool, StoreError> {
         let set: Option<String> = self
             .store
             .within(async |c| {
                 redis::cmd("SET")
-                    .arg(&key)
-                    .arg(1)
+                    .arg(key)
+                    .arg(value)
                     .arg("NX")
                     .arg("PX")
                     .arg(millis(ttl))
