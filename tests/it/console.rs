@@ -248,6 +248,9 @@ async fn an_approver_answers_in_the_console_and_hostile_arguments_stay_text() {
     // axe-core finds nothing serious on the inbox or the sign-in page.
     assert_eq!(out["axe_inbox"], serde_json::json!([]), "{out}");
     assert_eq!(out["axe_login"], serde_json::json!([]), "{out}");
+    for page in ["axe_batches", "axe_batch", "axe_session"] {
+        assert_eq!(out[page], serde_json::json!([]), "{page}: {out}");
+    }
 }
 
 #[tokio::test]
@@ -282,12 +285,15 @@ async fn an_admin_sees_a_quarantined_change_side_by_side_and_accepts_it() {
     std::fs::create_dir_all(&shots).unwrap();
     let shots = shots.display().to_string();
     let grpc = ts.server.local_addr().to_string();
+    let axe = crate::peers::testenv().join("node/node_modules/axe-core/axe.min.js");
+    let axe = axe.display().to_string();
     let out = drive(
         &console_url(&ts),
         &grpc,
-        &["--tools", "admin-secret", "--shots", &shots],
+        &["--tools", "admin-secret", "--shots", &shots, "--axe", &axe],
     )
     .await;
+    assert_eq!(out["axe_tools"], serde_json::json!([]), "{out}");
     // The tools page is an admin's: an approver is refused it.
     assert_eq!(out["approver_tools_status"], 403, "{out}");
     // The admin sees both descriptions, the changed field marked, the new text as text.
