@@ -31,14 +31,16 @@ use crate::config::ConsoleConfig;
 use crate::front::auth::{Authenticator, Denied, audit_text};
 use crate::front::http1::Accepted;
 use signin::{SignIns, Viewer, Who};
-use toolgate_core::approvals::{Answer, Ended, Listing, Remember, ResolveError, Update};
+use toolgate_core::approvals::{Answer, Ended, How, Listing, Remember, ResolveError, Update};
 use toolgate_core::dispatch::Dispatcher;
 use toolgate_core::identity::{Caller, Role};
 use toolgate_core::tools::Definition;
 use toolgate_remotes::Remotes;
 
-/// Decisions kept for "Last decisions", across tenants (each viewer sees its tenant's).
-const DECISIONS_KEPT: usize = 200;
+/// Decisions kept for "Last decisions", per tenant, and the tenants kept (the one whose last
+/// decision is oldest goes first): one tenant's flood does not push out another's.
+const DECISIONS_KEPT: usize = 50;
+const DECISION_TENANTS: usize = 1000;
 /// Decisions shown.
 const DECISIONS_SHOWN: usize = 20;
 /// Bytes of whole arguments the inbox carries (oldest first); past them, previews.
@@ -60,7 +62,7 @@ pub struct Console {
     /// is enabled (as for `AcceptToolChange`).
     remotes: Option<Arc<Remotes>>,
     sign_ins: SignIns,
-    decisions: Mutex<VecDeque<Ended>>,
+    decisions: Mutex<Decisions>,
     /// `limits.max_json_depth`, for edited arguments.
     max_depth: usize,
     /// `console.allowed_hosts`; `None`: any.
@@ -82,7 +84,7 @@ impl Console {
     ) -> Arc<Self> {
         let console = Arc::new(Console {
             sign_ins: SignIns::new(auth, config.session_ttl, config.max_sessions, tls),
-            decisions: Mutex::new(VecDeque::with_capacity(DECISIONS_KEPT)),
+            decisions: Mutex::default(),
             max_depth,
             dispatcher,
             remotes,
@@ -101,12 +103,12 @@ impl Console {
                 let Some(console) = weak.upgrade() else {
                     return;
                 };
-                if let Update::Ended(ended) = update {
-                    let mut decisions = console.decisions.lock();
-                    if decisions.len() == DECISIONS_KEPT {
-                        decisions.pop_back();
-                    }
-                    decisions.push_front(ended);
+                // A person's decisions (and approvals that expired), not the calls a remembered
+                // answer let through.
+                if let Update::Ended(ended) = update
+                    && ended.how != How::Remembered
+                {
+                    console.decisions.lock().keep(ended);
                 }
             }
         });
@@ -148,10 +150,11 @@ impl Console {
 
     /// The decisions `viewer` may see, newest first.
     fn decisions_for(&self, viewer: &Caller) -> Vec<Ended> {
-        self.decisions
-            .lock()
-            .iter()
-            .filter(|ended| ended.tenant == viewer.tenant)
+        let decisions = self.decisions.lock();
+        let Some((_, kept)) = decisions.by_tenant.get(&viewer.tenant) else {
+            return Vec::new();
+        };
+        kept.iter()
             .filter(|ended| Update::Ended((*ended).clone()).visible_to(viewer))
             .take(DECISIONS_SHOWN)
             .cloned()
@@ -247,6 +250,36 @@ fn store_down(error: &dyn std::fmt::Display) -> Response {
             "what this page shows is in the shared store, which did not answer; retry later",
         ),
     )
+}
+
+/// The last decisions of each tenant, newest first.
+#[derive(Default)]
+struct Decisions {
+    /// By tenant: when its last decision came (a count), and its decisions.
+    by_tenant: std::collections::HashMap<String, (u64, VecDeque<Ended>)>,
+    seen: u64,
+}
+
+impl Decisions {
+    fn keep(&mut self, ended: Ended) {
+        self.seen += 1;
+        if !self.by_tenant.contains_key(&ended.tenant)
+            && self.by_tenant.len() >= DECISION_TENANTS
+            && let Some(stalest) = self
+                .by_tenant
+                .iter()
+                .min_by_key(|(_, (last, _))| *last)
+                .map(|(tenant, _)| tenant.clone())
+        {
+            self.by_tenant.remove(&stalest);
+        }
+        let (last, kept) = self.by_tenant.entry(ended.tenant.clone()).or_default();
+        *last = self.seen;
+        if kept.len() == DECISIONS_KEPT {
+            kept.pop_back();
+        }
+        kept.push_front(ended);
+    }
 }
 
 /// The peer of a request, as the admin listener accepted its connection.
@@ -980,7 +1013,9 @@ fn changes(
                     Update::Requested(approval) if approval.tenant == caller.tenant => {
                         requested(&console, &viewer, approval)
                     }
-                    Update::Ended(ended) if ended.tenant == caller.tenant => {
+                    Update::Ended(ended)
+                        if ended.tenant == caller.tenant && ended.how != How::Remembered =>
+                    {
                         let data = json!({
                             "id": ended.approval_id,
                             "by": pages::shown(&ended.by),

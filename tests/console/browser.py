@@ -329,10 +329,14 @@ def main():
         other_page = sign_in(other, base, args.other)
         other_page.wait_for_timeout(500)
         out["other_tenant_cards"] = other_page.locator("li.card").count()
+        # At a phone's width the page fits: nothing runs off its side.
+        page.set_viewport_size({"width": 390, "height": 844})
+        out["phone_overflow_px"] = page.evaluate(
+            "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+        )
         if args.shots:
-            page.set_viewport_size({"width": 390, "height": 844})
             page.screenshot(path=os.path.join(args.shots, "inbox-phone.png"), full_page=True)
-            page.set_viewport_size({"width": 1280, "height": 800})
+        page.set_viewport_size({"width": 1280, "height": 800})
 
         # Accessibility: axe-core on the inbox (with a card) and the sign-in page. The audit's
         # script is injected, so this context lets it past the policy.

@@ -224,6 +224,8 @@ async fn an_approver_answers_in_the_console_and_hostile_arguments_stay_text() {
     // A session's trajectory and, for the admin, End session.
     assert!(out["session_trajectory"].as_u64().unwrap() >= 1, "{out}");
     assert_eq!(out["session_end_buttons"], 1, "{out}");
+    // At a phone's width the inbox fits the screen.
+    assert_eq!(out["phone_overflow_px"], 0, "{out}");
     // Another tenant's approver saw none of it.
     assert_eq!(out["other_tenant_cards"], 0, "{out}");
     // A change without the CSRF token was refused, and the call kept waiting.
