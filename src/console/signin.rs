@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use http::HeaderMap;
 use parking_lot::Mutex;
@@ -114,6 +114,13 @@ impl SignIns {
             .map_err(|_| Denied::Unauthenticated("the token is not one".to_owned()))?;
         headers.insert(http::header::AUTHORIZATION, value);
         let caller = self.judge(&Credentials::new(&headers, peer, None))?;
+        // A sign-in lasts no longer than the JWT it was made from.
+        let lasts = match jwt_expiry(token.trim()) {
+            Some(exp) => self
+                .ttl
+                .min(exp.duration_since(SystemTime::now()).unwrap_or_default()),
+            None => self.ttl,
+        };
         let unavailable = || Denied::Unauthenticated("sign-ins are unavailable".to_owned());
         let id = super::random_hex().ok_or_else(unavailable)?;
         let csrf = super::random_hex().ok_or_else(unavailable)?;
@@ -147,7 +154,7 @@ impl SignIns {
             Signed {
                 caller: caller.clone(),
                 csrf,
-                until: now + self.ttl,
+                until: now + lasts,
                 made: now,
             },
         );
@@ -155,7 +162,7 @@ impl SignIns {
             "{}={id}; Path={}; Max-Age={}; HttpOnly; SameSite=Strict{}",
             self.cookie(),
             if self.tls { "/" } else { "/console" },
-            self.ttl.as_secs(),
+            lasts.as_secs(),
             if self.tls { "; Secure" } else { "" }
         );
         Ok((caller, cookie))
@@ -236,4 +243,18 @@ pub(super) fn same_origin(headers: &HeaderMap) -> bool {
         .ok()
         .and_then(|origin| origin.split_once("://"))
         .is_some_and(|(_, rest)| !host.is_empty() && rest == host)
+}
+
+/// When the JWT `token` expires (its `exp`), if it is one: read after the token was verified,
+/// so its claims are the issuer's.
+fn jwt_expiry(token: &str) -> Option<SystemTime> {
+    use base64::Engine as _;
+    let mut parts = token.split('.');
+    let (_, claims, _) = (parts.next()?, parts.next()?, parts.next()?);
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(claims.trim_end_matches('='))
+        .ok()?;
+    let claims: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    let exp = claims.get("exp")?.as_u64()?;
+    Some(SystemTime::UNIX_EPOCH + Duration::from_secs(exp))
 }

@@ -420,3 +420,53 @@ async fn a_caller_without_the_role_and_no_credential_of_its_own_is_sent_to_sign_
     assert_eq!(inbox.status(), 303);
     assert_eq!(inbox.headers()["location"], "/console/login");
 }
+
+#[tokio::test]
+async fn a_sign_in_made_from_a_jwt_ends_when_the_jwt_does() {
+    let key = crate::security::JwtKey::new("k1");
+    let dir = folder("console-jwt");
+    let jwks = write(
+        &dir,
+        "jwks.json",
+        &serde_json::json!({"keys": [key.jwk]}).to_string(),
+    );
+    let ts = start_with(console_config(&format!(
+        "[auth.jwt]\njwks_file = \"{jwks}\"\nissuer = \"https://idp.test\"\naudience = \"toolgate\"\n"
+    )))
+    .await;
+    let base = console_url(&ts);
+    let token = key.token(
+        "k1",
+        serde_json::json!({"iss": "https://idp.test", "aud": "toolgate", "sub": "carol",
+               "tenant": "acme", "roles": ["approver"], "exp": crate::security::now() + 2}),
+    );
+    let client = toolgate_remotes::tls::client_builder(None, std::time::Duration::from_secs(10))
+        .unwrap()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let signed = client
+        .post(format!("{base}/console/login"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={token}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(signed.status(), 303);
+    let cookie = signed.headers()["set-cookie"].to_str().unwrap().to_owned();
+    assert!(!cookie.contains("Max-Age=28800"), "{cookie}");
+    let value = cookie.split(';').next().unwrap().to_owned();
+    let inbox = async || {
+        client
+            .get(format!("{base}/console/"))
+            .header("cookie", &value)
+            .send()
+            .await
+            .unwrap()
+            .status()
+    };
+    assert_eq!(inbox().await, 200);
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    // Past the JWT's `exp`, the sign-in is gone: the person signs in again.
+    assert_eq!(inbox().await, 303);
+}
