@@ -176,3 +176,16 @@ where
         None => builder,
     }
 }
+
+/// An error and its causes on one line: a transport error's own text (tonic's "transport
+/// error", reqwest's "error sending request") hides why.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

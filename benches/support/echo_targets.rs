@@ -208,12 +208,14 @@ impl Conn {
                     .body(body.to_string())
                     .send()
                     .await
-                    .map_err(|e| format!("POST: {}", error_chain(&e)))?;
+                    .map_err(|e| format!("POST: {}", toolgate::telemetry::error_chain(&e)))?;
                 let status = reply.status();
-                let text = reply
-                    .text()
-                    .await
-                    .map_err(|e| format!("reading the reply: {}", error_chain(&e)))?;
+                let text = reply.text().await.map_err(|e| {
+                    format!(
+                        "reading the reply: {}",
+                        toolgate::telemetry::error_chain(&e)
+                    )
+                })?;
                 if !status.is_success() {
                     return Err(format!("HTTP {status}: {}", clip(&text)));
                 }
@@ -311,18 +313,6 @@ fn check_echo(answer: &Value, n: u64) -> Result<(), String> {
         "not the echo of n={n}: {}",
         clip(&result.to_string())
     ))
-}
-
-/// An error with its causes (reqwest's own text hides them).
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 /// At most 200 characters of `text`, for an error message.

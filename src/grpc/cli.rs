@@ -236,7 +236,7 @@ async fn connect(target: &Target) -> Result<Channel, CliError> {
     }
     endpoint.connect().await.map_err(|e| CliError::Connect {
         addr: target.addr.clone(),
-        reason: chain(&e),
+        reason: crate::telemetry::error_chain(&e),
     })
 }
 
@@ -247,17 +247,6 @@ fn read(path: &PathBuf) -> Result<Vec<u8>, CliError> {
     })
 }
 
-/// An error and its causes, as one line.
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
 /// One pending approval, on one line.
 fn describe(approval: &pb::Approval) -> String {
     let arguments = approval

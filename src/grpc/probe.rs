@@ -70,7 +70,7 @@ async fn ask(addr: &str, service: &str, timeout: Duration) -> Probed {
     };
     let channel = match endpoint.connect().await {
         Ok(channel) => channel,
-        Err(e) => return Probed::Unreachable(chain(&e)),
+        Err(e) => return Probed::Unreachable(crate::telemetry::error_chain(&e)),
     };
     let request = HealthCheckRequest {
         service: service.to_owned(),
@@ -87,18 +87,6 @@ async fn ask(addr: &str, service: &str, timeout: Duration) -> Probed {
         }
         Err(status) => Probed::Unreachable(format!("{:?}: {}", status.code(), status.message())),
     }
-}
-
-/// An error and its causes on one line: tonic's transport error alone says only "transport error".
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

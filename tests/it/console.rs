@@ -4,7 +4,7 @@
 //! hostile arguments inert, an agent's token refused, tenants apart, CSRF refused.
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use serde_json::Value;
 use toolgate::config::Config;
@@ -84,21 +84,8 @@ async fn drive(base: &str, grpc: &str, flags: &[&str]) -> Value {
         .env(
             "PYTHONPATH",
             concat!(env!("CARGO_MANIFEST_DIR"), "/clients/python/src"),
-        )
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    crate::processes::own_group(&mut command);
-    let child = command.spawn().expect("python starts");
-    let output = tokio::task::spawn_blocking(move || child.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    let out: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
-        .unwrap_or_else(|_| panic!("the driver printed no JSON: {stdout}\n{stderr}"));
-    assert!(output.status.success(), "{out}\n{stderr}");
-    out
+        );
+    run_json_driver(command, "the console's browser driver").await
 }
 
 #[tokio::test]

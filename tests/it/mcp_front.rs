@@ -38,25 +38,8 @@ async fn sdk(url: &str, mode: &str, scenario: &str, flags: &[&str]) -> Value {
     command
         .arg(driver())
         .args([url, mode, scenario])
-        .args(flags)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    crate::processes::own_group(&mut command);
-    let child = command.spawn().expect("python starts");
-    let output = tokio::task::spawn_blocking(move || child.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    let line = stdout.lines().last().unwrap_or_default();
-    let value: Value = serde_json::from_str(line)
-        .unwrap_or_else(|_| panic!("the driver printed no JSON: {stdout}\n{stderr}"));
-    assert!(
-        output.status.success(),
-        "{scenario} ({mode}) failed: {value}\n{stderr}"
-    );
-    value
+        .args(flags);
+    run_json_driver(command, &format!("{scenario} ({mode})")).await
 }
 
 #[tokio::test]

@@ -424,3 +424,24 @@ impl Ca {
         (cert.pem(), key.serialize_pem())
     }
 }
+
+/// Runs a test driver (`command`: a script that prints one JSON object as its last line of
+/// output), in a process group of its own and off the test's runtime, and returns that object;
+/// fails the test, saying `what` and showing its stderr, when the driver failed.
+pub async fn run_json_driver(mut command: std::process::Command, what: &str) -> serde_json::Value {
+    command
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    crate::processes::own_group(&mut command);
+    let child = command.spawn().expect("the driver starts");
+    let output = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let value: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|_| panic!("the driver printed no JSON: {stdout}\n{stderr}"));
+    assert!(output.status.success(), "{what} failed: {value}\n{stderr}");
+    value
+}
