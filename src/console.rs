@@ -974,18 +974,37 @@ async fn events(State(console): State<Arc<Console>>, peer: Peer, headers: Header
         .iter()
         .map(|approval| Ok(requested(&console, &viewer, approval)))
         .collect();
+    let asks = Asks {
+        headers,
+        peer: peer.map(|p| p.peer),
+    };
     let stream = futures::stream::iter(now)
-        .chain(changes(console.clone(), viewer, updates, (slot, place)))
+        .chain(changes(
+            console.clone(),
+            viewer,
+            asks,
+            updates,
+            (slot, place),
+        ))
         .take_until(tokio::time::sleep(STREAM_LIFETIME));
     Sse::new(stream)
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
         .into_response()
 }
 
-/// The events of `updates` `viewer` may see, while its watch slot is held.
+/// What a live stream's request presented, asked again before each event: a stream ends when
+/// its sign-in does (signed out, expired, its credential no longer accepted).
+struct Asks {
+    headers: HeaderMap,
+    peer: Option<std::net::SocketAddr>,
+}
+
+/// The events of `updates` `viewer` may see, while its watch slot is held and its request's
+/// credentials still let it in.
 fn changes(
     console: Arc<Console>,
     viewer: Viewer,
+    asks: Asks,
     updates: tokio::sync::broadcast::Receiver<Update>,
     slot: (
         toolgate_core::approvals::WatchSlot,
@@ -993,15 +1012,15 @@ fn changes(
     ),
 ) -> impl Stream<Item = Result<Event, Infallible>> {
     futures::stream::unfold(
-        (console, viewer, updates, slot),
-        |(console, viewer, mut updates, slot)| async move {
+        (console, viewer, asks, updates, slot),
+        |(console, viewer, asks, mut updates, slot)| async move {
             loop {
                 let update = match updates.recv().await {
                     Ok(update) => update,
                     // Missed some: the page reloads the inbox.
                     Err(RecvError::Lagged(_)) => {
                         let event = Event::default().event("stale").data("reload");
-                        return Some((Ok(event), (console, viewer, updates, slot)));
+                        return Some((Ok(event), (console, viewer, asks, updates, slot)));
                     }
                     Err(RecvError::Closed) => return None,
                 };
@@ -1026,7 +1045,13 @@ fn changes(
                     }
                     _ => continue,
                 };
-                return Some((Ok(event), (console, viewer, updates, slot)));
+                if !matches!(
+                    console.sign_ins.who(&asks.headers, asks.peer),
+                    Who::Viewer(_)
+                ) {
+                    return None;
+                }
+                return Some((Ok(event), (console, viewer, asks, updates, slot)));
             }
         },
     )

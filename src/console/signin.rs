@@ -1,7 +1,9 @@
 //! Who looks at the console: a request's own credentials (a bearer token or JWT, as on gRPC;
 //! anonymous callers as `[auth]` says), or a sign-in, made on the login page from a token and
 //! kept server-side behind an HttpOnly, SameSite=Strict cookie (`Secure`, and `__Host-`, under
-//! TLS) with its own CSRF token. The console needs the `approver` or `admin` role.
+//! TLS) with its own CSRF token. A sign-in holds the token it was made from and judges it again
+//! on every request, so it never outlives its credential (a JWT expired or signed by a key the
+//! JWKS dropped). The console needs the `approver` or `admin` role.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -40,6 +42,9 @@ pub(super) enum Who {
 /// A sign-in.
 struct Signed {
     caller: Arc<Caller>,
+    /// The token it was made from, judged again on each request: the server holds it as it
+    /// holds the sign-in (in memory, never written out), and a browser never sees it again.
+    token: String,
     csrf: String,
     until: Instant,
     made: Instant,
@@ -79,18 +84,37 @@ impl SignIns {
     /// one, else its own credentials.
     pub(super) fn who(&self, headers: &HeaderMap, peer: Option<SocketAddr>) -> Who {
         if let Some(id) = self.cookie_value(headers) {
-            let mut held = self.held.lock();
-            match held.get(&id) {
-                Some(signed) if signed.until > Instant::now() => {
-                    return Who::Viewer(Viewer {
-                        caller: signed.caller.clone(),
-                        csrf: Some(signed.csrf.clone()),
-                    });
+            let live = {
+                let mut held = self.held.lock();
+                match held.get(&id) {
+                    Some(signed) if signed.until > Instant::now() => {
+                        Some((signed.token.clone(), signed.csrf.clone()))
+                    }
+                    Some(_) => {
+                        held.remove(&id);
+                        None
+                    }
+                    None => None,
                 }
-                Some(_) => {
-                    held.remove(&id);
+            };
+            // Judged outside the lock: a JWT's signature takes a while.
+            let judged = live.and_then(|(token, csrf)| {
+                let headers = bearer(&token)?;
+                Some((self.judge(&Credentials::new(&headers, peer, None)), csrf))
+            });
+            if let Some((judged, csrf)) = judged {
+                match judged {
+                    Ok(caller) => {
+                        return Who::Viewer(Viewer {
+                            caller,
+                            csrf: Some(csrf),
+                        });
+                    }
+                    // The credential no longer lets it in: the sign-in ends with it.
+                    Err(_) => {
+                        self.held.lock().remove(&id);
+                    }
                 }
-                None => {}
             }
         }
         let carried = headers.contains_key(http::header::AUTHORIZATION);
@@ -109,13 +133,12 @@ impl SignIns {
         token: &str,
         peer: Option<SocketAddr>,
     ) -> Result<(Arc<Caller>, String), Denied> {
-        let mut headers = HeaderMap::new();
-        let value = http::HeaderValue::from_str(&format!("Bearer {}", token.trim()))
-            .map_err(|_| Denied::Unauthenticated("the token is not one".to_owned()))?;
-        headers.insert(http::header::AUTHORIZATION, value);
+        let token = token.trim();
+        let headers = bearer(token)
+            .ok_or_else(|| Denied::Unauthenticated("the token is not one".to_owned()))?;
         let caller = self.judge(&Credentials::new(&headers, peer, None))?;
         // A sign-in lasts no longer than the JWT it was made from.
-        let lasts = match jwt_expiry(token.trim()) {
+        let lasts = match jwt_expiry(token) {
             Some(exp) => self
                 .ttl
                 .min(exp.duration_since(SystemTime::now()).unwrap_or_default()),
@@ -153,6 +176,7 @@ impl SignIns {
             id.clone(),
             Signed {
                 caller: caller.clone(),
+                token: token.to_owned(),
                 csrf,
                 until: now + lasts,
                 made: now,
@@ -205,6 +229,14 @@ impl SignIns {
             .map(|(_, value)| value.to_owned())
             .filter(|value| value.len() == 64 && value.bytes().all(|b| b.is_ascii_hexdigit()))
     }
+}
+
+/// Headers presenting `token` as a bearer token; `None` when it cannot be a header's value.
+fn bearer(token: &str) -> Option<HeaderMap> {
+    let value = http::HeaderValue::from_str(&format!("Bearer {token}")).ok()?;
+    let mut headers = HeaderMap::new();
+    headers.insert(http::header::AUTHORIZATION, value);
+    Some(headers)
 }
 
 /// Whether a change from `viewer` may be made: its sign-in's CSRF token in the form (a request

@@ -457,3 +457,125 @@ async fn a_sign_in_made_from_a_jwt_ends_when_the_jwt_does() {
     // Past the JWT's `exp`, the sign-in is gone: the person signs in again.
     assert_eq!(inbox().await, 303);
 }
+
+#[tokio::test]
+async fn a_sign_in_and_its_live_stream_end_when_its_jwt_is_no_longer_accepted() {
+    use futures::StreamExt;
+    // The JWKS, served here: rotated mid-test to a key that did not sign the sign-in's JWT.
+    let old = crate::security::JwtKey::new("k1");
+    let new = crate::security::JwtKey::new("k2");
+    let served = std::sync::Arc::new(parking_lot::Mutex::new(
+        serde_json::json!({"keys": [old.jwk]}).to_string(),
+    ));
+    let jwks = served.clone();
+    let app = axum::Router::new().route(
+        "/jwks.json",
+        axum::routing::get(async move || {
+            (
+                [(http::header::CONTENT_TYPE, "application/json")],
+                jwks.lock().clone(),
+            )
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let jwks_at = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let ts = start_with(console_config(&format!(
+        "[auth.jwt]\njwks_url = \"http://{jwks_at}/jwks.json\"\nissuer = \"https://idp.test\"\naudience = \"toolgate\"\n"
+    )))
+    .await;
+    let base = console_url(&ts);
+    let claims = serde_json::json!({"iss": "https://idp.test", "aud": "toolgate", "sub": "carol",
+           "tenant": "acme", "roles": ["approver"], "exp": crate::security::now() + 3600});
+    let client = toolgate_remotes::tls::client_builder(None, std::time::Duration::from_secs(10))
+        .unwrap()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let signed = client
+        .post(format!("{base}/console/login"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={}", old.token("k1", claims.clone())))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(signed.status(), 303);
+    let cookie = signed.headers()["set-cookie"].to_str().unwrap().to_owned();
+    let cookie = cookie.split(';').next().unwrap().to_owned();
+    let inbox = async || {
+        client
+            .get(format!("{base}/console/"))
+            .header("cookie", &cookie)
+            .send()
+            .await
+            .unwrap()
+            .status()
+    };
+    assert_eq!(inbox().await, 200);
+
+    // The live inbox, open, carries an approval the agent's batch raises.
+    let events = client
+        .get(format!("{base}/console/events"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(events.status(), 200);
+    let mut events = events.bytes_stream();
+    let mut seen = String::new();
+    let raise = |text: &str| {
+        let mut req = request(serde_json::json!([
+            {"id": "c1", "name": "echo", "arguments": {"text": text}}
+        ]));
+        req.options = Some(toolgate_proto::pb::DispatchOptions {
+            interactive_approvals: true,
+            ..Default::default()
+        });
+        let mut client = ts.client.clone();
+        let req = as_caller(Some("agent-secret"), req);
+        tokio::spawn(async move {
+            let mut stream = client.dispatch_batch(req).await.unwrap().into_inner();
+            while stream.next().await.is_some() {}
+        })
+    };
+    let first = raise("before the rotation");
+    while !seen.contains("before the rotation") {
+        let chunk = tokio::time::timeout(std::time::Duration::from_secs(10), events.next())
+            .await
+            .expect("the first approval reaches the open stream")
+            .expect("the stream stays open")
+            .unwrap();
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+
+    // The identity provider drops the key. A token naming the new key makes the server fetch
+    // the JWKS again; from then on the sign-in's JWT no longer verifies.
+    *served.lock() = serde_json::json!({"keys": [new.jwk]}).to_string();
+    let fresh = new.token("k2", claims);
+    eventually("the server took the rotated JWKS", async || {
+        client
+            .get(format!("{base}/console/"))
+            .bearer_auth(&fresh)
+            .send()
+            .await
+            .unwrap()
+            .status()
+            == 200
+    })
+    .await;
+    // The sign-in ended with its credential: the person signs in again.
+    assert_eq!(inbox().await, 303);
+    // The open stream ends rather than carry the next approval.
+    let second = raise("after the rotation");
+    let mut rest = String::new();
+    loop {
+        match tokio::time::timeout(std::time::Duration::from_secs(10), events.next()).await {
+            Ok(Some(Ok(chunk))) => rest.push_str(&String::from_utf8_lossy(&chunk)),
+            Ok(None | Some(Err(_))) => break,
+            Err(_) => panic!("the stream stayed open after its sign-in ended: {rest}"),
+        }
+    }
+    assert!(!rest.contains("after the rotation"), "{rest}");
+    first.abort();
+    second.abort();
+}
