@@ -90,6 +90,25 @@ def sign_in(context, base, token):
     return page
 
 
+def tab_to(page, selector, presses=60):
+    """Presses Tab until the focused element matches `selector`: whether it got there."""
+    for _ in range(presses):
+        page.keyboard.press("Tab")
+        if page.evaluate("(s) => document.activeElement.matches(s)", selector):
+            return True
+    return False
+
+
+def phone_overflow(page):
+    """How far `page` runs off the side of a phone's screen (390 px wide), in pixels."""
+    page.set_viewport_size({"width": 390, "height": 844})
+    over = page.evaluate(
+        "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+    )
+    page.set_viewport_size({"width": 1280, "height": 800})
+    return over
+
+
 def axe(page, script):
     """The serious and critical violations axe-core finds on `page`."""
     page.add_script_tag(path=script)
@@ -169,14 +188,19 @@ def tools(args, base, agents):
         out["bold_elements"] = page.locator("table.diff b").count()
         if args.shots:
             page.screenshot(path=os.path.join(args.shots, "tools.png"), full_page=True)
-        page.click("section.change button")
+        out["phone_overflow_px"] = {"tools": phone_overflow(page)}
+        # By keyboard alone: Tab to Accept, Enter.
+        out["accept_focused"] = tab_to(page, "section.change button")
+        page.keyboard.press("Enter")
         page.wait_for_url(f"{base}/console/tools?notice=accepted")
         out["notice"] = page.text_content("p.notice")
         out["after_accept"] = page.locator("tr.quarantined").count()
         # An admin ends a session from its page.
         page.goto(f"{base}/console/sessions?id=tools")
         out["tools_session_memory"] = page.locator("h3").all_text_contents()
-        page.click("form[action='/console/sessions/end'] button")
+        out["phone_overflow_px"]["session"] = phone_overflow(page)
+        out["end_focused"] = tab_to(page, "form[action='/console/sessions/end'] button")
+        page.keyboard.press("Enter")
         page.wait_for_selector("p.notice", timeout=5000)
         out["end_notice"] = page.text_content("p.notice")
         browser.close()
@@ -301,7 +325,12 @@ def main():
         admin_page = sign_in(admin, base, args.admin)
         admin_page.goto(f"{base}/console/batches")
         out["batch_rows"] = admin_page.locator("tbody tr").all_text_contents()
-        admin_page.click("tbody tr:nth-child(2) th a")
+        overflow = {"batches": phone_overflow(admin_page)}
+        # By keyboard alone: Tab to the second batch's link, Enter opens its timeline.
+        out["batch_link_focused"] = tab_to(admin_page, "tbody tr:nth-child(2) th a")
+        admin_page.keyboard.press("Enter")
+        admin_page.wait_for_url(f"{base}/console/batches/*")
+        overflow["batch"] = phone_overflow(admin_page)
         out["timeline"] = admin_page.locator("li.event").all_text_contents()
         out["timeline_kinds"] = [
             admin_page.locator("li.event").nth(i).get_attribute("data-kind")
@@ -317,6 +346,7 @@ def main():
         admin_page.goto(f"{base}/console/sessions?id=console-edit")
         out["session_trajectory"] = admin_page.locator("tbody tr").count()
         out["session_end_buttons"] = admin_page.locator("form[action='/console/sessions/end']").count()
+        overflow["session"] = phone_overflow(admin_page)
         if args.shots:
             admin_page.screenshot(path=os.path.join(args.shots, "session.png"), full_page=True)
         if args.axe:
@@ -329,14 +359,15 @@ def main():
         other_page = sign_in(other, base, args.other)
         other_page.wait_for_timeout(500)
         out["other_tenant_cards"] = other_page.locator("li.card").count()
-        # At a phone's width the page fits: nothing runs off its side.
-        page.set_viewport_size({"width": 390, "height": 844})
-        out["phone_overflow_px"] = page.evaluate(
-            "document.documentElement.scrollWidth - document.documentElement.clientWidth"
-        )
+        # At a phone's width every page fits: nothing runs off its side.
+        overflow["inbox"] = phone_overflow(page)
         if args.shots:
+            page.set_viewport_size({"width": 390, "height": 844})
             page.screenshot(path=os.path.join(args.shots, "inbox-phone.png"), full_page=True)
-        page.set_viewport_size({"width": 1280, "height": 800})
+            page.set_viewport_size({"width": 1280, "height": 800})
+        login = other.new_page()
+        login.goto(f"{base}/console/login")
+        overflow["login"] = phone_overflow(login)
 
         # Accessibility: axe-core on the inbox (with a card) and the sign-in page. The audit's
         # script is injected, so this context lets it past the policy.
@@ -383,8 +414,12 @@ def main():
         page.click("li.card p.notice a")
         page.wait_for_selector("li.card button.approve", timeout=5000)
         out["whole_text_shown"] = "rm -rf /" in (page.text_content("li.card") or "")
-        page.click("li.card button.approve")
+        overflow["approval"] = phone_overflow(page)
+        # By keyboard alone on the approval's own page.
+        out["cut_approve_focused"] = tab_to(page, "li.card button.approve")
+        page.keyboard.press("Enter")
         out["cut_outcome"] = batch.outcome()
+        out["phone_overflow_px"] = overflow
 
         other.close()
         browser.close()

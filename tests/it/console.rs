@@ -211,8 +211,16 @@ async fn an_approver_answers_in_the_console_and_hostile_arguments_stay_text() {
     // A session's trajectory and, for the admin, End session.
     assert!(out["session_trajectory"].as_u64().unwrap() >= 1, "{out}");
     assert_eq!(out["session_end_buttons"], 1, "{out}");
-    // At a phone's width the inbox fits the screen.
-    assert_eq!(out["phone_overflow_px"], 0, "{out}");
+    // At a phone's width every page fits the screen.
+    assert_eq!(
+        out["phone_overflow_px"],
+        serde_json::json!({"inbox": 0, "login": 0, "batches": 0, "batch": 0, "session": 0,
+                           "approval": 0}),
+        "{out}"
+    );
+    // By keyboard alone: a batch's timeline opened, the approval's own page approved.
+    assert_eq!(out["batch_link_focused"], true, "{out}");
+    assert_eq!(out["cut_approve_focused"], true, "{out}");
     // Another tenant's approver saw none of it.
     assert_eq!(out["other_tenant_cards"], 0, "{out}");
     // A change without the CSRF token was refused, and the call kept waiting.
@@ -303,6 +311,14 @@ async fn an_admin_sees_a_quarantined_change_side_by_side_and_accepts_it() {
         "{out}"
     );
     assert_eq!(out["bold_elements"], 0, "{out}");
+    // The tools page and a session's fit a phone's width; Accept and End session by keyboard.
+    assert_eq!(
+        out["phone_overflow_px"],
+        serde_json::json!({"tools": 0, "session": 0}),
+        "{out}"
+    );
+    assert_eq!(out["accept_focused"], true, "{out}");
+    assert_eq!(out["end_focused"], true, "{out}");
     // Accept pinned the new definition: the tool runs again.
     assert_eq!(out["after_accept"], 0, "{out}");
     assert_eq!(out["greet_after"]["success"], true, "{out}");
