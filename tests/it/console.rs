@@ -68,6 +68,28 @@ fn console_url(ts: &TestServer) -> String {
     format!("http://{admin}")
 }
 
+/// An HTTP client that does not follow redirects: a page's 303 is what the tests look at.
+fn no_redirects() -> reqwest::Client {
+    toolgate_remotes::tls::client_builder(None, std::time::Duration::from_secs(10))
+        .unwrap()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+/// Signs in on the console at `base` with `token`: the sign-in's `Set-Cookie` value.
+async fn sign_in(client: &reqwest::Client, base: &str, token: &str) -> String {
+    let signed = client
+        .post(format!("{base}/console/login"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={token}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(signed.status(), 303);
+    signed.headers()["set-cookie"].to_str().unwrap().to_owned()
+}
+
 /// Runs tests/console/browser.py against the console at `base` and the gRPC port `grpc`, with
 /// `flags` after the tokens, and returns what it printed.
 async fn drive(base: &str, grpc: &str, flags: &[&str]) -> Value {
@@ -410,11 +432,7 @@ async fn a_caller_without_the_role_and_no_credential_of_its_own_is_sent_to_sign_
     let mut config = Config::from_toml("[admin]\nlisten = \"127.0.0.1:0\"").unwrap();
     config.auth.anonymous_roles = Vec::new();
     let ts = start_with(config).await;
-    let client = toolgate_remotes::tls::client_builder(None, std::time::Duration::from_secs(10))
-        .unwrap()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
+    let client = no_redirects();
     let inbox = client
         .get(format!("{}/console/", console_url(&ts)))
         .send()
@@ -443,20 +461,8 @@ async fn a_sign_in_made_from_a_jwt_ends_when_the_jwt_does() {
         serde_json::json!({"iss": "https://idp.test", "aud": "toolgate", "sub": "carol",
                "tenant": "acme", "roles": ["approver"], "exp": crate::security::now() + 2}),
     );
-    let client = toolgate_remotes::tls::client_builder(None, std::time::Duration::from_secs(10))
-        .unwrap()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
-    let signed = client
-        .post(format!("{base}/console/login"))
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(format!("token={token}"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(signed.status(), 303);
-    let cookie = signed.headers()["set-cookie"].to_str().unwrap().to_owned();
+    let client = no_redirects();
+    let cookie = sign_in(&client, &base, &token).await;
     assert!(!cookie.contains("Max-Age=28800"), "{cookie}");
     let value = cookie.split(';').next().unwrap().to_owned();
     let inbox = async || {
@@ -503,20 +509,8 @@ async fn a_sign_in_and_its_live_stream_end_when_its_jwt_is_no_longer_accepted() 
     let base = console_url(&ts);
     let claims = serde_json::json!({"iss": "https://idp.test", "aud": "toolgate", "sub": "carol",
            "tenant": "acme", "roles": ["approver"], "exp": crate::security::now() + 3600});
-    let client = toolgate_remotes::tls::client_builder(None, std::time::Duration::from_secs(10))
-        .unwrap()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
-    let signed = client
-        .post(format!("{base}/console/login"))
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(format!("token={}", old.token("k1", claims.clone())))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(signed.status(), 303);
-    let cookie = signed.headers()["set-cookie"].to_str().unwrap().to_owned();
+    let client = no_redirects();
+    let cookie = sign_in(&client, &base, &old.token("k1", claims.clone())).await;
     let cookie = cookie.split(';').next().unwrap().to_owned();
     let inbox = async || {
         client
