@@ -99,10 +99,16 @@ fn echo_call(n: u64) -> Value {
 
 fn per_call_cost(c: &mut Criterion) {
     let rt = runtime();
-    let config = Config::from_toml(ALL_LAYERS).expect("bench config");
-    let dispatcher: Dispatcher = rt
-        .block_on(async { Server::new(config).dispatcher() })
-        .expect("dispatcher");
+    let build = |toml: &str| -> Dispatcher {
+        let config = Config::from_toml(toml).expect("bench config");
+        rt.block_on(async { Server::new(config).dispatcher() })
+            .expect("dispatcher")
+    };
+    // The default config: the console is on, so the dispatcher keeps a flight recorder.
+    let dispatcher = build(ALL_LAYERS);
+    // The same without the console: no flight recorder, no events built for nobody.
+    let unrecorded = build(&format!("{ALL_LAYERS}\n[console]\nenabled = false\n"));
+    assert!(dispatcher.flights().is_some() && unrecorded.flights().is_none());
     let echo = builtin_tools(&[])
         .into_iter()
         .find(|t| t.name() == "echo")
@@ -119,19 +125,26 @@ fn per_call_cost(c: &mut Criterion) {
             BatchSize::SmallInput,
         );
     });
-    group.bench_function("full_pipeline_one_call_batch", |b| {
-        b.to_async(&rt).iter_batched(
-            || {
-                batch(
-                    vec![echo_call(counter.fetch_add(1, Ordering::Relaxed))],
-                    "bench",
-                    Mode::Sequential,
-                )
-            },
-            |batch| async { black_box(dispatcher.run(batch, &NoObserver, &Cancel::new()).await) },
-            BatchSize::SmallInput,
-        );
-    });
+    for (name, dispatcher) in [
+        ("full_pipeline_one_call_batch", &dispatcher),
+        ("full_pipeline_one_call_batch_console_off", &unrecorded),
+    ] {
+        group.bench_function(name, |b| {
+            b.to_async(&rt).iter_batched(
+                || {
+                    batch(
+                        vec![echo_call(counter.fetch_add(1, Ordering::Relaxed))],
+                        "bench",
+                        Mode::Sequential,
+                    )
+                },
+                |batch| async {
+                    black_box(dispatcher.run(batch, &NoObserver, &Cancel::new()).await)
+                },
+                BatchSize::SmallInput,
+            );
+        });
+    }
     group.bench_function("full_pipeline_one_call_batch_with_events", |b| {
         b.to_async(&rt).iter_batched(
             || {
@@ -151,18 +164,25 @@ fn per_call_cost(c: &mut Criterion) {
             BatchSize::SmallInput,
         );
     });
-    group.bench_function("full_pipeline_16_call_batch", |b| {
-        b.to_async(&rt).iter_batched(
-            || {
-                let calls: Vec<Value> = (0..16)
-                    .map(|_| echo_call(counter.fetch_add(1, Ordering::Relaxed)))
-                    .collect();
-                batch(calls, "bench", Mode::Sequential)
-            },
-            |batch| async { black_box(dispatcher.run(batch, &NoObserver, &Cancel::new()).await) },
-            BatchSize::SmallInput,
-        );
-    });
+    for (name, dispatcher) in [
+        ("full_pipeline_16_call_batch", &dispatcher),
+        ("full_pipeline_16_call_batch_console_off", &unrecorded),
+    ] {
+        group.bench_function(name, |b| {
+            b.to_async(&rt).iter_batched(
+                || {
+                    let calls: Vec<Value> = (0..16)
+                        .map(|_| echo_call(counter.fetch_add(1, Ordering::Relaxed)))
+                        .collect();
+                    batch(calls, "bench", Mode::Sequential)
+                },
+                |batch| async {
+                    black_box(dispatcher.run(batch, &NoObserver, &Cancel::new()).await)
+                },
+                BatchSize::SmallInput,
+            );
+        });
+    }
     group.finish();
 }
 
