@@ -146,6 +146,7 @@ impl From<RequestError> for Status {
                         Code::PermissionDenied
                     }
                     ResolveError::RememberForbidden(_) => Code::FailedPrecondition,
+                    ResolveError::ReasonTooLong(..) => Code::InvalidArgument,
                     ResolveError::StoreDown(_) => Code::Unavailable,
                 }
             }

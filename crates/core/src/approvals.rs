@@ -355,6 +355,9 @@ pub enum ResolveError {
         "approval {0} may not be remembered for the session: its rule forbids it; answer it with remember = ONCE"
     )]
     RememberForbidden(String),
+    /// A deny reason longer than `MAX_REASON_CHARS` (the model reads it; logs and lists keep it).
+    #[error("the reason for approval {0} is {1} characters; at most {MAX_REASON_CHARS} are taken")]
+    ReasonTooLong(String, usize),
     /// The store the servers share approvals through cannot be reached (the cause, which is
     /// logged, not sent).
     #[error("the session store is down: approvals of other servers cannot be reached; retry later")]
@@ -1060,6 +1063,10 @@ fn allowed(approval: &Approval, resolver: &Caller, answer: &Answer) -> Result<()
     if answer.remember == Remember::Session && !approval.remember_allowed {
         return Err(ResolveError::RememberForbidden(approval.id.clone()));
     }
+    let reason = answer.reason.chars().count();
+    if reason > MAX_REASON_CHARS {
+        return Err(ResolveError::ReasonTooLong(approval.id.clone(), reason));
+    }
     Ok(())
 }
 
@@ -1088,6 +1095,10 @@ impl Drop for Unheld {
         }
     }
 }
+
+/// The longest reason an answer may give, in characters: the model reads it, and the audit
+/// line, the last decisions and every watcher carry it.
+pub const MAX_REASON_CHARS: usize = 1000;
 
 /// How many `WatchApprovals` streams a server serves at once.
 pub const MAX_WATCHES: usize = 256;

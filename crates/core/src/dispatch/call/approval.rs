@@ -32,6 +32,7 @@ impl Step<'_> {
         }
         let mut arguments = input.clone();
         p.redactor.redact_value(&mut arguments);
+        let shown = arguments.clone();
         let request = Request {
             caller: scope.caller.clone(),
             session_id: scope.session.id().to_owned(),
@@ -121,7 +122,12 @@ impl Step<'_> {
                     self.remember_answer(source, approve).await;
                 }
                 if approve {
-                    Ok(updated_arguments.filter(Value::is_object))
+                    Ok(updated_arguments
+                        .filter(Value::is_object)
+                        .map(|mut edited| {
+                            keep_unseen(&mut edited, &shown, input);
+                            edited
+                        }))
                 } else {
                     let why = if reason.is_empty() {
                         "no reason given".to_owned()
@@ -262,5 +268,55 @@ fn outcome_name(ended: &Ended) -> &'static str {
         (How::Remembered, _) => "remembered_denied",
         (How::Expired, _) => "expired",
         (How::Withdrawn, _) => "withdrawn",
+    }
+}
+
+/// Where edited arguments keep a value as the person was shown it, and what they were shown was
+/// redacted, the value the call came with: an edit of other fields does not send a redaction's
+/// placeholder to the tool. (A value the person changed is theirs, whatever it says.)
+fn keep_unseen(edited: &mut Value, shown: &Value, original: &Value) {
+    match (edited, shown, original) {
+        (Value::Object(edited), Value::Object(shown), Value::Object(original)) => {
+            for (key, value) in edited.iter_mut() {
+                if let (Some(shown), Some(original)) = (shown.get(key), original.get(key)) {
+                    keep_unseen(value, shown, original);
+                }
+            }
+        }
+        (Value::Array(edited), Value::Array(shown), Value::Array(original)) => {
+            for (value, (shown, original)) in edited.iter_mut().zip(shown.iter().zip(original)) {
+                keep_unseen(value, shown, original);
+            }
+        }
+        (edited, shown, original) => {
+            if edited == shown && shown != original {
+                *edited = original.clone();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::keep_unseen;
+    use serde_json::json;
+
+    #[test]
+    fn an_edit_keeps_the_redacted_values_it_left_alone() {
+        let original = json!({"path": "a.txt", "password": "hunter2-secret",
+                              "headers": ["Bearer abc.def", "x"], "note": "token=s3cret"});
+        let shown = json!({"path": "a.txt", "password": "[REDACTED:secret_field]",
+                           "headers": ["Bearer [REDACTED:bearer]", "x"], "note": "[REDACTED:kv]"});
+        // The person changed the path and the note, and left the rest as shown.
+        let mut edited = json!({"path": "b.txt", "password": "[REDACTED:secret_field]",
+                                "headers": ["Bearer [REDACTED:bearer]", "y"], "note": "none",
+                                "added": "[REDACTED:secret_field]"});
+        keep_unseen(&mut edited, &shown, &original);
+        assert_eq!(
+            edited,
+            json!({"path": "b.txt", "password": "hunter2-secret",
+                   "headers": ["Bearer abc.def", "y"], "note": "none",
+                   "added": "[REDACTED:secret_field]"})
+        );
     }
 }
