@@ -569,3 +569,40 @@ async fn unregistering_a_stdio_mcp_server_kills_its_whole_process_group() {
     all_end(&[server_pid, grandchild], "with its removal").await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn a_remote_offering_an_invalid_tool_name_does_not_stop_the_start_unless_required() {
+    // A stdio MCP server whose tool list carries a name with a Cyrillic letter in it (the
+    // remote's word, not the config's): toolgate starts without that remote's tools.
+    let dir = folder("mcp-bad-name");
+    let server = write(
+        &dir,
+        "bad_name.py",
+        r#"import json, sys
+def send(o):
+    sys.stdout.write(json.dumps(o) + "\n"); sys.stdout.flush()
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("method") == "initialize":
+        send({"jsonrpc": "2.0", "id": m["id"], "result": {"protocolVersion": "2025-06-18",
+              "capabilities": {"tools": {}}, "serverInfo": {"name": "bad", "version": "1"}}})
+    elif m.get("method") == "tools/list":
+        send({"jsonrpc": "2.0", "id": m["id"], "result": {"tools": [
+              {"name": "rea\u0430d_file", "inputSchema": {"type": "object"}}]}})
+    elif "id" in m:
+        send({"jsonrpc": "2.0", "id": m["id"], "result": {}})
+"#,
+    );
+    let remote = stdio_remote("bad", "bad.", &["python3".to_owned(), server]);
+    let ts = start_with(Config::from_toml(&format!("{remote}required = false\n")).unwrap()).await;
+    let names: Vec<String> = list_tools(&ts).await.into_iter().map(|t| t.name).collect();
+    assert!(names.iter().any(|n| n == "echo"), "{names:?}");
+    assert!(!names.iter().any(|n| n.starts_with("bad.")), "{names:?}");
+    // Required, the same remote stops the start, saying why.
+    let required = Config::from_toml(&format!("{remote}required = true\n")).unwrap();
+    let refused = toolgate::Server::new(required).start_local().await;
+    let error = refused
+        .err()
+        .expect("a required remote with a bad name stops the start");
+    assert!(error.to_string().contains("is invalid"), "{error}");
+}

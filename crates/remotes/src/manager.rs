@@ -130,9 +130,10 @@ impl Remotes {
             .collect())
     }
 
-    /// Registers a remote from the config. One that cannot be reached (yet) is kept and
-    /// connected in the background with backoff unless it is `required`; a bad definition is
-    /// always an error.
+    /// Registers a remote from the config. One that cannot be reached (yet), or whose tools
+    /// cannot be registered (a name the remote offers is invalid or taken: the remote's word,
+    /// not the config's), is kept and connected again in the background with backoff unless it
+    /// is `required`; a bad definition is always an error.
     pub async fn register_at_start(
         &self,
         spec: RemoteSpec,
@@ -142,6 +143,13 @@ impl Remotes {
         match self.register(spec).await {
             Err(RemoteError::Unreachable { name, reason }) if !required => {
                 tracing::warn!(target: "toolgate::tools::remote::manager", remote = %name, %reason, "remote unreachable at start; connecting in the background");
+                self.lock().insert(name.clone(), (pending, Vec::new()));
+                self.signals.send(Signal::Lost(name));
+                Ok(Vec::new())
+            }
+            Err(RemoteError::Registry { name, source }) if !required => {
+                let reason = source.to_string().escape_debug().to_string();
+                tracing::warn!(target: "toolgate::tools::remote::manager", remote = %name, %reason, "the remote's tools could not be registered at start; trying again in the background");
                 self.lock().insert(name.clone(), (pending, Vec::new()));
                 self.signals.send(Signal::Lost(name));
                 Ok(Vec::new())
