@@ -288,6 +288,7 @@ impl Server {
                     self.metrics.clone(),
                     state.clone(),
                     console,
+                    self.config.console.allowed_hosts.clone(),
                     admin_tls,
                     stop_admin.clone(),
                 ));

@@ -42,12 +42,14 @@ const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 /// header timeout): at most `MAX_PER_ADDRESS` from one address.
 ///
 /// With `console`, the web console is served beside them (`/console/`); with `tls`, all of it
-/// over TLS. Each request carries its connection (`Accepted`), for the console's callers.
+/// over TLS. On a loopback address, a request must name a loopback host or one of
+/// `console_hosts` (DNS rebinding). Each request carries its connection (`Accepted`), for the console's callers.
 pub(super) async fn serve(
     listener: TcpListener,
     metrics: Arc<MetricsPipeline>,
     state: Arc<ServiceState>,
     console: Option<Router>,
+    console_hosts: Vec<String>,
     tls: Option<Tls>,
     stop: CancellationToken,
 ) {
@@ -56,6 +58,36 @@ pub(super) async fn serve(
         .route("/livez", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
         .with_state(Admin { metrics, state });
+    // On loopback, only this machine's names (and the console's) are answered: a page of
+    // another site whose name was made to point here (DNS rebinding) reads no metrics. Off
+    // loopback, probes and scrapers name the address they reach.
+    let local = listener.local_addr().ok().filter(|a| a.ip().is_loopback());
+    if let Some(local) = local {
+        let mut names = vec![
+            "localhost".to_owned(),
+            "127.0.0.1".to_owned(),
+            "::1".to_owned(),
+            local.ip().to_string(),
+        ];
+        names.extend(console_hosts);
+        if let Some(hosts) = crate::front::hosts::allowed(&names) {
+            router = router.layer(axum::middleware::from_fn(
+                move |request: axum::extract::Request, next: axum::middleware::Next| {
+                    let allowed = crate::front::hosts::check(request.headers(), Some(&hosts));
+                    async move {
+                        match allowed {
+                            Ok(()) => next.run(request).await,
+                            Err(_) => (
+                                StatusCode::FORBIDDEN,
+                                "the Host header names a host this listener does not go by\n",
+                            )
+                                .into_response(),
+                        }
+                    }
+                },
+            ));
+        }
+    }
     if let Some(console) = console {
         router = router.merge(console);
     }

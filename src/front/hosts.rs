@@ -30,15 +30,25 @@ pub(crate) fn check(headers: &HeaderMap, allowed: Option<&[String]>) -> Result<(
         && host
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'[' | b']'));
-    if !shaped {
-        return Err(HostRefused::Malformed);
-    }
+    // A name, or `[v6]`, with at most a port after it.
+    let port = |text: &str| !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
+    let name = match host.strip_prefix('[') {
+        Some(rest) => match rest.split_once(']') {
+            Some((name, "")) => Some(name),
+            Some((name, after)) => after.strip_prefix(':').filter(|p| port(p)).map(|_| name),
+            None => None,
+        },
+        None => match host.split_once(':') {
+            Some((name, after)) => port(after).then_some(name),
+            None => Some(host),
+        },
+    };
+    let name = match name {
+        Some(name) if shaped && !name.is_empty() => name,
+        _ => return Err(HostRefused::Malformed),
+    };
     let Some(allowed) = allowed else {
         return Ok(());
-    };
-    let name = match host.strip_prefix('[') {
-        Some(rest) => rest.split(']').next().unwrap_or_default(),
-        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
     };
     let listed = allowed
         .iter()
@@ -81,6 +91,20 @@ mod tests {
             Err(HostRefused::Malformed)
         );
         assert_eq!(check(&HeaderMap::new(), allowed), Err(HostRefused::Missing));
+        for malformed in [
+            "[::1]evil",
+            "[::1",
+            "localhost:",
+            "localhost:80:80",
+            "::1",
+            ":80",
+        ] {
+            assert_eq!(
+                check(&with_host(malformed), allowed),
+                Err(HostRefused::Malformed),
+                "{malformed}"
+            );
+        }
         assert_eq!(check(&with_host("anything.example"), None), Ok(()));
     }
 }

@@ -494,7 +494,7 @@ async fn admin_get(server: &Binary, path: &str) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(&server.admin).await.unwrap();
     stream
-        .write_all(format!("GET {path} HTTP/1.1\r\nHost: toolgate\r\n\r\n").as_bytes())
+        .write_all(format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
         .await
         .unwrap();
     let mut answer = String::new();
