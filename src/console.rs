@@ -14,7 +14,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::Uri;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -45,13 +44,24 @@ const DECISION_TENANTS: usize = 1000;
 const DECISIONS_SHOWN: usize = 20;
 /// Bytes of whole arguments the inbox carries (oldest first); past them, previews.
 const WHOLE_BYTES: usize = 1 << 20;
+/// Pending approvals the inbox shows at once (oldest first), and a live stream starts with.
+const MAX_CARDS: usize = 50;
+/// The longest input schema a card carries for the page's check, in bytes.
+const MAX_SCHEMA_BYTES: usize = 32 * 1024;
 /// The longest edited arguments taken, in bytes.
 const MAX_EDIT_BYTES: usize = 256 * 1024;
 /// Bytes of whole arguments the page of one approval carries.
 const ONE_WHOLE_BYTES: usize = 16 << 20;
+/// The longest form a change may send: edited arguments (URL-encoded, up to three bytes for
+/// one) and the rest.
+const MAX_FORM_BYTES: usize = 3 * MAX_EDIT_BYTES + 16 * 1024;
+/// How long a client may take to send a form, whole.
+const FORM_DEADLINE: Duration = Duration::from_secs(10);
 /// Live inbox streams open at once: the admin listener's other connections stay for the
 /// probes, the scraper and pages.
 const MAX_STREAMS: usize = 16;
+/// Live inbox streams one identity holds at once.
+const STREAMS_PER_IDENTITY: usize = 4;
 /// How long one live stream lasts; the browser opens another.
 const STREAM_LIFETIME: Duration = Duration::from_secs(600);
 
@@ -67,8 +77,9 @@ pub struct Console {
     max_depth: usize,
     /// `console.allowed_hosts`; `None`: any.
     hosts: Option<Vec<String>>,
-    /// Live inbox streams' places.
+    /// Live inbox streams' places, and how many each identity holds.
     streams: Arc<tokio::sync::Semaphore>,
+    streams_held: Arc<Mutex<std::collections::HashMap<(String, String), usize>>>,
 }
 
 impl Console {
@@ -90,6 +101,7 @@ impl Console {
             remotes,
             hosts: crate::front::hosts::allowed(&config.allowed_hosts),
             streams: Arc::new(tokio::sync::Semaphore::new(MAX_STREAMS)),
+            streams_held: Arc::default(),
         });
         let mut updates = console.dispatcher.approvals().subscribe();
         let weak = Arc::downgrade(&console);
@@ -161,7 +173,9 @@ impl Console {
             .collect()
     }
 
-    /// The tool's input schema, as JSON text for the page's check.
+    /// The tool's input schema, as JSON text for the page's check; none past
+    /// `MAX_SCHEMA_BYTES` (a remote's word: each card would carry it), which the server alone
+    /// checks.
     fn schema_of(&self, tool: &str) -> Option<String> {
         let registry = self.dispatcher.registry();
         let registered = registry.get(tool)?;
@@ -169,6 +183,7 @@ impl Console {
             return None;
         }
         Some(registered.tool.input_schema().to_string())
+            .filter(|schema| schema.len() <= MAX_SCHEMA_BYTES)
     }
 }
 
@@ -210,21 +225,26 @@ fn look(
     Ok(viewer)
 }
 
-/// Who sends a change and its form, checked for the sign-in's CSRF token and this console's
-/// origin (with `admin`, a change only admins make: what it is); or the answer refusing it.
-fn change(
+/// Who sends a change and its form (read only once the sender is let in), checked for the
+/// sign-in's CSRF token and this console's origin (with `admin`, a change only admins make:
+/// what it is); or the answer refusing it.
+async fn change(
     console: &Console,
     peer: Option<&Accepted>,
     headers: &HeaderMap,
-    body: &[u8],
+    body: axum::body::Body,
     admin: Option<&str>,
 ) -> Result<(Viewer, Form), Box<Response>> {
     let viewer = look(console, peer, headers, admin)?;
-    let form = Form::parse(body);
+    let form = Form::read(headers, body).await?;
     if !signin::change_allowed(&viewer, form.get("csrf"), headers) {
         return Err(Box::new(html(
             StatusCode::FORBIDDEN,
-            pages::problem("Forbidden", "the form's CSRF token is missing or wrong"),
+            pages::problem(
+                "Forbidden",
+                "the change did not carry this sign-in's proof (the page's script adds it: \
+                 reload the page, or sign in again)",
+            ),
         )));
     }
     Ok((viewer, form))
@@ -370,15 +390,18 @@ async fn render_inbox(
         Ok(pending) => pending,
         Err(error) => return store_down(&error),
     };
-    let csrf = viewer.csrf.as_deref();
+    let signed = viewer.csrf.is_some();
+    let more = pending.len().saturating_sub(MAX_CARDS);
     let cards = pending
         .iter()
+        .take(MAX_CARDS)
         .map(|approval| {
             let mine = problem.filter(|(id, _, _)| *id == approval.id);
             pages::card(
                 approval,
                 &pages::CardExtras {
-                    csrf,
+                    signed,
+                    unfolded: false,
                     schema: console.schema_of(&approval.tool),
                     problem: mine.map(|(_, text, _)| text),
                     edited: mine.map(|(_, _, sent)| sent),
@@ -389,7 +412,7 @@ async fn render_inbox(
     let decisions = console.decisions_for(&viewer.caller);
     html(
         status,
-        pages::inbox(&viewer.caller, csrf, notice, cards, &decisions),
+        pages::inbox(&viewer.caller, signed, notice, cards, more, &decisions),
     )
 }
 
@@ -408,9 +431,8 @@ async fn login(
     State(console): State<Arc<Console>>,
     peer: Peer,
     headers: HeaderMap,
-    body: Bytes,
+    body: axum::body::Body,
 ) -> Response {
-    let form = Form::parse(&body);
     // A sign-in from another site's page is refused (login CSRF).
     if !signin::same_origin(&headers) {
         return html(
@@ -421,10 +443,18 @@ async fn login(
             ),
         );
     }
+    let form = match Form::read(&headers, body).await {
+        Ok(form) => form,
+        Err(refused) => return *refused,
+    };
     let token = form.get("token").unwrap_or_default();
     let addr = peer.as_deref().map(|p| p.peer);
     match console.sign_ins.sign_in(token, addr) {
-        Ok((caller, cookie)) => {
+        Ok(signin::SignedIn {
+            caller,
+            cookie,
+            proof,
+        }) => {
             tracing::info!(
                 target: "toolgate::audit",
                 rpc = signin::RPC,
@@ -435,7 +465,9 @@ async fn login(
                 peer = ?addr,
                 "console sign-in"
             );
-            let mut response = Redirect::to("/console/").into_response();
+            // The proof is handed to the page's script this once, which keeps it for this
+            // origin; the page goes on to the inbox.
+            let mut response = html(StatusCode::OK, pages::signed_in(&proof));
             if let Ok(value) = HeaderValue::from_str(&cookie) {
                 response.headers_mut().insert(header::SET_COOKIE, value);
             }
@@ -455,16 +487,12 @@ async fn logout(
     State(console): State<Arc<Console>>,
     peer: Peer,
     headers: HeaderMap,
-    body: Bytes,
+    body: axum::body::Body,
 ) -> Response {
-    let form = Form::parse(&body);
-    if let Who::Viewer(viewer) = console.who(&headers, peer.as_deref())
-        && !signin::change_allowed(&viewer, form.get("csrf"), &headers)
+    if let Who::Viewer(_) = console.who(&headers, peer.as_deref())
+        && let Err(refused) = change(&console, peer.as_deref(), &headers, body, None).await
     {
-        return html(
-            StatusCode::FORBIDDEN,
-            pages::problem("Forbidden", "the form's CSRF token is missing or wrong"),
-        );
+        return *refused;
     }
     let cookie = console.sign_ins.sign_out(&headers);
     let mut response = Redirect::to("/console/login").into_response();
@@ -482,9 +510,9 @@ async fn answer(
     peer: Peer,
     Path(id): Path<String>,
     headers: HeaderMap,
-    body: Bytes,
+    body: axum::body::Body,
 ) -> Response {
-    let (viewer, form) = match change(&console, peer.as_deref(), &headers, &body, None) {
+    let (viewer, form) = match change(&console, peer.as_deref(), &headers, body, None).await {
         Ok(change) => change,
         Err(refused) => return *refused,
     };
@@ -563,6 +591,10 @@ async fn answer(
             Redirect::to("/console/?notice=gone").into_response()
         }
         Err(error @ ResolveError::StoreDown(_)) => store_down(&error),
+        Err(error @ ResolveError::ReasonTooLong(..)) => html(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            pages::problem("Not taken", &error.to_string()),
+        ),
         Err(error) => html(
             StatusCode::FORBIDDEN,
             pages::problem("Not taken", &error.to_string()),
@@ -602,7 +634,8 @@ async fn one_approval(
     let card = pages::card(
         &approval,
         &pages::CardExtras {
-            csrf: viewer.csrf.as_deref(),
+            signed: viewer.csrf.is_some(),
+            unfolded: true,
             schema: console.schema_of(&approval.tool),
             problem: None,
             edited: None,
@@ -612,9 +645,10 @@ async fn one_approval(
         StatusCode::OK,
         pages::inbox(
             &viewer.caller,
-            viewer.csrf.as_deref(),
+            viewer.csrf.is_some(),
             None,
             vec![card],
+            0,
             &[],
         ),
     )
@@ -719,7 +753,7 @@ async fn tools(
         StatusCode::OK,
         pages::tools(
             caller,
-            viewer.csrf.as_deref(),
+            viewer.csrf.is_some(),
             notice,
             &rows,
             console.remotes.is_some(),
@@ -734,15 +768,17 @@ async fn accept(
     peer: Peer,
     Path(name): Path<String>,
     headers: HeaderMap,
-    body: Bytes,
+    body: axum::body::Body,
 ) -> Response {
     let (viewer, form) = match change(
         &console,
         peer.as_deref(),
         &headers,
-        &body,
+        body,
         Some("accepting a tool's change"),
-    ) {
+    )
+    .await
+    {
         Ok(change) => change,
         Err(refused) => return *refused,
     };
@@ -756,8 +792,17 @@ async fn accept(
             ),
         );
     };
-    let reviewed = form.get("digest").filter(|d| !d.is_empty());
-    let accepted = remotes.accept(&name, reviewed);
+    // The change the admin reviewed, by its digest: never whatever came after it.
+    let Some(reviewed) = form.get("digest").filter(|d| !d.is_empty()) else {
+        return html(
+            StatusCode::BAD_REQUEST,
+            pages::problem(
+                "Bad request",
+                "accepting needs the digest of the change you reviewed",
+            ),
+        );
+    };
+    let accepted = remotes.accept(&name, Some(reviewed));
     tracing::info!(
         target: "toolgate::audit",
         rpc = signin::RPC,
@@ -766,7 +811,7 @@ async fn accept(
         tenant = audit_text(&caller.tenant).as_str(),
         method = caller.method.name(),
         tool = audit_text(&name).as_str(),
-        digest = audit_text(reviewed.unwrap_or_default()).as_str(),
+        digest = audit_text(reviewed).as_str(),
         "console tool change"
     );
     match accepted {
@@ -796,7 +841,7 @@ async fn batches(State(console): State<Arc<Console>>, peer: Peer, headers: Heade
         .unwrap_or_default();
     html(
         StatusCode::OK,
-        pages::batches(&viewer.caller, viewer.csrf.as_deref(), &flights),
+        pages::batches(&viewer.caller, viewer.csrf.is_some(), &flights),
     )
 }
 
@@ -823,7 +868,7 @@ async fn batch(
     match found {
         Some(flight) => html(
             StatusCode::OK,
-            pages::batch(&viewer.caller, viewer.csrf.as_deref(), &flight),
+            pages::batch(&viewer.caller, viewer.csrf.is_some(), &flight),
         ),
         None => html(
             StatusCode::NOT_FOUND,
@@ -888,7 +933,7 @@ async fn sessions(
     };
     html(
         StatusCode::OK,
-        pages::sessions(caller, viewer.csrf.as_deref(), notice, view.as_ref()),
+        pages::sessions(caller, viewer.csrf.is_some(), notice, view.as_ref()),
     )
 }
 
@@ -897,15 +942,17 @@ async fn end_session(
     State(console): State<Arc<Console>>,
     peer: Peer,
     headers: HeaderMap,
-    body: Bytes,
+    body: axum::body::Body,
 ) -> Response {
     let (viewer, form) = match change(
         &console,
         peer.as_deref(),
         &headers,
-        &body,
+        body,
         Some("ending a session"),
-    ) {
+    )
+    .await
+    {
         Ok(change) => change,
         Err(refused) => return *refused,
     };
@@ -947,7 +994,7 @@ async fn events(State(console): State<Arc<Console>>, peer: Peer, headers: Header
         other => return turned_away(other, false),
     };
     let approvals = console.dispatcher.approvals();
-    let Ok(place) = console.streams.clone().try_acquire_owned() else {
+    let Some(place) = StreamPlace::take(&console, &viewer.caller) else {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
             "too many live inbox streams are open; the page updates when you reload it\n",
@@ -972,6 +1019,7 @@ async fn events(State(console): State<Arc<Console>>, peer: Peer, headers: Header
     };
     let now: Vec<Result<Event, Infallible>> = pending
         .iter()
+        .take(MAX_CARDS)
         .map(|approval| Ok(requested(&console, &viewer, approval)))
         .collect();
     let asks = Asks {
@@ -992,6 +1040,46 @@ async fn events(State(console): State<Arc<Console>>, peer: Peer, headers: Header
         .into_response()
 }
 
+/// A live inbox stream's place: one of `MAX_STREAMS`, of which one identity holds at most
+/// `STREAMS_PER_IDENTITY` (a person's tabs), so one cannot take every place.
+struct StreamPlace {
+    _place: tokio::sync::OwnedSemaphorePermit,
+    held: Arc<Mutex<std::collections::HashMap<(String, String), usize>>>,
+    who: (String, String),
+}
+
+impl StreamPlace {
+    fn take(console: &Console, caller: &Caller) -> Option<StreamPlace> {
+        let who = (caller.tenant.clone(), caller.id.clone());
+        let mut held = console.streams_held.lock();
+        if held
+            .get(&who)
+            .is_some_and(|count| *count >= STREAMS_PER_IDENTITY)
+        {
+            return None;
+        }
+        let place = console.streams.clone().try_acquire_owned().ok()?;
+        *held.entry(who.clone()).or_default() += 1;
+        Some(StreamPlace {
+            _place: place,
+            held: console.streams_held.clone(),
+            who,
+        })
+    }
+}
+
+impl Drop for StreamPlace {
+    fn drop(&mut self) {
+        let mut held = self.held.lock();
+        if let Some(count) = held.get_mut(&self.who) {
+            *count -= 1;
+            if *count == 0 {
+                held.remove(&self.who);
+            }
+        }
+    }
+}
+
 /// What a live stream's request presented, asked again before each event: a stream ends when
 /// its sign-in does (signed out, expired, its credential no longer accepted).
 struct Asks {
@@ -1006,10 +1094,7 @@ fn changes(
     viewer: Viewer,
     asks: Asks,
     updates: tokio::sync::broadcast::Receiver<Update>,
-    slot: (
-        toolgate_core::approvals::WatchSlot,
-        tokio::sync::OwnedSemaphorePermit,
-    ),
+    slot: (toolgate_core::approvals::WatchSlot, StreamPlace),
 ) -> impl Stream<Item = Result<Event, Infallible>> {
     futures::stream::unfold(
         (console, viewer, asks, updates, slot),
@@ -1066,7 +1151,8 @@ fn requested(
     let card = pages::card(
         approval,
         &pages::CardExtras {
-            csrf: viewer.csrf.as_deref(),
+            signed: viewer.csrf.is_some(),
+            unfolded: false,
             schema: console.schema_of(&approval.tool),
             problem: None,
             edited: None,
@@ -1093,6 +1179,51 @@ async fn style() -> impl IntoResponse {
 struct Form(Vec<(String, String)>);
 
 impl Form {
+    /// The form a change sent: `application/x-www-form-urlencoded` (415 otherwise), at most
+    /// `MAX_FORM_BYTES` (413), sent whole within `FORM_DEADLINE` (408), so a client that
+    /// promises a body and trickles it holds its connection that long at most.
+    async fn read(headers: &HeaderMap, body: axum::body::Body) -> Result<Form, Box<Response>> {
+        let refused = |status: StatusCode, text: &str| {
+            Box::new(html(status, pages::problem("Not taken", text)))
+        };
+        let urlencoded = headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .is_some_and(|v| {
+                v.trim()
+                    .eq_ignore_ascii_case("application/x-www-form-urlencoded")
+            });
+        if !urlencoded {
+            return Err(refused(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "a change is a form (application/x-www-form-urlencoded)",
+            ));
+        }
+        let too_long = || {
+            refused(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                &format!("a form is at most {MAX_FORM_BYTES} bytes"),
+            )
+        };
+        let declared = headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|length| length > MAX_FORM_BYTES as u64) {
+            return Err(too_long());
+        }
+        match tokio::time::timeout(FORM_DEADLINE, axum::body::to_bytes(body, MAX_FORM_BYTES)).await
+        {
+            Ok(Ok(bytes)) => Ok(Form::parse(&bytes)),
+            Ok(Err(_)) => Err(too_long()),
+            Err(_) => Err(refused(
+                StatusCode::REQUEST_TIMEOUT,
+                "the form did not arrive in time",
+            )),
+        }
+    }
+
     fn parse(body: &[u8]) -> Self {
         Form(url::form_urlencoded::parse(body).into_owned().collect())
     }

@@ -14,11 +14,12 @@ use toolgate_core::safety::breaker::BreakerState;
 use toolgate_core::safety::health::{HealthReport, Minute};
 use toolgate_core::tools::{Definition, ToolSource};
 
-/// Characters of an approval's arguments shown before the rest is folded.
+/// Characters, and lines, of an approval's arguments shown before the rest is folded.
 const SHOWN: usize = 1500;
+const SHOWN_LINES: usize = 40;
 
 /// A page: the header with who is signed in, the navigation, and `body`.
-pub(super) fn page(title: &str, viewer: Option<(&Caller, Option<&str>)>, body: Markup) -> Markup {
+pub(super) fn page(title: &str, viewer: Option<(&Caller, bool)>, body: Markup) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -33,7 +34,7 @@ pub(super) fn page(title: &str, viewer: Option<(&Caller, Option<&str>)>, body: M
                 a.skip href="#main" { "Skip to content" }
                 header.top {
                     span.brand { "toolgate" }
-                    @if let Some((caller, csrf)) = viewer {
+                    @if let Some((caller, signed)) = viewer {
                         nav aria-label="Console" {
                             @for (href, name) in [
                                 ("/console/", "Approvals"),
@@ -49,9 +50,9 @@ pub(super) fn page(title: &str, viewer: Option<(&Caller, Option<&str>)>, body: M
                         span.who {
                             (caller.id) " · " (caller.tenant) " · " (caller.role_names())
                         }
-                        @if let Some(csrf) = csrf {
+                        @if signed {
                             form.inline method="post" action="/console/logout" {
-                                input type="hidden" name="csrf" value=(csrf);
+                                (proof_field())
                                 button type="submit" { "Sign out" }
                             }
                         }
@@ -83,6 +84,21 @@ pub(super) fn login(problem: Option<&str>) -> Markup {
     )
 }
 
+/// The answer to a sign-in: its proof, for the page's script to keep in this origin's storage
+/// before it goes on to the inbox (the only page that ever carries it).
+pub(super) fn signed_in(proof: &str) -> Markup {
+    page(
+        "Signed in",
+        None,
+        html! {
+            h1 { "Signed in" }
+            div #proof hidden data-proof=(proof) {}
+            p { "Changes need this page's script, which keeps the sign-in's proof for this console. " }
+            p { a href="/console/" { "Go to the approvals" } }
+        },
+    )
+}
+
 /// A notice from the last change (`?notice=`), by its code: fixed texts only.
 pub(super) fn notice(code: &str) -> Option<&'static str> {
     Some(match code {
@@ -98,7 +114,10 @@ pub(super) fn notice(code: &str) -> Option<&'static str> {
 
 /// What an approval card needs besides the approval.
 pub(super) struct CardExtras<'a> {
-    pub csrf: Option<&'a str>,
+    /// Whether the viewer signed in (its changes then carry the sign-in's proof).
+    pub signed: bool,
+    /// Whether folded arguments are shown open (the approval's own page).
+    pub unfolded: bool,
     /// The tool's input schema, for the page's check of edited arguments.
     pub schema: Option<String>,
     /// A problem with the last answer sent for this approval.
@@ -110,14 +129,15 @@ pub(super) struct CardExtras<'a> {
 /// The inbox: pending approvals, then the last decisions.
 pub(super) fn inbox(
     viewer: &Caller,
-    csrf: Option<&str>,
+    signed: bool,
     notice: Option<&str>,
     cards: Vec<Markup>,
+    more: usize,
     decisions: &[Ended],
 ) -> Markup {
     page(
         "Approvals",
-        Some((viewer, csrf)),
+        Some((viewer, signed)),
         html! {
             h1 { "Approvals" }
             @if let Some(notice) = notice {
@@ -129,6 +149,9 @@ pub(super) fn inbox(
                 p #empty.empty hidden[!cards.is_empty()] { "Nothing waits for an answer." }
                 ol #pending.cards {
                     @for card in cards { (card) }
+                }
+                @if more > 0 {
+                    p.notice { (more) " more wait behind these (the oldest are shown first): answer these, then reload the page." }
                 }
             }
             section aria-labelledby="decided-title" {
@@ -156,6 +179,21 @@ pub(super) fn card(approval: &Approval, extras: &CardExtras<'_>) -> Markup {
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap_or_default()
         .as_secs();
+    let folded = rest.is_some();
+    let approve = html! {
+        form.answer method="post" action={"/console/approvals/" (id)} {
+            (proof_if(extras.signed))
+            input type="hidden" name="decision" value="approve";
+            @if approval.remember_allowed {
+                label for={"remember-" (id)} { "Remember" }
+                select #{"remember-" (id)} name="remember" {
+                    option value="once" selected { "Once" }
+                    option value="session" { "For the session, any arguments" }
+                }
+            }
+            button.approve type="submit" { "Approve" }
+        }
+    };
     let edit_text = extras
         .edited
         .map(str::to_owned)
@@ -171,9 +209,19 @@ pub(super) fn card(approval: &Approval, extras: &CardExtras<'_>) -> Markup {
                 dt { "Time left" } dd { span.left data-expires=(expires) { (left) " s" } }
             }
             h4 { "Arguments" @if approval.arguments_cut { " (cut: too long to show whole)" } }
+            @if arguments.contains("[REDACTED:") {
+                p.redacted {
+                    "Some values are hidden by redaction: the tool gets them as the agent sent them (an edit that leaves them as shown keeps them)."
+                }
+            }
             pre.arguments { (head) }
+            // Approve comes after the arguments whole: below the rest, when it is folded.
             @if let Some(rest) = rest {
-                details { summary { "Show the rest" } pre.arguments { (rest) } }
+                details.rest open[extras.unfolded] {
+                    summary { "Show the rest" @if !approval.arguments_cut { " (Approve is below it)" } }
+                    pre.arguments { (rest) }
+                    @if !approval.arguments_cut { div.answers { (approve) } }
+                }
             }
             @if let Some(problem) = extras.problem {
                 p.error role="alert" #{"problem-" (id)} { (problem) }
@@ -186,22 +234,9 @@ pub(super) fn card(approval: &Approval, extras: &CardExtras<'_>) -> Markup {
                 }
             }
             div.answers {
-                @if !approval.arguments_cut {
+                @if !approval.arguments_cut && !folded { (approve) }
                 form.answer method="post" action={"/console/approvals/" (id)} {
-                    (hidden_csrf(extras.csrf))
-                    input type="hidden" name="decision" value="approve";
-                    @if approval.remember_allowed {
-                        label for={"remember-" (id)} { "Remember" }
-                        select #{"remember-" (id)} name="remember" {
-                            option value="once" selected { "Once" }
-                            option value="session" { "For the session" }
-                        }
-                    }
-                    button.approve type="submit" { "Approve" }
-                }
-                }
-                form.answer method="post" action={"/console/approvals/" (id)} {
-                    (hidden_csrf(extras.csrf))
+                    (proof_if(extras.signed))
                     input type="hidden" name="decision" value="deny";
                     label for={"reason-" (id)} { "Reason" }
                     input #{"reason-" (id)} type="text" name="reason" maxlength="1000";
@@ -211,7 +246,7 @@ pub(super) fn card(approval: &Approval, extras: &CardExtras<'_>) -> Markup {
                 details.edit open[extras.edited.is_some()] {
                     summary { "Edit" }
                     form.answer.edit method="post" action={"/console/approvals/" (id)} {
-                        (hidden_csrf(extras.csrf))
+                        (proof_if(extras.signed))
                         input type="hidden" name="decision" value="edit";
                         label for={"arguments-" (id)} { "Arguments (JSON)" }
                         textarea #{"arguments-" (id)} name="arguments" rows="8" spellcheck="false"
@@ -262,14 +297,14 @@ pub(super) struct ToolRow<'a> {
 /// quarantined tool's change with **Accept**.
 pub(super) fn tools(
     viewer: &Caller,
-    csrf: Option<&str>,
+    signed: bool,
     notice: Option<&str>,
     rows: &[ToolRow<'_>],
     may_accept: bool,
 ) -> Markup {
     page(
         "Tools",
-        Some((viewer, csrf)),
+        Some((viewer, signed)),
         html! {
             h1 { "Tools" }
             @if let Some(notice) = notice {
@@ -317,7 +352,7 @@ pub(super) fn tools(
                         (diff(pinned, now))
                         @if may_accept {
                             form method="post" action={"/console/tools/" (path_part(row.name)) "/accept"} {
-                                @if let Some(csrf) = csrf { input type="hidden" name="csrf" value=(csrf); }
+                                (proof_if(signed))
                                 input type="hidden" name="digest" value=(digest);
                                 button.approve type="submit" { "Accept the new definition" }
                             }
@@ -368,10 +403,16 @@ fn diff(pinned: &Definition, now: &Definition) -> Markup {
             tbody {
                 @for (name, was, is) in fields {
                     @let changed = was != is;
+                    // Changed in characters that look alike (another script's letters): each
+                    // side is shown with every character outside ASCII as its code point.
+                    @let alike = changed && shown(&was) == shown(&is);
+                    @let (was, is) = if alike { (spelled(&was), spelled(&is)) } else { (shown(&was), shown(&is)) };
                     tr.changed[changed] {
-                        th scope="row" { (name) @if changed { " (changed)" } }
-                        td { pre { (shown(&was)) } }
-                        td { @if changed { mark { pre { (shown(&is)) } } } @else { pre { (shown(&is)) } } }
+                        th scope="row" {
+                            (name) @if alike { " (changed in characters that look alike)" } @else if changed { " (changed)" }
+                        }
+                        td { pre { (was) } }
+                        td { @if changed { mark { pre { (is) } } } @else { pre { (is) } } }
                     }
                 }
             }
@@ -442,14 +483,10 @@ fn millis(d: std::time::Duration) -> String {
 }
 
 /// The recent batches of the viewer's tenant, newest first.
-pub(super) fn batches(
-    viewer: &Caller,
-    csrf: Option<&str>,
-    flights: &[std::sync::Arc<Flight>],
-) -> Markup {
+pub(super) fn batches(viewer: &Caller, signed: bool, flights: &[std::sync::Arc<Flight>]) -> Markup {
     page(
         "Batches",
-        Some((viewer, csrf)),
+        Some((viewer, signed)),
         html! {
             h1 { "Batches" }
             p { "The tenant's most recent batches (up to " (toolgate_core::dispatch::FLIGHTS) " across the server, since it started), from every front." }
@@ -487,10 +524,10 @@ fn batch_row(flight: &Flight) -> Markup {
 }
 
 /// One batch as a timeline of its events.
-pub(super) fn batch(viewer: &Caller, csrf: Option<&str>, flight: &Flight) -> Markup {
+pub(super) fn batch(viewer: &Caller, signed: bool, flight: &Flight) -> Markup {
     page(
         "Batches",
-        Some((viewer, csrf)),
+        Some((viewer, signed)),
         html! {
             h1 { "Batch #" (flight.id) }
             dl {
@@ -536,13 +573,13 @@ pub(super) struct SessionView<'a> {
 
 pub(super) fn sessions(
     viewer: &Caller,
-    csrf: Option<&str>,
+    signed: bool,
     notice: Option<&str>,
     view: Option<&SessionView<'_>>,
 ) -> Markup {
     page(
         "Sessions",
-        Some((viewer, csrf)),
+        Some((viewer, signed)),
         html! {
             h1 { "Sessions" }
             @if let Some(notice) = notice {
@@ -563,7 +600,7 @@ pub(super) fn sessions(
                         ol.memory { @for entry in memory { li { pre { (shown(entry)) } } } }
                         @if view.may_end {
                             form method="post" action="/console/sessions/end" {
-                                @if let Some(csrf) = csrf { input type="hidden" name="csrf" value=(csrf); }
+                                (proof_if(signed))
                                 input type="hidden" name="id" value=(view.id);
                                 button.deny type="submit" { "End session" }
                             }
@@ -643,10 +680,16 @@ pub(super) fn problem(title: &str, text: &str) -> Markup {
     page(title, None, html! { h1 { (title) } p { (text) } })
 }
 
-fn hidden_csrf(csrf: Option<&str>) -> Markup {
-    html! {
-        @if let Some(csrf) = csrf { input type="hidden" name="csrf" value=(csrf); }
-    }
+/// The proof field, in a signed-in viewer's form.
+fn proof_if(signed: bool) -> Markup {
+    html! { @if signed { (proof_field()) } }
+}
+
+/// The field a signed-in change carries its sign-in's proof in: empty as served, filled by the
+/// page's script from this origin's storage as the form is sent (a page never carries the proof,
+/// so a sign-in's cookie replayed from elsewhere reads pages but changes nothing).
+fn proof_field() -> Markup {
+    html! { input type="hidden" name="csrf" value="" data-proof; }
 }
 
 /// JSON as people read it.
@@ -654,26 +697,95 @@ fn pretty(value: &Value) -> String {
     serde_json::to_string_pretty(value).unwrap_or_default()
 }
 
-/// `text` with bidirectional and other invisible format controls shown as code points, so a
-/// value cannot reorder what is shown around it.
+/// `text` with what a reader cannot see shown as code points (`hidden`), so a value cannot
+/// hide words from the person reading it or reorder what is shown around it.
 pub(super) fn shown(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
-        match c {
-            '\u{200B}'..='\u{200F}'
-            | '\u{202A}'..='\u{202E}'
-            | '\u{2060}'..='\u{2069}'
-            | '\u{FEFF}' => out.push_str(&format!("<U+{:04X}>", u32::from(c))),
-            c => out.push(c),
+        if hidden(c) {
+            out.push_str(&format!("<U+{:04X}>", u32::from(c)));
+        } else {
+            out.push(c);
         }
     }
     out
 }
 
-/// `text` cut at `SHOWN` characters, and the rest, if any.
+/// `text` with every character outside printable ASCII (but the line break) as its code point.
+fn spelled(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c == '\n' || c.is_ascii_graphic() || c == ' ' {
+            out.push(c);
+        } else {
+            out.push_str(&format!("<U+{:04X}>", u32::from(c)));
+        }
+    }
+    out
+}
+
+/// Whether `c` is shown as its code point: controls but the line break and tab, and the
+/// characters a reader cannot see or that reorder what they see — every format character
+/// (Unicode category Cf: bidirectional controls and marks, zero-width ones, the soft hyphen,
+/// tags, …), variation selectors, fillers that draw nothing, line and paragraph separators,
+/// and private-use code points a font may draw as anything.
+fn hidden(c: char) -> bool {
+    matches!(c,
+        '\u{0}'..='\u{8}' | '\u{B}'..='\u{1F}' | '\u{7F}'..='\u{9F}'
+        // Format characters (Cf), and invisible letters and marks that act like them.
+        | '\u{AD}' | '\u{34F}' | '\u{600}'..='\u{605}' | '\u{61C}' | '\u{6DD}' | '\u{70F}'
+        | '\u{890}'..='\u{891}' | '\u{8E2}' | '\u{115F}'..='\u{1160}' | '\u{17B4}'..='\u{17B5}'
+        | '\u{180B}'..='\u{180F}' | '\u{200B}'..='\u{200F}' | '\u{2028}'..='\u{202E}'
+        | '\u{2060}'..='\u{206F}' | '\u{3164}' | '\u{FE00}'..='\u{FE0F}' | '\u{FEFF}'
+        | '\u{FFA0}' | '\u{FFF0}'..='\u{FFFB}' | '\u{110BD}' | '\u{110CD}'
+        | '\u{13430}'..='\u{1345F}' | '\u{1BCA0}'..='\u{1BCA3}' | '\u{1D173}'..='\u{1D17A}'
+        | '\u{E0000}'..='\u{E0FFF}'
+        // Private use.
+        | '\u{E000}'..='\u{F8FF}' | '\u{F0000}'..='\u{10FFFF}'
+    )
+}
+
+/// `text` cut at `SHOWN` characters or `SHOWN_LINES` lines, whichever comes first, and the
+/// rest, if any.
 fn fold(text: &str) -> (String, Option<String>) {
-    match text.char_indices().nth(SHOWN) {
-        None => (text.to_owned(), None),
-        Some((at, _)) => (text[..at].to_owned(), Some(text[at..].to_owned())),
+    let by_chars = text.char_indices().nth(SHOWN).map(|(at, _)| at);
+    let by_lines = text
+        .match_indices('\n')
+        .nth(SHOWN_LINES - 1)
+        .map(|(at, _)| at + 1);
+    match by_chars.into_iter().chain(by_lines).min() {
+        Some(at) if at < text.len() => (text[..at].to_owned(), Some(text[at..].to_owned())),
+        _ => (text.to_owned(), None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_cannot_be_seen_is_shown_as_code_points_and_the_rest_as_it_is() {
+        // Tags (read by models, drawn by nobody), a bidi mark that reorders digits, fillers,
+        // a soft hyphen, a variation selector, a line separator, a carriage return.
+        let hidden_words: String = "email me"
+            .chars()
+            .map(|c| char::from_u32(0xE0000 + u32::from(c)).unwrap())
+            .collect();
+        let text = format!(
+            "ok{hidden_words} 12\u{61C}-34 \u{3164}\u{115F}\u{AD}\u{FE0F}\u{2028}\r\u{E000}"
+        );
+        let out = shown(&text);
+        assert!(out.starts_with("ok<U+E0065><U+E006D>"), "{out}");
+        for point in [
+            "<U+061C>", "<U+3164>", "<U+115F>", "<U+00AD>", "<U+FE0F>", "<U+2028>",
+        ] {
+            assert!(out.contains(point), "{point} in {out}");
+        }
+        assert!(
+            out.contains("<U+000D>") && out.contains("<U+E000>"),
+            "{out}"
+        );
+        let plain = "Grüße, 東京, ½ → ok 🙂\n\tindented";
+        assert_eq!(shown(plain), plain);
     }
 }

@@ -30,6 +30,17 @@ pub(super) struct Viewer {
     pub csrf: Option<String>,
 }
 
+/// A new sign-in.
+pub(super) struct SignedIn {
+    pub caller: Arc<Caller>,
+    /// The `Set-Cookie` value.
+    pub cookie: String,
+    /// The CSRF token of the sign-in, given to the browser this once: the page keeps it in
+    /// storage of this origin alone, never in a page served again (a cookie reaches every port
+    /// of the host; this does not).
+    pub proof: String,
+}
+
 /// What a request's credentials came to.
 pub(super) enum Who {
     Viewer(Viewer),
@@ -83,37 +94,36 @@ impl SignIns {
     /// Who sent a request with `headers` from `peer`: its sign-in's cookie when it has a live
     /// one, else its own credentials.
     pub(super) fn who(&self, headers: &HeaderMap, peer: Option<SocketAddr>) -> Who {
-        if let Some(id) = self.cookie_value(headers) {
-            let live = {
-                let mut held = self.held.lock();
-                match held.get(&id) {
-                    Some(signed) if signed.until > Instant::now() => {
-                        Some((signed.token.clone(), signed.csrf.clone()))
-                    }
-                    Some(_) => {
-                        held.remove(&id);
-                        None
-                    }
-                    None => None,
+        // The first of the request's cookies that names a live sign-in: a cookie another page
+        // of this host set under the same name (cookies are not bound to a port) cannot shadow
+        // it.
+        let live = self.cookie_values(headers).find_map(|id| {
+            let mut held = self.held.lock();
+            match held.get(&id) {
+                Some(signed) if signed.until > Instant::now() => {
+                    Some((id, signed.token.clone(), signed.csrf.clone()))
                 }
-            };
-            // Judged outside the lock: a JWT's signature takes a while.
-            let judged = live.and_then(|(token, csrf)| {
-                let headers = bearer(&token)?;
-                Some((self.judge(&Credentials::new(&headers, peer, None)), csrf))
-            });
-            if let Some((judged, csrf)) = judged {
-                match judged {
-                    Ok(caller) => {
-                        return Who::Viewer(Viewer {
-                            caller,
-                            csrf: Some(csrf),
-                        });
-                    }
-                    // The credential no longer lets it in: the sign-in ends with it.
-                    Err(_) => {
-                        self.held.lock().remove(&id);
-                    }
+                Some(_) => {
+                    held.remove(&id);
+                    None
+                }
+                None => None,
+            }
+        });
+        // Judged outside the lock: a JWT's signature takes a while.
+        if let Some((id, token, csrf)) = live {
+            let judged =
+                bearer(&token).map(|headers| self.judge(&Credentials::new(&headers, peer, None)));
+            match judged {
+                Some(Ok(caller)) => {
+                    return Who::Viewer(Viewer {
+                        caller,
+                        csrf: Some(csrf),
+                    });
+                }
+                // The credential no longer lets it in: the sign-in ends with it.
+                _ => {
+                    self.held.lock().remove(&id);
                 }
             }
         }
@@ -127,12 +137,14 @@ impl SignIns {
         }
     }
 
-    /// Signs in with `token` from `peer`: the `Set-Cookie` value of the new sign-in.
+    /// Signs in with `token` from `peer`: the caller, the `Set-Cookie` value of the new
+    /// sign-in, and its proof (the CSRF token every change carries), which the browser is given
+    /// this once.
     pub(super) fn sign_in(
         &self,
         token: &str,
         peer: Option<SocketAddr>,
-    ) -> Result<(Arc<Caller>, String), Denied> {
+    ) -> Result<SignedIn, Denied> {
         let token = token.trim();
         let headers = bearer(token)
             .ok_or_else(|| Denied::Unauthenticated("the token is not one".to_owned()))?;
@@ -146,7 +158,7 @@ impl SignIns {
         };
         let unavailable = || Denied::Unauthenticated("sign-ins are unavailable".to_owned());
         let id = super::random_hex().ok_or_else(unavailable)?;
-        let csrf = super::random_hex().ok_or_else(unavailable)?;
+        let proof = super::random_hex().ok_or_else(unavailable)?;
         let now = Instant::now();
         let mut held = self.held.lock();
         held.retain(|_, signed| signed.until > now);
@@ -177,7 +189,7 @@ impl SignIns {
             Signed {
                 caller: caller.clone(),
                 token: token.to_owned(),
-                csrf,
+                csrf: proof.clone(),
                 until: now + lasts,
                 made: now,
             },
@@ -189,12 +201,16 @@ impl SignIns {
             lasts.as_secs(),
             if self.tls { "; Secure" } else { "" }
         );
-        Ok((caller, cookie))
+        Ok(SignedIn {
+            caller,
+            cookie,
+            proof,
+        })
     }
 
     /// Ends the sign-in the request's cookie names; the `Set-Cookie` value that clears it.
     pub(super) fn sign_out(&self, headers: &HeaderMap) -> String {
-        if let Some(id) = self.cookie_value(headers) {
+        for id in self.cookie_values(headers) {
             self.held.lock().remove(&id);
         }
         format!(
@@ -216,8 +232,8 @@ impl SignIns {
         )
     }
 
-    /// The sign-in id the request's cookie carries.
-    fn cookie_value(&self, headers: &HeaderMap) -> Option<String> {
+    /// The sign-in ids the request's cookies of this console's name carry, in order.
+    fn cookie_values<'h>(&self, headers: &'h HeaderMap) -> impl Iterator<Item = String> + 'h {
         let name = self.cookie();
         headers
             .get_all(http::header::COOKIE)
@@ -225,9 +241,10 @@ impl SignIns {
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(';'))
             .filter_map(|pair| pair.trim().split_once('='))
-            .find(|(key, _)| *key == name)
-            .map(|(_, value)| value.to_owned())
+            .filter(move |(key, _)| *key == name)
+            .map(|(_, value)| value)
             .filter(|value| value.len() == 64 && value.bytes().all(|b| b.is_ascii_hexdigit()))
+            .map(str::to_owned)
     }
 }
 

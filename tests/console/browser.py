@@ -12,8 +12,10 @@ usage: browser.py CONSOLE_URL GRPC_ADDR --agent T --approver T [--other T] [--sh
 """
 
 import argparse
+import http.server
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -29,6 +31,8 @@ HOSTILE = {
     "script": "</script><script>alert(2)</script>",
     "link": "javascript:alert(3)",
     "bidi": "abc\u202edcba",
+    # Tag characters (no glyph, read by models) and a mark that reorders digits.
+    "hidden": "ok" + "".join(chr(0xE0000 + ord(c)) for c in "mail me") + " 12\u061c-34",
 }
 
 
@@ -79,6 +83,54 @@ def status_of(url, token=None, data=None, headers=None):
             return reply.status, dict(reply.headers)
     except urllib.error.HTTPError as error:
         return error.code, dict(error.headers)
+
+
+class NoRedirects(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
+def fetched(url, headers, data=None):
+    """The status and text of a request sent from outside the browser (a redirect is the
+    answer, not followed)."""
+    request = urllib.request.Request(url, data=data, headers=headers)
+    try:
+        with urllib.request.build_opener(NoRedirects).open(request) as reply:
+            return reply.status, reply.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def cookie_sent_to_another_port(context):
+    """What the browser sends, as cookies, to a page another server on this host serves on
+    another port (cookies are not bound to a port): the page a local process could lure the
+    person to."""
+    got = {}
+
+    class Catch(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - the standard library's name
+            if self.path.startswith("/console/"):  # not the browser's /favicon.ico after it
+                got["cookie"] = self.headers.get("Cookie", "")
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(b"<p>cats</p>")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Catch)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        page = context.new_page()
+        page.goto(f"http://127.0.0.1:{server.server_port}/console/cats")
+        page.close()
+    finally:
+        server.shutdown()
+    return got.get("cookie", "")
+
+
+PROOF = "window.localStorage.getItem('toolgate-console-proof')"
 
 
 def sign_in(context, base, token):
@@ -381,15 +433,32 @@ def main():
             out["axe_login"] = axe(login, args.axe)
             audit.close()
 
-        # A change without the sign-in's CSRF token is refused, and the call still waits.
+        # A process on another port of this host, to which the person's browser went, gets the
+        # sign-in's cookie (cookies are not bound to a port) and replays it: it reads the inbox,
+        # but no page carries the sign-in's proof, so its answer is refused.
         approval = page.get_attribute("li.card", "data-approval")
+        stolen = cookie_sent_to_another_port(context)
+        out["stolen_cookie_sent"] = "toolgate_console=" in stolen
+        proof = page.evaluate(PROOF)
+        out["proof_kept"] = bool(proof) and len(proof) == 64
+        read_status, inbox_text = fetched(f"{base}/console/", {"Cookie": stolen})
+        out["replayed_read_status"] = read_status
+        out["proof_in_served_page"] = bool(proof) and proof in inbox_text
+        scraped = re.findall(r'name="csrf" value="([^"]*)"', inbox_text)
+        out["replayed_scraped_csrf"] = sorted(set(scraped))
+        out["replayed_approve_status"], _ = fetched(
+            f"{base}/console/approvals/{approval}",
+            {"Cookie": stolen, "Content-Type": "application/x-www-form-urlencoded"},
+            data=f"decision=approve&remember=session&csrf={scraped[0] if scraped else ''}".encode(),
+        )
+        # A change without the sign-in's CSRF token is refused, and the call still waits.
         refused = context.request.post(
             f"{base}/console/approvals/{approval}", form={"decision": "approve"}, max_redirects=0
         )
         out["csrf_missing_status"] = refused.status
         # Edited arguments the page did not check (sent by hand) are checked by the server: the
         # problem is shown on the card (422), and nothing is answered.
-        csrf = page.get_attribute("li.card input[name=csrf]", "value")
+        csrf = page.evaluate(PROOF)
         unchecked = context.request.post(
             f"{base}/console/approvals/{approval}",
             form={"decision": "edit", "arguments": '["not", "an", "object"]', "csrf": csrf},
@@ -419,6 +488,17 @@ def main():
         out["cut_approve_focused"] = tab_to(page, "li.card button.approve")
         page.keyboard.press("Enter")
         out["cut_outcome"] = batch.outcome()
+
+        # Arguments folded on the card (padding pushes the end out of sight): Approve is only
+        # below the rest, once it is open.
+        page.wait_for_url(f"{base}/console/?notice=approved")
+        batch = Batch(agents, "echo", {"text": "Tidy the temp folder." + " " * 1480 + "rm -rf ~"})
+        page.wait_for_selector("li.card", timeout=5000)
+        out["folded_approve_visible"] = page.locator("li.card button.approve").is_visible()
+        page.click("li.card details.rest summary")
+        out["unfolded_approve_visible"] = page.locator("li.card button.approve").is_visible()
+        page.click("li.card button.approve")
+        out["folded_outcome"] = batch.outcome()
         out["phone_overflow_px"] = overflow
 
         other.close()

@@ -86,8 +86,11 @@ async fn sign_in(client: &reqwest::Client, base: &str, token: &str) -> String {
         .send()
         .await
         .unwrap();
-    assert_eq!(signed.status(), 303);
-    signed.headers()["set-cookie"].to_str().unwrap().to_owned()
+    // The answer hands the page its proof (for changes) and sets the cookie.
+    assert_eq!(signed.status(), 200);
+    let cookie = signed.headers()["set-cookie"].to_str().unwrap().to_owned();
+    assert!(signed.text().await.unwrap().contains("data-proof="));
+    cookie
 }
 
 /// Runs tests/console/browser.py against the console at `base` and the gRPC port `grpc`, with
@@ -199,6 +202,10 @@ async fn an_approver_answers_in_the_console_and_hostile_arguments_stay_text() {
             "{text}"
         );
         assert!(text.contains("<U+202E>"), "bidi controls shown: {text}");
+        assert!(
+            text.contains("<U+E006D><U+E0061>") && text.contains("12<U+061C>-34"),
+            "invisible characters shown: {text}"
+        );
     }
     assert_eq!(hostile["images"], 0, "{out}");
     assert_eq!(hostile["links"], 0, "{out}");
@@ -245,6 +252,18 @@ async fn an_approver_answers_in_the_console_and_hostile_arguments_stay_text() {
     assert_eq!(out["cut_approve_focused"], true, "{out}");
     // Another tenant's approver saw none of it.
     assert_eq!(out["other_tenant_cards"], 0, "{out}");
+    // A process on another port of the host got the sign-in's cookie from the browser and
+    // replayed it: it read the inbox, which carries no proof, and its Approve was refused.
+    assert_eq!(out["stolen_cookie_sent"], true, "{out}");
+    assert_eq!(out["proof_kept"], true, "{out}");
+    assert_eq!(out["replayed_read_status"], 200, "{out}");
+    assert_eq!(out["proof_in_served_page"], false, "{out}");
+    assert_eq!(
+        out["replayed_scraped_csrf"],
+        serde_json::json!([""]),
+        "{out}"
+    );
+    assert_eq!(out["replayed_approve_status"], 403, "{out}");
     // A change without the CSRF token was refused, and the call kept waiting.
     assert_eq!(out["csrf_missing_status"], 403, "{out}");
     assert_eq!(out["server_edit_status"], 422, "{out}");
@@ -264,6 +283,10 @@ async fn an_approver_answers_in_the_console_and_hostile_arguments_stay_text() {
     assert_eq!(out["cut_card_approve_buttons"], 0, "{out}");
     assert_eq!(out["whole_text_shown"], true, "{out}");
     assert_eq!(out["cut_outcome"]["success"], true, "{out}");
+    // Folded arguments: Approve only below the rest, once it is open.
+    assert_eq!(out["folded_approve_visible"], false, "{out}");
+    assert_eq!(out["unfolded_approve_visible"], true, "{out}");
+    assert_eq!(out["folded_outcome"]["success"], true, "{out}");
     // axe-core finds nothing serious on the inbox or the sign-in page.
     assert_eq!(out["axe_inbox"], serde_json::json!([]), "{out}");
     assert_eq!(out["axe_login"], serde_json::json!([]), "{out}");
@@ -391,7 +414,7 @@ async fn over_tls_the_sign_in_cookie_is_secure_and_host_bound() {
         .send()
         .await
         .unwrap();
-    assert_eq!(signed.status(), 303);
+    assert_eq!(signed.status(), 200);
     let cookie = signed.headers()["set-cookie"].to_str().unwrap().to_owned();
     for part in [
         "__Host-toolgate_console=",
@@ -588,4 +611,182 @@ async fn a_sign_in_and_its_live_stream_end_when_its_jwt_is_no_longer_accepted() 
     assert!(!rest.contains("after the rotation"), "{rest}");
     first.abort();
     second.abort();
+}
+
+#[tokio::test]
+async fn what_a_client_sends_the_console_is_bounded() {
+    use futures::StreamExt;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let ts = start_with(console_config("[remote_registration]\nenabled = true\n")).await;
+    let base = console_url(&ts);
+    let admin = ts.server.admin_addr().unwrap();
+    let client = no_redirects();
+    let post = |path: &str, token: &str, content_type: &str, body: String| {
+        client
+            .post(format!("{base}{path}"))
+            .bearer_auth(token)
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+    };
+    // A change is a form: a text/plain body (what a cross-site form may send) is refused.
+    let plain = post("/console/login", "", "text/plain", "token=x".into())
+        .await
+        .unwrap();
+    assert_eq!(plain.status(), 415);
+    // A form promised larger than a change can be is refused before it is read.
+    let mut raw = tokio::net::TcpStream::connect(admin).await.unwrap();
+    raw.write_all(
+        b"POST /console/login HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 100000000\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut answer = vec![0; 64];
+    let n = raw.read(&mut answer).await.unwrap();
+    assert!(String::from_utf8_lossy(&answer[..n]).starts_with("HTTP/1.1 413"));
+    // A form that does not arrive whole within 10 s is given up (its connection with it).
+    let mut slow = tokio::net::TcpStream::connect(admin).await.unwrap();
+    slow.write_all(
+        b"POST /console/login HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 100\r\n\r\ntoken=",
+    )
+    .await
+    .unwrap();
+    let mut answer = vec![0; 64];
+    let n = tokio::time::timeout(std::time::Duration::from_secs(20), slow.read(&mut answer))
+        .await
+        .expect("answered before 20 s")
+        .unwrap();
+    assert!(String::from_utf8_lossy(&answer[..n]).starts_with("HTTP/1.1 408"));
+
+    // A reason longer than 1,000 characters is refused, in the console and over gRPC.
+    let mut req = request(serde_json::json!([
+        {"id": "c1", "name": "echo", "arguments": {"text": "bounded"}}
+    ]));
+    req.options = Some(toolgate_proto::pb::DispatchOptions {
+        interactive_approvals: true,
+        ..Default::default()
+    });
+    let mut agent = ts.client.clone();
+    let batch = tokio::spawn(async move {
+        let mut stream = agent
+            .dispatch_batch(as_caller(Some("agent-secret"), req))
+            .await
+            .unwrap()
+            .into_inner();
+        while stream.next().await.is_some() {}
+    });
+    let mut approvals = Vec::new();
+    eventually("the approval is pending", async || {
+        let listed = ts
+            .client
+            .clone()
+            .list_approvals(as_caller(
+                Some("approver-secret"),
+                toolgate_proto::pb::ListApprovalsRequest::default(),
+            ))
+            .await
+            .unwrap()
+            .into_inner();
+        approvals = listed.approvals;
+        !approvals.is_empty()
+    })
+    .await;
+    let id = approvals[0].approval_id.clone();
+    let long = "x".repeat(1001);
+    let denied = post(
+        &format!("/console/approvals/{id}"),
+        "approver-secret",
+        "application/x-www-form-urlencoded",
+        format!("decision=deny&reason={long}"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(denied.status(), 422, "{:?}", denied.headers());
+    let over_grpc = ts
+        .client
+        .clone()
+        .resolve_approval(as_caller(
+            Some("approver-secret"),
+            toolgate_proto::pb::ResolveApprovalRequest {
+                approval_id: id.clone(),
+                decision: toolgate_proto::pb::resolve_approval_request::Decision::Deny as i32,
+                reason: long,
+                ..Default::default()
+            },
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        over_grpc.code(),
+        tonic::Code::InvalidArgument,
+        "{over_grpc}"
+    );
+    batch.abort();
+
+    // Accept takes the digest of the change reviewed, never whatever is current.
+    let accept = post(
+        "/console/tools/pm.greet/accept",
+        "admin-secret",
+        "application/x-www-form-urlencoded",
+        String::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(accept.status(), 400);
+
+    // One identity holds at most 4 live streams; another still gets one.
+    let mut streams = Vec::new();
+    for _ in 0..4 {
+        let stream = client
+            .get(format!("{base}/console/events"))
+            .bearer_auth("approver-secret")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(stream.status(), 200);
+        streams.push(stream);
+    }
+    let fifth = client
+        .get(format!("{base}/console/events"))
+        .bearer_auth("approver-secret")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(fifth.status(), 503);
+    let other = client
+        .get(format!("{base}/console/events"))
+        .bearer_auth("other-secret")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(other.status(), 200);
+
+    // On loopback, the metrics answer this machine's names only (DNS rebinding).
+    let metrics = |host: String| {
+        client
+            .get(format!("{base}/metrics"))
+            .header("host", host)
+            .send()
+    };
+    assert_eq!(
+        metrics(format!("127.0.0.1:{}", admin.port()))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    assert_eq!(
+        metrics(format!("localhost:{}", admin.port()))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    assert_eq!(
+        metrics(format!("rebound.example:{}", admin.port()))
+            .await
+            .unwrap()
+            .status(),
+        403
+    );
 }

@@ -1,8 +1,44 @@
 // toolgate console: live updates of the approvals inbox, the time left on each approval, and
-// a check of edited arguments against the tool's input schema before they are sent. The
-// pages work without it (the server checks every answer again). Markup inserted here is the
+// a check of edited arguments against the tool's input schema before they are sent, and the
+// sign-in's proof in every change. Pages read without it; changes of a signed-in person need
+// it (the server checks every answer again). Markup inserted here is the
 // server's, already escaped; values are set as text, never parsed as HTML.
 "use strict";
+
+// The sign-in's proof: handed over once, by the answer to the sign-in, and kept in this
+// origin's storage (a cookie reaches every port of the host; this storage does not), then put
+// into each change as it is sent. A page never carries it.
+(function () {
+  var KEY = "toolgate-console-proof";
+  var handoff = document.getElementById("proof");
+  if (handoff) {
+    try {
+      window.localStorage.setItem(KEY, handoff.getAttribute("data-proof"));
+    } catch (e) {
+      // No storage: changes are refused, and the page says why.
+    }
+    window.location.replace("/console/");
+    return;
+  }
+  if (document.querySelector("form.login")) {
+    try {
+      window.localStorage.removeItem(KEY);
+    } catch (e) {
+      // Nothing kept.
+    }
+  }
+  document.addEventListener("submit", function (event) {
+    var field = event.target.querySelector && event.target.querySelector("input[data-proof]");
+    if (!field) return;
+    var proof = null;
+    try {
+      proof = window.localStorage.getItem(KEY);
+    } catch (e) {
+      // Sent without it: refused.
+    }
+    field.value = proof || "";
+  }, true);
+})();
 
 (function () {
   var pending = document.getElementById("pending");
