@@ -33,6 +33,12 @@ the store's round-trip time is measured (redis-benchmark, one connection, PING);
 throughput of what a batch of a live session sends (the load's reads and the SAVE script,
 read from src/store/scripts.rs) under redis-benchmark, the ceiling of one Redis shard.
 
+With --toolgate-console-off (a toolgate like --toolgate with `TOOLGATE_CONSOLE__ENABLED=false`,
+so without the console's flight recorder, which records every batch's events), the 1-call and
+8-call fresh-session cases also run against it, each cell in slices interleaved with the same
+case on --toolgate (console on, the default), and a table gives console on against off:
+throughput and p50 as the median of the slices' on ÷ off ratios, and toolgate's CPU per call.
+
 Needs grpcio, grpcio-tools and protobuf (the test venv). Settings come from the environment:
 BENCH_SECONDS (measured seconds per cell, default 5), BENCH_WARMUP (seconds, default 1),
 BENCH_PAIRS (slices a cell is measured in, each beside an echo slice; default 6, keep it even),
@@ -209,13 +215,17 @@ class Case:
     """One request driven by h2load: its body, where it goes, how to check it."""
 
     def __init__(self, key, label, server, path, message, calls, tool=None, streaming=False,
-                 expect_session=None, expect_results=None, base=None, against=None, probe=None):
+                 expect_session=None, expect_results=None, base=None, against=None, probe=None,
+                 twin=None):
         self.key, self.label, self.server, self.path = key, label, server, path
         # For a traced case: the untraced case it is compared with.
         self.base = base
-        # For a case on the Redis store: the memory-store case its slices are interleaved with,
-        # and what reads the store's counters around each measured slice.
-        self.against, self.probe = against, probe
+        # For a twin case, measured slice by slice against another case rather than the echo:
+        # that case (`against`), and which comparison it belongs to (`twin`): "redis" for a case
+        # on the Redis store against the memory store (`probe` reads the store's counters around
+        # each measured slice), "console" for a case on the console-off toolgate against the
+        # default one.
+        self.against, self.probe, self.twin = against, probe, twin
         self.message, self.calls, self.tool, self.streaming = message, calls, tool, streaming
         self.expect_session, self.expect_results = expect_session, expect_results
         payload = message.SerializeToString()
@@ -274,13 +284,25 @@ def build_cases(pb, servers):
         stored = [named_eight] + [
             Case(f"{key}_redis", label, on_redis, path, request(calls, SESSION),
                  len(calls), "echo", streaming=path == batch, expect_session=SESSION,
-                 expect_results=echo_results(calls), against=key, probe=probe)
+                 expect_results=echo_results(calls), against=key, probe=probe, twin="redis")
             for key, label, path, calls in [
                 ("dispatch_1_named", "`Dispatch`, 1 echo call, named", dispatch, one),
                 ("batch_1_named", "`DispatchBatch`, 1 echo call, named", batch, one),
                 ("batch_8_named", "`DispatchBatch`, 8 echo calls, named", batch, eight),
             ]]
-    return traced + stored + [
+    console = []
+    if "toolgate_console_off" in servers:
+        quiet = servers["toolgate_console_off"]
+        console = [
+            Case(f"{key}_console_off", f"{label}, console off", quiet, path, request(calls),
+                 len(calls), "echo", streaming=path == batch, expect_results=echo_results(calls),
+                 against=key, twin="console")
+            for key, label, path, calls in [
+                ("dispatch_1", "`Dispatch`, 1 echo call, fresh session", dispatch, one),
+                ("batch_1", "`DispatchBatch`, 1 echo call, fresh session", batch, one),
+                ("dispatch_8", "`Dispatch`, 8 echo calls, fresh session", dispatch, eight),
+            ]]
+    return traced + stored + console + [
         Case("echo", "bare tonic echo (baseline)", servers["echo"], ECHO_METHOD,
              value(one[0]), 1),
         Case("dispatch_1", "`Dispatch`, 1 echo call, fresh session", tg, dispatch,
@@ -535,10 +557,11 @@ def merged_store(stores):
                                                          "cpu_s", "reads")} | {"by_command": by_command}
 
 
-def run_paired(case, echo, concurrency, checker, workdir, seconds, warmup, pairs):
+def run_paired(case, echo, concurrency, checker, workdir, seconds, warmup, pairs, inverse=False):
     """Measures `case` in `pairs` slices, each beside an echo slice (order alternating); returns
     the case's merged cell (with the median of the slices' ratios to their echo), the echo's
-    slices, and the problems."""
+    slices, and the problems. With `inverse`, the cell also has the median of the slices'
+    inverse ratios, echo ÷ case (not the inverse of the median when the count is even)."""
     rates, problems = {}, []
     for c in (echo, case):
         rates[c.key], found = warm_up(c, concurrency, workdir, warmup)
@@ -569,6 +592,9 @@ def run_paired(case, echo, concurrency, checker, workdir, seconds, warmup, pairs
     cell["p50_added_us"] = statistics.median(p50_added)
     cell["slice_ratios"] = [round(r, 3) for r in ratios]
     cell["slice_p50_ratios"] = [round(r, 3) for r in p50_ratios]
+    if inverse:
+        cell["against_ratio"] = statistics.median(1 / r for r in ratios)
+        cell["against_p50_ratio"] = statistics.median(1 / r for r in p50_ratios)
     return cell, echo_slices, problems
 
 
@@ -640,9 +666,12 @@ def render(results, cases, seconds, warmup, meta):
                     f"| {case.label} | {conc} | {fmt_rate(r['calls_per_s'])} "
                     f"| {fmt_us(r['p50_us'])} | {fmt_us(r['p99_us'])} "
                     f"| {r['server_cpu_pct']:.0f}% | {ratio} | {p50_ratio} |")
-    stored = [c for c in cases if c.against]
+    stored = [c for c in cases if c.twin == "redis"]
     if stored and "redis" in meta:
         lines += [""] + render_store(by, stored, meta["redis"])
+    console = [c for c in cases if c.twin == "console"]
+    if console:
+        lines += [""] + render_console(by, console, {c.key: c.label for c in cases})
     sleep = [r for r in results if r["case"] == "parallel_sleep"]
     if sleep:
         lines += [
@@ -662,6 +691,37 @@ def render(results, cases, seconds, warmup, meta):
                 f"| {r['p50_us'] / (SLEEP_MS * 1000):.2f} | {r['server_cpu_pct']:.0f}% "
                 f"| {r['other_cpu_pct']:.0f}% |")
     return "\n".join(lines) + "\n"
+
+
+def render_console(by, cases, labels):
+    """The console table: each case on the default toolgate (console on) against the same case
+    on the console-off toolgate, slices interleaved."""
+    lines = [
+        "The cost of the console's flight recorder: the same cases on the default toolgate "
+        "(console **on**: `[console] enabled = true`, the default, with the admin listener on, "
+        "so the dispatcher records every batch's events) and on a toolgate like it with "
+        "`TOOLGATE_CONSOLE__ENABLED=false` (console **off**, no recorder), each cell in slices "
+        "interleaved with the other's (order alternating), same run. On ÷ off is the median of "
+        "the slices' on ÷ off ratios: below 1 for calls/s, above 1 for p50, is what the "
+        "recorder costs. Server CPU per call is that toolgate's utime+stime over its measured "
+        "slices ÷ the calls they made.",
+        "",
+        "| Case | Conc. | calls/s on | calls/s off | on ÷ off calls/s | p50 on ÷ off "
+        "| server CPU / call on | server CPU / call off |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for case in cases:
+        for (key, conc), r in sorted(by.items(), key=lambda kv: kv[0][1]):
+            if key != case.key or "against" not in r or "against_ratio" not in r:
+                continue
+            on, calls = r["against"], r["calls"]
+            lines.append(
+                f"| {labels.get(case.against, case.label)} | {conc} "
+                f"| {fmt_rate(on['rps'] * calls)} | {fmt_rate(r['calls_per_s'])} "
+                f"| {r['against_ratio']:.3f} | {r['against_p50_ratio']:.3f} "
+                f"| {on['server_cpu_s'] * 1e6 / (on['requests'] * calls):.1f} µs "
+                f"| {r['server_cpu_s'] * 1e6 / (r['requests'] * calls):.1f} µs |")
+    return lines
 
 
 def render_store(by, cases, redis):
@@ -850,6 +910,8 @@ def main():
     parser.add_argument("--toolgate-redis",
                         help="ADDR@PID, like --toolgate-named with its sessions in Redis")
     parser.add_argument("--redis", help="ADDR@PID of the redis-server behind --toolgate-redis")
+    parser.add_argument("--toolgate-console-off",
+                        help="ADDR@PID, like --toolgate with TOOLGATE_CONSOLE__ENABLED=false")
     parser.add_argument("--toolgate-label", required=True)
     parser.add_argument("--out", required=True, type=pathlib.Path)
     args = parser.parse_args()
@@ -868,11 +930,14 @@ def main():
     if args.toolgate_redis and args.redis:
         servers["toolgate_redis"] = Server(args.toolgate_redis)
         servers["redis"] = Redis(args.redis)
+    if args.toolgate_console_off:
+        servers["toolgate_console_off"] = Server(args.toolgate_console_off)
     cases = build_cases(pb, servers)
     by_key = {c.key: c for c in cases}
     wanted = {k.strip() for k in os.environ.get("BENCH_CASES", "").split(",") if k.strip()}
     if wanted:
-        # A Redis-store case is measured against its memory-store case, which must run too.
+        # A twin case (Redis store, console off) is measured against its case, which must run
+        # too.
         wanted |= {c.against for c in cases if c.against and c.key in wanted}
         cases = [c for c in cases
                  if c.key in wanted or (c.base and c.base in wanted)
@@ -897,7 +962,7 @@ def main():
     echo = next((c for c in cases if c.key == "echo"), None)
     results = []
     redis_meta = None
-    if "redis" in servers and any(c.against for c in cases):
+    if "redis" in servers and any(c.twin == "redis" for c in cases):
         redis = servers["redis"]
         version = re.search(r"redis_version:(\S+)", redis.cli("INFO", "server"))
         redis_meta = {"version": version.group(1) if version else "?", "rtt": store_rtt(redis)}
@@ -913,6 +978,8 @@ def main():
             results.append(cell)
             ratio = (f"  ÷ {case.against or 'echo'} {cell['ratio']:.2f} {cell['slice_ratios']}"
                      if "ratio" in cell else "")
+            if "against_ratio" in cell:
+                ratio += f"  ({case.against} ÷ this {cell['against_ratio']:.3f})"
             print(f"{case.key:>18} c={conc:<3} {cell['rps']:>9.0f} req/s  "
                   f"p50 {fmt_us(cell['p50_us']):>9}  p99 {fmt_us(cell['p99_us']):>9}  "
                   f"server CPU {cell['server_cpu_pct']:.0f}%  other {cell['other_cpu_pct']:.0f}%"
@@ -924,9 +991,11 @@ def main():
             if case.key in ("echo", "parallel_sleep"):
                 continue
             if case.against:
-                # Redis against the memory store, slice by slice: not against the echo.
+                # Redis against the memory store, console off against on, slice by slice: not
+                # against the echo.
                 cell, slices, cell_problems = run_paired(case, by_key[case.against], conc,
-                                                         checker, workdir, seconds, warmup, pairs)
+                                                         checker, workdir, seconds, warmup, pairs,
+                                                         inverse=case.twin == "console")
                 if cell and slices:
                     cell["against"] = {k: v for k, v in merged(slices).items()
                                        if k in ("rps", "p50_us", "p99_us", "requests",
@@ -957,7 +1026,7 @@ def main():
             "toolgate": args.toolgate_label, "h2load": h2load_version, "pairs": pairs}
     if redis_meta:
         sample = next((c for c in cases if c.against == "batch_1_named"),
-                      next(c for c in cases if c.against))
+                      next(c for c in cases if c.twin == "redis"))
         redis_meta["monitor"] = store_monitor(sample, servers["redis"], checker, workdir)
         redis_meta["shard"] = store_ceiling(servers["redis"])
         meta["redis"] = redis_meta
