@@ -438,7 +438,8 @@ impl Server {
             dispatcher = dispatcher.with_store(store.clone());
         }
         // The console shows the recent batches with their events.
-        if self.config.console.enabled && self.config.admin.listen.is_some() {
+        let console = &self.config.console;
+        if console.enabled && console.record_batches && self.config.admin.listen.is_some() {
             dispatcher = dispatcher.with_flights();
         }
         let dispatcher = dispatcher.with_bindings(bindings).map_err(|problems| {

@@ -837,11 +837,10 @@ async fn batches(State(console): State<Arc<Console>>, peer: Peer, headers: Heade
     let flights = console
         .dispatcher
         .flights()
-        .map(|f| f.recent(&viewer.caller.tenant))
-        .unwrap_or_default();
+        .map(|f| f.recent(&viewer.caller.tenant));
     html(
         StatusCode::OK,
-        pages::batches(&viewer.caller, viewer.csrf.is_some(), &flights),
+        pages::batches(&viewer.caller, viewer.csrf.is_some(), flights.as_deref()),
     )
 }
 

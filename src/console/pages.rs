@@ -483,14 +483,20 @@ fn millis(d: std::time::Duration) -> String {
 }
 
 /// The recent batches of the viewer's tenant, newest first.
-pub(super) fn batches(viewer: &Caller, signed: bool, flights: &[std::sync::Arc<Flight>]) -> Markup {
+pub(super) fn batches(
+    viewer: &Caller,
+    signed: bool,
+    flights: Option<&[std::sync::Arc<Flight>]>,
+) -> Markup {
     page(
         "Batches",
         Some((viewer, signed)),
         html! {
             h1 { "Batches" }
             p { "The tenant's most recent batches (up to " (toolgate_core::dispatch::FLIGHTS) " across the server, since it started), from every front." }
-            @if flights.is_empty() {
+            @if flights.is_none() {
+                p.empty { "Batches are not recorded on this server (console.record_batches = false)." }
+            } @else if flights.is_some_and(<[_]>::is_empty) {
                 p.empty { "No batch has run yet." }
             } @else {
                 div.table { table {
@@ -500,7 +506,7 @@ pub(super) fn batches(viewer: &Caller, signed: bool, flights: &[std::sync::Arc<F
                         th scope="col" { "Session" } th scope="col" { "Calls" } th scope="col" { "Outcome" }
                         th scope="col" { "Took" }
                     } }
-                    tbody { @for flight in flights { (batch_row(flight)) } }
+                    tbody { @for flight in flights.unwrap_or_default() { (batch_row(flight)) } }
                 } }
             }
         },

@@ -790,3 +790,17 @@ async fn what_a_client_sends_the_console_is_bounded() {
         403
     );
 }
+
+#[tokio::test]
+async fn with_record_batches_off_the_console_keeps_no_batches() {
+    let ts = start_with(console_config("[console]\nrecord_batches = false\n")).await;
+    let page = no_redirects()
+        .get(format!("{}/console/batches", console_url(&ts)))
+        .bearer_auth("admin-secret")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    let text = page.text().await.unwrap();
+    assert!(text.contains("console.record_batches = false"), "{text}");
+}

@@ -83,6 +83,9 @@ pub struct ConsoleConfig {
     /// `Host` values (names or `host:port`) the console answers, against DNS rebinding; `["*"]`
     /// any (behind a proxy that checks it).
     pub allowed_hosts: Vec<String>,
+    /// Keep the recent batches and their events for the Batches page: every batch then builds
+    /// its events, whether its front wants them or not (BENCHMARKS.md prices it).
+    pub record_batches: bool,
 }
 
 impl Default for ConsoleConfig {
@@ -92,6 +95,7 @@ impl Default for ConsoleConfig {
             session_ttl: std::time::Duration::from_secs(8 * 3600),
             max_sessions: 1000,
             allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "::1".into()],
+            record_batches: true,
         }
     }
 }
