@@ -125,19 +125,20 @@ fn per_call_cost(c: &mut Criterion) {
             BatchSize::SmallInput,
         );
     });
+    let one_call = || {
+        batch(
+            vec![echo_call(counter.fetch_add(1, Ordering::Relaxed))],
+            "bench",
+            Mode::Sequential,
+        )
+    };
     for (name, dispatcher) in [
         ("full_pipeline_one_call_batch", &dispatcher),
         ("full_pipeline_one_call_batch_console_off", &unrecorded),
     ] {
         group.bench_function(name, |b| {
             b.to_async(&rt).iter_batched(
-                || {
-                    batch(
-                        vec![echo_call(counter.fetch_add(1, Ordering::Relaxed))],
-                        "bench",
-                        Mode::Sequential,
-                    )
-                },
+                one_call,
                 |batch| async {
                     black_box(dispatcher.run(batch, &NoObserver, &Cancel::new()).await)
                 },
@@ -147,13 +148,7 @@ fn per_call_cost(c: &mut Criterion) {
     }
     group.bench_function("full_pipeline_one_call_batch_with_events", |b| {
         b.to_async(&rt).iter_batched(
-            || {
-                batch(
-                    vec![echo_call(counter.fetch_add(1, Ordering::Relaxed))],
-                    "bench",
-                    Mode::Sequential,
-                )
-            },
+            one_call,
             |batch| async {
                 black_box(
                     dispatcher

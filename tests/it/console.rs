@@ -762,33 +762,20 @@ async fn what_a_client_sends_the_console_is_bounded() {
     assert_eq!(other.status(), 200);
 
     // On loopback, the metrics answer this machine's names only (DNS rebinding).
-    let metrics = |host: String| {
-        client
+    let port = admin.port();
+    for (host, status) in [
+        (format!("127.0.0.1:{port}"), 200),
+        (format!("localhost:{port}"), 200),
+        (format!("rebound.example:{port}"), 403),
+    ] {
+        let metrics = client
             .get(format!("{base}/metrics"))
-            .header("host", host)
+            .header("host", &host)
             .send()
-    };
-    assert_eq!(
-        metrics(format!("127.0.0.1:{}", admin.port()))
             .await
-            .unwrap()
-            .status(),
-        200
-    );
-    assert_eq!(
-        metrics(format!("localhost:{}", admin.port()))
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
-    assert_eq!(
-        metrics(format!("rebound.example:{}", admin.port()))
-            .await
-            .unwrap()
-            .status(),
-        403
-    );
+            .unwrap();
+        assert_eq!(metrics.status(), status, "{host}");
+    }
 }
 
 #[tokio::test]
