@@ -60,6 +60,8 @@ const FORM_DEADLINE: Duration = Duration::from_secs(10);
 /// Live inbox streams open at once: the admin listener's other connections stay for the
 /// probes, the scraper and pages.
 const MAX_STREAMS: usize = 16;
+/// How often a live stream with nothing to send asks whether its sign-in still lets it in.
+const STREAM_CHECK: Duration = Duration::from_secs(15);
 /// Live inbox streams one identity holds at once.
 const STREAMS_PER_IDENTITY: usize = 4;
 /// How long one live stream lasts; the browser opens another.
@@ -416,14 +418,9 @@ async fn render_inbox(
     )
 }
 
-async fn login_page(
-    State(console): State<Arc<Console>>,
-    peer: Peer,
-    headers: HeaderMap,
-) -> Response {
-    if let Who::Viewer(_) = console.who(&headers, peer.as_deref()) {
-        return Redirect::to("/console/").into_response();
-    }
+/// The sign-in page, shown to a signed-in person too: one whose browser lost the sign-in's
+/// proof (storage cleared, another page's cookie in its place) signs in again here.
+async fn login_page() -> Response {
     html(StatusCode::OK, pages::login(None))
 }
 
@@ -483,16 +480,17 @@ async fn login(
     }
 }
 
-async fn logout(
-    State(console): State<Arc<Console>>,
-    peer: Peer,
-    headers: HeaderMap,
-    body: axum::body::Body,
-) -> Response {
-    if let Who::Viewer(_) = console.who(&headers, peer.as_deref())
-        && let Err(refused) = change(&console, peer.as_deref(), &headers, body, None).await
-    {
-        return *refused;
+/// Signing out needs no proof (a browser that lost it must still be able to leave), only this
+/// console's own page; it ends the sign-ins the request's cookies name.
+async fn logout(State(console): State<Arc<Console>>, headers: HeaderMap) -> Response {
+    if !signin::same_origin(&headers) {
+        return html(
+            StatusCode::FORBIDDEN,
+            pages::problem(
+                "Forbidden",
+                "signing out must come from this console's own page",
+            ),
+        );
     }
     let cookie = console.sign_ins.sign_out(&headers);
     let mut response = Redirect::to("/console/login").into_response();
@@ -1099,7 +1097,20 @@ fn changes(
         (console, viewer, asks, updates, slot),
         |(console, viewer, asks, mut updates, slot)| async move {
             loop {
-                let update = match updates.recv().await {
+                let still = || {
+                    matches!(
+                        console.sign_ins.who(&asks.headers, asks.peer),
+                        Who::Viewer(_)
+                    )
+                };
+                // Asked again while nothing happens too, so an ended sign-in frees its place.
+                let Ok(received) = tokio::time::timeout(STREAM_CHECK, updates.recv()).await else {
+                    if still() {
+                        continue;
+                    }
+                    return None;
+                };
+                let update = match received {
                     Ok(update) => update,
                     // Missed some: the page reloads the inbox.
                     Err(RecvError::Lagged(_)) => {
@@ -1129,10 +1140,7 @@ fn changes(
                     }
                     _ => continue,
                 };
-                if !matches!(
-                    console.sign_ins.who(&asks.headers, asks.peer),
-                    Who::Viewer(_)
-                ) {
+                if !still() {
                     return None;
                 }
                 return Some((Ok(event), (console, viewer, asks, updates, slot)));

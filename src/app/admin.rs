@@ -76,7 +76,10 @@ pub(super) async fn serve(
                     let allowed = crate::front::hosts::check(request.headers(), Some(&hosts));
                     async move {
                         match allowed {
-                            Ok(()) => next.run(request).await,
+                            // An HTTP/1.0 probe names no host; a browser always does.
+                            Ok(()) | Err(crate::front::hosts::HostRefused::Missing) => {
+                                next.run(request).await
+                            }
                             Err(_) => (
                                 StatusCode::FORBIDDEN,
                                 "the Host header names a host this listener does not go by\n",

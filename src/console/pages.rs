@@ -58,7 +58,10 @@ pub(super) fn page(title: &str, viewer: Option<(&Caller, bool)>, body: Markup) -
                         }
                     }
                 }
-                main #main { (body) }
+                main #main {
+                    noscript { p.notice { "Answers, and every change, need this page's script: it adds your sign-in's proof." } }
+                    (body)
+                }
             }
         }
     }
@@ -191,13 +194,29 @@ pub(super) fn card(approval: &Approval, extras: &CardExtras<'_>) -> Markup {
                     option value="session" { "For the session, any arguments" }
                 }
             }
-            button.approve type="submit" { "Approve" }
+            button.approve type="submit" disabled data-hold { "Approve" }
         }
     };
+    // In the box, what cannot be seen is a JSON escape (`\u202e`): the same value once parsed.
     let edit_text = extras
         .edited
         .map(str::to_owned)
-        .unwrap_or_else(|| pretty(&approval.arguments));
+        .unwrap_or_else(|| escaped(&pretty(&approval.arguments)));
+    let edit = html! {
+        details.edit open[extras.edited.is_some()] {
+            summary { "Edit" }
+            form.answer.edit method="post" action={"/console/approvals/" (id)} {
+                (proof_if(extras.signed))
+                input type="hidden" name="decision" value="edit";
+                label for={"arguments-" (id)} { "Arguments (JSON)" }
+                textarea #{"arguments-" (id)} name="arguments" rows="8" spellcheck="false"
+                    data-schema=[extras.schema.as_deref()]
+                    aria-describedby={"edit-error-" (id)} { (edit_text) }
+                p.error.edit-error #{"edit-error-" (id)} role="alert" hidden {}
+                button type="submit" disabled data-hold { "Approve with these arguments" }
+            }
+        }
+    };
     html! {
         li.card #{"approval-" (id)} data-approval=(id) {
             h3 { "Call to " code { (shown(&approval.tool)) } }
@@ -218,9 +237,9 @@ pub(super) fn card(approval: &Approval, extras: &CardExtras<'_>) -> Markup {
             // Approve comes after the arguments whole: below the rest, when it is folded.
             @if let Some(rest) = rest {
                 details.rest open[extras.unfolded] {
-                    summary { "Show the rest" @if !approval.arguments_cut { " (Approve is below it)" } }
+                    summary { "Show the rest" @if !approval.arguments_cut { " (Approve and Edit are below it)" } }
                     pre.arguments { (rest) }
-                    @if !approval.arguments_cut { div.answers { (approve) } }
+                    @if !approval.arguments_cut { div.answers { (approve) (edit) } }
                 }
             }
             @if let Some(problem) = extras.problem {
@@ -240,23 +259,9 @@ pub(super) fn card(approval: &Approval, extras: &CardExtras<'_>) -> Markup {
                     input type="hidden" name="decision" value="deny";
                     label for={"reason-" (id)} { "Reason" }
                     input #{"reason-" (id)} type="text" name="reason" maxlength="1000";
-                    button.deny type="submit" { "Deny" }
+                    button.deny type="submit" disabled data-hold { "Deny" }
                 }
-                @if !approval.arguments_cut {
-                details.edit open[extras.edited.is_some()] {
-                    summary { "Edit" }
-                    form.answer.edit method="post" action={"/console/approvals/" (id)} {
-                        (proof_if(extras.signed))
-                        input type="hidden" name="decision" value="edit";
-                        label for={"arguments-" (id)} { "Arguments (JSON)" }
-                        textarea #{"arguments-" (id)} name="arguments" rows="8" spellcheck="false"
-                            data-schema=[extras.schema.as_deref()]
-                            aria-describedby={"edit-error-" (id)} { (edit_text) }
-                        p.error.edit-error #{"edit-error-" (id)} role="alert" hidden {}
-                        button type="submit" { "Approve with these arguments" }
-                    }
-                }
-                }
+                @if !approval.arguments_cut && !folded { (edit) }
             }
         }
     }
@@ -354,7 +359,7 @@ pub(super) fn tools(
                             form method="post" action={"/console/tools/" (path_part(row.name)) "/accept"} {
                                 (proof_if(signed))
                                 input type="hidden" name="digest" value=(digest);
-                                button.approve type="submit" { "Accept the new definition" }
+                                button.approve type="submit" disabled data-hold { "Accept the new definition" }
                             }
                         } @else {
                             p { "Accepting needs remote_registration.enabled." }
@@ -608,7 +613,7 @@ pub(super) fn sessions(
                             form method="post" action="/console/sessions/end" {
                                 (proof_if(signed))
                                 input type="hidden" name="id" value=(view.id);
-                                button.deny type="submit" { "End session" }
+                                button.deny type="submit" disabled data-hold { "End session" }
                             }
                         }
                     }
@@ -717,6 +722,24 @@ pub(super) fn shown(text: &str) -> String {
     out
 }
 
+/// JSON `text` with each character `hidden` would show as a code point written as a JSON
+/// escape (`\u202e`, a pair for one past U+FFFF): the same value to a parser, visible to a
+/// person. Such characters are only ever inside strings in serde_json's output.
+fn escaped(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if hidden(c) && c != '\n' && c != '\t' {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                out.push_str(&format!("\\u{unit:04x}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// `text` with every character outside printable ASCII (but the line break) as its code point.
 fn spelled(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
@@ -768,6 +791,17 @@ fn fold(text: &str) -> (String, Option<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_cannot_be_seen_is_a_json_escape_in_the_edit_box_and_parses_back_the_same() {
+        let value = serde_json::json!({"a": "x\u{202E}y\u{E0061}z", "b": "Grüße\n"});
+        let text = escaped(&pretty(&value));
+        assert!(
+            text.contains("x\\u202ey\\udb40\\udc61z") && text.contains("Grüße"),
+            "{text}"
+        );
+        assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), value);
+    }
 
     #[test]
     fn what_cannot_be_seen_is_shown_as_code_points_and_the_rest_as_it_is() {

@@ -25,6 +25,10 @@ pub(crate) fn check(headers: &HeaderMap, allowed: Option<&[String]>) -> Result<(
             None => Ok(()),
         };
     };
+    // Two `Host` headers: which one a proxy or the router reads is anyone's guess.
+    if headers.get_all(http::header::HOST).iter().nth(1).is_some() {
+        return Err(HostRefused::Malformed);
+    }
     let host = host.to_str().unwrap_or_default();
     let shaped = !host.is_empty()
         && host
@@ -91,6 +95,9 @@ mod tests {
             Err(HostRefused::Malformed)
         );
         assert_eq!(check(&HeaderMap::new(), allowed), Err(HostRefused::Missing));
+        let mut twice = with_host("localhost");
+        twice.append(http::header::HOST, "evil.example".parse().unwrap());
+        assert_eq!(check(&twice, allowed), Err(HostRefused::Malformed));
         for malformed in [
             "[::1]evil",
             "[::1",

@@ -143,7 +143,12 @@ def sign_in(context, base, token):
 
 
 def tab_to(page, selector, presses=60):
-    """Presses Tab until the focused element matches `selector`: whether it got there."""
+    """Presses Tab until the focused element matches `selector`: whether it got there. A button
+    that changes something comes disabled for a moment (against double-click tricks): it is
+    waited for first."""
+    page.wait_for_function(
+        "(s) => { const e = document.querySelector(s); return e && !e.disabled; }", arg=selector
+    )
     for _ in range(presses):
         page.keyboard.press("Tab")
         if page.evaluate("(s) => document.activeElement.matches(s)", selector):
@@ -189,6 +194,7 @@ def fleet(args, base, agents):
         batch = Batch(agents, "echo", {"text": "across"})
         page.wait_for_selector("li.card", timeout=5000)
         out["appeared_after_s"] = time.monotonic() - batch.started
+        page.wait_for_selector("li.card button.approve:enabled", timeout=5000)
         for _ in range(40):
             page.keyboard.press("Tab")
             if page.evaluate("document.activeElement.className") == "approve":
@@ -316,6 +322,9 @@ def main():
         batch = Batch(agents, "echo", {"text": "hi"})
         page.wait_for_selector("li.card", timeout=5000)
         out["appeared_after_s"] = time.monotonic() - batch.started
+        # A card's buttons wait a moment before they take a click (a double-click begun
+        # elsewhere cannot land on them).
+        out["approve_held_at_first"] = page.locator("li.card button.approve").is_disabled()
         if args.shots:
             page.screenshot(path=os.path.join(args.shots, "inbox.png"), full_page=True)
         page.click("li.card button.approve")
@@ -354,6 +363,12 @@ def main():
         page.wait_for_selector("li.card", timeout=5000)
         page.wait_for_timeout(300)
         live_text = page.text_content("li.card pre.arguments")
+        # Shown in the order sent (right-to-left letters reorder nothing); in the edit box what
+        # cannot be seen is a JSON escape.
+        bidi_style = page.evaluate(
+            "getComputedStyle(document.querySelector('li.card pre.arguments')).unicodeBidi"
+        )
+        edit_box = page.input_value("li.card textarea")
         page.reload()
         page.wait_for_selector("li.card", timeout=5000)
         page.wait_for_timeout(300)
@@ -362,6 +377,8 @@ def main():
             "requests": [url for url in requests if not url.startswith(f"{base}/console")],
             "console_requests": sorted({url.split("?")[0] for url in requests}),
             "live_text": live_text,
+            "bidi_style": bidi_style,
+            "edit_box": edit_box,
             "served_text": page.text_content("li.card pre.arguments"),
             "images": page.locator("li.card img").count(),
             "links": page.locator("li.card a").count(),
@@ -499,6 +516,13 @@ def main():
         out["unfolded_approve_visible"] = page.locator("li.card button.approve").is_visible()
         page.click("li.card button.approve")
         out["folded_outcome"] = batch.outcome()
+
+        # A browser that lost the sign-in's proof can still sign out, and sign in again.
+        page.evaluate("window.localStorage.removeItem('toolgate-console-proof')")
+        page.click("form.inline button")
+        page.wait_for_url(f"{base}/console/login")
+        page = sign_in(context, base, args.approver)
+        out["signed_in_again"] = bool(page.evaluate(PROOF))
         out["phone_overflow_px"] = overflow
 
         other.close()

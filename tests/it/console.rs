@@ -207,6 +207,12 @@ async fn an_approver_answers_in_the_console_and_hostile_arguments_stay_text() {
             "invisible characters shown: {text}"
         );
     }
+    assert_eq!(hostile["bidi_style"], "bidi-override", "{out}");
+    let edit_box = hostile["edit_box"].as_str().unwrap();
+    assert!(
+        edit_box.contains("abc\\u202edcba") && edit_box.contains("\\udb40\\udc6d"),
+        "{edit_box}"
+    );
     assert_eq!(hostile["images"], 0, "{out}");
     assert_eq!(hostile["links"], 0, "{out}");
     assert_eq!(hostile["scripts"], 0, "{out}");
@@ -283,10 +289,13 @@ async fn an_approver_answers_in_the_console_and_hostile_arguments_stay_text() {
     assert_eq!(out["cut_card_approve_buttons"], 0, "{out}");
     assert_eq!(out["whole_text_shown"], true, "{out}");
     assert_eq!(out["cut_outcome"]["success"], true, "{out}");
+    // A card's buttons came disabled, and took the click a moment later.
+    assert_eq!(out["approve_held_at_first"], true, "{out}");
     // Folded arguments: Approve only below the rest, once it is open.
     assert_eq!(out["folded_approve_visible"], false, "{out}");
     assert_eq!(out["unfolded_approve_visible"], true, "{out}");
     assert_eq!(out["folded_outcome"]["success"], true, "{out}");
+    assert_eq!(out["signed_in_again"], true, "{out}");
     // axe-core finds nothing serious on the inbox or the sign-in page.
     assert_eq!(out["axe_inbox"], serde_json::json!([]), "{out}");
     assert_eq!(out["axe_login"], serde_json::json!([]), "{out}");

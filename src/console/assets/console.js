@@ -5,6 +5,21 @@
 // server's, already escaped; values are set as text, never parsed as HTML.
 "use strict";
 
+// The buttons that change something (answers, Accept, End session) come disabled and wait a moment after they appear (the page loaded, or a
+// card arrived) before this enables them, so a click meant for something else, such as the
+// second click of a double-click begun on another page that sent the browser here, cannot land
+// on Approve.
+var HOLD_MS = 1000;
+function release(root) {
+  var buttons = root.querySelectorAll("button[data-hold]");
+  setTimeout(function () {
+    for (var i = 0; i < buttons.length; i++) {
+      buttons[i].disabled = false;
+    }
+  }, HOLD_MS);
+}
+release(document);
+
 // The sign-in's proof: handed over once, by the answer to the sign-in, and kept in this
 // origin's storage (a cookie reaches every port of the host; this storage does not), then put
 // into each change as it is sent. A page never carries it.
@@ -186,6 +201,7 @@
     var card = holder.content.firstElementChild;
     if (!card || cardOf(card.getAttribute("data-approval"))) return;
     pending.appendChild(card);
+    release(card);
     refreshEmpty();
     tick();
     say("A new approval is waiting.");
