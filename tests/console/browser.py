@@ -322,9 +322,11 @@ def main():
         batch = Batch(agents, "echo", {"text": "hi"})
         page.wait_for_selector("li.card", timeout=5000)
         out["appeared_after_s"] = time.monotonic() - batch.started
-        # A card's buttons wait a moment before they take a click (a double-click begun
-        # elsewhere cannot land on them).
-        out["approve_held_at_first"] = page.locator("li.card button.approve").is_disabled()
+        # A card's buttons are served disabled, and the page's script enables them a moment
+        # later (a double-click begun elsewhere cannot land on them; the clicks below show the
+        # script enables them).
+        _, served = fetched(f"{base}/console/", {"Authorization": f"Bearer {args.approver}"})
+        out["approve_held_at_first"] = 'class="approve" type="submit" disabled data-hold' in served
         if args.shots:
             page.screenshot(path=os.path.join(args.shots, "inbox.png"), full_page=True)
         page.click("li.card button.approve")
