@@ -711,28 +711,36 @@ fn pretty(value: &Value) -> String {
 /// `text` with what a reader cannot see shown as code points (`hidden`), so a value cannot
 /// hide words from the person reading it or reorder what is shown around it.
 pub(super) fn shown(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if hidden(c) {
-            out.push_str(&format!("<U+{:04X}>", u32::from(c)));
-        } else {
-            out.push(c);
-        }
-    }
-    out
+    each_char(text, hidden, code_point)
 }
 
 /// JSON `text` with each character `hidden` would show as a code point written as a JSON
 /// escape (`\u202e`, a pair for one past U+FFFF): the same value to a parser, visible to a
 /// person. Such characters are only ever inside strings in serde_json's output.
 fn escaped(text: &str) -> String {
+    each_char(text, hidden, |out, c| {
+        let mut units = [0u16; 2];
+        for unit in c.encode_utf16(&mut units) {
+            out.push_str(&format!("\\u{unit:04x}"));
+        }
+    })
+}
+
+/// `text` with every character outside printable ASCII (but the line break) as its code point.
+fn spelled(text: &str) -> String {
+    each_char(
+        text,
+        |c| !(c == '\n' || c == ' ' || c.is_ascii_graphic()),
+        code_point,
+    )
+}
+
+/// `text` with each character `swap` picks written by `write`, the others as they are.
+fn each_char(text: &str, swap: impl Fn(char) -> bool, write: impl Fn(&mut String, char)) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
-        if hidden(c) && c != '\n' && c != '\t' {
-            let mut units = [0u16; 2];
-            for unit in c.encode_utf16(&mut units) {
-                out.push_str(&format!("\\u{unit:04x}"));
-            }
+        if swap(c) {
+            write(&mut out, c);
         } else {
             out.push(c);
         }
@@ -740,17 +748,9 @@ fn escaped(text: &str) -> String {
     out
 }
 
-/// `text` with every character outside printable ASCII (but the line break) as its code point.
-fn spelled(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if c == '\n' || c.is_ascii_graphic() || c == ' ' {
-            out.push(c);
-        } else {
-            out.push_str(&format!("<U+{:04X}>", u32::from(c)));
-        }
-    }
-    out
+/// `<U+202E>`.
+fn code_point(out: &mut String, c: char) {
+    out.push_str(&format!("<U+{:04X}>", u32::from(c)));
 }
 
 /// Whether `c` is shown as its code point: controls but the line break and tab, and the

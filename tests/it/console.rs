@@ -93,6 +93,18 @@ async fn sign_in(client: &reqwest::Client, base: &str, token: &str) -> String {
     cookie
 }
 
+/// The status of the inbox at `base` asked for with `cookie`: 200, or 303 to sign in.
+async fn inbox_status(client: &reqwest::Client, base: &str, cookie: &str) -> u16 {
+    client
+        .get(format!("{base}/console/"))
+        .header("cookie", cookie)
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
 /// Runs tests/console/browser.py against the console at `base` and the gRPC port `grpc`, with
 /// `flags` after the tokens, and returns what it printed.
 async fn drive(base: &str, grpc: &str, flags: &[&str]) -> Value {
@@ -497,15 +509,7 @@ async fn a_sign_in_made_from_a_jwt_ends_when_the_jwt_does() {
     let cookie = sign_in(&client, &base, &token).await;
     assert!(!cookie.contains("Max-Age=28800"), "{cookie}");
     let value = cookie.split(';').next().unwrap().to_owned();
-    let inbox = async || {
-        client
-            .get(format!("{base}/console/"))
-            .header("cookie", &value)
-            .send()
-            .await
-            .unwrap()
-            .status()
-    };
+    let inbox = async || inbox_status(&client, &base, &value).await;
     assert_eq!(inbox().await, 200);
     tokio::time::sleep(std::time::Duration::from_secs(3)).await;
     // Past the JWT's `exp`, the sign-in is gone: the person signs in again.
@@ -544,15 +548,7 @@ async fn a_sign_in_and_its_live_stream_end_when_its_jwt_is_no_longer_accepted() 
     let client = no_redirects();
     let cookie = sign_in(&client, &base, &old.token("k1", claims.clone())).await;
     let cookie = cookie.split(';').next().unwrap().to_owned();
-    let inbox = async || {
-        client
-            .get(format!("{base}/console/"))
-            .header("cookie", &cookie)
-            .send()
-            .await
-            .unwrap()
-            .status()
-    };
+    let inbox = async || inbox_status(&client, &base, &cookie).await;
     assert_eq!(inbox().await, 200);
 
     // The live inbox, open, carries an approval the agent's batch raises.
