@@ -245,6 +245,7 @@ def tools(args, base, agents):
         out["new_description"] = page.locator("table.diff tr.changed mark").nth(0).text_content()
         out["bold_elements"] = page.locator("table.diff b").count()
         if args.shots:
+            page.wait_for_selector("section.change button:enabled")
             page.screenshot(path=os.path.join(args.shots, "tools.png"), full_page=True)
         out["phone_overflow_px"] = {"tools": phone_overflow(page)}
         # By keyboard alone: Tab to Accept, Enter.
@@ -328,6 +329,7 @@ def main():
         _, served = fetched(f"{base}/console/", {"Authorization": f"Bearer {args.approver}"})
         out["approve_held_at_first"] = 'class="approve" type="submit" disabled data-hold' in served
         if args.shots:
+            page.wait_for_selector("li.card button.approve:enabled")
             page.screenshot(path=os.path.join(args.shots, "inbox.png"), full_page=True)
         page.click("li.card button.approve")
         out["approve"] = batch.outcome()
@@ -434,6 +436,7 @@ def main():
         overflow["inbox"] = phone_overflow(page)
         if args.shots:
             page.set_viewport_size({"width": 390, "height": 844})
+            page.wait_for_selector("li.card button.deny:enabled")
             page.screenshot(path=os.path.join(args.shots, "inbox-phone.png"), full_page=True)
             page.set_viewport_size({"width": 1280, "height": 800})
         login = other.new_page()
