@@ -29,6 +29,7 @@ use tokio::sync::broadcast::error::RecvError;
 use crate::config::ConsoleConfig;
 use crate::front::auth::{Authenticator, Denied, audit_text};
 use crate::front::http1::Accepted;
+use crate::front::per_address::{Turn, Turns};
 use signin::{SignIns, Viewer, Who};
 use toolgate_core::approvals::{Answer, Ended, How, Listing, Remember, ResolveError, Update};
 use toolgate_core::dispatch::Dispatcher;
@@ -81,7 +82,7 @@ pub struct Console {
     hosts: Option<Vec<String>>,
     /// Live inbox streams' places, and how many each identity holds.
     streams: Arc<tokio::sync::Semaphore>,
-    streams_held: Arc<Mutex<std::collections::HashMap<(String, String), usize>>>,
+    streams_held: Arc<Turns<(String, String)>>,
 }
 
 impl Console {
@@ -1041,39 +1042,18 @@ async fn events(State(console): State<Arc<Console>>, peer: Peer, headers: Header
 /// `STREAMS_PER_IDENTITY` (a person's tabs), so one cannot take every place.
 struct StreamPlace {
     _place: tokio::sync::OwnedSemaphorePermit,
-    held: Arc<Mutex<std::collections::HashMap<(String, String), usize>>>,
-    who: (String, String),
+    _turn: Turn<(String, String)>,
 }
 
 impl StreamPlace {
     fn take(console: &Console, caller: &Caller) -> Option<StreamPlace> {
         let who = (caller.tenant.clone(), caller.id.clone());
-        let mut held = console.streams_held.lock();
-        if held
-            .get(&who)
-            .is_some_and(|count| *count >= STREAMS_PER_IDENTITY)
-        {
-            return None;
-        }
+        let turn = console.streams_held.take_for(who, STREAMS_PER_IDENTITY)?;
         let place = console.streams.clone().try_acquire_owned().ok()?;
-        *held.entry(who.clone()).or_default() += 1;
         Some(StreamPlace {
             _place: place,
-            held: console.streams_held.clone(),
-            who,
+            _turn: turn,
         })
-    }
-}
-
-impl Drop for StreamPlace {
-    fn drop(&mut self) {
-        let mut held = self.held.lock();
-        if let Some(count) = held.get_mut(&self.who) {
-            *count -= 1;
-            if *count == 0 {
-                held.remove(&self.who);
-            }
-        }
     }
 }
 

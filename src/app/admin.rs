@@ -43,7 +43,8 @@ const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 ///
 /// With `console`, the web console is served beside them (`/console/`); with `tls`, all of it
 /// over TLS. On a loopback address, a request must name a loopback host or one of
-/// `console_hosts` (DNS rebinding). Each request carries its connection (`Accepted`), for the console's callers.
+/// `console_hosts` (DNS rebinding). Each request carries its connection (`Accepted`), for the
+/// console's callers.
 pub(super) async fn serve(
     listener: TcpListener,
     metrics: Arc<MetricsPipeline>,

@@ -499,23 +499,28 @@ pub(super) fn batches(
         html! {
             h1 { "Batches" }
             p { "The tenant's most recent batches (up to " (toolgate_core::dispatch::FLIGHTS) " across the server, since it started), from every front." }
-            @if flights.is_none() {
-                p.empty { "Batches are not recorded on this server (console.record_batches = false)." }
-            } @else if flights.is_some_and(<[_]>::is_empty) {
-                p.empty { "No batch has run yet." }
-            } @else {
-                div.table { table {
-                    caption { "Recent batches, newest first" }
-                    thead { tr {
-                        th scope="col" { "Batch" } th scope="col" { "Started" } th scope="col" { "Caller" }
-                        th scope="col" { "Session" } th scope="col" { "Calls" } th scope="col" { "Outcome" }
-                        th scope="col" { "Took" }
-                    } }
-                    tbody { @for flight in flights.unwrap_or_default() { (batch_row(flight)) } }
-                } }
+            @match flights {
+                None => p.empty { "Batches are not recorded on this server (console.record_batches = false)." },
+                Some([]) => p.empty { "No batch has run yet." },
+                Some(flights) => (batch_table("Recent batches, newest first", flights)),
             }
         },
     )
+}
+
+/// Batches as a table, one row each.
+fn batch_table(caption: &str, flights: &[std::sync::Arc<Flight>]) -> Markup {
+    html! {
+        div.table { table {
+            caption { (caption) }
+            thead { tr {
+                th scope="col" { "Batch" } th scope="col" { "Started" } th scope="col" { "Caller" }
+                th scope="col" { "Session" } th scope="col" { "Calls" } th scope="col" { "Outcome" }
+                th scope="col" { "Took" }
+            } }
+            tbody { @for flight in flights { (batch_row(flight)) } }
+        } }
+    }
 }
 
 fn batch_row(flight: &Flight) -> Markup {
@@ -622,15 +627,7 @@ pub(super) fn sessions(
                 @if view.trajectory.is_empty() {
                     p.empty { "No recent batch of this session is kept." }
                 } @else {
-                    div.table { table {
-                        caption { "The session's recent batches, newest first" }
-                        thead { tr {
-                            th scope="col" { "Batch" } th scope="col" { "Started" } th scope="col" { "Caller" }
-                            th scope="col" { "Session" } th scope="col" { "Calls" } th scope="col" { "Outcome" }
-                            th scope="col" { "Took" }
-                        } }
-                        tbody { @for flight in &view.trajectory { (batch_row(flight)) } }
-                    } }
+                    (batch_table("The session's recent batches, newest first", &view.trajectory))
                 }
             }
         },

@@ -1,65 +1,88 @@
-//! Counts per client address with a bound: each turn taken is given back when its guard drops.
-//! A client is counted by its IPv4 address (also when mapped into IPv6) or its IPv6 /64, which
-//! one host usually holds whole. The transport's connection and TLS handshake bounds and the
-//! admin listener's use it.
+//! Counts per key with a bound: each turn taken is given back when its guard drops. Above all
+//! per client address, where a client is counted by its IPv4 address (also when mapped into
+//! IPv6) or its IPv6 /64, which one host usually holds whole: the transport's connection and
+//! TLS handshake bounds and the admin listener's use it; the console's live streams count
+//! per identity.
 
 use std::collections::HashMap;
+use std::hash::Hash;
 use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-/// How many turns each client address holds now.
-#[derive(Debug, Default)]
-pub(crate) struct PerAddress {
-    counts: Mutex<HashMap<IpAddr, usize>>,
-}
-
-/// One turn of one address; given back when dropped.
+/// How many turns each key holds now, with a bound per key taken: each turn is given back
+/// when its guard drops. Keyed by client address (`PerAddress`) for connections, and by
+/// identity for the console's live streams.
 #[derive(Debug)]
-pub(crate) struct AddressTurn {
-    owner: Arc<PerAddress>,
-    client: IpAddr,
+pub(crate) struct Turns<K> {
+    counts: Mutex<HashMap<K, usize>>,
 }
 
-impl PerAddress {
-    /// A turn for `ip`, unless its address holds `max` already (0: no bound).
-    pub(crate) fn take(self: &Arc<Self>, ip: IpAddr, max: usize) -> Option<AddressTurn> {
-        let client = client_of(ip);
+impl<K> Default for Turns<K> {
+    fn default() -> Self {
+        Turns {
+            counts: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+/// One turn of one key; given back when dropped.
+#[derive(Debug)]
+pub(crate) struct Turn<K: Eq + Hash> {
+    owner: Arc<Turns<K>>,
+    key: K,
+}
+
+impl<K: Eq + Hash + Clone> Turns<K> {
+    /// A turn for `key`, unless it holds `max` already (0: no bound).
+    pub(crate) fn take_for(self: &Arc<Self>, key: K, max: usize) -> Option<Turn<K>> {
         let mut counts = self.counts.lock();
-        let held = counts.entry(client).or_insert(0);
+        let held = counts.entry(key.clone()).or_insert(0);
         // At the bound `held` is above zero: nothing was inserted for this refusal.
         if max > 0 && *held >= max {
             return None;
         }
         *held += 1;
-        Some(AddressTurn {
+        Some(Turn {
             owner: self.clone(),
-            client,
+            key,
         })
     }
 
-    /// How many turns `client` (an address as `client_of` counts it) holds.
-    pub(crate) fn held(&self, client: IpAddr) -> usize {
-        self.counts.lock().get(&client).copied().unwrap_or(0)
+    /// How many turns `key` holds.
+    pub(crate) fn held(&self, key: &K) -> usize {
+        self.counts.lock().get(key).copied().unwrap_or(0)
     }
 
-    /// How many addresses hold a turn.
+    /// How many keys hold a turn.
     #[cfg(test)]
     pub(crate) fn addresses(&self) -> usize {
         self.counts.lock().len()
     }
 }
 
-impl Drop for AddressTurn {
+impl<K: Eq + Hash> Drop for Turn<K> {
     fn drop(&mut self) {
         let mut counts = self.owner.counts.lock();
-        if let Some(held) = counts.get_mut(&self.client) {
+        if let Some(held) = counts.get_mut(&self.key) {
             *held -= 1;
             if *held == 0 {
-                counts.remove(&self.client);
+                counts.remove(&self.key);
             }
         }
+    }
+}
+
+/// Turns per client address (as `client_of` counts it).
+pub(crate) type PerAddress = Turns<IpAddr>;
+/// One turn of one client address.
+pub(crate) type AddressTurn = Turn<IpAddr>;
+
+impl PerAddress {
+    /// A turn for the client at `ip`, unless its address holds `max` already (0: no bound).
+    pub(crate) fn take(self: &Arc<Self>, ip: IpAddr, max: usize) -> Option<AddressTurn> {
+        self.take_for(client_of(ip), max)
     }
 }
 

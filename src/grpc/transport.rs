@@ -320,7 +320,7 @@ impl Connections {
             .filter(|c| !c.evicted.load(Ordering::Relaxed))
             .filter(|c| c.streams.open.load(Ordering::Relaxed) == 0)
             .min_by_key(|c| {
-                let held = self.by_address.held(c.client);
+                let held = self.by_address.held(&c.client);
                 let served = c.streams.served.load(Ordering::Relaxed);
                 (
                     std::cmp::Reverse(held),
