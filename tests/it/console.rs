@@ -697,6 +697,24 @@ async fn what_a_client_sends_the_console_is_bounded() {
     })
     .await;
     let id = approvals[0].approval_id.clone();
+    // The agent that raised it cannot answer it here, nor hold a live stream of its tenant's
+    // approvals, whatever it sends.
+    let own = post(
+        &format!("/console/approvals/{id}"),
+        "agent-secret",
+        "application/x-www-form-urlencoded",
+        "decision=approve&remember=session".into(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(own.status(), 403);
+    let agent_stream = client
+        .get(format!("{base}/console/events"))
+        .bearer_auth("agent-secret")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(agent_stream.status(), 403);
     let long = "x".repeat(1001);
     let denied = post(
         &format!("/console/approvals/{id}"),
